@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets everything up on a fresh machine and runs the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh "test,examples,dev"
+.venv/bin/ruff check src tests examples bench
+exec .venv/bin/python -m pytest "$@"

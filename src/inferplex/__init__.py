@@ -1,0 +1,46 @@
+"""inferplex: a multi-model inference server speaking the KServe V2 protocol.
+
+In-process use::
+
+    from inferplex import Server, ServerConfig, InferenceRequest, Tensor
+
+    with Server(ServerConfig(model_repository="models", http_port=0, grpc_port=0)) as server:
+        response = server.infer(InferenceRequest("add_sub", inputs=[...]))
+
+Names are imported on first use, so ``import inferplex.core.datatypes`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from inferplex.version import __version__
+
+if TYPE_CHECKING:
+    from inferplex.config import ModelConfig, ServerConfig
+    from inferplex.core.engine import InferenceEngine
+    from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+    from inferplex.errors import InferplexError
+    from inferplex.server import Server
+
+_EXPORTS = {
+    "InferenceEngine": "inferplex.core.engine",
+    "InferenceRequest": "inferplex.core.types",
+    "InferenceResponse": "inferplex.core.types",
+    "InferplexError": "inferplex.errors",
+    "ModelConfig": "inferplex.config",
+    "RequestedOutput": "inferplex.core.types",
+    "Server": "inferplex.server",
+    "ServerConfig": "inferplex.config",
+    "Tensor": "inferplex.core.types",
+}
+
+__all__ = [*sorted(_EXPORTS), "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'inferplex' has no attribute '{name}'")
+    return getattr(importlib.import_module(module), name)

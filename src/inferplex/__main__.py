@@ -1,0 +1,3 @@
+from inferplex.cli.main import main
+
+main()

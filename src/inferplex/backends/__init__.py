@@ -1,0 +1,45 @@
+"""Backends, found by the config's ``backend`` or ``platform`` name.
+
+Built-in backends are listed here; third-party ones register a Backend subclass under the
+``inferplex.backends`` entry-point group.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+from inferplex.backends.base import Backend, InstanceSpec
+from inferplex.config.model_config import ModelConfig
+from inferplex.errors import ConfigError
+
+__all__ = ["Backend", "InstanceSpec", "available_backends", "backend_for", "backend_for_file"]
+
+
+def available_backends() -> list[type[Backend]]:
+    from inferplex.backends.onnxruntime import OnnxRuntimeBackend
+
+    found: list[type[Backend]] = [OnnxRuntimeBackend]
+    for entry in entry_points(group="inferplex.backends"):
+        found.append(entry.load())
+    return found
+
+
+def backend_for(config: ModelConfig) -> type[Backend]:
+    """The backend class a config asks for; ConfigError naming the accepted values if none."""
+    backends = available_backends()
+    for cls in backends:
+        if config.backend and config.backend in cls.names:
+            return cls
+        if not config.backend and config.platform in cls.platforms:
+            return cls
+    accepted = sorted({n for c in backends for n in (*c.names, *c.platforms)})
+    asked = f"backend '{config.backend}'" if config.backend else f"platform '{config.platform}'"
+    raise ConfigError(f"model '{config.name}': {asked} is not served, expected one of {accepted}")
+
+
+def backend_for_file(filename: str) -> type[Backend] | None:
+    """The backend whose default model file has this name (for configs that name none)."""
+    for cls in available_backends():
+        if cls.default_model_filename == filename:
+            return cls
+    return None

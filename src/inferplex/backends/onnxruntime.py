@@ -1,0 +1,103 @@
+"""ONNX Runtime backend: one InferenceSession per model instance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from inferplex.backends.base import Backend, InstanceSpec
+from inferplex.config.model_config import ModelConfig, TensorConfig
+from inferplex.errors import ConfigError
+
+#: ONNX Runtime's tensor type strings -> V2 datatypes
+_ORT_TO_V2 = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
+}
+
+
+class OnnxRuntimeBackend(Backend):
+    names = ("onnxruntime",)
+    platforms = ("onnxruntime_onnx",)
+    default_model_filename = "model.onnx"
+
+    def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = instance.intra_op_threads
+        # Parallelism across requests comes from instances, not from inter-op threads.
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(
+            str(model_path), sess_options=options, providers=_providers(instance)
+        )
+        self._string_inputs = {
+            i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
+        }
+        self._run_options = ort.RunOptions()
+
+    def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        feeds = inputs
+        if self._string_inputs:
+            # ORT takes strings as numpy str/object arrays of str, not bytes.
+            feeds = dict(inputs)
+            for name in self._string_inputs & feeds.keys():
+                feeds[name] = np.vectorize(_decode, otypes=[object])(feeds[name])
+        results = self._session.run(outputs, feeds, self._run_options)
+        return dict(zip(outputs, results, strict=True))
+
+    def close(self) -> None:
+        del self._session
+
+    @classmethod
+    def signature(cls, model_path: Path) -> tuple[list[TensorConfig], list[TensorConfig]]:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        # Reading the signature needs no optimisation; keep it cheap.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        return (
+            [_tensor_config(t) for t in session.get_inputs()],
+            [_tensor_config(t) for t in session.get_outputs()],
+        )
+
+
+def _decode(item: object) -> object:
+    return item.decode("utf-8", "surrogateescape") if isinstance(item, bytes) else item
+
+
+def _providers(instance: InstanceSpec) -> list[str | tuple[str, dict[str, object]]]:
+    if instance.kind == "KIND_GPU":
+        available = ort.get_available_providers()
+        if "CUDAExecutionProvider" not in available:
+            raise ConfigError(
+                "instance_group kind KIND_GPU asks for CUDA, but ONNX Runtime has no "
+                f"CUDAExecutionProvider here (available: {', '.join(available)})"
+            )
+        return [("CUDAExecutionProvider", {"device_id": instance.device_id})]
+    return ["CPUExecutionProvider"]
+
+
+def _tensor_config(node: ort.NodeArg) -> TensorConfig:
+    try:
+        datatype = _ORT_TO_V2[node.type]
+    except KeyError:
+        raise ConfigError(f"tensor '{node.name}' has type {node.type}, not served") from None
+    dims = tuple(d if isinstance(d, int) and d > 0 else -1 for d in node.shape)
+    return TensorConfig(name=node.name, data_type=datatype, dims=dims)

@@ -1,0 +1,228 @@
+"""ModelConfig: everything about one model, in Triton's field names.
+
+Both file formats (config.pbtxt and config.yaml) are read into plain dicts and validated here
+once; the result is frozen. ``to_triton_dict`` renders the JSON that Triton's
+``/v2/models/{m}/config`` returns, which perf_analyzer and tritonclient read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from inferplex.core.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _normalise_datatype(value: Any) -> Any:
+    """Accept Triton's TYPE_FP32 and the V2 name FP32; store the V2 name."""
+    if isinstance(value, str):
+        upper = value.upper()
+        if upper in TRITON_TO_V2:
+            return TRITON_TO_V2[upper]
+        if upper in V2_DATATYPES:
+            return upper
+        raise ValueError(
+            f"unknown data_type '{value}', expected a TYPE_* name such as TYPE_FP32 "
+            "or a V2 datatype such as FP32"
+        )
+    return value
+
+
+class TensorConfig(_Frozen):
+    """One declared input or output. ``dims`` exclude the batch dimension when
+    ``max_batch_size > 0`` (Triton's convention); -1 is a variable dimension."""
+
+    name: str
+    data_type: str = Field(description="V2 datatype name, e.g. FP32 (TYPE_FP32 is accepted)")
+    dims: tuple[int, ...] = ()
+    reshape: tuple[int, ...] | None = Field(
+        default=None, description="shape the backend sees, if it differs from dims"
+    )
+    optional: bool = False
+    is_shape_tensor: bool = False
+
+    _check_datatype = field_validator("data_type", mode="before")(_normalise_datatype)
+
+    @field_validator("dims", "reshape")
+    @classmethod
+    def _check_dims(cls, dims: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if dims is not None and any(d < -1 or d == 0 for d in dims):
+            raise ValueError(f"dims must be positive or -1 (variable), got {list(dims)}")
+        return dims
+
+
+class VersionPolicy(_Frozen):
+    """Which versions of the model are served: the latest N, all, or a specific list."""
+
+    policy: Literal["latest", "all", "specific"] = "latest"
+    num_versions: int = Field(default=1, ge=1)
+    versions: tuple[int, ...] = ()
+
+    def select(self, available: list[int]) -> list[int]:
+        """The versions to serve, from the version numbers found on disk."""
+        ordered = sorted(available)
+        if self.policy == "all":
+            return ordered
+        if self.policy == "specific":
+            return [v for v in ordered if v in self.versions]
+        return ordered[-self.num_versions :]
+
+
+class InstanceGroup(_Frozen):
+    name: str = ""
+    count: int = Field(default=1, ge=1)
+    kind: Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL"] = "KIND_AUTO"
+    gpus: tuple[int, ...] = ()
+
+
+class QueuePolicy(_Frozen):
+    timeout_action: Literal["REJECT", "DELAY"] = "REJECT"
+    default_timeout_microseconds: int = Field(default=0, ge=0)
+    allow_timeout_override: bool = False
+    max_queue_size: int = Field(default=0, ge=0)
+
+
+class DynamicBatching(_Frozen):
+    """Parsed and validated; honoured by the dynamic batcher."""
+
+    preferred_batch_size: tuple[int, ...] = ()
+    max_queue_delay_microseconds: int = Field(default=0, ge=0)
+    preserve_ordering: bool = False
+    priority_levels: int = Field(default=0, ge=0)
+    default_priority_level: int = Field(default=0, ge=0)
+    default_queue_policy: QueuePolicy | None = None
+    priority_queue_policy: dict[int, QueuePolicy] = Field(default_factory=dict)
+
+
+class ModelConfig(_Frozen):
+    """The configuration of one model (all of its versions)."""
+
+    name: str
+    platform: str = ""
+    backend: str = ""
+    max_batch_size: int = Field(default=0, ge=0)
+    input: tuple[TensorConfig, ...] = ()
+    output: tuple[TensorConfig, ...] = ()
+    instance_group: tuple[InstanceGroup, ...] = ()
+    version_policy: VersionPolicy = VersionPolicy()
+    dynamic_batching: DynamicBatching | None = None
+    parameters: dict[str, str] = Field(default_factory=dict)
+    default_model_filename: str = ""
+    unsupported_fields: tuple[str, ...] = Field(
+        default=(), description="fields read from the file that this server does not honour yet"
+    )
+
+    @model_validator(mode="after")
+    def _check_names(self) -> ModelConfig:
+        for kind, tensors in (("input", self.input), ("output", self.output)):
+            seen: set[str] = set()
+            for tensor in tensors:
+                if tensor.name in seen:
+                    raise ValueError(f"{kind} '{tensor.name}' is declared twice")
+                seen.add(tensor.name)
+        return self
+
+    @property
+    def batched(self) -> bool:
+        return self.max_batch_size > 0
+
+    def full_shape(self, tensor: TensorConfig) -> list[int]:
+        """The shape a client sees: dims with the batch dimension (-1) in front if batched."""
+        return [-1, *tensor.dims] if self.batched else list(tensor.dims)
+
+    def to_triton_dict(self) -> dict[str, Any]:
+        """The configuration as Triton renders it in JSON (its model_config.proto names)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "platform": self.platform,
+            "backend": self.backend,
+            "version_policy": _version_policy_dict(self.version_policy),
+            "max_batch_size": self.max_batch_size,
+            "input": [_input_dict(t) for t in self.input],
+            "output": [_output_dict(t) for t in self.output],
+            "instance_group": [
+                {
+                    "name": g.name or f"{self.name}_{i}",
+                    "kind": g.kind,
+                    "count": g.count,
+                    "gpus": list(g.gpus),
+                    "secondary_devices": [],
+                    "profile": [],
+                    "passive": False,
+                    "host_policy": "",
+                }
+                for i, g in enumerate(self.instance_group)
+            ],
+            "default_model_filename": self.default_model_filename,
+            "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
+            "model_warmup": [],
+        }
+        if self.dynamic_batching is not None:
+            out["dynamic_batching"] = _dynamic_batching_dict(self.dynamic_batching)
+        return out
+
+
+def _version_policy_dict(policy: VersionPolicy) -> dict[str, Any]:
+    if policy.policy == "all":
+        return {"all": {}}
+    if policy.policy == "specific":
+        return {"specific": {"versions": list(policy.versions)}}
+    return {"latest": {"num_versions": policy.num_versions}}
+
+
+def _input_dict(tensor: TensorConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": tensor.name,
+        "data_type": V2_TO_TRITON[tensor.data_type],
+        "format": "FORMAT_NONE",
+        "dims": list(tensor.dims),
+        "is_shape_tensor": tensor.is_shape_tensor,
+        "allow_ragged_batch": False,
+        "optional": tensor.optional,
+    }
+    if tensor.reshape is not None:
+        out["reshape"] = {"shape": list(tensor.reshape)}
+    return out
+
+
+def _output_dict(tensor: TensorConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": tensor.name,
+        "data_type": V2_TO_TRITON[tensor.data_type],
+        "dims": list(tensor.dims),
+        "label_filename": "",
+        "is_shape_tensor": tensor.is_shape_tensor,
+    }
+    if tensor.reshape is not None:
+        out["reshape"] = {"shape": list(tensor.reshape)}
+    return out
+
+
+def _queue_policy_dict(policy: QueuePolicy) -> dict[str, Any]:
+    return {
+        "timeout_action": policy.timeout_action,
+        "default_timeout_microseconds": policy.default_timeout_microseconds,
+        "allow_timeout_override": policy.allow_timeout_override,
+        "max_queue_size": policy.max_queue_size,
+    }
+
+
+def _dynamic_batching_dict(batching: DynamicBatching) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "preferred_batch_size": list(batching.preferred_batch_size),
+        "max_queue_delay_microseconds": batching.max_queue_delay_microseconds,
+        "preserve_ordering": batching.preserve_ordering,
+        "priority_levels": batching.priority_levels,
+        "default_priority_level": batching.default_priority_level,
+        "priority_queue_policy": {
+            str(level): _queue_policy_dict(p) for level, p in batching.priority_queue_policy.items()
+        },
+    }
+    if batching.default_queue_policy is not None:
+        out["default_queue_policy"] = _queue_policy_dict(batching.default_queue_policy)
+    return out

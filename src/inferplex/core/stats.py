@@ -1,0 +1,104 @@
+"""Per-model-version statistics in the shape of Triton's statistics extension.
+
+Updated only on the event loop thread (the worker hands its timings back with the result), so
+no locks are needed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class ExecutionTimes:
+    """Timings one batch execution reports back from the worker thread, in nanoseconds."""
+
+    queue_ns: int
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
+
+
+@dataclass(slots=True)
+class _BatchStats:
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+_PHASES = (
+    "success",
+    "fail",
+    "queue",
+    "compute_input",
+    "compute_infer",
+    "compute_output",
+    "cache_hit",
+    "cache_miss",
+)
+
+
+class ModelStats:
+    """Counters of one model version."""
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name = name
+        self.version = version
+        self.inference_count = 0
+        self.execution_count = 0
+        self.last_inference_ms = 0
+        self.phases = {phase: Duration() for phase in _PHASES}
+        self.batches: dict[int, _BatchStats] = {}
+
+    def record_execution(self, batch_size: int, times: ExecutionTimes) -> None:
+        """One backend execution of ``batch_size`` rows, answering one request."""
+        self.inference_count += batch_size
+        self.execution_count += 1
+        self.phases["queue"].add(times.queue_ns)
+        self.phases["compute_input"].add(times.compute_input_ns)
+        self.phases["compute_infer"].add(times.compute_infer_ns)
+        self.phases["compute_output"].add(times.compute_output_ns)
+        batch = self.batches.get(batch_size)
+        if batch is None:
+            batch = self.batches[batch_size] = _BatchStats()
+        batch.compute_input.add(times.compute_input_ns)
+        batch.compute_infer.add(times.compute_infer_ns)
+        batch.compute_output.add(times.compute_output_ns)
+
+    def record_request(self, ok: bool, duration_ns: int) -> None:
+        self.phases["success" if ok else "fail"].add(duration_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {phase: d.to_dict() for phase, d in self.phases.items()},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": b.compute_input.to_dict(),
+                    "compute_infer": b.compute_infer.to_dict(),
+                    "compute_output": b.compute_output.to_dict(),
+                }
+                for size, b in sorted(self.batches.items())
+            ],
+        }

@@ -1,0 +1,1 @@
+"""The model repository: finding models on disk and preparing them for loading."""

@@ -1,0 +1,127 @@
+"""A local model repository in Triton's layout: ``DIR/<model>/config.*`` and
+``DIR/<model>/<version>/<model file>``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferplex.backends import Backend, InstanceSpec, backend_for, backend_for_file
+from inferplex.config.model_config import ModelConfig
+from inferplex.config.readers import complete_config, read_model_config
+from inferplex.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+#: Triton's ONNX Runtime backend parameter for the threads of one session
+INTRA_OP_PARAMETER = "intra_op_thread_count"
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """What to load for one model: its completed config, backend and version files."""
+
+    config: ModelConfig
+    backend: type[Backend]
+    version_files: dict[int, Path]
+    instances: tuple[InstanceSpec, ...]
+
+
+def list_models(repository: Path) -> list[Path]:
+    """The model folders of a repository, sorted by name (hidden folders skipped)."""
+    if not repository.is_dir():
+        raise ConfigError(f"model repository '{repository}' is not a folder")
+    return sorted(
+        p for p in repository.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+    )
+
+
+def _version_dirs(model_dir: Path) -> dict[int, Path]:
+    return {int(p.name): p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()}
+
+
+def _detect_backend(model_dir: Path, versions: dict[int, Path]) -> type[Backend]:
+    for version_dir in versions.values():
+        for file in sorted(version_dir.iterdir()):
+            cls = backend_for_file(file.name)
+            if cls is not None:
+                return cls
+    raise ConfigError(
+        f"model '{model_dir.name}' has no config naming a backend and no known model file "
+        "(e.g. 1/model.onnx) in its version folders"
+    )
+
+
+def plan_model(model_dir: Path, server_intra_op_threads: int = 0) -> ModelPlan:
+    """Read and complete the model's config and find its files; ConfigError with the reason
+    if the model cannot be served. Blocking (reads files): call it off the event loop."""
+    name = model_dir.name
+    config = read_model_config(model_dir)
+    versions = _version_dirs(model_dir)
+    if not versions:
+        raise ConfigError(f"model '{name}' has no version folder (expected e.g. {name}/1/)")
+    backend = backend_for(config) if config and (config.backend or config.platform) else (
+        _detect_backend(model_dir, versions)
+    )
+    filename = (config.default_model_filename if config else "") or backend.default_model_filename
+    selected = (config.version_policy if config else ModelConfig(name=name).version_policy).select(
+        list(versions)
+    )
+    files = {v: versions[v] / filename for v in selected}
+    missing = [str(p.relative_to(model_dir.parent)) for p in files.values() if not p.exists()]
+    if missing:
+        raise ConfigError(f"model '{name}': model file(s) not found: {', '.join(missing)}")
+    if not files:
+        raise ConfigError(
+            f"model '{name}': version_policy selects none of the versions on disk "
+            f"({sorted(versions)})"
+        )
+    signature = backend.signature(files[max(files)])
+    if signature is not None:
+        config = complete_config(config, name, *signature)
+    elif config is None:
+        raise ConfigError(f"model '{name}' has no config file and its format cannot describe itself")
+    if not config.backend and not config.platform:
+        config = config.model_copy(update={"backend": backend.names[0]})
+    if not config.default_model_filename:
+        config = config.model_copy(update={"default_model_filename": filename})
+    if config.unsupported_fields:
+        logger.warning(
+            "model '%s': config fields not honoured: %s", name, ", ".join(config.unsupported_fields)
+        )
+    return ModelPlan(config, backend, files, _instances(config, server_intra_op_threads))
+
+
+def _instances(config: ModelConfig, server_intra_op_threads: int) -> tuple[InstanceSpec, ...]:
+    groups = config.instance_group or ()
+    total = sum(g.count for g in groups) or 1
+    threads = _intra_op_threads(config, server_intra_op_threads, total)
+    if not groups:
+        return (InstanceSpec("KIND_CPU", 0, threads),)
+    specs: list[InstanceSpec] = []
+    for group in groups:
+        kind = "KIND_CPU" if group.kind in ("KIND_AUTO", "KIND_MODEL") else group.kind
+        devices = group.gpus or (0,)
+        for i in range(group.count):
+            specs.append(InstanceSpec(kind, devices[i % len(devices)], threads))
+    return tuple(specs)
+
+
+def _intra_op_threads(config: ModelConfig, server_setting: int, instances: int) -> int:
+    value = config.parameters.get(INTRA_OP_PARAMETER)
+    if value is not None:
+        try:
+            threads = int(value)
+        except ValueError:
+            raise ConfigError(
+                f"model '{config.name}': parameter {INTRA_OP_PARAMETER} must be an integer, "
+                f"got '{value}'"
+            ) from None
+        if threads > 0:
+            return threads
+    if server_setting > 0:
+        return server_setting
+    # Instances of one model share the cores rather than oversubscribe them.
+    return max(1, (os.cpu_count() or 1) // instances)

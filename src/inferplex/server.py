@@ -1,0 +1,174 @@
+"""The composition root: config -> engine -> frontends, on one uvloop event loop.
+
+``Server`` runs in the caller's event loop (``await server.start()``) or, for embedding and
+tests, in a background thread of its own (``with Server(config) as server: ...``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import uvicorn
+import uvloop
+
+from inferplex.config.server_config import ServerConfig
+from inferplex.core.engine import InferenceEngine
+from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.frontends.grpc import GrpcFrontend
+from inferplex.frontends.http import create_http_app
+from inferplex.metrics.app import create_metrics_app
+
+logger = logging.getLogger(__name__)
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the Server owns shutdown order."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class Server:
+    """An inferplex server: the engine plus HTTP, gRPC and metrics endpoints."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.engine = InferenceEngine(config)
+        self.http_port = 0
+        self.grpc_port = 0
+        self.metrics_port = 0
+        self._uvicorns: list[tuple[_EmbeddedUvicorn, asyncio.Task[None]]] = []
+        self._grpc: GrpcFrontend | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- async life cycle -------------------------------------------------------------------
+    async def start(self) -> None:
+        """Load the models, then open the endpoints. Returns once everything listens."""
+        self._loop = asyncio.get_running_loop()
+        await self.engine.start()
+        config = self.config
+        if config.enable_http:
+            self.http_port = await self._serve_asgi(
+                create_http_app(self.engine, config), config.http_port
+            )
+        if config.enable_grpc:
+            self._grpc = GrpcFrontend(self.engine, config)
+            self.grpc_port = await self._grpc.start()
+        if config.enable_metrics:
+            self.metrics_port = await self._serve_asgi(
+                create_metrics_app(self.engine), config.metrics_port
+            )
+        logger.info(
+            "inferplex listening on %s: HTTP %s, gRPC %s, metrics %s",
+            config.host,
+            self.http_port or "off",
+            self.grpc_port or "off",
+            self.metrics_port or "off",
+        )
+
+    async def _serve_asgi(self, app: Any, port: int) -> int:
+        sock = _listen(self.config.host, port)
+        uv_config = uvicorn.Config(
+            app,
+            http="httptools",
+            loop="none",
+            lifespan="off",
+            access_log=False,
+            log_level="warning",
+            timeout_graceful_shutdown=30,
+            limit_concurrency=None,
+            h11_max_incomplete_event_size=None,
+        )
+        server = _EmbeddedUvicorn(uv_config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if task.done():
+                task.result()  # raises what stopped it
+            await asyncio.sleep(0.005)
+        self._uvicorns.append((server, task))
+        return sock.getsockname()[1]
+
+    async def stop(self, grace: float = 30.0) -> None:
+        """Graceful: readiness goes false, in-flight requests finish, then everything stops."""
+        logger.info("inferplex shutting down")
+        self.engine.begin_shutdown()
+        for server, _ in self._uvicorns:
+            server.should_exit = True
+        pending: list[Any] = [task for _, task in self._uvicorns]
+        if self._grpc is not None:
+            pending.append(self._grpc.stop(grace))
+        await asyncio.gather(*pending, return_exceptions=True)
+        self._uvicorns.clear()
+        await self.engine.stop(grace)
+
+    async def serve_forever(self) -> None:
+        """Start, run until SIGINT/SIGTERM, then stop gracefully (the CLI's entry)."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        await stop.wait()
+        await self.stop()
+
+    # -- embedding: a server on a background thread ------------------------------------------
+    def start_in_thread(self, timeout: float = 120.0) -> Server:
+        """Run the server on a uvloop loop in a daemon thread; return once it is serving."""
+        loop = uvloop.new_event_loop()
+        self._thread = threading.Thread(target=loop.run_forever, name="inferplex", daemon=True)
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout)
+        except BaseException:
+            self.stop_thread()
+            raise
+        return self
+
+    def stop_thread(self, timeout: float = 60.0) -> None:
+        """Stop a server started with ``start_in_thread`` and end its thread."""
+        loop = self._loop_for_thread()
+        try:
+            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout)
+            loop.close()
+
+    def infer(self, request: InferenceRequest, timeout: float | None = None) -> InferenceResponse:
+        """Run one inference without sockets (blocking; for a server started in a thread)."""
+        future: Future[InferenceResponse] = asyncio.run_coroutine_threadsafe(
+            self.engine.infer(request), self._loop_for_thread()
+        )
+        return future.result(timeout)
+
+    def _loop_for_thread(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._thread is None:
+            raise RuntimeError("the server was not started with start_in_thread()")
+        return self._loop
+
+    def __enter__(self) -> Server:
+        return self.start_in_thread()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop_thread()

@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+
+from inferplex.config import ModelConfig
+from inferplex.core.types import InferenceRequest, RequestedOutput, Tensor
+from inferplex.core.validation import RequestValidator
+from inferplex.errors import InvalidInputError
+
+CONFIG = ModelConfig(
+    name="m",
+    max_batch_size=4,
+    input=[
+        {"name": "a", "data_type": "FP32", "dims": [3]},
+        {"name": "b", "data_type": "INT64", "dims": [-1]},
+        {"name": "opt", "data_type": "FP32", "dims": [1], "optional": True},
+        {"name": "r", "data_type": "FP32", "dims": [4], "reshape": [2, 2], "optional": True},
+    ],
+    output=[{"name": "y", "data_type": "FP32", "dims": [3]}, {"name": "z", "data_type": "FP32"}],
+)
+
+
+def tensor(name: str, datatype: str, shape: tuple[int, ...], dtype: object = np.float32) -> Tensor:
+    return Tensor(name, datatype, shape, np.zeros(shape, dtype=dtype))
+
+
+def request(*inputs: Tensor, outputs: tuple[str, ...] = ()) -> InferenceRequest:
+    return InferenceRequest("m", list(inputs), outputs=[RequestedOutput(n) for n in outputs])
+
+
+VALID = (tensor("a", "FP32", (2, 3)), tensor("b", "INT64", (2, 7), np.int64))
+
+
+def test_valid_request_gives_feeds_and_batch_size() -> None:
+    feeds, batch = RequestValidator(CONFIG).feeds(request(*VALID))
+    assert batch == 2
+    assert set(feeds) == {"a", "b"}
+    assert feeds["a"].shape == (2, 3)
+
+
+def test_reshape_applies_to_the_backend_view() -> None:
+    feeds, _ = RequestValidator(CONFIG).feeds(request(*VALID, tensor("r", "FP32", (2, 4))))
+    assert feeds["r"].shape == (2, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "fragment"),
+    [
+        ((tensor("x", "FP32", (1, 3)), *VALID), "unknown input 'x'"),
+        ((tensor("a", "FP64", (2, 3), np.float64), VALID[1]), "datatype FP64"),
+        ((tensor("a", "FP32", (2, 4)), VALID[1]), "expects [-1, 3]"),
+        ((tensor("a", "FP32", (3,)), VALID[1]), "shape [3]"),
+        ((tensor("a", "FP32", (5, 3)), tensor("b", "INT64", (5, 1), np.int64)), "max_batch_size 4"),
+        ((tensor("a", "FP32", (1, 3)), VALID[1]), "share the batch dimension"),
+        ((VALID[0],), "missing required input(s) ['b']"),
+        ((*VALID, VALID[0]), "more than once"),
+    ],
+)
+def test_bad_inputs_name_the_field(inputs: tuple[Tensor, ...], fragment: str) -> None:
+    with pytest.raises(InvalidInputError) as error:
+        RequestValidator(CONFIG).feeds(request(*inputs))
+    assert fragment in error.value.message
+
+
+def test_element_count_must_match_shape() -> None:
+    bad = Tensor("a", "FP32", (2, 3), np.zeros(5, dtype=np.float32))
+    with pytest.raises(InvalidInputError, match="has 5 elements"):
+        RequestValidator(CONFIG).feeds(request(bad, VALID[1]))
+
+
+def test_requested_outputs_are_checked_and_deduplicated() -> None:
+    validator = RequestValidator(CONFIG)
+    assert validator.output_names(request()) == ["y", "z"]
+    assert validator.output_names(request(outputs=("z", "z"))) == ["z"]
+    with pytest.raises(InvalidInputError, match="unknown output 'w'"):
+        validator.output_names(request(outputs=("w",)))
+
+
+def test_unbatched_model_checks_full_shape() -> None:
+    config = ModelConfig(
+        name="u", input=[{"name": "a", "data_type": "FP32", "dims": [2, -1]}], output=[]
+    )
+    validator = RequestValidator(config)
+    _, batch = validator.feeds(InferenceRequest("u", [tensor("a", "FP32", (2, 9))]))
+    assert batch == 1
+    with pytest.raises(InvalidInputError, match=r"expects \[2, -1\]"):
+        validator.feeds(InferenceRequest("u", [tensor("a", "FP32", (3, 9))]))
