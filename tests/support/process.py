@@ -71,10 +71,10 @@ def start_server(
         "--grpc-port", str(ports[1]),
         "--metrics-port", str(ports[2]),
     ]  # fmt: skip
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-    )
+    with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
     server = RunningServer(process, repository, *ports, log_path)
     wait_ready(server, deadline)
     return server

@@ -9,7 +9,7 @@ import onnxruntime as ort
 
 from inferplex.backends.base import Backend, InstanceSpec
 from inferplex.config.model_config import ModelConfig, TensorConfig
-from inferplex.errors import ConfigError
+from inferplex.errors import ConfigError, InvalidInputError
 
 #: ONNX Runtime's tensor type strings -> V2 datatypes
 _ORT_TO_V2 = {
@@ -56,7 +56,7 @@ class OnnxRuntimeBackend(Backend):
             # ORT takes strings as numpy str/object arrays of str, not bytes.
             feeds = dict(inputs)
             for name in self._string_inputs & feeds.keys():
-                feeds[name] = np.vectorize(_decode, otypes=[object])(feeds[name])
+                feeds[name] = _decode_strings(name, feeds[name])
         results = self._session.run(outputs, feeds, self._run_options)
         return dict(zip(outputs, results, strict=True))
 
@@ -78,8 +78,17 @@ class OnnxRuntimeBackend(Backend):
         )
 
 
-def _decode(item: object) -> object:
-    return item.decode("utf-8", "surrogateescape") if isinstance(item, bytes) else item
+def _decode_strings(name: str, array: np.ndarray) -> np.ndarray:
+    out = np.empty(array.shape, dtype=object)
+    for index, item in np.ndenumerate(array):
+        try:
+            out[index] = item.decode("utf-8") if isinstance(item, bytes) else item
+        except UnicodeDecodeError:
+            raise InvalidInputError(
+                f"input '{name}': element {list(index)} is not UTF-8; ONNX Runtime string "
+                "tensors hold UTF-8 text"
+            ) from None
+    return out
 
 
 def _providers(instance: InstanceSpec) -> list[str | tuple[str, dict[str, object]]]:

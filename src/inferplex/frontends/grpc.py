@@ -1,0 +1,167 @@
+"""The V2 gRPC frontend: ``inference.GRPCInferenceService`` on grpc.aio.
+
+Generic method handlers (no generated servicer) with each message class's own
+``FromString`` / ``SerializeToString``, on the event loop the HTTP server runs on: the
+cheapest Python gRPC stack measured (DESIGN.md). Every RPC is translate -> engine -> translate;
+errors go through THE table in protocol/v2/errors.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf import message_factory
+
+from inferplex.errors import InferplexError, UnsupportedError
+from inferplex.protocol.v2 import generated as pb
+from inferplex.protocol.v2 import grpc_codec as codec
+from inferplex.protocol.v2.errors import GRPC_STATUS
+
+if TYPE_CHECKING:
+    from inferplex.config.server_config import ServerConfig
+    from inferplex.core.engine import InferenceEngine
+
+logger = logging.getLogger(__name__)
+
+Unary = Callable[[Any], Awaitable[Any]]
+
+
+class GrpcFrontend:
+    """Serves the engine over gRPC. ``await start()`` binds and returns the port."""
+
+    def __init__(self, engine: InferenceEngine, config: ServerConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> int:
+        """Bind ``config.host:config.grpc_port`` (0 picks a free port) and start serving."""
+        limit = self.config.max_grpc_message_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", limit),
+                ("grpc.max_receive_message_length", limit),
+                # gRPC sets SO_REUSEPORT by default, which lets a second server bind a port
+                # that is in use without an error; a clash must fail loudly instead.
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        server.add_generic_rpc_handlers((self._service_handler(),))
+        host = self.config.host
+        address = f"[{host}]" if ":" in host else host
+        port = server.add_insecure_port(f"{address}:{self.config.grpc_port}")
+        if port == 0:
+            raise OSError(f"gRPC could not bind {address}:{self.config.grpc_port}")
+        await server.start()
+        self._server = server
+        logger.info("gRPC listening on %s:%d", address, port)
+        return port
+
+    async def stop(self, grace: float) -> None:
+        """Stop taking calls; in-flight calls get ``grace`` seconds to finish."""
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+
+    # -- wiring -------------------------------------------------------------------------
+    def _service_handler(self) -> grpc.GenericRpcHandler:
+        unary: dict[str, Unary] = {
+            "ServerLive": self._server_live,
+            "ServerReady": self._server_ready,
+            "ModelReady": self._model_ready,
+            "ServerMetadata": self._server_metadata,
+            "ModelMetadata": self._model_metadata,
+            "ModelInfer": self._model_infer,
+            "ModelConfig": self._model_config,
+            "ModelStatistics": self._model_statistics,
+            "RepositoryIndex": self._repository_index,
+            "RepositoryModelLoad": self._model_control,
+            "RepositoryModelUnload": self._model_control,
+        }
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        # Message classes come from the service descriptor, so they cannot drift from it.
+        for method in pb.SERVICE.methods:
+            request_class = message_factory.GetMessageClass(method.input_type)
+            response_class = message_factory.GetMessageClass(method.output_type)
+            codecs = {
+                "request_deserializer": request_class.FromString,
+                "response_serializer": response_class.SerializeToString,
+            }
+            if method.name == "ModelStreamInfer":
+                handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                    self._model_stream_infer, **codecs
+                )
+            else:
+                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                    _guarded(method.name, unary[method.name]), **codecs
+                )
+        return grpc.method_handlers_generic_handler(pb.SERVICE_NAME, handlers)
+
+    # -- RPCs -----------------------------------------------------------------------------
+    async def _server_live(self, request: Any) -> Any:
+        return pb.ServerLiveResponse(live=self.engine.live())
+
+    async def _server_ready(self, request: Any) -> Any:
+        return pb.ServerReadyResponse(ready=self.engine.ready())
+
+    async def _model_ready(self, request: Any) -> Any:
+        return pb.ModelReadyResponse(ready=self.engine.model_ready(request.name, request.version))
+
+    async def _server_metadata(self, request: Any) -> Any:
+        return codec.encode_server_metadata(self.engine.server_metadata())
+
+    async def _model_metadata(self, request: Any) -> Any:
+        return codec.encode_model_metadata(
+            self.engine.model_metadata(request.name, request.version)
+        )
+
+    async def _model_infer(self, request: Any) -> Any:
+        response = await self.engine.infer(codec.decode_infer_request(request))
+        return codec.encode_infer_response(response)
+
+    async def _model_config(self, request: Any) -> Any:
+        config = self.engine.model_config(request.name, request.version)
+        return codec.encode_model_config(config.to_triton_dict())
+
+    async def _model_statistics(self, request: Any) -> Any:
+        stats = self.engine.model_statistics(request.name, request.version)
+        return codec.encode_model_statistics(stats)
+
+    async def _repository_index(self, request: Any) -> Any:
+        index = self.engine.repository_index(ready_only=request.ready)
+        return codec.encode_repository_index(index)
+
+    async def _model_control(self, request: Any) -> Any:
+        raise UnsupportedError(
+            f"RepositoryModelLoad / RepositoryModelUnload ('{request.model_name}'): model "
+            "control is not available yet; models are loaded from the repository at start-up"
+        )
+
+    async def _model_stream_infer(
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> None:
+        error = UnsupportedError(
+            "ModelStreamInfer: streaming inference is not available yet; use ModelInfer"
+        )
+        await context.abort(GRPC_STATUS[error.code], error.message)
+
+
+def _guarded(name: str, rpc: Unary) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """Wrap an RPC so that errors become gRPC statuses: InferplexError through THE table,
+    anything else INTERNAL (logged with its traceback, since it is a bug)."""
+
+    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await rpc(request)
+        except InferplexError as exc:
+            code, message = GRPC_STATUS[exc.code], exc.message
+        except Exception as exc:
+            logger.exception("gRPC %s failed", name)
+            code, message = grpc.StatusCode.INTERNAL, f"{name} failed: {exc}"
+        # Outside the try: abort() raises to end the call, which must not be caught above.
+        await context.abort(code, message)
+
+    return handler
