@@ -36,7 +36,18 @@ _EXPORTS = {
     "Tensor": "inferplex.core.types",
 }
 
-__all__ = [*sorted(_EXPORTS), "__version__"]
+__all__ = [
+    "InferenceEngine",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferplexError",
+    "ModelConfig",
+    "RequestedOutput",
+    "Server",
+    "ServerConfig",
+    "Tensor",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -41,7 +41,7 @@ class Backend(abc.ABC):
     def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """Run one batch: input name -> array, returns the requested output name -> array."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends free on collection
         """Release the model's resources."""
 
     @classmethod

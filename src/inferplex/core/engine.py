@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplex.version import __version__
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry, ModelState
 from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.version import __version__
 
 #: Protocol extensions implemented in full (perf_analyzer polls statistics when listed).
 EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics")
@@ -89,8 +89,10 @@ class InferenceEngine:
 
     def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
         if name:
-            served = [self.registry.route(name, version)] if version else list(
-                self.registry.entry(name).versions.values()
+            served = (
+                [self.registry.route(name, version)]
+                if version
+                else list(self.registry.entry(name).versions.values())
             )
         else:
             served = [v for e in self.registry.entries() for v in e.versions.values()]
@@ -103,14 +105,22 @@ class InferenceEngine:
                 continue
             if entry.versions:
                 index.extend(
-                    {"name": entry.name, "version": str(v), "state": entry.state.value,
-                     "reason": entry.reason}
+                    {
+                        "name": entry.name,
+                        "version": str(v),
+                        "state": entry.state.value,
+                        "reason": entry.reason,
+                    }
                     for v in sorted(entry.versions)
                 )
             else:
                 index.append(
-                    {"name": entry.name, "version": "", "state": entry.state.value,
-                     "reason": entry.reason}
+                    {
+                        "name": entry.name,
+                        "version": "",
+                        "state": entry.state.value,
+                        "reason": entry.reason,
+                    }
                 )
         return index
 

@@ -60,9 +60,7 @@ class InstancePool:
         self._loop = loop
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._threads = [
-            threading.Thread(
-                target=self._work, args=(backend,), name=f"{label}#{i}", daemon=True
-            )
+            threading.Thread(target=self._work, args=(backend,), name=f"{label}#{i}", daemon=True)
             for i, backend in enumerate(backends)
         ]
         for thread in self._threads:

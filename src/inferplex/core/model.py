@@ -41,9 +41,7 @@ class ModelVersion:
         self.version_str = str(version)
         self.stats = ModelStats(config.name, self.version_str)
         self._validator = RequestValidator(config)
-        self._pool = InstancePool(
-            f"{config.name}/{version}", backends, self._execute, loop
-        )
+        self._pool = InstancePool(f"{config.name}/{version}", backends, self._execute, loop)
         self._loop = loop
         self._in_flight = 0
         self._idle = asyncio.Event()

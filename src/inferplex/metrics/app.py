@@ -21,8 +21,10 @@ def create_metrics_app(engine: InferenceEngine) -> Any:
         if scope["path"] == "/metrics" and scope["method"] == "GET":
             status, body, content_type = 200, generate_latest(registry), CONTENT_TYPE_LATEST
         else:
-            status, body, content_type = 404, b'{"error": "not found: try GET /metrics"}', (
-                "application/json"
+            status, body, content_type = (
+                404,
+                b'{"error": "not found: try GET /metrics"}',
+                ("application/json"),
             )
         await send(
             {

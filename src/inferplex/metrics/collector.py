@@ -18,7 +18,11 @@ _DURATIONS = (
     ("nv_inference_request_duration_us", "Cumulative request duration", "success"),
     ("nv_inference_queue_duration_us", "Cumulative time requests waited in queue", "queue"),
     ("nv_inference_compute_input_duration_us", "Cumulative compute input time", "compute_input"),
-    ("nv_inference_compute_infer_duration_us", "Cumulative compute inference time", "compute_infer"),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference time",
+        "compute_infer",
+    ),
     (
         "nv_inference_compute_output_duration_us",
         "Cumulative compute output time",
@@ -46,7 +50,8 @@ class EngineCollector(Collector):
             "nv_inference_exec_count", "Number of model executions (batches)", labels=labels
         )
         durations = {
-            phase: CounterMetricFamily(name, text, labels=labels) for name, text, phase in _DURATIONS
+            phase: CounterMetricFamily(name, text, labels=labels)
+            for name, text, phase in _DURATIONS
         }
         for stats in self._engine.model_statistics():
             key = [stats["name"], stats["version"]]

@@ -62,8 +62,10 @@ def plan_model(model_dir: Path, server_intra_op_threads: int = 0) -> ModelPlan:
     versions = _version_dirs(model_dir)
     if not versions:
         raise ConfigError(f"model '{name}' has no version folder (expected e.g. {name}/1/)")
-    backend = backend_for(config) if config and (config.backend or config.platform) else (
-        _detect_backend(model_dir, versions)
+    backend = (
+        backend_for(config)
+        if config and (config.backend or config.platform)
+        else (_detect_backend(model_dir, versions))
     )
     filename = (config.default_model_filename if config else "") or backend.default_model_filename
     selected = (config.version_policy if config else ModelConfig(name=name).version_policy).select(
@@ -82,7 +84,9 @@ def plan_model(model_dir: Path, server_intra_op_threads: int = 0) -> ModelPlan:
     if signature is not None:
         config = complete_config(config, name, *signature)
     elif config is None:
-        raise ConfigError(f"model '{name}' has no config file and its format cannot describe itself")
+        raise ConfigError(
+            f"model '{name}' has no config file and its format cannot describe itself"
+        )
     if not config.backend and not config.platform:
         config = config.model_copy(update={"backend": backend.names[0]})
     if not config.default_model_filename:

@@ -25,7 +25,7 @@ def test_unknown_datatype_is_a_clear_error() -> None:
 
 @given(st.lists(st.binary(max_size=40), max_size=20))
 def test_bytes_serialisation_round_trips(items: list[bytes]) -> None:
-    array = np.array(items + [b""], dtype=np.object_)
+    array = np.array([*items, b""], dtype=np.object_)
     encoded = datatypes.serialize_bytes(array)
     decoded = datatypes.deserialize_bytes(encoded, len(array), "x")
     assert decoded.tolist() == array.tolist()
