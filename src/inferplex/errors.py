@@ -12,6 +12,7 @@ class ErrorCode(enum.Enum):
     UNAVAILABLE = "unavailable"
     RESOURCE_EXHAUSTED = "resource_exhausted"
     PAYLOAD_TOO_LARGE = "payload_too_large"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
     UNIMPLEMENTED = "unimplemented"
     INTERNAL = "internal"
 
@@ -48,6 +49,12 @@ class ServerBusyError(InferplexError):
     """A queue or another bounded resource is full. Retryable."""
 
     code = ErrorCode.UNAVAILABLE
+
+
+class DeadlineExceededError(InferplexError):
+    """The request's timeout passed, or cannot be met given the model's execution time."""
+
+    code = ErrorCode.DEADLINE_EXCEEDED
 
 
 class PayloadTooLargeError(InferplexError):

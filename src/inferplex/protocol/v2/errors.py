@@ -12,6 +12,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.RESOURCE_EXHAUSTED: 429,
     ErrorCode.PAYLOAD_TOO_LARGE: 413,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.UNIMPLEMENTED: 501,
     ErrorCode.INTERNAL: 500,
 }
@@ -22,6 +23,7 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.PAYLOAD_TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
     ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
 }
