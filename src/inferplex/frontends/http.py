@@ -1,0 +1,291 @@
+"""The V2 HTTP/REST frontend: a raw ASGI 3 application with its own small router.
+
+No web framework: DESIGN.md measured raw ASGI on uvicorn + uvloop + httptools at half the CPU
+of Starlette per request. The path is split once and matched by a few comparisons; each
+response is one bytes object sent as a single ``http.response.start`` plus one
+``http.response.body`` (one write on the socket, see COMPAT.md's latency trap).
+
+Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
+
+    GET  /v2/health/live | /v2/health/ready      200 or 503
+    GET  /v2                                     server metadata
+    GET  /v2/models/{m}                          model metadata
+    GET  /v2/models/{m}/ready                    200 or 503
+    GET  /v2/models/{m}/config                   Triton model configuration
+    POST /v2/models/{m}/infer                    inference (JSON or binary tensor data)
+    GET  /v2/models/{m}/stats | /v2/models/stats statistics
+    POST /v2/repository/index                    repository index ({"ready": bool} optional)
+
+Every error body is ``{"error": "<message>"}``; the status of an :class:`InferplexError`
+comes from the one table in ``protocol/v2/errors.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from inferplex.config.server_config import ServerConfig
+from inferplex.core.engine import InferenceEngine
+from inferplex.errors import (
+    InferplexError,
+    InvalidInputError,
+    PayloadTooLargeError,
+    UnsupportedError,
+)
+from inferplex.protocol.v2.errors import HTTP_STATUS
+from inferplex.protocol.v2.rest import (
+    decode_infer_request,
+    encode_infer_response,
+    parse_header_length,
+)
+
+__all__ = ["HttpApp", "create_http_app"]
+
+logger = logging.getLogger(__name__)
+
+Headers = list[tuple[bytes, bytes]]
+#: status, body, headers other than content-length
+Reply = tuple[int, bytes, Headers]
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_JSON: Headers = [(b"content-type", b"application/json")]
+_EMPTY_OK: Reply = (200, b"", [])
+_EMPTY_UNAVAILABLE: Reply = (503, b"", [])
+
+
+class _RouteError(Exception):
+    """A request for a path or method this server does not have (404 / 405)."""
+
+    def __init__(self, status: int, message: str, headers: Headers | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or []
+
+
+class _Disconnected(Exception):
+    """The client went away before its request body was complete."""
+
+
+def create_http_app(engine: InferenceEngine, config: ServerConfig) -> HttpApp:
+    """The ASGI 3 application serving the V2 REST protocol for ``engine``."""
+    return HttpApp(engine, config)
+
+
+class HttpApp:
+    """ASGI 3 callable: answers ``http`` and ``lifespan`` scopes."""
+
+    def __init__(self, engine: InferenceEngine, config: ServerConfig) -> None:
+        self._engine = engine
+        self._max_body = config.max_request_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await _lifespan(receive, send)
+        # any other scope (websocket) is refused by returning: the server closes it
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            method, handler, model, version = _resolve(scope["path"])
+            if scope["method"] != method:
+                raise _RouteError(
+                    405,
+                    f"method {scope['method']} is not allowed on {scope['path']}, use {method}",
+                    [(b"allow", method.encode())],
+                )
+            if method == "POST":
+                body, header_length = await self._read(scope, receive)
+            else:
+                body, header_length = b"", None
+            status, payload, headers = await handler(self, model, version, body, header_length)
+        except InferplexError as exc:
+            status, payload, headers = HTTP_STATUS[exc.code], _error(exc.message), _JSON
+        except _RouteError as exc:
+            status, payload, headers = exc.status, _error(exc.message), [*_JSON, *exc.headers]
+        except _Disconnected:
+            return
+        except Exception as exc:
+            # never let one request take the connection or the server down
+            logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
+            status = 500
+            payload = _error(f"internal server error: {type(exc).__name__}: {exc}")
+            headers = _JSON
+        headers = [*headers, (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _read(self, scope: Scope, receive: Receive) -> tuple[bytes, bytes | None]:
+        """The request body (refused with 413 as soon as it is known to be too large) and the
+        raw ``Inference-Header-Content-Length`` header, if any."""
+        header_length = None
+        for key, value in scope["headers"]:
+            if key == b"content-length":
+                if not value.isdigit():
+                    raise InvalidInputError(f"header Content-Length is not a number: {value!r}")
+                if int(value) > self._max_body:
+                    raise self._too_large(f"Content-Length {int(value)}")
+            elif key == b"inference-header-content-length":
+                header_length = value
+            elif key == b"content-encoding" and value.lower() != b"identity":
+                raise UnsupportedError(
+                    f"Content-Encoding {value.decode(errors='replace')} is not supported: send "
+                    "the request body uncompressed"
+                )
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        body = message.get("body", b"")
+        size = len(body)
+        if size > self._max_body:
+            raise self._too_large(f"at least {size} bytes")
+        if not message.get("more_body"):
+            return body, header_length
+        # a body in pieces (chunked, or larger than one read): count as it arrives and never
+        # hold more than the limit
+        chunks = [body]
+        while message.get("more_body"):
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max_body:
+                raise self._too_large(f"at least {size} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks), header_length
+
+    def _too_large(self, what: str) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"request body of {what} is above the limit of {self._max_body} bytes "
+            "(INFERPLEX_MAX_REQUEST_BYTES)"
+        )
+
+    # -- handlers: (model, version, body, raw Inference-Header-Content-Length) -> Reply -------
+    async def _infer(
+        self, model: str, version: str, body: bytes, header_length: bytes | None
+    ) -> Reply:
+        length = None if header_length is None else parse_header_length(header_length)
+        request = decode_infer_request(body, length, model, version)
+        response = await self._engine.infer(request)
+        payload, json_length = encode_infer_response(response, request)
+        if json_length is None:
+            return 200, payload, _JSON
+        return (
+            200,
+            payload,
+            [
+                (b"content-type", b"application/octet-stream"),
+                (b"inference-header-content-length", str(json_length).encode()),
+            ],
+        )
+
+    async def _live(self, *_: Any) -> Reply:
+        return _EMPTY_OK if self._engine.live() else _EMPTY_UNAVAILABLE
+
+    async def _ready(self, *_: Any) -> Reply:
+        return _EMPTY_OK if self._engine.ready() else _EMPTY_UNAVAILABLE
+
+    async def _server_metadata(self, *_: Any) -> Reply:
+        return _json(self._engine.server_metadata())
+
+    async def _model_metadata(self, model: str, version: str, *_: Any) -> Reply:
+        return _json(self._engine.model_metadata(model, version))
+
+    async def _model_ready(self, model: str, version: str, *_: Any) -> Reply:
+        return _EMPTY_OK if self._engine.model_ready(model, version) else _EMPTY_UNAVAILABLE
+
+    async def _model_config(self, model: str, version: str, *_: Any) -> Reply:
+        return _json(self._engine.model_config(model, version).to_triton_dict())
+
+    async def _model_stats(self, model: str, version: str, *_: Any) -> Reply:
+        return _json({"model_stats": self._engine.model_statistics(model, version)})
+
+    async def _repository_index(self, _model: str, _version: str, body: bytes, *_: Any) -> Reply:
+        ready_only = False
+        if body.strip():
+            try:
+                options = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidInputError(f"malformed JSON in the index request: {exc}") from None
+            if not isinstance(options, dict):
+                raise InvalidInputError("the index request must be a JSON object")
+            ready_only = options.get("ready", False)
+            if not isinstance(ready_only, bool):
+                raise InvalidInputError("index request field 'ready' must be true or false")
+        return _json(self._engine.repository_index(ready_only))
+
+
+Handler = Callable[[HttpApp, str, str, bytes, bytes | None], Awaitable[Reply]]
+Route = tuple[str, Handler, str, str]
+
+#: the last path segment of a model route -> (method, handler)
+_MODEL_ACTIONS: dict[str, tuple[str, Handler]] = {
+    "infer": ("POST", HttpApp._infer),
+    "ready": ("GET", HttpApp._model_ready),
+    "config": ("GET", HttpApp._model_config),
+    "stats": ("GET", HttpApp._model_stats),
+}
+
+#: the fixed routes, by their path segments after "v2"
+_FIXED: dict[tuple[str, ...], tuple[str, Handler]] = {
+    (): ("GET", HttpApp._server_metadata),
+    ("health", "live"): ("GET", HttpApp._live),
+    ("health", "ready"): ("GET", HttpApp._ready),
+    ("models", "stats"): ("GET", HttpApp._model_stats),
+    ("repository", "index"): ("POST", HttpApp._repository_index),
+}
+
+
+def _resolve(path: str) -> Route:
+    """Match a path to (method, handler, model, version); _RouteError 404 when none fits."""
+    parts = path.strip("/").split("/")
+    count = len(parts)
+    if parts[0] == "v2":
+        # the hot path first: /v2/models/{m}[/versions/{v}]/{action}
+        if count >= 4 and parts[1] == "models" and parts[2]:
+            model = parts[2]
+            version = ""
+            rest = 3
+            if count >= 5 and parts[3] == "versions":
+                version = parts[4]
+                rest = 5
+            if count == rest:
+                return "GET", HttpApp._model_metadata, model, version
+            action = _MODEL_ACTIONS.get(parts[rest]) if count == rest + 1 else None
+            if action is not None:
+                return action[0], action[1], model, version
+        else:
+            fixed = _FIXED.get(tuple(parts[1:]))
+            if fixed is not None:
+                return fixed[0], fixed[1], "", ""
+            if count == 3 and parts[1] == "models" and parts[2]:
+                return "GET", HttpApp._model_metadata, parts[2], ""
+    raise _RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """Acknowledge start-up and shut-down: the composition root owns the engine's lifecycle."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _json(document: Any) -> Reply:
+    return 200, orjson.dumps(document), _JSON
+
+
+def _error(message: str) -> bytes:
+    return orjson.dumps({"error": message})

@@ -1,0 +1,457 @@
+"""The V2 REST codec: JSON bodies and Triton's binary tensor data extension <-> core types.
+
+Request bodies are either pure JSON or, with the binary extension, a JSON header of
+``Inference-Header-Content-Length`` bytes followed by the raw data of every input whose
+``parameters.binary_data_size`` is set, in input order. Binary inputs become read-only numpy
+views of the body (no copy); BYTES elements use the 4-byte little-endian length prefix layout.
+Checks against the model's declared inputs (names, duplicates, shapes) are the engine's.
+
+Every problem with a request is an :class:`InvalidInputError` whose message names the tensor
+or field and says what was expected.
+
+Non-finite floats (NaN, +/-Inf) in outputs sent as JSON are written as ``null``: JSON has no
+literal for them and orjson's choice is kept rather than inventing a string encoding. Clients
+that need them exactly ask for the output with ``binary_data``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inferplex.core.datatypes import V2_TO_NUMPY, deserialize_bytes, serialize_bytes
+from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferplex.errors import InvalidInputError
+
+__all__ = ["decode_infer_request", "encode_infer_response", "parse_header_length"]
+
+_DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+#: Closed ranges a JSON number must fall into for each datatype that can overflow on the cast.
+_RANGES: dict[str, tuple[int | float, int | float]] = {
+    name: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    for name, dtype in V2_TO_NUMPY.items()
+    if dtype.kind in "iu"
+}
+_RANGES["FP16"] = (-float(np.finfo(np.float16).max), float(np.finfo(np.float16).max))
+_RANGES["FP32"] = (-float(np.finfo(np.float32).max), float(np.finfo(np.float32).max))
+
+#: Which numpy kinds of the array built from JSON numbers each datatype accepts.
+_ACCEPTED_KINDS: dict[str, tuple[str, str]] = {
+    name: ("iu", "integers") if dtype.kind in "iu" else ("iuf", "numbers")
+    for name, dtype in V2_TO_NUMPY.items()
+    if dtype.kind in "iuf"
+}
+_ACCEPTED_KINDS["BOOL"] = ("b", "true/false values")
+
+_KIND_NAMES = {
+    "b": "booleans",
+    "i": "integers",
+    "u": "integers",
+    "f": "floating-point numbers",
+    "U": "strings",
+    "O": "mixed or non-numeric values",
+}
+
+
+def parse_header_length(value: bytes | str) -> int:
+    """The integer value of an ``Inference-Header-Content-Length`` header."""
+    try:
+        length = int(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"header Inference-Header-Content-Length must be a non-negative integer, got {value!r}"
+        ) from None
+    if length < 0:
+        raise InvalidInputError(
+            f"header Inference-Header-Content-Length must be a non-negative integer, got {length}"
+        )
+    return length
+
+
+def decode_infer_request(
+    body: bytes, header_length: int | None, model_name: str, model_version: str = ""
+) -> InferenceRequest:
+    """Decode a V2 REST inference request body into an :class:`InferenceRequest`.
+
+    ``header_length`` is the ``Inference-Header-Content-Length`` value, or None when the
+    header is absent (the whole body is JSON). The model name and version come from the URL.
+    """
+    size = len(body)
+    if header_length is None or header_length == size:
+        header_length = size
+        text: bytes | memoryview = body
+    elif header_length < size:
+        text = memoryview(body)[:header_length]
+    else:
+        raise InvalidInputError(
+            f"header Inference-Header-Content-Length is {header_length} but the body has only "
+            f"{size} bytes"
+        )
+    try:
+        header = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"malformed JSON in the inference request: {exc}") from None
+    if not isinstance(header, dict):
+        raise InvalidInputError(
+            f"the inference request must be a JSON object, got {_json_type(header)}"
+        )
+
+    request_id = header.get("id", "")
+    if not isinstance(request_id, str):
+        raise InvalidInputError(f"'id' must be a string, got {_json_type(request_id)}")
+    parameters = _parameters(header.get("parameters"), "request", "")
+    binary_output = parameters.get("binary_data_output", False)
+    if not isinstance(binary_output, bool):
+        raise InvalidInputError(
+            "request parameter 'binary_data_output' must be true or false, got "
+            f"{_json_type(binary_output)}"
+        )
+
+    raw_inputs = header.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InvalidInputError(
+            f"'inputs' must be a list of input tensors, got {_json_type(raw_inputs)}"
+        )
+    # duplicate names, like every check against the model's declared inputs, are the engine's
+    inputs: list[Tensor] = []
+    offset = header_length
+    for index, raw in enumerate(raw_inputs):
+        tensor, offset = _decode_input(raw, index, body, offset, size)
+        inputs.append(tensor)
+    if offset != size:
+        raise InvalidInputError(
+            f"the body has {size - offset} bytes of binary data after the JSON header that no "
+            "input claims: the inputs' parameters.binary_data_size must add up to the body size "
+            "minus Inference-Header-Content-Length"
+        )
+
+    return InferenceRequest(
+        model_name=model_name,
+        model_version=model_version,
+        inputs=inputs,
+        id=request_id,
+        outputs=_decode_outputs(header.get("outputs")),
+        parameters=parameters,
+    )
+
+
+def _decode_input(raw: Any, index: int, body: bytes, offset: int, size: int) -> tuple[Tensor, int]:
+    """One input tensor; returns it and the offset just past its binary data."""
+    if not isinstance(raw, dict):
+        raise InvalidInputError(f"inputs[{index}] must be a JSON object, got {_json_type(raw)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"inputs[{index}]: 'name' must be a non-empty string")
+    datatype = raw.get("datatype", "")
+    try:
+        dtype = V2_TO_NUMPY[datatype]
+    except (KeyError, TypeError):  # TypeError: a list or object is not a datatype name
+        raise InvalidInputError(
+            f"input '{name}': unknown datatype {datatype!r}, expected one of "
+            f"{', '.join(V2_TO_NUMPY)}"
+        ) from None
+    shape = _shape(raw.get("shape"), name)
+    count = math.prod(shape)
+    parameters = _parameters(raw.get("parameters"), "input", name)
+    if "shared_memory_region" in parameters:
+        raise InvalidInputError(
+            f"input '{name}': shared memory inputs are not supported; send the data in 'data' "
+            "or as binary data (parameters.binary_data_size)"
+        )
+    data = raw.get("data")
+    binary_size = parameters.get("binary_data_size")
+
+    if binary_size is None:
+        if data is None:
+            raise InvalidInputError(
+                f"input '{name}' has no data: give 'data' or parameters.binary_data_size"
+            )
+        array = _from_json(data, datatype, dtype, shape, count, name)
+        return Tensor(name, datatype, shape, array, parameters), offset
+
+    if data is not None:
+        raise InvalidInputError(
+            f"input '{name}' has both 'data' and parameters.binary_data_size; give one"
+        )
+    if type(binary_size) is not int or binary_size < 0:
+        raise InvalidInputError(
+            f"input '{name}': parameters.binary_data_size must be a non-negative integer, got "
+            f"{binary_size!r}"
+        )
+    end = offset + binary_size
+    if end > size:
+        raise InvalidInputError(
+            f"input '{name}': parameters.binary_data_size is {binary_size} but only "
+            f"{size - offset} bytes of binary data remain in the body (is "
+            "Inference-Header-Content-Length set to the JSON header's size?)"
+        )
+    if datatype == "BYTES":
+        array = deserialize_bytes(memoryview(body)[offset:end], count, name)
+        return Tensor(name, datatype, shape, _reshape(array, shape, name), parameters), end
+    expected = count * dtype.itemsize
+    if binary_size != expected:
+        raise InvalidInputError(
+            f"input '{name}': parameters.binary_data_size is {binary_size} bytes but shape "
+            f"{list(shape)} of {datatype} needs {expected} bytes"
+        )
+    try:
+        # a read-only view into the body, like np.frombuffer, built in one call
+        array = np.ndarray(shape, dtype, body, offset)
+    except ValueError as exc:
+        raise _unusable_shape(name, shape, exc) from None
+    return Tensor(name, datatype, shape, array, parameters), end
+
+
+def _decode_outputs(raw_outputs: Any) -> list[RequestedOutput]:
+    if raw_outputs is None:
+        return []
+    if not isinstance(raw_outputs, list):
+        raise InvalidInputError(
+            f"'outputs' must be a list of requested outputs, got {_json_type(raw_outputs)}"
+        )
+    outputs: list[RequestedOutput] = []
+    for index, raw in enumerate(raw_outputs):
+        if not isinstance(raw, dict):
+            raise InvalidInputError(
+                f"outputs[{index}] must be a JSON object, got {_json_type(raw)}"
+            )
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"outputs[{index}]: 'name' must be a non-empty string")
+        parameters = _parameters(raw.get("parameters"), "output", name)
+        binary = parameters.get("binary_data", False)
+        if not isinstance(binary, bool):
+            raise InvalidInputError(
+                f"output '{name}': parameters.binary_data must be true or false, got "
+                f"{_json_type(binary)}"
+            )
+        if parameters.get("classification"):
+            raise InvalidInputError(
+                f"output '{name}': the classification extension is not supported"
+            )
+        if "shared_memory_region" in parameters:
+            raise InvalidInputError(f"output '{name}': shared memory outputs are not supported")
+        outputs.append(RequestedOutput(name, parameters))
+    return outputs
+
+
+def _parameters(raw: Any, owner: str, name: str) -> dict[str, Any]:
+    """A 'parameters' object; ``owner`` and ``name`` only word the error."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        where = f"{owner} '{name}': " if name else f"{owner} "
+        raise InvalidInputError(f"{where}'parameters' must be a JSON object, got {_json_type(raw)}")
+    return raw
+
+
+def _shape(raw: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(raw, list):
+        raise InvalidInputError(
+            f"input '{name}': 'shape' must be a list of non-negative integers, got "
+            f"{_json_type(raw)}"
+        )
+    for dim in raw:
+        # bool is an int subclass: reject it explicitly, as JSON true is not a dimension
+        if type(dim) is not int or dim < 0:
+            raise InvalidInputError(
+                f"input '{name}': 'shape' must be a list of non-negative integers, got {raw}"
+            )
+    return tuple(raw)
+
+
+def _reshape(array: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
+    try:
+        return array.reshape(shape)
+    except ValueError as exc:
+        raise _unusable_shape(name, shape, exc) from None
+
+
+def _unusable_shape(name: str, shape: tuple[int, ...], exc: ValueError) -> InvalidInputError:
+    return InvalidInputError(f"input '{name}': shape {list(shape)} is not usable: {exc}")
+
+
+def _from_json(
+    data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...], count: int, name: str
+) -> np.ndarray:
+    """Convert JSON ``data`` (flat or nested, row-major) to an array of ``shape``."""
+    if not isinstance(data, list):
+        raise InvalidInputError(
+            f"input '{name}': 'data' must be a list (flat or nested), got {_json_type(data)}"
+        )
+    if datatype == "BYTES":
+        return _bytes_from_json(data, shape, count, name)
+    try:
+        raw = np.array(data)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        raise InvalidInputError(
+            f"input '{name}': 'data' is not a rectangular nested list of numbers"
+        ) from None
+    if raw.size != count:
+        raise InvalidInputError(
+            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {raw.size}"
+        )
+    if count == 0:
+        return _reshape(np.empty(0, dtype=dtype), shape, name)
+    kinds = _ACCEPTED_KINDS[datatype][0]
+    if kinds == "iu" and raw.dtype.kind in "fO":
+        # numpy turns integers beyond int64 (large UINT64 values) into float64 or objects
+        raw = _exact_integers(data, datatype, name)
+    elif raw.dtype.kind not in kinds:
+        raise _wrong_kind(name, datatype, raw.dtype.kind)
+    limits = _RANGES.get(datatype)
+    if limits is not None and (raw.min() < limits[0] or raw.max() > limits[1]):
+        raise _out_of_range(name, datatype)
+    return _reshape(raw.astype(dtype, copy=False), shape, name)
+
+
+def _exact_integers(data: list, datatype: str, name: str) -> np.ndarray:
+    """The slow path for integer data numpy could not hold as int64 or uint64."""
+    values = np.array(data, dtype=np.object_).reshape(-1).tolist()
+    for value in values:
+        if type(value) is not int:
+            raise _wrong_kind(name, datatype, "f" if isinstance(value, float) else "O")
+    low, high = _RANGES[datatype]
+    if min(values) < low or max(values) > high:
+        raise _out_of_range(name, datatype)
+    return np.array(values, dtype=V2_TO_NUMPY[datatype])
+
+
+def _wrong_kind(name: str, datatype: str, kind: str) -> InvalidInputError:
+    got = _KIND_NAMES.get(kind, "values of another type")
+    return InvalidInputError(
+        f"input '{name}': 'data' must hold {_ACCEPTED_KINDS[datatype][1]} for datatype "
+        f"{datatype}, got {got}"
+    )
+
+
+def _out_of_range(name: str, datatype: str) -> InvalidInputError:
+    low, high = _RANGES[datatype]
+    return InvalidInputError(
+        f"input '{name}': 'data' has values outside the range of {datatype} [{low}, {high}]"
+    )
+
+
+def _bytes_from_json(data: list, shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
+    """Flatten nested JSON strings row-major into an object array of UTF-8 ``bytes``."""
+    flat: list[bytes] = []
+    # iterative walk: orjson allows nesting deeper than Python's recursion limit
+    stack: list[Any] = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            if not isinstance(item, str):
+                raise InvalidInputError(
+                    f"input '{name}': BYTES 'data' must hold strings, got {_json_type(item)}; "
+                    "send raw bytes as binary data"
+                )
+            flat.append(item.encode())
+        else:
+            stack.pop()
+    if len(flat) != count:
+        raise InvalidInputError(
+            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {len(flat)}"
+        )
+    array = np.empty(count, dtype=np.object_)
+    array[:] = flat
+    return _reshape(array, shape, name)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def encode_infer_response(
+    response: InferenceResponse, request: InferenceRequest
+) -> tuple[bytes, int | None]:
+    """Encode a response as one body; returns it and the JSON header length.
+
+    The header length is None for a pure JSON body. Outputs go binary when the request asked
+    for it (the output's ``binary_data``, else the request's ``binary_data_output``).
+    """
+    binary_default = request.parameters.get("binary_data_output", False)
+    requested = {out.name: out.parameters for out in request.outputs} if request.outputs else None
+    outputs: list[dict[str, Any]] = []
+    chunks: list[Any] = []
+    for tensor in response.outputs:
+        parameters = requested.get(tensor.name) if requested else None
+        binary = parameters.get("binary_data", binary_default) if parameters else binary_default
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype,
+            "shape": [int(dim) for dim in tensor.shape],
+        }
+        if binary:
+            chunk, nbytes = _binary_output(tensor)
+            entry["parameters"] = {"binary_data_size": nbytes}
+            chunks.append(chunk)
+        else:
+            entry["data"] = _json_output(tensor)
+        outputs.append(entry)
+
+    body: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+    }
+    if response.id:
+        body["id"] = response.id
+    if response.parameters:
+        body["parameters"] = response.parameters
+    body["outputs"] = outputs
+    header = orjson.dumps(body, option=_DUMPS_OPTIONS)
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+def _native(tensor: Tensor) -> np.ndarray:
+    """The output's data as a flat, C-contiguous array of its declared datatype."""
+    expected = V2_TO_NUMPY[tensor.datatype]
+    data = tensor.data
+    if data.dtype != expected:
+        # a backend may hand back a wider type or another byte order; the wire needs exact
+        data = data.astype(expected)
+    return np.ascontiguousarray(data).reshape(-1)
+
+
+def _binary_output(tensor: Tensor) -> tuple[bytes | np.ndarray, int]:
+    """The output's raw bytes (an array is joined into the body without a copy of its own)."""
+    if tensor.datatype == "BYTES":
+        raw = serialize_bytes(np.asarray(tensor.data))
+        return raw, len(raw)
+    array = _native(tensor)
+    return array, array.nbytes
+
+
+def _json_output(tensor: Tensor) -> Any:
+    if tensor.datatype != "BYTES":
+        return _native(tensor)
+    values: list[str] = []
+    for item in np.asarray(tensor.data).reshape(-1):
+        if isinstance(item, bytes):
+            try:
+                values.append(item.decode())
+            except UnicodeDecodeError:
+                raise InvalidInputError(
+                    f"output '{tensor.name}' holds bytes that are not valid UTF-8 and cannot be "
+                    "sent as JSON; request it with parameters.binary_data = true"
+                ) from None
+        else:
+            values.append(str(item))
+    return values
