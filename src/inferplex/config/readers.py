@@ -1,0 +1,494 @@
+"""Reading a model's configuration file into a :class:`ModelConfig`, and completing it from
+the model file.
+
+A model folder holds at most one of two formats, with the same field names and nesting
+(Triton's ``model_config.proto``), so a config moves between them line by line:
+
+Triton's ``config.pbtxt`` (protobuf text format)::
+
+    name: "resnet"                       # optional; must equal the folder name if given
+    platform: "onnxruntime_onnx"
+    max_batch_size: 8
+    input [ { name: "input" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]
+    output [ { name: "probs" data_type: TYPE_FP32 dims: [ 1000 ] } ]
+    instance_group [ { count: 2 kind: KIND_CPU } ]
+    version_policy: { latest: { num_versions: 2 } }
+    dynamic_batching {
+      max_queue_delay_microseconds: 500
+      priority_queue_policy { key: 1 value: { max_queue_size: 64 } }
+    }
+    parameters { key: "intra_op_thread_count" value: { string_value: "2" } }
+
+inferplex's ``config.yaml`` (or ``config.yml``), the same configuration::
+
+    name: resnet
+    platform: onnxruntime_onnx
+    max_batch_size: 8
+    input: [{name: input, data_type: FP32, dims: [3, 224, 224]}]   # TYPE_FP32 works too
+    output: [{name: probs, data_type: TYPE_FP32, dims: [1000]}]
+    instance_group: [{count: 2, kind: KIND_CPU}]
+    version_policy: {latest: {num_versions: 2}}
+    dynamic_batching:
+      max_queue_delay_microseconds: 500
+      priority_queue_policy: {1: {max_queue_size: 64}}
+    parameters: {intra_op_thread_count: "2"}    # or {key: {string_value: "2"}}
+
+In YAML a map may also be written as Triton's list of ``{key: ..., value: ...}`` entries,
+and a field with nothing after it (``dynamic_batching:``) is an empty message.
+
+Fields this server does not honour yet (``sequence_batching``, ``optimization``, ...) and
+unknown names (typos) never fail the load: they are listed in
+``ModelConfig.unsupported_fields`` as ``"sequence_batching (not supported yet)"`` or
+``"max_batchsize (unknown field)"`` for the loader to warn about. A Triton field left at its
+proto3 zero value (``false``, ``0``, ``""``, ``[]``, ``FORMAT_NONE``) is not listed: to
+protobuf it is the same as not being there, and the JSON that ``/v2/models/{m}/config``
+returns is full of them. Everything else wrong gives one :class:`ConfigError` with one line
+per problem, each naming the file, the field path and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from inferplex.config.model_config import (
+    DynamicBatching,
+    InstanceGroup,
+    ModelConfig,
+    QueuePolicy,
+    TensorConfig,
+)
+from inferplex.config.pbtxt import parse_pbtxt
+from inferplex.errors import ConfigError
+
+PBTXT_NAME = "config.pbtxt"
+YAML_NAMES = ("config.yaml", "config.yml")
+
+#: max_batch_size given to a model that can batch when its config does not set one: the
+#: default of Triton's ``--backend-config=default-max-batch-size``.
+DEFAULT_MAX_BATCH_SIZE = 4
+
+_NONE: frozenset[str] = frozenset()
+# What ModelConfig has is supported: a field added there is read from both formats.
+_MODEL_FIELDS = frozenset(ModelConfig.model_fields) - {"unsupported_fields"}
+_INPUT_FIELDS = frozenset(TensorConfig.model_fields)
+_OUTPUT_FIELDS = _INPUT_FIELDS - {"optional"}  # Triton's ModelOutput has no optional
+_GROUP_FIELDS = frozenset(InstanceGroup.model_fields)
+_BATCHING_FIELDS = frozenset(DynamicBatching.model_fields)
+_QUEUE_FIELDS = frozenset(QueuePolicy.model_fields)
+# The rest of Triton's model_config.proto, message by message.
+_MODEL_NOT_YET = frozenset(
+    {"runtime", "batch_input", "batch_output", "optimization", "sequence_batching"}
+    | {"ensemble_scheduling", "cc_model_filenames", "metric_tags", "model_warmup"}
+    | {"model_operations", "model_transaction_policy", "model_repository_agents"}
+    | {"response_cache", "model_metrics"}
+)
+_INPUT_NOT_YET = frozenset({"format", "allow_ragged_batch", "is_non_linear_format_io"})
+_OUTPUT_NOT_YET = frozenset({"label_filename", "is_non_linear_format_io"})
+_GROUP_NOT_YET = frozenset(
+    {"rate_limiter", "secondary_devices", "profile", "passive", "host_policy"}
+)
+_POLICIES = ("latest", "all", "specific")
+# ModelConfig fields that need reading rather than passing on
+_MODEL_MESSAGES = frozenset(
+    {"name", "input", "output", "instance_group", "version_policy", "dynamic_batching"}
+    | {"parameters"}
+)
+_SEQUENCE_BATCHING = "sequence_batching (not supported yet)"
+
+
+def read_model_config(model_dir: Path) -> ModelConfig | None:
+    """The configuration in ``model_dir`` (``config.pbtxt``, ``config.yaml`` or ``config.yml``);
+    None when there is none. Blocking (reads a file)."""
+    found = [model_dir / n for n in (PBTXT_NAME, *YAML_NAMES) if (model_dir / n).is_file()]
+    if not found:
+        return None
+    if len(found) > 1:
+        names = " and ".join(p.name for p in found)
+        raise ConfigError(f"model '{model_dir.name}' has both {names}; keep one of them")
+    path = found[0]
+    source = f"{model_dir.name}/{path.name}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: cannot be read: {exc}") from None
+    raw = parse_pbtxt(text, source) if path.name == PBTXT_NAME else _parse_yaml(text, source)
+    return config_from_dict(raw, model_dir.name, source)
+
+
+def _parse_yaml(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{source}: expected a mapping of config fields, got {type(data).__name__}"
+        )
+    return data
+
+
+def config_from_dict(raw: Mapping[str, Any], model_name: str, source: str) -> ModelConfig:
+    """Validate a config in Triton's field names (as either file format reads) into a
+    ModelConfig; ``model_name`` is the folder name, ``source`` names the file in errors."""
+    reader = _Reader(source)
+    clean = reader.model(raw, model_name)
+    if reader.errors:  # structural problems first: pydantic's paths would not line up
+        raise ConfigError("\n".join(reader.errors))
+    clean["unsupported_fields"] = tuple(reader.unsupported)
+    try:
+        return ModelConfig.model_validate(clean)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, source)) from None
+
+
+class _Reader:
+    """Picks the supported fields out of the raw dicts into what ModelConfig takes, and
+    records unsupported and unknown fields and structural errors on the way."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.errors: list[str] = []
+        self.unsupported: list[str] = []
+
+    def error(self, path: str, message: str) -> None:
+        self.errors.append(
+            f"{self.source}: {path}: {message}" if path else f"{self.source}: {message}"
+        )
+
+    def fields(
+        self, raw: Any, path: str, supported: frozenset[str], not_yet: frozenset[str]
+    ) -> dict[str, Any] | None:
+        """The supported fields of one message (None if ``raw`` is not a message)."""
+        if raw is None:  # YAML's "field:" with nothing after it: an empty message
+            return {}
+        if not isinstance(raw, Mapping):
+            self.error(path, f"expected a message {{ ... }}, got {_show(raw)}")
+            return None
+        kept: dict[str, Any] = {}
+        for key, value in raw.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key in supported:
+                kept[key] = value
+            elif key in not_yet:
+                if not _is_zero(value):
+                    self.unsupported.append(f"{where} (not supported yet)")
+            else:
+                self.unsupported.append(f"{where} (unknown field)")
+        return kept
+
+    def model(self, raw: Mapping[str, Any], model_name: str) -> dict[str, Any]:
+        f = self.fields(raw, "", _MODEL_FIELDS, _MODEL_NOT_YET) or {}
+        out = _plain(f, _MODEL_MESSAGES)
+        out["name"] = model_name
+        if f.get("name") not in (None, "", model_name):
+            self.error(
+                "name",
+                f"the config names the model {_show(f['name'])} but its folder is '{model_name}'; "
+                "they must be the same (or leave name out)",
+            )
+        for kind in ("input", "output"):
+            if kind in f:
+                items = _as_list(f[kind])
+                out[kind] = [self.tensor(t, f"{kind}[{i}]", kind) for i, t in enumerate(items)]
+        if "instance_group" in f:
+            groups = _as_list(f["instance_group"])
+            out["instance_group"] = [
+                self.instance_group(g, f"instance_group[{i}]") for i, g in enumerate(groups)
+            ]
+        if "version_policy" in f:
+            out["version_policy"] = self.version_policy(f["version_policy"])
+        if "dynamic_batching" in f:
+            out["dynamic_batching"] = self.dynamic_batching(f["dynamic_batching"])
+        if "parameters" in f:
+            out["parameters"] = {
+                str(key): self.parameter_value(value, path)
+                for key, value, path in self.map_entries(f["parameters"], "parameters")
+            }
+        return out
+
+    def tensor(self, raw: Any, path: str, kind: str) -> dict[str, Any]:
+        if kind == "input":
+            f = self.fields(raw, path, _INPUT_FIELDS, _INPUT_NOT_YET) or {}
+        else:
+            f = self.fields(raw, path, _OUTPUT_FIELDS, _OUTPUT_NOT_YET) or {}
+        out = _plain(f, ("dims", "reshape"))
+        if "dims" in f:
+            out["dims"] = _as_list(f["dims"])
+        if "reshape" in f:
+            reshape = self.fields(f["reshape"], f"{path}.reshape", frozenset({"shape"}), _NONE)
+            if reshape is not None:
+                out["reshape"] = _as_list(reshape.get("shape"))
+        return out
+
+    def instance_group(self, raw: Any, path: str) -> dict[str, Any]:
+        f = self.fields(raw, path, _GROUP_FIELDS, _GROUP_NOT_YET) or {}
+        out = _plain(f, ("gpus",))
+        if "gpus" in f:
+            out["gpus"] = _as_list(f["gpus"])
+            if out["gpus"] and out.get("kind") in ("KIND_CPU", "KIND_MODEL"):
+                self.error(f"{path}.gpus", f"a {out['kind']} group cannot list GPUs")
+        return out
+
+    def version_policy(self, raw: Any) -> dict[str, Any]:
+        f = self.fields(raw, "version_policy", frozenset(_POLICIES), _NONE) or {}
+        if len(f) > 1:
+            given = " and ".join(f)
+            self.error("version_policy", f"expected one of latest, all or specific, got {given}")
+            return {}
+        if not f:
+            return {}
+        ((policy, body),) = f.items()
+        path = f"version_policy.{policy}"
+        if policy == "latest":
+            g = self.fields(body, path, frozenset({"num_versions"}), _NONE) or {}
+            return {"policy": policy, **_plain(g)}
+        if policy == "specific":
+            g = self.fields(body, path, frozenset({"versions"}), _NONE) or {}
+            return {"policy": policy, "versions": _as_list(g.get("versions"))}
+        self.fields(body, path, _NONE, _NONE)
+        return {"policy": policy}
+
+    def dynamic_batching(self, raw: Any) -> dict[str, Any]:
+        path = "dynamic_batching"
+        f = self.fields(raw, path, _BATCHING_FIELDS, _NONE) or {}
+        out = _plain(f, ("preferred_batch_size", "default_queue_policy", "priority_queue_policy"))
+        if "preferred_batch_size" in f:
+            out["preferred_batch_size"] = _as_list(f["preferred_batch_size"])
+        if "default_queue_policy" in f:
+            out["default_queue_policy"] = self.queue_policy(
+                f["default_queue_policy"], f"{path}.default_queue_policy"
+            )
+        if "priority_queue_policy" in f:
+            entries = self.map_entries(f["priority_queue_policy"], f"{path}.priority_queue_policy")
+            out["priority_queue_policy"] = {
+                key: self.queue_policy(value, where) for key, value, where in entries
+            }
+        return out
+
+    def queue_policy(self, raw: Any, path: str) -> dict[str, Any]:
+        return _plain(self.fields(raw, path, _QUEUE_FIELDS, _NONE) or {})
+
+    def map_entries(self, raw: Any, path: str) -> list[tuple[Any, Any, str]]:
+        """(key, value, path) of a map written as Triton's ``{key: .., value: ..}`` entries
+        or, in YAML, as a plain mapping."""
+        if isinstance(raw, Mapping):
+            pairs = list(raw.items())
+        else:
+            pairs = []
+            for i, entry in enumerate(_as_list(raw)):
+                f = self.fields(entry, f"{path}[{i}]", frozenset({"key", "value"}), _NONE)
+                if f is not None and "key" not in f:
+                    self.error(f"{path}[{i}]", "a map entry needs a key")
+                elif f is not None:
+                    pairs.append((f["key"], f.get("value")))
+        entries: list[tuple[Any, Any, str]] = []
+        seen: set[Any] = set()
+        for key, value in pairs:
+            if isinstance(key, bool):  # YAML 1.1 reads unquoted yes/no/on/off as booleans
+                self.error(path, f"expected a string or integer key, got {key} (quote the key)")
+            elif not isinstance(key, str | int):
+                self.error(path, f"expected a string or integer key, got {_show(key)}")
+            elif key in seen:
+                self.error(path, f"key {_show(key)} is given twice")
+            else:
+                seen.add(key)
+                entries.append((key, value, f"{path}[{key}]"))
+        return entries
+
+    def parameter_value(self, raw: Any, path: str) -> str:
+        if isinstance(raw, Mapping) or raw is None:
+            f = self.fields(raw, path, frozenset({"string_value"}), _NONE) or {}
+            raw = f.get("string_value", "")
+        if isinstance(raw, bool):
+            return "true" if raw else "false"
+        if isinstance(raw, str | int | float):
+            return str(raw)
+        self.error(f"{path}.string_value", f"expected a string, got {_show(raw)}")
+        return ""
+
+
+def _plain(fields: Mapping[str, Any], special: Iterable[str] = ()) -> dict[str, Any]:
+    """The fields that go to ModelConfig as they are: all but the ``special`` ones, which
+    need reading, and the empty ones (YAML's "field:" with nothing after it keeps the default)."""
+    return {k: v for k, v in fields.items() if v is not None and k not in special}
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A repeated field's values; a single value (YAML's ``dims: 16``) is a list of one."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _is_zero(value: Any) -> bool:
+    """Whether protobuf would treat the value as not set (proto3 zero values)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value == 0
+    return value in ("", "FORMAT_NONE") or (isinstance(value, list) and not value)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _describe(exc: ValidationError, source: str) -> str:
+    """One line per pydantic error: file, field path in the file's own names, expectation."""
+    lines = []
+    for err in exc.errors():
+        path = _file_path(err["loc"])
+        if err["type"] == "missing":
+            problem = "is required"
+        elif err["type"] == "value_error":
+            problem = err["msg"].removeprefix("Value error, ")
+        else:
+            problem = err["msg"].replace("Input should be", "expected", 1)
+            problem += f", got {_show(err['input'])}"
+        lines.append(f"{source}: {path}: {problem}" if path else f"{source}: {problem}")
+    return "\n".join(lines)
+
+
+def _file_path(loc: Sequence[int | str]) -> str:
+    """ModelConfig's error location as the path of the field in the file."""
+    text = ""
+    previous: int | str | None = None
+    for item in loc:
+        if item == "[key]":
+            text += ".key"
+        elif isinstance(item, int) or previous in ("parameters", "priority_queue_policy"):
+            text += f"[{item}]"
+        else:
+            if previous == "version_policy":  # ModelConfig flattens the oneof
+                item = {"num_versions": "latest.num_versions", "versions": "specific.versions"}.get(
+                    str(item), item
+                )
+            text += f".{item}" if text else str(item)
+            if item == "reshape":
+                text += ".shape"
+        previous = item
+    return text
+
+
+def complete_config(
+    config: ModelConfig | None,
+    name: str,
+    inputs: Sequence[TensorConfig],
+    outputs: Sequence[TensorConfig],
+) -> ModelConfig:
+    """Complete a config (None: no config file) from the model file's own signature, as
+    Triton's auto-complete does for ONNX models, and check the two agree.
+
+    ``inputs``/``outputs`` are the model's tensors with the batch dimension as their first
+    dim (``(-1, 4)``). ``name`` is used only when there is no config. The rules:
+
+    - The model *can batch* when every input and output has a variable (-1) first dim. Then
+      a config that does not set ``max_batch_size`` (or no config) gets
+      :data:`DEFAULT_MAX_BATCH_SIZE`, like Triton. Unlike Triton, an explicit
+      ``max_batch_size: 0`` is kept: it is the only way to say "do not batch this model".
+    - A model that can batch with ``max_batch_size > 1`` and neither ``dynamic_batching``
+      nor ``sequence_batching`` in its config gets ``dynamic_batching {}``, as in Triton.
+    - ``max_batch_size > 0`` for a model that cannot batch is an error.
+    - With no inputs in the config, all the model's inputs are declared; inputs the config
+      leaves out are added too (the model needs them). Outputs are filled only when the
+      config declares none, since declaring some keeps the others private, as in Triton.
+      Filled dims leave out the batch dimension when batching; a scalar becomes
+      ``dims: [1]`` with ``reshape: []``.
+    - Each declared tensor must exist in the model with the same datatype, and its shape
+      (``reshape`` if given, else ``dims``, with the batch dimension in front when batching)
+      must have the model's rank, each dim equal to the model's or -1 on either side.
+    """
+    base = config if config is not None else ModelConfig(name=name)
+    name = base.name
+    fields: dict[str, Any] = dict(base)
+    fixed = [t for t in (*inputs, *outputs) if not t.dims or t.dims[0] != -1]
+    max_batch_size = base.max_batch_size
+    if "max_batch_size" not in base.model_fields_set and not fixed:
+        max_batch_size = fields["max_batch_size"] = DEFAULT_MAX_BATCH_SIZE
+    if max_batch_size > 0 and fixed:
+        shapes = ", ".join(f"'{t.name}' {list(t.dims)}" for t in fixed)
+        raise ConfigError(
+            f"model '{name}': max_batch_size is {max_batch_size} but the model cannot batch: "
+            f"every input and output needs a variable (-1) first dimension, and these do not: "
+            f"{shapes}; set max_batch_size: 0"
+        )
+    if (
+        max_batch_size > 1
+        and base.dynamic_batching is None
+        and _SEQUENCE_BATCHING not in base.unsupported_fields
+    ):
+        fields["dynamic_batching"] = DynamicBatching()
+    batched = max_batch_size > 0
+    for kind, declared, model in (("input", base.input, inputs), ("output", base.output, outputs)):
+        _check_declared(name, kind, declared, model, batched)
+        names = {t.name for t in declared}
+        if kind == "input" or not declared:
+            fields[kind] = [
+                *declared,
+                *(_from_model(t, batched) for t in model if t.name not in names),
+            ]
+    try:
+        return ModelConfig(**fields)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, f"model '{name}'")) from None
+
+
+def _from_model(tensor: TensorConfig, batched: bool) -> dict[str, Any]:
+    """The declaration of a model tensor (validated with the rest of the config)."""
+    dims = tensor.dims[1:] if batched else tensor.dims
+    declared = {"name": tensor.name, "data_type": tensor.data_type, "dims": dims or (1,)}
+    if not dims:  # Triton's dims may not be empty: a scalar is [1], reshaped to []
+        declared["reshape"] = ()
+    return declared
+
+
+def _check_declared(
+    name: str,
+    kind: str,
+    declared: Sequence[TensorConfig],
+    model: Sequence[TensorConfig],
+    batched: bool,
+) -> None:
+    by_name = {t.name: t for t in model}
+    for tensor in declared:
+        found = by_name.get(tensor.name)
+        if found is None:
+            known = ", ".join(f"'{n}'" for n in by_name) or "none"
+            raise ConfigError(
+                f"model '{name}': the config declares {kind} '{tensor.name}' but the model has "
+                f"no such {kind} (its {kind}s: {known})"
+            )
+        if tensor.data_type != found.data_type:
+            raise ConfigError(
+                f"model '{name}': {kind} '{tensor.name}' is declared {tensor.data_type} in the "
+                f"config but is {found.data_type} in the model"
+            )
+        field = "reshape" if tensor.reshape is not None else "dims"
+        own = list(tensor.reshape if tensor.reshape is not None else tensor.dims)
+        shape = [-1, *own] if batched else own
+        if len(shape) != len(found.dims) or any(
+            a != b and -1 not in (a, b) for a, b in zip(shape, found.dims, strict=False)
+        ):
+            if batched:
+                batch = f" (with the batch dimension: {shape})"
+            elif len(found.dims) == len(own) + 1:
+                batch = (
+                    " (max_batch_size is 0, so dims are the full shape, batch dimension included)"
+                )
+            else:
+                batch = ""
+            raise ConfigError(
+                f"model '{name}': {kind} '{tensor.name}' has {field} {own} in the config"
+                f"{batch}, which does not fit the model's shape {list(found.dims)}"
+            )
