@@ -86,7 +86,7 @@ async def test_statistics_count_requests(engine: InferenceEngine) -> None:
 
 
 async def test_slow_model_does_not_stall_another(engine: InferenceEngine) -> None:
-    x = np.ones((1,), dtype=np.float32)
+    x = np.ones((1, 1), dtype=np.float32)
     slow = asyncio.create_task(
         engine.infer(InferenceRequest("slow", [Tensor("INPUT0", "FP32", x.shape, x)]))
     )

@@ -73,11 +73,41 @@ class VersionPolicy(_Frozen):
         return ordered[-self.num_versions :]
 
 
+class RateLimiterResource(_Frozen):
+    """A named token an instance holds while it executes (Triton's rate limiter)."""
+
+    name: str
+    count: int = Field(default=1, ge=0)
+    global_: bool = Field(default=False, alias="global", description="shared by every device")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class RateLimiter(_Frozen):
+    resources: tuple[RateLimiterResource, ...] = ()
+    priority: int = Field(default=0, ge=0, description="among ties, 2 gets half the turns of 1")
+
+
 class InstanceGroup(_Frozen):
     name: str = ""
     count: int = Field(default=1, ge=1)
     kind: Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL"] = "KIND_AUTO"
     gpus: tuple[int, ...] = ()
+    rate_limiter: RateLimiter | None = None
+
+
+class Scheduling(_Frozen):
+    """inferplex's own section (Triton has none): how the model shares compute with others
+    under the server's scheduling policy."""
+
+    weight: float = Field(default=1.0, gt=0, description="share of compute under 'priority'")
+    slo_p99_ms: float | None = Field(
+        default=None, gt=0, description="latency target the 'adaptive' policy holds"
+    )
+
+
+class ResponseCache(_Frozen):
+    enable: bool = False
 
 
 class QueuePolicy(_Frozen):
@@ -111,6 +141,8 @@ class ModelConfig(_Frozen):
     instance_group: tuple[InstanceGroup, ...] = ()
     version_policy: VersionPolicy = VersionPolicy()
     dynamic_batching: DynamicBatching | None = None
+    scheduling: Scheduling = Scheduling()
+    response_cache: ResponseCache = ResponseCache()
     parameters: dict[str, str] = Field(default_factory=dict)
     default_model_filename: str = ""
     unsupported_fields: tuple[str, ...] = Field(
@@ -151,6 +183,11 @@ class ModelConfig(_Frozen):
                     "kind": g.kind,
                     "count": g.count,
                     "gpus": list(g.gpus),
+                    **(
+                        {"rate_limiter": _rate_limiter_dict(g.rate_limiter)}
+                        if g.rate_limiter
+                        else {}
+                    ),
                     "secondary_devices": [],
                     "profile": [],
                     "passive": False,
@@ -164,6 +201,10 @@ class ModelConfig(_Frozen):
         }
         if self.dynamic_batching is not None:
             out["dynamic_batching"] = _dynamic_batching_dict(self.dynamic_batching)
+        if self.response_cache.enable:
+            out["response_cache"] = {"enable": True}
+        if self.scheduling != Scheduling():
+            out["scheduling"] = self.scheduling.model_dump(exclude_none=True)
         return out
 
 
@@ -201,6 +242,15 @@ def _output_dict(tensor: TensorConfig) -> dict[str, Any]:
     if tensor.reshape is not None:
         out["reshape"] = {"shape": list(tensor.reshape)}
     return out
+
+
+def _rate_limiter_dict(limiter: RateLimiter) -> dict[str, Any]:
+    return {
+        "resources": [
+            {"name": r.name, "global": r.global_, "count": r.count} for r in limiter.resources
+        ],
+        "priority": limiter.priority,
+    }
 
 
 def _queue_policy_dict(policy: QueuePolicy) -> dict[str, Any]:

@@ -60,6 +60,8 @@ from inferplex.config.model_config import (
     InstanceGroup,
     ModelConfig,
     QueuePolicy,
+    ResponseCache,
+    Scheduling,
     TensorConfig,
 )
 from inferplex.config.pbtxt import parse_pbtxt
@@ -80,23 +82,24 @@ _OUTPUT_FIELDS = _INPUT_FIELDS - {"optional"}  # Triton's ModelOutput has no opt
 _GROUP_FIELDS = frozenset(InstanceGroup.model_fields)
 _BATCHING_FIELDS = frozenset(DynamicBatching.model_fields)
 _QUEUE_FIELDS = frozenset(QueuePolicy.model_fields)
+_SCHEDULING_FIELDS = frozenset(Scheduling.model_fields)
+_CACHE_FIELDS = frozenset(ResponseCache.model_fields)
+_RESOURCE_FIELDS = frozenset({"name", "count", "global"})
 # The rest of Triton's model_config.proto, message by message.
 _MODEL_NOT_YET = frozenset(
     {"runtime", "batch_input", "batch_output", "optimization", "sequence_batching"}
     | {"ensemble_scheduling", "cc_model_filenames", "metric_tags", "model_warmup"}
     | {"model_operations", "model_transaction_policy", "model_repository_agents"}
-    | {"response_cache", "model_metrics"}
+    | {"model_metrics"}
 )
 _INPUT_NOT_YET = frozenset({"format", "allow_ragged_batch", "is_non_linear_format_io"})
 _OUTPUT_NOT_YET = frozenset({"label_filename", "is_non_linear_format_io"})
-_GROUP_NOT_YET = frozenset(
-    {"rate_limiter", "secondary_devices", "profile", "passive", "host_policy"}
-)
+_GROUP_NOT_YET = frozenset({"secondary_devices", "profile", "passive", "host_policy"})
 _POLICIES = ("latest", "all", "specific")
 # ModelConfig fields that need reading rather than passing on
 _MODEL_MESSAGES = frozenset(
     {"name", "input", "output", "instance_group", "version_policy", "dynamic_batching"}
-    | {"parameters"}
+    | {"parameters", "scheduling", "response_cache"}
 )
 _SEQUENCE_BATCHING = "sequence_batching (not supported yet)"
 
@@ -209,6 +212,12 @@ class _Reader:
             out["version_policy"] = self.version_policy(f["version_policy"])
         if "dynamic_batching" in f:
             out["dynamic_batching"] = self.dynamic_batching(f["dynamic_batching"])
+        for section, known in (
+            ("scheduling", _SCHEDULING_FIELDS),
+            ("response_cache", _CACHE_FIELDS),
+        ):
+            if section in f:
+                out[section] = _plain(self.fields(f[section], section, known, _NONE) or {})
         if "parameters" in f:
             out["parameters"] = {
                 str(key): self.parameter_value(value, path)
@@ -232,11 +241,23 @@ class _Reader:
 
     def instance_group(self, raw: Any, path: str) -> dict[str, Any]:
         f = self.fields(raw, path, _GROUP_FIELDS, _GROUP_NOT_YET) or {}
-        out = _plain(f, ("gpus",))
+        out = _plain(f, ("gpus", "rate_limiter"))
+        if "rate_limiter" in f:
+            out["rate_limiter"] = self.rate_limiter(f["rate_limiter"], f"{path}.rate_limiter")
         if "gpus" in f:
             out["gpus"] = _as_list(f["gpus"])
             if out["gpus"] and out.get("kind") in ("KIND_CPU", "KIND_MODEL"):
                 self.error(f"{path}.gpus", f"a {out['kind']} group cannot list GPUs")
+        return out
+
+    def rate_limiter(self, raw: Any, path: str) -> dict[str, Any]:
+        f = self.fields(raw, path, frozenset({"resources", "priority"}), _NONE) or {}
+        out = _plain(f, ("resources",))
+        if "resources" in f:
+            out["resources"] = [
+                _plain(self.fields(r, f"{path}.resources[{i}]", _RESOURCE_FIELDS, _NONE) or {})
+                for i, r in enumerate(_as_list(f["resources"]))
+            ]
         return out
 
     def version_policy(self, raw: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +30,20 @@ class ServerConfig(BaseSettings):
     )
     intra_op_threads: int = Field(
         default=0, ge=0, description="threads per ONNX Runtime session; 0 divides the cores"
+    )
+    scheduling_policy: Literal["round_robin", "priority", "adaptive"] = Field(
+        default="priority",
+        description="which ready batch runs next when models compete: round_robin, priority "
+        "(weighted fair shares by each model's scheduling.weight), adaptive (shares follow each "
+        "model's p99 against its scheduling.slo_p99_ms)",
+    )
+    max_concurrent_batches: int = Field(
+        default=0, ge=0, description="batch executions running at once server-wide; 0 = cores"
+    )
+    rate_limit_resources: dict[str, int] = Field(
+        default_factory=dict,
+        description="total tokens per rate-limiter resource (JSON in the environment); a "
+        "resource not listed gets the largest count any model asks for",
     )
     strict_model_config: bool = Field(
         default=False, description="refuse models without a config file instead of completing it"

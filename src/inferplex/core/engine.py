@@ -7,11 +7,15 @@ JSON shapes, which both the REST and the gRPC codecs render.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
+from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.registry import ModelRegistry, ModelState
+from inferplex.core.scheduler import Scheduler
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.version import __version__
 
@@ -30,7 +34,14 @@ class InferenceEngine:
 
     async def start(self) -> None:
         """Load the repository. Models that fail are reported in the index, not raised."""
-        await self.registry.load_all()
+        config = self.config
+        scheduler = Scheduler(
+            config.scheduling_policy,
+            config.max_concurrent_batches or os.cpu_count() or 1,
+            config.rate_limit_resources,
+        )
+        self.dispatcher = Dispatcher(scheduler, asyncio.get_running_loop())
+        await self.registry.load_all(self.dispatcher)
         self._started = True
 
     def begin_shutdown(self) -> None:

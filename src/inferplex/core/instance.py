@@ -1,9 +1,8 @@
-"""Model instances: each a backend object with its own dedicated worker thread.
+"""Model instances: each a backend object with its own dedicated worker thread and queue.
 
-The instances of one model version take jobs from one shared queue, so an idle instance picks
-up the next job. The worker answers each job with one ``call_soon_threadsafe``; the event loop
-never runs model code (DESIGN.md: a dedicated thread fed by a queue is cheaper than
-``run_in_executor``).
+The dispatcher hands a batch to an idle instance; the worker runs it and answers with one
+``call_soon_threadsafe`` per batch. The event loop never runs model code (DESIGN.md: a
+dedicated thread fed by a queue is cheaper than ``run_in_executor``).
 """
 
 from __future__ import annotations
@@ -13,88 +12,54 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from inferplex.backends.base import Backend
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(slots=True)
-class Job:
-    """One unit of work for an instance; ``payload`` is what ``run`` takes."""
-
-    payload: Any
-    future: asyncio.Future[Any]
-    enqueued_ns: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+#: work for the worker thread: takes the backend, returns the result
+Work = Callable[[Backend], Any]
+#: called on the event loop with (result, None) or (None, error)
+Done = Callable[[Any, BaseException | None], None]
 
 
-#: runs one job on one backend in the worker thread; returns the job's result
-RunFn = Callable[[Backend, Job], Any]
+class ModelInstance:
+    """One backend instance and the thread that runs its batches, one at a time."""
 
-
-def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # the caller went away (cancelled); nothing to answer
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-class InstancePool:
-    """Worker threads, one per backend instance, fed by one queue."""
-
-    def __init__(
-        self,
-        label: str,
-        backends: list[Backend],
-        run: RunFn,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self._label = label
-        self._backends = backends
-        self._run = run
+    def __init__(self, label: str, backend: Backend, loop: asyncio.AbstractEventLoop) -> None:
+        self.label = label
+        self._backend = backend
         self._loop = loop
-        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self._threads = [
-            threading.Thread(target=self._work, args=(backend,), name=f"{label}#{i}", daemon=True)
-            for i, backend in enumerate(backends)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._queue: queue.SimpleQueue[tuple[Work, Done] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=label, daemon=True)
+        self._thread.start()
 
-    @property
-    def size(self) -> int:
-        return len(self._backends)
+    def run(self, work: Work, done: Done) -> None:
+        """Queue ``work``; ``done`` is called on the event loop with its outcome."""
+        self._queue.put((work, done))
 
-    def submit(self, job: Job) -> None:
-        self._queue.put(job)
-
-    def _work(self, backend: Backend) -> None:
+    def _work(self) -> None:
         call_soon = self._loop.call_soon_threadsafe
+        backend = self._backend
         while True:
-            job = self._queue.get()
-            if job is None:
+            item = self._queue.get()
+            if item is None:
                 return
+            work, done = item
             try:
-                result = self._run(backend, job)
-            except BaseException as exc:  # answer every job, whatever the backend raised
-                call_soon(_resolve, job.future, None, exc)
+                result = work(backend)
+            except BaseException as exc:  # every batch is answered, whatever the backend raised
+                call_soon(done, None, exc)
             else:
-                call_soon(_resolve, job.future, result, None)
+                call_soon(done, result, None)
 
     def close(self) -> None:
-        """Stop the workers once the jobs already queued are done, then free the backends.
+        """Stop the worker after the work already queued, then free the backend.
         Blocking: call it off the event loop."""
-        for _ in self._threads:
-            self._queue.put(None)
-        for thread in self._threads:
-            thread.join()
-        for backend in self._backends:
-            try:
-                backend.close()
-            except Exception:
-                logger.exception("closing an instance of %s failed", self._label)
+        self._queue.put(None)
+        self._thread.join()
+        try:
+            self._backend.close()
+        except Exception:
+            logger.exception("closing instance %s failed", self.label)

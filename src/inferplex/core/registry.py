@@ -10,7 +10,9 @@ from pathlib import Path
 
 from inferplex.backends import Backend
 from inferplex.config.model_config import ModelConfig
+from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
+from inferplex.core.scheduler import ModelPolicy
 from inferplex.errors import InferplexError, ModelNotFoundError, ModelNotReadyError
 from inferplex.repository.local import ModelPlan, list_models, plan_model
 
@@ -40,10 +42,13 @@ class ModelRegistry:
         self._repository = repository
         self._intra_op_threads = intra_op_threads
         self._entries: dict[str, ModelEntry] = {}
+        self._dispatcher: Dispatcher | None = None
 
     # -- loading --------------------------------------------------------------------------
-    async def load_all(self) -> None:
-        """Load every model of the repository; a model that fails is recorded, not raised."""
+    async def load_all(self, dispatcher: Dispatcher) -> None:
+        """Load every model of the repository; a model that fails is recorded, not raised.
+        Loaded versions run their batches through ``dispatcher``."""
+        self._dispatcher = dispatcher
         model_dirs = await asyncio.to_thread(list_models, self._repository)
         for model_dir in model_dirs:
             self._entries[model_dir.name] = ModelEntry(model_dir.name)
@@ -52,17 +57,22 @@ class ModelRegistry:
 
     async def _load(self, entry: ModelEntry, model_dir: Path) -> None:
         loop = asyncio.get_running_loop()
+        dispatcher = self._dispatcher
+        assert dispatcher is not None, "load_all() sets the dispatcher"
         try:
             plan = await asyncio.to_thread(plan_model, model_dir, self._intra_op_threads)
             entry.config = plan.config
+            policy = scheduling_policy(plan.config)
             for version, path in plan.version_files.items():
                 backends = await asyncio.to_thread(_create_instances, plan, path)
-                entry.versions[version] = ModelVersion(plan.config, version, backends, loop)
+                served = ModelVersion(plan.config, version, backends, loop, dispatcher)
+                entry.versions[version] = served
+                dispatcher.add(served, policy)
         except Exception as exc:
             entry.state = ModelState.UNAVAILABLE
             entry.reason = exc.message if isinstance(exc, InferplexError) else _describe(exc)
             logger.error("model '%s' failed to load: %s", entry.name, entry.reason)
-            await asyncio.to_thread(_close_versions, list(entry.versions.values()))
+            await self._close(list(entry.versions.values()))
             entry.versions.clear()
             return
         entry.state = ModelState.READY
@@ -80,11 +90,17 @@ class ModelRegistry:
             if entry.state is ModelState.READY:
                 entry.state = ModelState.UNLOADING
         await asyncio.gather(*(v.drain(timeout) for v in versions), return_exceptions=True)
-        await asyncio.to_thread(_close_versions, versions)
+        await self._close(versions)
         for entry in self._entries.values():
             entry.versions.clear()
             entry.state = ModelState.UNAVAILABLE
             entry.reason = "unloaded"
+
+    async def _close(self, versions: list[ModelVersion]) -> None:
+        for version in versions:
+            if self._dispatcher is not None:
+                self._dispatcher.remove(version)
+        await asyncio.to_thread(_close_versions, versions)
 
     # -- lookups --------------------------------------------------------------------------
     def entry(self, name: str) -> ModelEntry:
@@ -123,6 +139,23 @@ class ModelRegistry:
     @property
     def all_ready(self) -> bool:
         return all(e.state is ModelState.READY for e in self._entries.values())
+
+
+def scheduling_policy(config: ModelConfig) -> ModelPolicy:
+    """How the model takes part in cross-model scheduling, from its config."""
+    resources: dict[str, int] = {}
+    priority = 0
+    for group in config.instance_group:
+        if group.rate_limiter is not None:
+            priority = max(priority, group.rate_limiter.priority)
+            for resource in group.rate_limiter.resources:
+                resources[resource.name] = max(resources.get(resource.name, 0), resource.count)
+    return ModelPolicy(
+        weight=config.scheduling.weight,
+        slo_p99_ms=config.scheduling.slo_p99_ms,
+        resources=resources,
+        resource_priority=priority,
+    )
 
 
 def _create_instances(plan: ModelPlan, path: Path) -> list[Backend]:

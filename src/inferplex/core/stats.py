@@ -28,7 +28,6 @@ class Duration:
 class ExecutionTimes:
     """Timings one batch execution reports back from the worker thread, in nanoseconds."""
 
-    queue_ns: int
     compute_input_ns: int
     compute_infer_ns: int
     compute_output_ns: int
@@ -65,17 +64,20 @@ class ModelStats:
         self.phases = {phase: Duration() for phase in _PHASES}
         self.batches: dict[int, _BatchStats] = {}
 
-    def record_execution(self, batch_size: int, times: ExecutionTimes) -> None:
-        """One backend execution of ``batch_size`` rows, answering one request."""
-        self.inference_count += batch_size
+    def record_batch(self, rows: int, times: ExecutionTimes, queue_ns: list[int]) -> None:
+        """One backend execution of ``rows`` rows answering ``len(queue_ns)`` requests; like
+        Triton, each request is charged its own queue time and the batch's compute times."""
+        self.inference_count += rows
         self.execution_count += 1
-        self.phases["queue"].add(times.queue_ns)
-        self.phases["compute_input"].add(times.compute_input_ns)
-        self.phases["compute_infer"].add(times.compute_infer_ns)
-        self.phases["compute_output"].add(times.compute_output_ns)
-        batch = self.batches.get(batch_size)
+        phases = self.phases
+        requests = len(queue_ns)
+        phases["queue"].add(sum(queue_ns), requests)
+        phases["compute_input"].add(times.compute_input_ns * requests, requests)
+        phases["compute_infer"].add(times.compute_infer_ns * requests, requests)
+        phases["compute_output"].add(times.compute_output_ns * requests, requests)
+        batch = self.batches.get(rows)
         if batch is None:
-            batch = self.batches[batch_size] = _BatchStats()
+            batch = self.batches[rows] = _BatchStats()
         batch.compute_input.add(times.compute_input_ns)
         batch.compute_infer.add(times.compute_infer_ns)
         batch.compute_output.add(times.compute_output_ns)

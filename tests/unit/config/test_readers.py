@@ -435,7 +435,6 @@ def test_yaml_fields_without_a_value_keep_their_defaults() -> None:
             'model_warmup [ { name: "w" batch_size: 1 } ]',
             ["model_warmup (not supported yet)"],
         ),
-        ("response_cache { enable: true }", ["response_cache (not supported yet)"]),
         (
             "model_transaction_policy { decoupled: true }",
             ["model_transaction_policy (not supported yet)"],
@@ -472,7 +471,6 @@ def test_yaml_fields_without_a_value_keep_their_defaults() -> None:
             "instance_group [ { kind: KIND_CPU }, { kind: KIND_GPU rate_limiter { priority: 2 } "
             'host_policy: "p" passive: true profile: "0" coun: 2 } ]',
             [
-                "instance_group[1].rate_limiter (not supported yet)",
                 "instance_group[1].host_policy (not supported yet)",
                 "instance_group[1].passive (not supported yet)",
                 "instance_group[1].profile (not supported yet)",
@@ -942,3 +940,31 @@ def test_any_structure_gives_a_config_or_a_config_error(raw: dict[str, Any]) -> 
         assert all(line.startswith("m/config.yaml: ") for line in str(exc).splitlines())
     else:
         assert config.name == "m"
+
+
+def test_scheduling_rate_limiter_and_response_cache_are_read(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.pbtxt").write_text(
+        """
+        max_batch_size: 8
+        instance_group [ { count: 2 kind: KIND_CPU rate_limiter {
+            resources [ { name: "R1" count: 2 }, { name: "R2" global: true count: 1 } ]
+            priority: 2 } } ]
+        scheduling { weight: 4 slo_p99_ms: 20 }
+        response_cache { enable: true }
+        """
+    )
+    config = read_model_config(model)
+    assert config is not None and not config.unsupported_fields
+    limiter = config.instance_group[0].rate_limiter
+    assert limiter is not None and limiter.priority == 2
+    assert [(r.name, r.count, r.global_) for r in limiter.resources] == [
+        ("R1", 2, False),
+        ("R2", 1, True),
+    ]
+    assert (config.scheduling.weight, config.scheduling.slo_p99_ms) == (4.0, 20.0)
+    assert config.response_cache.enable
+    rendered = config.to_triton_dict()
+    assert rendered["response_cache"] == {"enable": True}
+    assert rendered["instance_group"][0]["rate_limiter"]["resources"][1]["global"] is True

@@ -1,0 +1,422 @@
+"""DynamicBatcher: the pure policy that turns queued requests into batches (Triton semantics).
+
+No clock, no threads, no I/O: every method takes ``now`` (seconds on a monotonic clock the
+caller owns), so the policy is tested with plain floats. The async driver owns the clock, the
+timer, the instances, concatenation and splitting, and the answers. Its loop is::
+
+    batcher.submit(request, now)               # may raise ServerBusyError / DeadlineExceededError
+    for r in batcher.expire(now): ...          # answer each with DeadlineExceededError
+    while an instance is idle and (batch := batcher.next_batch(now)): run batch
+    wake = batcher.next_wakeup(now, instance_idle=...)   # arm one timer there (None: no timer)
+
+A ``next_wakeup`` at or before ``now`` means "act now" (call ``expire``/``next_batch``).
+
+Rules, as in Triton's dynamic batcher unless marked (ours):
+
+- Batch size counts rows (the batch dimension), never requests; a batch never exceeds
+  ``max_batch_size`` rows and a request is never split.
+- A batch is formed from the head request (the oldest at the highest priority level): compatible
+  requests (equal ``shape_key``) are taken in priority, then arrival order; incompatible ones are
+  skipped and keep their place (ours: Triton stops at the first incompatible request). The scan
+  stops at the first compatible request that does not fit: the batch cannot grow, so it is FULL.
+- Preferred sizes: when a prefix of the taken rows equals a preferred size, the batch closes at
+  the largest such prefix (PREFERRED, or FULL if that size is ``max_batch_size``), even if more
+  rows are queued: a user who lists preferred sizes says other sizes run worse. Once the queue
+  delay has expired, everything that fits goes (DELAY), as in Triton.
+- ``max_queue_delay_microseconds`` 0: close with what is there whenever an instance is idle
+  (IDLE). Above 0: wait until the oldest request of the batch has waited the delay (DELAY),
+  unless the batch is FULL or PREFERRED earlier, or a deadline forces it (DEADLINE).
+- Priority levels 1..N, 1 highest. A request's ``priority`` 0 or outside 1..N gets
+  ``default_priority_level``; a default of 0 (Triton rejects that config) means the lowest level
+  N, so unprioritised traffic never overtakes prioritised traffic. Without levels: one level, 0.
+- Queue policy of a level: ``priority_queue_policy[level]``, else ``default_queue_policy``, else
+  the defaults. ``max_queue_size`` counts requests queued at that level.
+- Timeouts: ``default_timeout_microseconds`` (0: none). With ``allow_timeout_override`` a
+  request's own ``timeout_us`` may only shorten it; where the level has no default timeout the
+  request's timeout applies (ours: Triton's C++ ignores the request's timeout then, which makes
+  the override useless without a default). Without ``allow_timeout_override`` the request's
+  timeout is ignored, as in Triton. The deadline counts from ``arrival``.
+- A deadline is met only by an answer strictly before it: a request is expired at ``now >=
+  deadline``. Action REJECT: ``expire`` removes it (the driver answers it). DELAY: it is moved
+  behind every request of its own and higher levels that has not timed out (Triton's delayed
+  queue; it still runs ahead of lower levels) and is never rejected.
+- Deadline awareness (ours) applies to REJECT levels only, where a missed deadline is a failure:
+  with an execution estimate, ``submit`` rejects a request at once when ``now + estimate(rows) >=
+  deadline``; a waiting batch closes (DEADLINE) when ``now + estimate(rows) >= deadline -
+  deadline_margin`` for its earliest deadline. Without an estimate the execution time counts as 0.
+- ``preserve_ordering`` is the driver's concern (response order); this policy ignores it.
+
+Cost: ``submit`` is O(1); ``next_batch`` is O(rows taken) when the batch is a queue prefix, and
+O(queue) at worst (skipped shape keys, levels with timeouts).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from inferplex.config.model_config import DynamicBatching, QueuePolicy
+from inferplex.errors import ConfigError, DeadlineExceededError, ServerBusyError
+
+#: rows -> predicted execution seconds of a batch of that many rows; None while unmeasured
+Estimate = Callable[[int], float | None]
+
+_NO_KEY = object()  # marks "no head request yet"; a shape key may legitimately be None
+
+
+class CloseReason(enum.StrEnum):
+    """Why a batch closed; counted per model for the statistics."""
+
+    FULL = "full"
+    PREFERRED = "preferred"
+    DELAY = "delay"
+    DEADLINE = "deadline"
+    IDLE = "idle"
+
+
+@dataclass(slots=True, eq=False)
+class PendingRequest:
+    """One queued request as the policy sees it. Compared and hashed by identity."""
+
+    rows: int
+    """size of the batch dimension this request carries (>= 1)"""
+    shape_key: Hashable
+    """only requests with equal keys share a batch (their non-batch dims)"""
+    arrival: float
+    """``now`` at submit; the queue delay and the timeout count from here"""
+    priority: int = 0
+    """V2 request parameter ``priority``; 0 = the config's default level"""
+    timeout_us: int = 0
+    """V2 request parameter ``timeout`` in microseconds; 0 = none"""
+    payload: Any = None
+    """opaque to the policy: the driver's future, arrays, ..."""
+    seq: int = -1
+    """set by the policy: arrival order"""
+    level: int = 0
+    """set by the policy: the resolved priority level (0 when the model has no levels)"""
+    deadline: float | None = None
+    """set by the policy: absolute deadline, or None"""
+    delayed: bool = False
+    """set by the policy: timed out at a DELAY level and moved behind the others"""
+
+
+@dataclass(slots=True)
+class Batch:
+    """Requests to run together; rows are concatenated in the order of ``requests``."""
+
+    requests: list[PendingRequest]
+    rows: int
+    reason: CloseReason
+
+
+class _Level:
+    """The queue of one priority level: requests in time (``live``) and timed-out ones that a
+    DELAY policy moved behind them (``delayed``)."""
+
+    __slots__ = (
+        "allow_override",
+        "delayed",
+        "live",
+        "max_size",
+        "number",
+        "reject",
+        "timed",
+        "timeout_us",
+    )
+
+    def __init__(self, number: int, policy: QueuePolicy) -> None:
+        self.number = number
+        self.reject = policy.timeout_action == "REJECT"
+        self.timeout_us = policy.default_timeout_microseconds
+        self.allow_override = policy.allow_timeout_override
+        self.max_size = policy.max_queue_size
+        self.live: deque[PendingRequest] = deque()
+        self.delayed: deque[PendingRequest] = deque()
+        self.timed = 0  # requests in ``live`` with a deadline: 0 lets the scans skip the level
+
+    def take_expired(self, now: float) -> list[PendingRequest]:
+        """Remove and return the live requests whose deadline has come, in queue order."""
+        if not self.timed:
+            return []
+        expired = [r for r in self.live if r.deadline is not None and r.deadline <= now]
+        if expired:
+            kept = [r for r in self.live if r.deadline is None or r.deadline > now]
+            self.live.clear()
+            self.live.extend(kept)
+            self.timed -= len(expired)
+        return expired
+
+
+class DynamicBatcher:
+    """Queues of pending requests per priority level and the decision when to close a batch."""
+
+    def __init__(
+        self,
+        model: str,
+        max_batch_size: int,
+        config: DynamicBatching,
+        estimate: Estimate | None = None,
+        *,
+        deadline_margin: float = 100e-6,
+    ) -> None:
+        """``estimate`` may be set later through the attribute of that name.
+        ``deadline_margin`` (seconds) covers the driver's wake-up and concatenation time."""
+        if max_batch_size < 1:
+            raise ConfigError(f"model '{model}': dynamic batching needs max_batch_size >= 1")
+        for size in config.preferred_batch_size:
+            if not 1 <= size <= max_batch_size:
+                raise ConfigError(
+                    f"model '{model}': preferred_batch_size {size} is outside "
+                    f"[1, max_batch_size {max_batch_size}]"
+                )
+        self.model = model
+        self.estimate = estimate
+        self.close_reasons: Counter[CloseReason] = Counter()
+        self._max_batch_size = max_batch_size
+        self._preferred = frozenset(config.preferred_batch_size)
+        self._delay = config.max_queue_delay_microseconds * 1e-6
+        self._margin = deadline_margin
+        self._levels = _build_levels(model, config)
+        self._n_levels = config.priority_levels
+        self._default_level = config.default_priority_level or config.priority_levels
+        # (queue, reject) in the order batches are formed: by level, live before delayed
+        self._queues = [(q, lv.reject) for lv in self._levels for q in (lv.live, lv.delayed)]
+        self._seq = 0
+        self._pending = 0
+        self._pending_rows = 0
+
+    @property
+    def pending_requests(self) -> int:
+        """Requests queued now (including expired ones that ``expire`` has not taken yet)."""
+        return self._pending
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows queued now."""
+        return self._pending_rows
+
+    @property
+    def queue_sizes(self) -> dict[int, int]:
+        """Requests queued per priority level (level 0 when the model has no levels)."""
+        return {lv.number: len(lv.live) + len(lv.delayed) for lv in self._levels}
+
+    def submit(self, request: PendingRequest, now: float) -> None:
+        """Queue a request, or raise ServerBusyError (its level's queue is full) or
+        DeadlineExceededError (its deadline cannot be met); nothing is queued then."""
+        assert 1 <= request.rows <= self._max_batch_size, "rows must be checked before submit"
+        level = self._level_for(request.priority)
+        if level.max_size and len(level.live) + len(level.delayed) >= level.max_size:
+            where = f" at priority level {level.number}" if self._n_levels else ""
+            raise ServerBusyError(
+                f"model '{self.model}' queue is full (max_queue_size {level.max_size}{where}); "
+                "retry later"
+            )
+        timeout_us = level.timeout_us
+        own = request.timeout_us
+        if level.allow_override and own > 0 and (timeout_us == 0 or own < timeout_us):
+            timeout_us = own
+        deadline = None
+        if timeout_us:
+            deadline = request.arrival + timeout_us * 1e-6
+            if level.reject:
+                self._check_deadline(request.rows, deadline, timeout_us, now)
+            level.timed += 1
+        request.deadline = deadline
+        request.level = level.number
+        request.delayed = False
+        request.seq = self._seq
+        self._seq += 1
+        level.live.append(request)
+        self._pending += 1
+        self._pending_rows += request.rows
+
+    def next_batch(self, now: float, instance_idle: bool = True) -> Batch | None:
+        """Close and return the next batch if one is due now; None while it should wait (or
+        when no instance is idle: nothing could run it)."""
+        if not instance_idle or not self._pending:
+            return None
+        self._demote(now)
+        taken, cut, rows, reason, _ = self._plan(now)
+        if reason is None:
+            return None
+        requests = taken if cut == len(taken) else taken[:cut]
+        self._remove(requests, rows)
+        self.close_reasons[reason] += 1
+        return Batch(requests, rows, reason)
+
+    def next_wakeup(self, now: float, instance_idle: bool = True) -> float | None:
+        """The absolute time at which the policy next has something to do: a request's deadline
+        (expire it, or demote it under DELAY), or the moment the waiting batch closes (queue
+        delay, DEADLINE). With ``instance_idle`` False only deadlines count. A value at or
+        before ``now`` means "now"; None means nothing until the next submit."""
+        if not self._pending:
+            return None
+        self._demote(now)
+        wake = math.inf
+        for level in self._levels:
+            # DELAY-level deadlines only reorder the queue: they matter when a batch can form
+            if level.timed and (level.reject or instance_idle):
+                for r in level.live:
+                    if r.deadline is not None and r.deadline < wake:
+                        wake = r.deadline
+        if instance_idle:
+            _, _, _, reason, close_at = self._plan(now)
+            wake = min(wake, now if reason is not None else close_at)
+        return None if wake == math.inf else wake
+
+    def expire(self, now: float) -> list[PendingRequest]:
+        """Remove and return the requests at REJECT levels whose deadline has come (``now >=
+        deadline``); the caller answers each with DeadlineExceededError."""
+        expired: list[PendingRequest] = []
+        for level in self._levels:
+            if level.reject:
+                expired.extend(level.take_expired(now))
+        if expired:
+            self._pending -= len(expired)
+            self._pending_rows -= sum(r.rows for r in expired)
+        return expired
+
+    def drain(self) -> list[PendingRequest]:
+        """Remove and return every queued request, in batch order (shutdown, unload)."""
+        out: list[PendingRequest] = []
+        for level in self._levels:
+            out.extend(level.live)
+            out.extend(level.delayed)
+            level.live.clear()
+            level.delayed.clear()
+            level.timed = 0
+        self._pending = 0
+        self._pending_rows = 0
+        return out
+
+    def _level_for(self, priority: int) -> _Level:
+        if not self._n_levels:
+            return self._levels[0]
+        if not 1 <= priority <= self._n_levels:
+            priority = self._default_level
+        return self._levels[priority - 1]
+
+    def _check_deadline(self, rows: int, deadline: float, timeout_us: int, now: float) -> None:
+        seconds = self._estimate(rows)
+        if now + seconds >= deadline:
+            raise DeadlineExceededError(
+                f"model '{self.model}' cannot meet the request's deadline: "
+                f"{(deadline - now) * 1e3:.3f} ms left of its {timeout_us} µs timeout, "
+                f"estimated execution time for {rows} row(s) is {seconds * 1e3:.3f} ms"
+            )
+
+    def _estimate(self, rows: int) -> float:
+        if self.estimate is None:
+            return 0.0
+        seconds = self.estimate(rows)
+        return 0.0 if seconds is None else seconds
+
+    def _demote(self, now: float) -> None:
+        """Move timed-out requests of DELAY levels behind the requests still in time."""
+        for level in self._levels:
+            if not level.reject and level.timed:
+                expired = level.take_expired(now)
+                for r in expired:
+                    r.delayed = True
+                level.delayed.extend(expired)
+
+    def _plan(self, now: float) -> tuple[list[PendingRequest], int, int, CloseReason | None, float]:
+        """The batch being formed: (candidates, how many close now, their rows, reason or None
+        if it should wait, time at which it will close if it waits)."""
+        max_rows = self._max_batch_size
+        preferred = self._preferred
+        taken: list[PendingRequest] = []
+        rows = best_cut = best_rows = 0
+        key: Hashable = _NO_KEY
+        oldest = earliest_deadline = math.inf
+        full = False
+        for queue, reject in self._queues:
+            for r in queue:
+                deadline = r.deadline
+                if reject and deadline is not None and deadline <= now:
+                    continue  # expired: expire() answers it, it must not run
+                if key is _NO_KEY:
+                    key = r.shape_key
+                elif r.shape_key != key:
+                    continue
+                if rows + r.rows > max_rows:
+                    full = True  # keep arrival order: never let a smaller request jump it
+                    break
+                taken.append(r)
+                rows += r.rows
+                if r.arrival < oldest:
+                    oldest = r.arrival
+                if reject and deadline is not None and deadline < earliest_deadline:
+                    earliest_deadline = deadline
+                if rows in preferred:
+                    best_cut, best_rows = len(taken), rows
+                if rows == max_rows:
+                    full = True
+                    break
+            if full:
+                break
+        if not taken:
+            return taken, 0, 0, None, math.inf
+        count = len(taken)
+        delay = self._delay
+        due = oldest + delay
+        if best_cut and not (delay and now >= due):
+            reason = CloseReason.FULL if best_rows == max_rows else CloseReason.PREFERRED
+            return taken, best_cut, best_rows, reason, now
+        if full:
+            return taken, count, rows, CloseReason.FULL, now
+        if not delay:
+            return taken, count, rows, CloseReason.IDLE, now
+        if now >= due:
+            return taken, count, rows, CloseReason.DELAY, now
+        if earliest_deadline < math.inf:
+            close_at = earliest_deadline - self._margin - self._estimate(rows)
+            if now >= close_at:
+                return taken, count, rows, CloseReason.DEADLINE, now
+            due = min(due, close_at)
+        return taken, count, rows, None, due
+
+    def _remove(self, requests: list[PendingRequest], rows: int) -> None:
+        """Take a closed batch's requests out of their queues, keeping everyone else's order."""
+        # a batch is usually a prefix of its queues (pop from the front); a skipped request
+        # in front (other shape key) forces one rebuild of that queue
+        leftover: dict[int, tuple[deque[PendingRequest], set[PendingRequest]]] = {}
+        for r in requests:
+            level = self._levels[r.level - 1 if self._n_levels else 0]
+            queue = level.delayed if r.delayed else level.live
+            if queue[0] is r:
+                queue.popleft()
+            else:
+                leftover.setdefault(id(queue), (queue, set()))[1].add(r)
+            if r.deadline is not None and not r.delayed:
+                level.timed -= 1
+        for queue, gone in leftover.values():
+            kept = [r for r in queue if r not in gone]
+            queue.clear()
+            queue.extend(kept)
+        self._pending -= len(requests)
+        self._pending_rows -= rows
+
+
+def _build_levels(model: str, config: DynamicBatching) -> list[_Level]:
+    default = config.default_queue_policy or QueuePolicy()
+    n = config.priority_levels
+    if not n:
+        # Triton: without priority levels only the default policy applies
+        return [_Level(0, default)]
+    if config.default_priority_level > n:
+        raise ConfigError(
+            f"model '{model}': default_priority_level {config.default_priority_level} is "
+            f"outside [1, priority_levels {n}]"
+        )
+    for level in config.priority_queue_policy:
+        if not 1 <= level <= n:
+            raise ConfigError(
+                f"model '{model}': priority_queue_policy has level {level}, outside "
+                f"[1, priority_levels {n}]"
+            )
+    return [_Level(i, config.priority_queue_policy.get(i, default)) for i in range(1, n + 1)]

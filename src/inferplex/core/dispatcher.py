@@ -1,0 +1,117 @@
+"""Dispatcher: the async driver of the batch queues and the cross-model scheduler.
+
+It owns the clock and the one timer. Whenever something changes (a request arrives, a batch
+finishes, a timer fires) one ``_pump`` runs on the event loop: it expires timed-out requests,
+then, while the scheduler grants a slot, starts the ready batch of the model it picks on an
+idle instance of that model, and finally arms the timer for the next moment a queue needs
+attention (a queue delay or a deadline). Arrivals in one loop iteration share one pump.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import TYPE_CHECKING
+
+from inferplex.core.scheduler import ModelPolicy, Scheduler, Ticket
+
+if TYPE_CHECKING:
+    from inferplex.core.model import ModelVersion
+
+_now = time.perf_counter
+
+
+class Dispatcher:
+    def __init__(self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop) -> None:
+        self.scheduler = scheduler
+        self._loop = loop
+        self._versions: dict[str, ModelVersion] = {}
+        self._pending: set[ModelVersion] = set()  # versions that may have queued requests
+        self._pump_queued = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def add(self, version: ModelVersion, policy: ModelPolicy) -> None:
+        self.scheduler.register(version.key, policy)
+        self._versions[version.key] = version
+
+    def remove(self, version: ModelVersion) -> None:
+        """Forget a drained version (nothing of it queued or running)."""
+        self._versions.pop(version.key, None)
+        self._pending.discard(version)
+        self.scheduler.unregister(version.key)
+
+    # -- events ---------------------------------------------------------------------------
+    def arrived(self, version: ModelVersion) -> None:
+        """A request was queued for ``version``."""
+        self.scheduler.note_arrival(version.key, _now())
+        self._pending.add(version)
+        self._wake()
+
+    def finished(
+        self, version: ModelVersion, ticket: Ticket, now: float, latencies: list[float]
+    ) -> None:
+        """A batch of ``version`` finished: its slot and instance are free again."""
+        self.scheduler.finish(ticket, now, latencies)
+        self._wake()
+
+    def _wake(self) -> None:
+        if not self._pump_queued:
+            self._pump_queued = True
+            self._loop.call_soon(self._pump)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = math.inf
+        self._pump()
+
+    # -- the pump -------------------------------------------------------------------------
+    def _pump(self) -> None:
+        self._pump_queued = False
+        now = _now()
+        active = [v for v in self._pending if v.queue.pending_requests]
+        for version in active:
+            expired = version.queue.expire(now)
+            if expired:
+                version.fail_expired(expired)
+        scheduler = self.scheduler
+        while True:
+            ready = [
+                v.key
+                for v in active
+                if v.idle and v.queue.pending_requests and _due(v.queue.next_wakeup(now), now)
+            ]
+            if not ready:
+                break
+            key = scheduler.pick(ready, now)
+            if key is None:
+                break
+            version = self._versions[key]
+            batch = version.queue.next_batch(now, True)
+            if batch is None:  # cannot happen after a due wakeup; never spin on it
+                break
+            version.launch(batch, scheduler.start(key, now))
+        self._pending = {v for v in active if v.queue.pending_requests}
+        self._arm(now)
+
+    def _arm(self, now: float) -> None:
+        """One timer at the earliest future moment a queue needs attention. Queues that are
+        due now but got no slot or instance wait for a finishing batch, which pumps again."""
+        wake = math.inf
+        for version in self._pending:
+            at = version.queue.next_wakeup(now, bool(version.idle))
+            if at is not None and now < at < wake:
+                wake = at
+        if wake == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
+        if wake != math.inf:
+            self._timer = self._loop.call_at(self._loop.time() + (wake - now), self._on_timer)
+            self._timer_at = wake
+
+
+def _due(wakeup: float | None, now: float) -> bool:
+    return wakeup is not None and wakeup <= now

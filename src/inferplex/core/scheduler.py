@@ -1,0 +1,480 @@
+"""Cross-model scheduling: which model's ready batch may start executing now.
+
+The machine's compute is shared by every loaded model. Each model version (key
+``"name/version"``) has a dynamic batcher that forms batches and a pool of instances that run
+them. Whenever a model has a batch ready *and* an idle instance it is a **candidate**; the async
+driver asks :meth:`Scheduler.pick` which candidate may start, calls :meth:`Scheduler.start` for
+it (a :class:`Ticket`), and hands the ticket back to :meth:`Scheduler.finish` when the batch is
+done. The scheduler is pure (no clock, threads or I/O): every call that needs time takes
+``now``, seconds from a monotonic clock the driver owns, so tests drive it with a fake clock.
+
+Driver contract: pass *every* current candidate to each ``pick`` call (a model that drops out
+of the candidates while not running counts as idle, see "newly active" below), call
+``note_arrival`` for each request a model receives, and ``finish`` each ticket exactly once.
+
+**Slots.** ``slots`` bounds the batch executions that run at once server-wide (by default the
+number of cores, chosen by the caller): ``pick`` answers ``None`` while all are taken and
+``start`` refuses to exceed them. Cores are pooled, not partitioned: any model may use any free
+slot, within the rules below.
+
+**Resources** (Triton's rate limiter, ``instance_group.rate_limiter.resources``). A model may
+hold named tokens while one of its batches runs (:attr:`ModelPolicy.resources`). The total of a
+resource is the amount given to the constructor, or by default the largest amount any
+registered model asks for, so every model can run alone. A candidate whose tokens are not all
+free is skipped. To keep a model that needs many tokens from starving behind a stream of small
+consumers, a skipped candidate *reserves* the resources it needs: candidates ranked after it
+that need any of the same resources wait too (Triton serves its staged instances in order for
+the same reason), while candidates needing other resources, or none, still run. A model that
+asks for more of a resource than its explicit total could never run and is refused at
+:meth:`Scheduler.register`.
+
+**Policies** (``policy``, from the server settings):
+
+``round_robin``
+    Models of similar cost. Candidates are taken in a stable order (by key), starting after the
+    model started last, so every ready model gets a turn in rotation.
+
+``priority``
+    Weighted fair sharing of compute time (start-time fair queuing). Each model has a virtual
+    time: the compute seconds its batches used divided by its :attr:`ModelPolicy.weight`; the
+    candidate with the smallest virtual time goes first, so over time each busy model gets
+    compute in proportion to its weight. A batch is charged its estimated cost (the model's
+    smoothed execution time) when it starts and corrected to the measured cost when it
+    finishes, so one model cannot take several free slots before its first batch is charged.
+    A model that becomes active again (it was neither running nor a candidate at the previous
+    ``pick``) starts no lower than the current minimum virtual time of the active models: an
+    idle model cannot bank credit and then claim a backlog of compute.
+
+    Slot reservation: while a model of higher weight has been active recently (a request noted
+    by ``note_arrival`` in the last ``reserve_window`` seconds, default 1 s), lower-weight
+    models together may occupy at most ``slots - 1`` executions, so a request to the most
+    important active model never waits behind a machine full of less important batches. With a
+    single slot there is nothing to reserve without idling the whole machine, so the rule is off.
+
+``adaptive``
+    Like ``priority``, but the effective weight of a model with a latency target
+    (:attr:`ModelPolicy.slo_p99_ms`) follows its measured p99: the end-to-end latencies reported
+    to ``finish`` over a sliding window (the last 256 requests within the last 5 s). At most every
+    50 ms per model: a p99 above the target multiplies the effective weight by 1.25 (up to 16x
+    the base weight); a p99 under 70 % of the target decays it by 0.9 back toward the base
+    weight; in between it holds. Models without a target keep their base weight. Models missing
+    their target also get the slot reservation: while a recently active model misses its
+    target, every model that is not missing its own, whatever its weight, counts as lower, so a
+    slot stays free for the models in trouble.
+
+Ties (equal virtual times) go to Triton's rate-limiter rule: the smaller
+``executions x max(resource_priority, 1)``, so a ``resource_priority`` of 2 gets half the
+turns of 1 (0 counts as 1); remaining ties go by key. Every decision is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
+from typing import Literal
+
+from inferplex.errors import ConfigError
+
+Policy = Literal["round_robin", "priority", "adaptive"]
+POLICIES: tuple[Policy, ...] = ("round_robin", "priority", "adaptive")
+
+#: adaptive: latencies kept per model, by count and by age (seconds)
+LATENCY_WINDOW = 256
+LATENCY_HORIZON_S = 5.0
+#: adaptive: seconds between two weight adjustments of one model
+ADJUST_INTERVAL_S = 0.05
+#: adaptive: effective weight x RAISE while missing the target, bounded by MAX_BOOST x base
+RAISE = 1.25
+MAX_BOOST = 16.0
+#: adaptive: below WELL_UNDER x target the boost decays by DECAY per adjustment, down to 1
+WELL_UNDER = 0.7
+DECAY = 0.9
+#: smoothing of each model's execution-time estimate (the charge at start)
+COST_SMOOTHING = 0.2
+
+
+@dataclass(frozen=True)
+class ModelPolicy:
+    """How one registered model takes part in scheduling (from its config)."""
+
+    weight: float = 1.0
+    """``priority`` / ``adaptive``: relative share of compute time; larger = more important."""
+    slo_p99_ms: float | None = None
+    """``adaptive``: latency target for the p99 of the model's requests, in milliseconds."""
+    resources: Mapping[str, int] = field(default_factory=dict)
+    """Rate-limiter tokens one execution of the model holds while it runs."""
+    resource_priority: int = 0
+    """Triton's ``rate_limiter.priority``: among tied candidates, 2 gets half the turns of 1."""
+
+
+class _ModelState:
+    """Accounting for one registered model."""
+
+    __slots__ = (
+        "boost",
+        "compute_s",
+        "est_cost",
+        "executions",
+        "key",
+        "last_adjust",
+        "last_arrival",
+        "latencies",
+        "latency_times",
+        "missing",
+        "needs",
+        "policy",
+        "running",
+        "seen",
+        "vtime",
+    )
+
+    def __init__(self, key: str, policy: ModelPolicy, needs: tuple[tuple[str, int], ...]) -> None:
+        self.key = key
+        self.policy = policy
+        self.needs = needs  # (resource, count) with count > 0, sorted by name
+        self.vtime = 0.0
+        self.running = 0
+        self.executions = 0
+        self.compute_s = 0.0
+        self.est_cost: float | None = None
+        self.seen = -1  # the pick() epoch in which the model was last a candidate
+        self.last_arrival = -math.inf
+        self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.latency_times: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.boost = 1.0
+        self.missing = False  # adaptive: p99 above the target at the last adjustment
+        self.last_adjust = -math.inf
+
+    @property
+    def weight(self) -> float:
+        return self.policy.weight * self.boost
+
+    def p99(self) -> float | None:
+        """Nearest-rank p99 of the latencies in the window, in seconds."""
+        if not self.latencies:
+            return None
+        ordered = sorted(self.latencies)
+        return ordered[math.ceil(0.99 * len(ordered)) - 1]
+
+
+class Ticket:
+    """One batch execution in progress; hand it to :meth:`Scheduler.finish` exactly once."""
+
+    __slots__ = ("_charge", "_needs", "_state", "_weight", "key", "started_at")
+
+    def __init__(self, state: _ModelState, started_at: float, charge: float) -> None:
+        self.key = state.key
+        self.started_at = started_at
+        self._state = state
+        self._charge = charge  # virtual time charged at start, corrected at finish
+        self._weight = state.weight
+        self._needs = state.needs  # what this execution holds, even if the model re-registers
+
+    def __repr__(self) -> str:
+        return f"Ticket({self.key!r}, started_at={self.started_at})"
+
+
+class Scheduler:
+    """Decides which candidate model starts its next batch; see the module docstring."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        slots: int,
+        resources: Mapping[str, int] | None = None,
+        *,
+        reserve_window: float = 1.0,
+    ) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown scheduling policy {policy!r}; expected one of {POLICIES}")
+        if not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be a positive integer, got {slots!r}")
+        if reserve_window < 0:
+            raise ValueError(f"reserve_window must be >= 0 seconds, got {reserve_window!r}")
+        explicit = dict(resources or {})
+        for name, count in explicit.items():
+            if not isinstance(count, int) or count < 0:
+                raise ValueError(f"resource {name!r} needs a count >= 0, got {count!r}")
+        self._policy = policy
+        self._fair = policy != "round_robin"
+        self._slots = slots
+        self._reserve_window = reserve_window
+        self._explicit = explicit
+        self._totals: dict[str, int] = dict(explicit)
+        self._used: dict[str, int] = {}
+        self._models: dict[str, _ModelState] = {}
+        self._recent: dict[str, _ModelState] = {}  # models with a noted arrival, pruned in pick
+        self._busy: set[_ModelState] = set()  # models with executions running
+        self._tickets: set[Ticket] = set()
+        self._running = 0
+        self._epoch = 0
+        self._vfloor = 0.0  # never-decreasing minimum virtual time of the active models
+        self._last_started: str | None = None
+        self._compute_total = 0.0
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    @property
+    def running(self) -> int:
+        """Batch executions running now, server-wide."""
+        return self._running
+
+    @property
+    def resource_totals(self) -> dict[str, int]:
+        """The total of each resource: explicit, or the largest amount a model asks for."""
+        return dict(self._totals)
+
+    def free_resources(self) -> dict[str, int]:
+        """Tokens of each resource not held by a running execution."""
+        return {name: total - self._used.get(name, 0) for name, total in self._totals.items()}
+
+    def register(self, key: str, policy: ModelPolicy) -> None:
+        """Add a model, or replace the policy of a registered one (its accounting is kept)."""
+        if not (math.isfinite(policy.weight) and policy.weight > 0):
+            raise ConfigError(f"model {key!r}: scheduling weight must be > 0, got {policy.weight}")
+        slo = policy.slo_p99_ms
+        if slo is not None and not (math.isfinite(slo) and slo > 0):
+            raise ConfigError(f"model {key!r}: slo_p99_ms must be > 0 ms, got {slo}")
+        if policy.resource_priority < 0:
+            raise ConfigError(
+                f"model {key!r}: rate_limiter priority must be >= 0, got {policy.resource_priority}"
+            )
+        for name, count in policy.resources.items():
+            if not isinstance(count, int) or count < 0:
+                raise ConfigError(f"model {key!r}: resource {name!r} count must be >= 0: {count!r}")
+            total = self._explicit.get(name)
+            if total is not None and count > total:
+                raise ConfigError(
+                    f"model {key!r} needs {count} of resource {name!r} but the server has only "
+                    f"{total}, so it could never run; raise the resource's count or lower the "
+                    "model's rate_limiter requirement"
+                )
+        needs = tuple(sorted((name, count) for name, count in policy.resources.items() if count))
+        state = self._models.get(key)
+        if state is None:
+            self._models[key] = _ModelState(key, policy, needs)
+        else:
+            state.policy, state.needs = policy, needs
+            if slo is None or self._policy != "adaptive":
+                state.boost, state.missing = 1.0, False
+        self._update_totals()
+
+    def unregister(self, key: str) -> None:
+        """Remove a model. Its running executions still hold their slots until finished."""
+        self._state(key)
+        del self._models[key]
+        self._recent.pop(key, None)
+        if self._last_started == key:
+            self._last_started = None
+        self._update_totals()
+
+    def note_arrival(self, key: str, now: float) -> None:
+        """Record that a request for ``key`` arrived (activity for the slot reservation)."""
+        state = self._state(key)
+        state.last_arrival = now
+        self._recent[key] = state
+
+    def pick(self, candidates: Collection[str], now: float) -> str | None:
+        """The candidate that may start a batch now, or None (no free slot or no candidate fits).
+
+        ``candidates``: every model with a batch ready and an idle instance (all of them on each
+        call: a model missing from the previous call that is not running counts as newly active).
+        """
+        previous, epoch = self._epoch, self._epoch + 1
+        self._epoch = epoch
+        states: list[_ModelState] = []
+        fresh: list[_ModelState] = []
+        active_min = math.inf  # over candidates that were already active
+        for key in candidates:
+            state = self._state(key)
+            if state.seen == epoch:  # listed twice
+                continue
+            if state.running == 0 and state.seen != previous:
+                fresh.append(state)
+            elif state.vtime < active_min:
+                active_min = state.vtime
+            state.seen = epoch
+            states.append(state)
+        if self._fair:
+            self._advance_floor(active_min, fresh)
+        if self._running >= self._slots or not states:
+            return None
+        if self._fair:
+            states.sort(key=_fair_order)
+        else:
+            last = self._last_started
+            states.sort(key=lambda s: (last is not None and s.key <= last, s.key))
+        bar = self._reservation_bar(now)
+        room = -1  # executions the models below the bar may still start; computed on first need
+        reserved: set[str] = set()
+        for state in states:
+            if state.weight < bar and not state.missing:
+                if room < 0:
+                    room = self._room_below(bar)
+                if room == 0:
+                    continue
+            if state.needs:
+                if reserved and any(name in reserved for name, _ in state.needs):
+                    continue
+                if not self._fits(state.needs):
+                    reserved.update(name for name, _ in state.needs)
+                    continue
+            return state.key
+        return None
+
+    def start(self, key: str, now: float) -> Ticket:
+        """Take a slot and the model's resources for one batch execution."""
+        state = self._state(key)
+        if self._running >= self._slots:
+            raise RuntimeError(f"cannot start {key!r}: all {self._slots} slots are running")
+        if not self._fits(state.needs):
+            raise RuntimeError(
+                f"cannot start {key!r}: it needs {dict(state.needs)}, free {self.free_resources()}"
+            )
+        if self._fair and state.running == 0 and state.seen != self._epoch:
+            state.vtime = max(state.vtime, self._vfloor)  # started without being picked
+        for name, count in state.needs:
+            self._used[name] = self._used.get(name, 0) + count
+        charge = (state.est_cost or 0.0) / state.weight
+        state.vtime += charge
+        state.running += 1
+        state.executions += 1
+        self._running += 1
+        self._busy.add(state)
+        self._last_started = key
+        ticket = Ticket(state, now, charge)
+        self._tickets.add(ticket)
+        return ticket
+
+    def finish(self, ticket: Ticket, now: float, latencies_s: Sequence[float]) -> None:
+        """Return a ticket's slot and resources; ``latencies_s``: end-to-end latencies of the
+        batch's requests (they feed the p99 that ``adaptive`` steers by)."""
+        try:
+            self._tickets.remove(ticket)
+        except KeyError:
+            raise RuntimeError(f"{ticket!r} was already finished or is not ours") from None
+        state = ticket._state
+        cost = max(now - ticket.started_at, 0.0)
+        state.vtime += cost / ticket._weight - ticket._charge
+        state.compute_s += cost
+        self._compute_total += cost
+        estimate = state.est_cost
+        state.est_cost = cost if estimate is None else estimate + COST_SMOOTHING * (cost - estimate)
+        for name, count in ticket._needs:
+            self._used[name] -= count
+        state.running -= 1
+        self._running -= 1
+        if state.running == 0:
+            self._busy.discard(state)
+            state.seen = self._epoch  # active until now: a candidate at the next pick is not fresh
+        if latencies_s:
+            state.latencies.extend(latencies_s)
+            state.latency_times.extend(repeat(now, len(latencies_s)))
+        horizon = now - LATENCY_HORIZON_S
+        times = state.latency_times
+        while times and times[0] < horizon:
+            times.popleft()
+            state.latencies.popleft()
+        if (
+            self._policy == "adaptive"
+            and state.policy.slo_p99_ms is not None
+            and now - state.last_adjust >= ADJUST_INTERVAL_S
+        ):
+            self._adapt(state, now, state.policy.slo_p99_ms / 1000.0)
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """Per model, for statistics: ``share`` (of all compute seconds used so far),
+        ``weight`` (base), ``effective_weight``, ``p99_ms`` and ``slo_p99_ms`` (NaN when
+        unknown / none), ``running``, ``executions``, ``compute_s``, ``virtual_time``."""
+        total = self._compute_total
+        result: dict[str, dict[str, float]] = {}
+        for key, state in self._models.items():
+            p99 = state.p99()
+            slo = state.policy.slo_p99_ms
+            result[key] = {
+                "share": state.compute_s / total if total > 0 else 0.0,
+                "weight": state.policy.weight,
+                "effective_weight": state.weight,
+                "p99_ms": math.nan if p99 is None else p99 * 1000.0,
+                "slo_p99_ms": math.nan if slo is None else float(slo),
+                "running": float(state.running),
+                "executions": float(state.executions),
+                "compute_s": state.compute_s,
+                "virtual_time": state.vtime,
+            }
+        return result
+
+    def _state(self, key: str) -> _ModelState:
+        try:
+            return self._models[key]
+        except KeyError:
+            raise KeyError(f"model {key!r} is not registered with the scheduler") from None
+
+    def _update_totals(self) -> None:
+        totals = dict(self._explicit)
+        for state in self._models.values():
+            for name, count in state.needs:
+                if name not in self._explicit:
+                    totals[name] = max(totals.get(name, 0), count)
+        self._totals = totals
+
+    def _fits(self, needs: tuple[tuple[str, int], ...]) -> bool:
+        totals, used = self._totals, self._used
+        return all(count <= totals.get(name, 0) - used.get(name, 0) for name, count in needs)
+
+    def _advance_floor(self, active_min: float, fresh: list[_ModelState]) -> None:
+        """Raise the virtual-time floor to the active models' minimum; lift fresh ones to it."""
+        for state in self._busy:
+            active_min = min(active_min, state.vtime)
+        if active_min != math.inf:
+            self._vfloor = max(self._vfloor, active_min)
+        for state in fresh:
+            state.vtime = max(state.vtime, self._vfloor)
+
+    def _reservation_bar(self, now: float) -> float:
+        """Models whose effective weight is below the bar (and that are not missing their
+        target) share at most ``slots - 1`` executions. The bar is the weight of the most
+        important recently active model, infinite while a recently active model misses its
+        target, and 0 (no reservation) when nothing was active recently."""
+        if not self._fair or self._slots < 2 or not self._recent:
+            return 0.0
+        horizon = now - self._reserve_window
+        bar = 0.0
+        for key, state in list(self._recent.items()):
+            if state.last_arrival < horizon:
+                del self._recent[key]
+            elif state.missing:
+                bar = math.inf
+            elif state.weight > bar:
+                bar = state.weight
+        return bar
+
+    def _room_below(self, bar: float) -> int:
+        """How many more executions the models below ``bar`` may start."""
+        below = sum(s.running for s in self._busy if s.weight < bar and not s.missing)
+        return max(self._slots - 1 - below, 0)
+
+    def _adapt(self, state: _ModelState, now: float, target: float) -> None:
+        """Steer the model's boost by its p99 against ``target`` (seconds)."""
+        p99 = state.p99()
+        if p99 is None:
+            return
+        state.last_adjust = now
+        state.missing = p99 > target
+        if state.missing:
+            state.boost = min(state.boost * RAISE, MAX_BOOST)
+        elif p99 < WELL_UNDER * target:
+            state.boost = max(state.boost * DECAY, 1.0)
+
+
+def _fair_order(state: _ModelState) -> tuple[float, float, str]:
+    return (state.vtime, state.executions * max(state.policy.resource_priority, 1), state.key)
