@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from inferplex import modelgen
@@ -28,3 +29,8 @@ def build_test_repository(repo: Path) -> Path:
     modelgen.add_sub(repo, name="broken")
     (broken / "config.pbtxt").write_text(BROKEN_CONFIG)
     return repo
+
+
+def copy_model(source: Path, target: Path) -> None:
+    """Copy a model folder (config and versions) under a new name."""
+    shutil.copytree(source, target)

@@ -29,6 +29,13 @@ def main() -> None:
 @click.option("--metrics-port", type=int, help="Metrics port (default 8002; 0 = any free port).")
 @click.option("--max-request-bytes", type=int, help="Largest request body accepted.")
 @click.option("--intra-op-threads", type=int, help="Threads per model session (0 = divide cores).")
+@click.option(
+    "--scheduling-policy",
+    type=click.Choice(["round_robin", "priority", "adaptive"]),
+    help="Which ready batch runs next when models compete (default priority).",
+)
+@click.option("--max-concurrent-batches", type=int, help="Batches running at once (0 = cores).")
+@click.option("--cache-size", type=int, help="Response cache size in bytes (0 = off).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
 def serve(**options: Any) -> None:
     """Serve every model in the model repository.

@@ -45,6 +45,12 @@ class ServerConfig(BaseSettings):
         description="total tokens per rate-limiter resource (JSON in the environment); a "
         "resource not listed gets the largest count any model asks for",
     )
+    cache_size: int = Field(
+        default=0,
+        ge=0,
+        description="bytes of the response cache shared by models with response_cache enabled; "
+        "0 = no cache",
+    )
     strict_model_config: bool = Field(
         default=False, description="refuse models without a config file instead of completing it"
     )

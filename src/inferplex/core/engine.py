@@ -13,6 +13,7 @@ from typing import Any
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
+from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.registry import ModelRegistry, ModelState
 from inferplex.core.scheduler import Scheduler
@@ -41,7 +42,8 @@ class InferenceEngine:
             config.rate_limit_resources,
         )
         self.dispatcher = Dispatcher(scheduler, asyncio.get_running_loop())
-        await self.registry.load_all(self.dispatcher)
+        cache = ResponseCache(config.cache_size) if config.cache_size else None
+        await self.registry.load_all(self.dispatcher, cache)
         self._started = True
 
     def begin_shutdown(self) -> None:
@@ -107,7 +109,7 @@ class InferenceEngine:
             )
         else:
             served = [v for e in self.registry.entries() for v in e.versions.values()]
-        return [v.stats.to_dict() for v in served]
+        return [v.statistics() for v in served]
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         index: list[dict[str, Any]] = []

@@ -14,6 +14,7 @@ import numpy as np
 from inferplex.backends.base import Backend
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
+from inferplex.core.cache import ResponseCache
 from inferplex.core.datatypes import to_bytes_elements
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.fifo import FifoQueue
@@ -67,6 +68,7 @@ class ModelVersion:
         backends: list[Backend],
         loop: asyncio.AbstractEventLoop,
         dispatcher: Dispatcher,
+        cache: ResponseCache | None = None,
     ) -> None:
         self.config = config
         self.version = version
@@ -89,6 +91,7 @@ class ModelVersion:
         self._validator = RequestValidator(config)
         self._loop = loop
         self._dispatcher = dispatcher
+        self._cache = cache if config.response_cache.enable else None
         self._ordered = batching is not None and batching.preserve_ordering
         self._held: dict[int, Callable[[], None]] = {}  # preserve_ordering: answers waiting
         self._next_seq = 0
@@ -110,20 +113,7 @@ class ModelVersion:
         try:
             feeds, rows = self._validator.feeds(request)
             outputs = self._validator.output_names(request)
-            priority, timeout_us = _scheduling_parameters(request.parameters)
-            future: asyncio.Future[Outputs] = self._loop.create_future()
-            shape_key = (
-                tuple((name, array.shape[1:]) for name, array in feeds.items())
-                if self.config.batched
-                else None
-            )
-            pending = PendingRequest(
-                rows, shape_key, start * 1e-9, priority, timeout_us,
-                _Payload(feeds, outputs, future, start),
-            )  # fmt: skip
-            self.queue.submit(pending, start * 1e-9)
-            self._dispatcher.arrived(self)
-            results = await future
+            results = await self._results(request, feeds, rows, outputs, start)
             response = InferenceResponse(
                 model_name=self.config.name,
                 model_version=self.version_str,
@@ -137,6 +127,39 @@ class ModelVersion:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self._idle_event.set()
+
+    async def _results(
+        self,
+        request: InferenceRequest,
+        feeds: dict[str, np.ndarray],
+        rows: int,
+        outputs: list[str],
+        start: int,
+    ) -> Outputs:
+        """The outputs, from the response cache or from a queued batch."""
+        cache_key = None
+        if self._cache is not None:
+            looked = _now_ns()
+            cache_key = self._cache.key(self.key, feeds, outputs)
+            cached = self._cache.get(cache_key)
+            self.stats.record_cache(cached is not None, _now_ns() - looked)
+            if cached is not None:
+                return cached
+        priority, timeout_us = _scheduling_parameters(request.parameters)
+        future: asyncio.Future[Outputs] = self._loop.create_future()
+        shape_key = (
+            tuple((name, array.shape[1:]) for name, array in feeds.items())
+            if self.config.batched
+            else None
+        )
+        payload = _Payload(feeds, outputs, future, start)
+        pending = PendingRequest(rows, shape_key, start * 1e-9, priority, timeout_us, payload)
+        self.queue.submit(pending, start * 1e-9)
+        self._dispatcher.arrived(self)
+        results = await future
+        if cache_key is not None and self._cache is not None:
+            self._cache.put(cache_key, results)
+        return results
 
     def _output_tensor(self, name: str, data: np.ndarray) -> Tensor:
         spec = self._validator.output_spec(name)
@@ -263,6 +286,12 @@ class ModelVersion:
         while self._next_seq in self._held:
             self._held.pop(self._next_seq)()
             self._next_seq += 1
+
+    def statistics(self) -> dict[str, Any]:
+        """Triton's statistics of this version, plus why its batches closed."""
+        stats = self.stats.to_dict()
+        stats["batch_close_reasons"] = {str(k): n for k, n in self.queue.close_reasons.items()}
+        return stats
 
     # -- life cycle ----------------------------------------------------------------------------
     async def drain(self, timeout: float | None = None) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from inferplex.backends import Backend
 from inferplex.config.model_config import ModelConfig
+from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
 from inferplex.core.scheduler import ModelPolicy
@@ -43,12 +44,15 @@ class ModelRegistry:
         self._intra_op_threads = intra_op_threads
         self._entries: dict[str, ModelEntry] = {}
         self._dispatcher: Dispatcher | None = None
+        self._cache: ResponseCache | None = None
 
     # -- loading --------------------------------------------------------------------------
-    async def load_all(self, dispatcher: Dispatcher) -> None:
+    async def load_all(self, dispatcher: Dispatcher, cache: ResponseCache | None = None) -> None:
         """Load every model of the repository; a model that fails is recorded, not raised.
-        Loaded versions run their batches through ``dispatcher``."""
+        Loaded versions run their batches through ``dispatcher``; models that enable the
+        response cache share ``cache``."""
         self._dispatcher = dispatcher
+        self._cache = cache
         model_dirs = await asyncio.to_thread(list_models, self._repository)
         for model_dir in model_dirs:
             self._entries[model_dir.name] = ModelEntry(model_dir.name)
@@ -63,9 +67,15 @@ class ModelRegistry:
             plan = await asyncio.to_thread(plan_model, model_dir, self._intra_op_threads)
             entry.config = plan.config
             policy = scheduling_policy(plan.config)
+            if plan.config.response_cache.enable and self._cache is None:
+                logger.warning(
+                    "model '%s' enables response_cache but the server has no cache "
+                    "(set --cache-size): answers are not cached",
+                    entry.name,
+                )
             for version, path in plan.version_files.items():
                 backends = await asyncio.to_thread(_create_instances, plan, path)
-                served = ModelVersion(plan.config, version, backends, loop, dispatcher)
+                served = ModelVersion(plan.config, version, backends, loop, dispatcher, self._cache)
                 entry.versions[version] = served
                 dispatcher.add(served, policy)
         except Exception as exc:

@@ -41,9 +41,9 @@ asks for more of a resource than its explicit total could never run and is refus
     compute in proportion to its weight. A batch is charged its estimated cost (the model's
     smoothed execution time) when it starts and corrected to the measured cost when it
     finishes, so one model cannot take several free slots before its first batch is charged.
-    A model that becomes active again (it was neither running nor a candidate at the previous
-    ``pick``) starts no lower than the current minimum virtual time of the active models: an
-    idle model cannot bank credit and then claim a backlog of compute.
+    A model that becomes active again (since the previous ``pick`` it was neither running nor a
+    candidate, nor finished a batch) starts no lower than the current minimum virtual time of
+    the active models: an idle model cannot bank credit and then claim a backlog of compute.
 
     Slot reservation: while a model of higher weight has been active recently (a request noted
     by ``note_arrival`` in the last ``reserve_window`` seconds, default 1 s), lower-weight
@@ -74,6 +74,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from typing import Literal
 
 from inferplex.errors import ConfigError
@@ -126,15 +127,16 @@ class _ModelState:
         "missing",
         "needs",
         "policy",
+        "priority",
         "running",
         "seen",
+        "turns",
         "vtime",
+        "weight",
     )
 
     def __init__(self, key: str, policy: ModelPolicy, needs: tuple[tuple[str, int], ...]) -> None:
         self.key = key
-        self.policy = policy
-        self.needs = needs  # (resource, count) with count > 0, sorted by name
         self.vtime = 0.0
         self.running = 0
         self.executions = 0
@@ -144,13 +146,21 @@ class _ModelState:
         self.last_arrival = -math.inf
         self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.latency_times: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.boost = 1.0
+        self.boost = 1.0  # adaptive: effective weight / base weight
         self.missing = False  # adaptive: p99 above the target at the last adjustment
         self.last_adjust = -math.inf
+        self.configure(policy, needs)
 
-    @property
-    def weight(self) -> float:
-        return self.policy.weight * self.boost
+    def configure(self, policy: ModelPolicy, needs: tuple[tuple[str, int], ...]) -> None:
+        self.policy = policy
+        self.needs = needs  # (resource, count) with count > 0, sorted by name
+        self.priority = max(policy.resource_priority, 1)  # Triton treats 0 as 1
+        self.turns = self.executions * self.priority  # Triton's tie-break: smaller goes first
+        self.set_boost(self.boost)
+
+    def set_boost(self, boost: float) -> None:
+        self.boost = boost
+        self.weight = self.policy.weight * boost  # effective weight, read on every pick
 
     def p99(self) -> float | None:
         """Nearest-rank p99 of the latencies in the window, in seconds."""
@@ -263,9 +273,9 @@ class Scheduler:
         if state is None:
             self._models[key] = _ModelState(key, policy, needs)
         else:
-            state.policy, state.needs = policy, needs
             if slo is None or self._policy != "adaptive":
                 state.boost, state.missing = 1.0, False
+            state.configure(policy, needs)
         self._update_totals()
 
     def unregister(self, key: str) -> None:
@@ -294,8 +304,9 @@ class Scheduler:
         states: list[_ModelState] = []
         fresh: list[_ModelState] = []
         active_min = math.inf  # over candidates that were already active
+        models = self._models
         for key in candidates:
-            state = self._state(key)
+            state = models.get(key) or self._state(key)
             if state.seen == epoch:  # listed twice
                 continue
             if state.running == 0 and state.seen != previous:
@@ -309,7 +320,7 @@ class Scheduler:
         if self._running >= self._slots or not states:
             return None
         if self._fair:
-            states.sort(key=_fair_order)
+            states.sort(key=_FAIR_ORDER)
         else:
             last = self._last_started
             states.sort(key=lambda s: (last is not None and s.key <= last, s.key))
@@ -348,6 +359,7 @@ class Scheduler:
         state.vtime += charge
         state.running += 1
         state.executions += 1
+        state.turns += state.priority
         self._running += 1
         self._busy.add(state)
         self._last_started = key
@@ -449,13 +461,16 @@ class Scheduler:
             return 0.0
         horizon = now - self._reserve_window
         bar = 0.0
-        for key, state in list(self._recent.items()):
+        expired: list[str] = []
+        for state in self._recent.values():
             if state.last_arrival < horizon:
-                del self._recent[key]
+                expired.append(state.key)
             elif state.missing:
                 bar = math.inf
             elif state.weight > bar:
                 bar = state.weight
+        for key in expired:
+            del self._recent[key]
         return bar
 
     def _room_below(self, bar: float) -> int:
@@ -471,10 +486,10 @@ class Scheduler:
         state.last_adjust = now
         state.missing = p99 > target
         if state.missing:
-            state.boost = min(state.boost * RAISE, MAX_BOOST)
+            state.set_boost(min(state.boost * RAISE, MAX_BOOST))
         elif p99 < WELL_UNDER * target:
-            state.boost = max(state.boost * DECAY, 1.0)
+            state.set_boost(max(state.boost * DECAY, 1.0))
 
 
-def _fair_order(state: _ModelState) -> tuple[float, float, str]:
-    return (state.vtime, state.executions * max(state.policy.resource_priority, 1), state.key)
+#: priority / adaptive order: virtual time, then Triton's tie-break, then the key
+_FAIR_ORDER = attrgetter("vtime", "turns", "key")

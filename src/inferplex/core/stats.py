@@ -82,6 +82,9 @@ class ModelStats:
         batch.compute_infer.add(times.compute_infer_ns)
         batch.compute_output.add(times.compute_output_ns)
 
+    def record_cache(self, hit: bool, lookup_ns: int) -> None:
+        self.phases["cache_hit" if hit else "cache_miss"].add(lookup_ns)
+
     def record_request(self, ok: bool, duration_ns: int) -> None:
         self.phases["success" if ok else "fail"].add(duration_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000

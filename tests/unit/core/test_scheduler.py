@@ -144,6 +144,15 @@ def test_a_model_back_from_idle_starts_at_the_floor_but_a_busy_one_keeps_its_pla
     assert second_model_after(idle=True) == pytest.approx(1.0)  # lifted to a's virtual time
 
 
+def test_a_starting_batch_is_charged_its_estimated_cost_at_once() -> None:
+    sched = scheduler("priority", 2, a=2.0, b=1.0)
+    sched.finish(sched.start("a", 0.0), 0.010, [])  # a: 10 ms / weight 2 = 0.005
+    sched.finish(sched.start("b", 0.010), 0.014, [])  # b: 4 ms / weight 1 = 0.004
+    assert sched.pick(["a", "b"], 0.014) == "b"
+    sched.start("b", 0.014)  # charged its 4 ms estimate now, not when it finishes
+    assert sched.pick(["a", "b"], 0.014) == "a"
+
+
 def test_tied_candidates_follow_triton_rate_limiter_priority() -> None:
     sched = scheduler(
         "priority", 1, a=ModelPolicy(resource_priority=1), b=ModelPolicy(resource_priority=2)
@@ -213,9 +222,7 @@ def test_under_a_flood_the_important_model_always_finds_a_slot() -> None:
 
 
 def test_adaptive_raises_the_share_of_a_model_missing_its_target_then_decays_back() -> None:
-    sched = scheduler(
-        "adaptive", 1, slo=ModelPolicy(slo_p99_ms=10.0), other=1.0, untargeted=1.0
-    )
+    sched = scheduler("adaptive", 1, slo=ModelPolicy(slo_p99_ms=10.0), other=1.0, untargeted=1.0)
     costs = {"slo": 0.002, "other": 0.002, "untargeted": 0.002}
     slow = {"slo": 0.05, "other": 0.05, "untargeted": 0.5}  # slo misses 10 ms
     simulate(sched, costs, 2.0, latency=slow.__getitem__)

@@ -1,0 +1,266 @@
+"""The generated models load in ONNX Runtime and compute what they promise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import yaml
+from onnx import TensorProto, helper
+
+from inferplex import modelgen
+from inferplex.core.datatypes import V2_DATATYPES, V2_TO_NUMPY
+
+
+def session(path: Path) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("repo")
+
+
+@pytest.fixture(scope="module")
+def digits(repo: Path) -> modelgen.TrainedModel:
+    return modelgen.digits_mlp(repo)
+
+
+@pytest.mark.parametrize("dtype", ["FP32", "INT32", "FP64"])
+def test_add_sub_adds_and_subtracts(repo: Path, dtype: str) -> None:
+    path = modelgen.add_sub(repo, name=f"add_sub_{dtype.lower()}", dtype=dtype, dims=4)
+    assert path == repo / f"add_sub_{dtype.lower()}" / "1" / "model.onnx"
+    a = np.arange(12).reshape(3, 4).astype(V2_TO_NUMPY[dtype])
+    b = np.full((3, 4), 2).astype(V2_TO_NUMPY[dtype])
+    total, difference = session(path).run(["OUTPUT0", "OUTPUT1"], {"INPUT0": a, "INPUT1": b})
+    np.testing.assert_array_equal(total, a + b)
+    np.testing.assert_array_equal(difference, a - b)
+    assert total.dtype == V2_TO_NUMPY[dtype]
+
+
+def sample(datatype: str) -> np.ndarray:
+    """A 2x3 batch of distinct values, including each type's extremes where it has them."""
+    if datatype == "BYTES":
+        # ONNX Runtime's Python binding takes string tensors as str, not bytes.
+        return np.array([["", "a", "é"], ["xyz", "0", "b c"]], dtype=object)
+    if datatype == "BOOL":
+        return np.array([[True, False, True], [False, False, True]])
+    dtype = V2_TO_NUMPY[datatype]
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    return np.array([[info.min, info.max, 0], [1, 2, 3]], dtype=dtype)
+
+
+@pytest.mark.parametrize("datatype", sorted(V2_DATATYPES))
+def test_identity_round_trips_every_datatype(repo: Path, datatype: str) -> None:
+    path = modelgen.identity(repo, datatype)
+    assert path.parent.parent.name == f"identity_{datatype.lower()}"
+    inputs, outputs = modelgen.signature(path)
+    assert inputs == [modelgen.TensorSpec("INPUT0", datatype, (-1, -1))]
+    assert outputs == [modelgen.TensorSpec("OUTPUT0", datatype, (-1, -1))]
+    data = sample(datatype)
+    (result,) = session(path).run(None, {"INPUT0": data})
+    assert result.dtype == data.dtype
+    np.testing.assert_array_equal(result, data)
+
+
+def test_digits_mlp_is_accurate_and_matches_sklearn(digits: modelgen.TrainedModel) -> None:
+    assert digits.sklearn_accuracy > 0.9
+    assert digits.onnx_accuracy == digits.sklearn_accuracy
+    inputs, outputs = modelgen.signature(digits.path)
+    assert inputs == [modelgen.TensorSpec("pixels", "FP32", (-1, 64))]
+    assert outputs == [
+        modelgen.TensorSpec("probabilities", "FP32", (-1, 10)),
+        modelgen.TensorSpec("label", "INT64", (-1,)),
+    ]
+
+
+def test_digits_mlp_classifies_raw_pixels(digits: modelgen.TrainedModel) -> None:
+    from sklearn.datasets import load_digits
+
+    features, labels = load_digits(return_X_y=True)
+    probabilities, predicted = session(digits.path).run(
+        None, {"pixels": features[:200].astype(np.float32)}
+    )
+    assert predicted.dtype == np.int64
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(predicted, probabilities.argmax(axis=1))
+    # These samples are mostly in the training split, so the model knows them well.
+    assert np.mean(predicted == labels[:200]) > 0.9
+
+
+def test_small_cnn_is_deterministic(tmp_path: Path) -> None:
+    first = modelgen.small_cnn(tmp_path / "a", image_size=32, widths=(4, 8))
+    second = modelgen.small_cnn(tmp_path / "b", image_size=32, widths=(4, 8))
+    assert first.read_bytes() == second.read_bytes()
+    image = np.random.default_rng(1).random((2, 3, 32, 32), dtype=np.float32)
+    (logits,) = session(first).run(None, {"image": image})
+    assert logits.shape == (2, 10)
+    assert np.all(np.isfinite(logits))
+    assert not np.allclose(logits[0], logits[1]), "different images give different logits"
+
+
+def test_small_cnn_default_size(repo: Path) -> None:
+    inputs, outputs = modelgen.signature(modelgen.small_cnn(repo))
+    assert inputs == [modelgen.TensorSpec("image", "FP32", (-1, 3, 224, 224))]
+    assert outputs == [modelgen.TensorSpec("logits", "FP32", (-1, 10))]
+
+
+def test_slow_returns_its_input(tmp_path: Path) -> None:
+    path = modelgen.slow(tmp_path, seconds=0.01)
+    data = np.array([1.5, -2.0, np.nan, np.inf, -0.0], dtype=np.float32)
+    (result,) = session(path).run(None, {"INPUT0": data})
+    np.testing.assert_array_equal(result, data)
+    assert np.signbit(result[-1]), "the input passes through bit for bit"
+
+
+def test_builders_overwrite_idempotently(tmp_path: Path) -> None:
+    first = modelgen.add_sub(tmp_path).read_bytes()
+    assert modelgen.add_sub(tmp_path).read_bytes() == first
+
+
+def test_model_config_strips_the_batch_dimension(repo: Path) -> None:
+    path = modelgen.add_sub(repo, dims=16)
+    config = modelgen.model_config(
+        path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
+    )
+    assert config == {
+        "name": "add_sub",
+        "platform": "onnxruntime_onnx",
+        "max_batch_size": 8,
+        "input": [
+            {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]},
+            {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [16]},
+        ],
+        "output": [
+            {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [16]},
+            {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [16]},
+        ],
+        "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+        "dynamic_batching": {},
+    }
+    unbatched = modelgen.model_config(path, name="other")
+    assert unbatched["name"] == "other"
+    assert unbatched["max_batch_size"] == 0
+    assert unbatched["input"][0]["dims"] == [-1, 16]
+    assert "instance_group" not in unbatched and "dynamic_batching" not in unbatched
+
+
+def test_model_config_batches_only_a_variable_first_dimension(tmp_path: Path) -> None:
+    path = modelgen.small_cnn(tmp_path, image_size=8, widths=(2,))
+    assert modelgen.model_config(path, max_batch_size=4)["input"][0]["dims"] == [3, 8, 8]
+    path = modelgen.identity(tmp_path, "FP32")
+    assert modelgen.model_config(path, max_batch_size=4)["input"][0]["dims"] == [-1]
+
+    fixed = tmp_path / "fixed" / "1" / "model.onnx"
+    fixed.parent.mkdir(parents=True)
+    value = helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["X"], ["Y"])],
+        "fixed",
+        [value],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])],
+    )
+    onnx.save(helper.make_model(graph), str(fixed))
+    assert modelgen.model_config(fixed)["input"][0]["dims"] == [2, 3]
+    with pytest.raises(ValueError, match="tensor 'X' has shape \\[2, 3\\]"):
+        modelgen.model_config(fixed, max_batch_size=4)
+
+
+def test_model_config_writes_one_value_per_item_as_triton_does(tmp_path: Path) -> None:
+    path = modelgen.slow(tmp_path, seconds=0.01)
+    config = modelgen.model_config(path, max_batch_size=8)
+    assert config["input"] == [
+        {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [1], "reshape": {"shape": []}}
+    ]
+    assert "reshape {\n      shape: [ ]\n    }" in modelgen.to_pbtxt(config)
+    readers = pytest.importorskip("inferplex.config.readers")
+    modelgen.write_config(tmp_path / "slow", config)
+    (tensor,) = readers.read_model_config(tmp_path / "slow").input
+    assert (tensor.dims, tensor.reshape) == ((1,), ())
+    assert modelgen.model_config(path)["input"][0] == {
+        "name": "INPUT0",
+        "data_type": "TYPE_FP32",
+        "dims": [-1],
+    }
+
+
+def test_to_pbtxt_renders_triton_text_format() -> None:
+    config = {
+        "name": 'a "quoted"\\name',
+        "max_batch_size": 8,
+        "input": [
+            {"name": "A", "data_type": "TYPE_FP32", "dims": [-1, 3]},
+            {"name": "B", "data_type": "TYPE_STRING", "dims": []},
+        ],
+        "instance_group": [{"kind": "KIND_CPU", "count": 2}],
+        "dynamic_batching": {},
+        "version_policy": {"latest": {"num_versions": 1}},
+        "parameters": {"key": "k", "value": {"string_value": "v"}},
+        "flag": True,
+    }
+    assert modelgen.to_pbtxt(config) == (
+        'name: "a \\"quoted\\"\\\\name"\n'
+        "max_batch_size: 8\n"
+        "input [\n"
+        "  {\n"
+        '    name: "A"\n'
+        "    data_type: TYPE_FP32\n"
+        "    dims: [ -1, 3 ]\n"
+        "  },\n"
+        "  {\n"
+        '    name: "B"\n'
+        "    data_type: TYPE_STRING\n"
+        "    dims: [ ]\n"
+        "  }\n"
+        "]\n"
+        "instance_group [\n"
+        "  {\n"
+        "    kind: KIND_CPU\n"
+        "    count: 2\n"
+        "  }\n"
+        "]\n"
+        "dynamic_batching { }\n"
+        "version_policy {\n"
+        "  latest {\n"
+        "    num_versions: 1\n"
+        "  }\n"
+        "}\n"
+        "parameters {\n"
+        '  key: "k"\n'
+        "  value {\n"
+        '    string_value: "v"\n'
+        "  }\n"
+        "}\n"
+        "flag: true\n"
+    )
+
+
+def test_to_yaml_round_trips(repo: Path) -> None:
+    config = modelgen.model_config(modelgen.add_sub(repo), max_batch_size=8, dynamic_batching=True)
+    assert yaml.safe_load(modelgen.to_yaml(config)) == config
+
+
+@pytest.mark.parametrize("fmt", ["pbtxt", "yaml"])
+def test_written_configs_read_back_as_model_config(tmp_path: Path, fmt: str) -> None:
+    readers = pytest.importorskip("inferplex.config.readers")
+    path = modelgen.add_sub(tmp_path)
+    config = modelgen.model_config(
+        path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
+    )
+    written = modelgen.write_config(tmp_path / "add_sub", config, fmt)  # type: ignore[arg-type]
+    assert written == tmp_path / "add_sub" / f"config.{fmt}"
+    model = readers.read_model_config(tmp_path / "add_sub")
+    assert model.name == "add_sub"
+    assert model.max_batch_size == 8
+    assert [(t.name, t.data_type, t.dims) for t in model.input] == [
+        ("INPUT0", "FP32", (16,)),
+        ("INPUT1", "FP32", (16,)),
+    ]
+    assert model.instance_group[0].kind == "KIND_CPU"
+    assert model.dynamic_batching is not None
+    assert model.unsupported_fields == ()
