@@ -63,7 +63,7 @@ def add_sub(
     repo: Path, name: str = "add_sub", version: int = 1, dtype: str = "FP32", dims: int = 16
 ) -> Path:
     """INPUT0, INPUT1 ``[-1, dims]`` -> OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1."""
-    shape = ["batch", dims]
+    shape: list[int | str] = ["batch", dims]
     graph = helper.make_graph(
         [
             helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
@@ -346,7 +346,11 @@ def model_config(
                     "variable (-1) first dimension"
                 )
             dims = dims[1:]
-        out = {"name": spec.name, "data_type": V2_TO_TRITON[spec.datatype], "dims": list(dims)}
+        out: dict[str, Any] = {
+            "name": spec.name,
+            "data_type": V2_TO_TRITON[spec.datatype],
+            "dims": list(dims),
+        }
         if not dims:
             # Triton wants non-empty dims: one value per batch item is dims [1] reshaped to [].
             out.update(dims=[1], reshape={"shape": []})

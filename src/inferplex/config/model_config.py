@@ -128,6 +128,22 @@ class DynamicBatching(_Frozen):
     default_queue_policy: QueuePolicy | None = None
     priority_queue_policy: dict[int, QueuePolicy] = Field(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _check_levels(self) -> DynamicBatching:
+        # preferred sizes are checked against max_batch_size once the config is complete
+        if self.default_priority_level > self.priority_levels:
+            raise ValueError(
+                f"default_priority_level {self.default_priority_level} is above "
+                f"priority_levels {self.priority_levels}"
+            )
+        for level in self.priority_queue_policy:
+            if not 1 <= level <= self.priority_levels:
+                raise ValueError(
+                    f"priority_queue_policy has level {level}, expected 1 to priority_levels "
+                    f"{self.priority_levels}"
+                )
+        return self
+
 
 class ModelConfig(_Frozen):
     """The configuration of one model (all of its versions)."""

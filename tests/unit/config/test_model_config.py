@@ -3,6 +3,8 @@ that perf_analyzer and tritonclient read."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
@@ -108,6 +110,7 @@ def test_triton_rendering_has_the_fields_perf_analyzer_reads() -> None:
         version_policy=VersionPolicy(policy="specific", versions=(1, 3)),
         dynamic_batching=DynamicBatching(
             preferred_batch_size=(4,),
+            priority_levels=1,
             default_queue_policy=QueuePolicy(max_queue_size=3),
             priority_queue_policy={1: QueuePolicy(timeout_action="DELAY")},
         ),
@@ -159,3 +162,15 @@ def test_version_policy_rendering(policy: VersionPolicy, rendered: dict) -> None
     assert ModelConfig(name="m", version_policy=policy).to_triton_dict()["version_policy"] == (
         rendered
     )
+
+
+@pytest.mark.parametrize(
+    ("batching", "fragment"),
+    [
+        ({"priority_levels": 2, "default_priority_level": 3}, "default_priority_level 3"),
+        ({"priority_levels": 2, "priority_queue_policy": {3: {}}}, "has level 3"),
+    ],
+)
+def test_dynamic_batching_ranges_are_checked(batching: dict, fragment: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        ModelConfig(name="m", max_batch_size=8, dynamic_batching=batching)

@@ -38,6 +38,7 @@ instance_group [ { count: 2 kind: KIND_CPU } ]
 version_policy: { latest: { num_versions: 2 } }
 dynamic_batching {
   max_queue_delay_microseconds: 500
+  priority_levels: 2
   priority_queue_policy { key: 1 value: { max_queue_size: 64 } }
 }
 parameters { key: "intra_op_thread_count" value: { string_value: "2" } }
@@ -53,6 +54,7 @@ instance_group: [{count: 2, kind: KIND_CPU}]
 version_policy: {latest: {num_versions: 2}}
 dynamic_batching:
   max_queue_delay_microseconds: 500
+  priority_levels: 2
   priority_queue_policy: {1: {max_queue_size: 64}}
 parameters: {intra_op_thread_count: "2"}
 """
@@ -66,7 +68,9 @@ EXPECTED = ModelConfig(
     instance_group=(InstanceGroup(count=2, kind="KIND_CPU"),),
     version_policy=VersionPolicy(policy="latest", num_versions=2),
     dynamic_batching=DynamicBatching(
-        max_queue_delay_microseconds=500, priority_queue_policy={1: QueuePolicy(max_queue_size=64)}
+        max_queue_delay_microseconds=500,
+        priority_levels=2,
+        priority_queue_policy={1: QueuePolicy(max_queue_size=64)},
     ),
     parameters={"intra_op_thread_count": "2"},
 )
@@ -479,7 +483,7 @@ def test_yaml_fields_without_a_value_keep_their_defaults() -> None:
         ),
         (
             "dynamic_batching { max_queue_delay: 5 default_queue_policy { size: 1 } "
-            "priority_queue_policy { key: 1 value { timeout: 2 } } }",
+            "priority_levels: 1 priority_queue_policy { key: 1 value { timeout: 2 } } }",
             [
                 "dynamic_batching.max_queue_delay (unknown field)",
                 "dynamic_batching.default_queue_policy.size (unknown field)",
@@ -646,7 +650,8 @@ def test_the_rendered_triton_config_reads_back_unchanged(fmt: str) -> None:
             "integer, unable to parse string as an integer, got 'high'",
         ),
         (
-            "dynamic_batching { priority_queue_policy { key: 1 value { max_queue_size: -4 } } }",
+            "dynamic_batching { priority_levels: 1 "
+            "priority_queue_policy { key: 1 value { max_queue_size: -4 } } }",
             "pbtxt",
             "m/config.pbtxt: dynamic_batching.priority_queue_policy[1].max_queue_size: expected "
             "greater than or equal to 0, got -4",

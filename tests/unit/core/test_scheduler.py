@@ -11,13 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplex.core.scheduler import (
-    MAX_BOOST,
-    ModelPolicy,
-    Policy,
-    Scheduler,
-    Ticket,
-)
+from inferplex.core.scheduler import MAX_BOOST, ModelPolicy, Policy, Scheduler, Ticket
 from inferplex.errors import ConfigError
 
 
@@ -29,12 +23,17 @@ def scheduler(policy: Policy, slots: int, **models: ModelPolicy | float) -> Sche
     return sched
 
 
-def run_once(sched: Scheduler, candidates: list[str], now: float, cost: float = 0.001) -> str:
-    """Pick, start and finish one batch; returns the model that ran."""
+def pick_and_start(sched: Scheduler, candidates: list[str], now: float) -> Ticket:
     key = sched.pick(candidates, now)
     assert key is not None
-    sched.finish(sched.start(key, now), now + cost, [cost])
-    return key
+    return sched.start(key, now)
+
+
+def run_once(sched: Scheduler, candidates: list[str], now: float, cost: float = 0.001) -> str:
+    """Pick, start and finish one batch; returns the model that ran."""
+    ticket = pick_and_start(sched, candidates, now)
+    sched.finish(ticket, now + cost, [cost])
+    return ticket.key
 
 
 def simulate(
@@ -43,18 +42,16 @@ def simulate(
     until: float,
     *,
     start: float = 0.0,
-    instances: int | None = None,
     latency: Callable[[str], float] | None = None,
 ) -> Counter[str]:
-    """Every model always has a batch ready and ``instances`` instances (default: all slots);
-    each batch of a model takes its fixed cost. Returns the executions per model."""
-    per_model = instances or sched.slots
+    """Every model always has a batch ready and as many instances as there are slots; each
+    batch of a model takes its fixed cost. Returns the executions per model."""
     now, seq = start, 0
     running: list[tuple[float, int, Ticket]] = []
     busy: Counter[str] = Counter()
     started: Counter[str] = Counter()
     while now < until:
-        while (key := sched.pick([k for k in costs if busy[k] < per_model], now)) is not None:
+        while (key := sched.pick([k for k in costs if busy[k] < sched.slots], now)) is not None:
             heapq.heappush(running, (now + costs[key], seq, sched.start(key, now)))
             busy[key] += 1
             started[key] += 1
@@ -65,7 +62,9 @@ def simulate(
     return started
 
 
-def shares(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict:
+def shares(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, float]:
     """Each model's share of the compute seconds used between two snapshots."""
     used = {k: after[k]["compute_s"] - before.get(k, {}).get("compute_s", 0.0) for k in after}
     total = sum(used.values())
@@ -128,7 +127,7 @@ def test_a_newly_active_model_does_not_claim_a_backlog() -> None:
 def test_a_model_back_from_idle_starts_at_the_floor_but_a_busy_one_keeps_its_place() -> None:
     def second_model_after(idle: bool) -> float:
         sched = scheduler("priority", 2, a=1.0, b=10.0)
-        ticket_b = sched.start(sched.pick(["b"], 0.0) or "", 0.0)
+        ticket_b = pick_and_start(sched, ["b"], 0.0)
         # for one second `a` runs batch after batch in the other slot; `b` runs one long batch
         # (idle=False) or had finished at once and sent nothing since (idle=True)
         if idle:
@@ -168,7 +167,7 @@ def test_tied_candidates_follow_triton_rate_limiter_priority() -> None:
 def test_lower_weight_models_leave_a_slot_for_the_important_active_model() -> None:
     sched = scheduler("priority", 2, high=4.0, low=1.0)
     sched.note_arrival("high", 0.0)
-    sched.start(sched.pick(["low"], 0.0) or "", 0.0)
+    pick_and_start(sched, ["low"], 0.0)
     assert sched.pick(["low"], 0.5) is None  # one slot free, but it is held for `high`
     assert sched.pick(["low", "high"], 0.5) == "high"
     assert sched.pick(["low"], 1.5) == "low"  # no request to `high` in the last second
@@ -178,7 +177,7 @@ def test_reservation_counts_every_lower_weight_model_together() -> None:
     sched = scheduler("priority", 3, high=4.0, mid=2.0, low=1.0)
     sched.note_arrival("high", 0.0)
     sched.start("mid", 0.0)
-    sched.start(sched.pick(["low"], 0.0) or "", 0.0)
+    pick_and_start(sched, ["low"], 0.0)
     assert sched.pick(["mid", "low"], 0.1) is None
     assert sched.pick(["mid", "low", "high"], 0.1) == "high"
 
@@ -192,7 +191,7 @@ def test_no_reservation_among_equals_or_with_a_single_slot(
     sched = scheduler("priority", slots, **weights)
     sched.note_arrival("y", 0.0)
     for _ in range(slots):
-        sched.start(sched.pick(["x"], 0.0) or "", 0.0)
+        pick_and_start(sched, ["x"], 0.0)
     assert sched.running == slots
 
 
@@ -322,7 +321,7 @@ def test_a_waiting_model_is_not_overtaken_on_the_resources_it_waits_for() -> Non
 
 def test_slots_are_never_exceeded() -> None:
     sched = scheduler("priority", 2, a=1.0, b=1.0)
-    tickets = [sched.start(sched.pick(["a", "b"], 0.0) or "", 0.0) for _ in range(2)]
+    tickets = [pick_and_start(sched, ["a", "b"], 0.0) for _ in range(2)]
     assert sched.running == 2
     assert sched.pick(["a", "b"], 0.0) is None
     with pytest.raises(RuntimeError, match="all 2 slots"):
@@ -445,21 +444,24 @@ def test_random_operations_keep_every_invariant(
     for key, model in zip(keys, models, strict=True):
         sched.register(key, model)
     needs = dict(zip(keys, (m.resources for m in models), strict=True))
-    now, tickets = 0.0, []
+    now, last_arrival, tickets = 0.0, -math.inf, []
     for op, advance, number, latencies in ops:
         now += advance
         if op == "pick":
             candidates = [k for i, k in enumerate(keys) if number >> i & 1]
-            key = sched.pick(candidates, now)
+            picked = sched.pick(candidates, now)
             if sched.running == slots:
-                assert key is None
-            if key is not None:
-                assert key in candidates
-                tickets.append(sched.start(key, now))  # what pick allows, start accepts
+                assert picked is None
+            elif now - last_arrival > 1.01 and any(not needs[k] for k in candidates):
+                assert picked is not None  # a free slot, no reservation, a candidate without needs
+            if picked is not None:
+                assert picked in candidates
+                tickets.append(sched.start(picked, now))  # what pick allows, start accepts
         elif op == "finish" and tickets:
             sched.finish(tickets.pop(number % len(tickets)), now, latencies)
         elif op == "arrive":
             sched.note_arrival(keys[number % len(keys)], now)
+            last_arrival = now
         assert sched.running == len(tickets) <= slots
         held = Counter[str]()
         for ticket in tickets:
