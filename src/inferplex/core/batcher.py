@@ -180,7 +180,7 @@ class DynamicBatcher:
         self._preferred = frozenset(config.preferred_batch_size)
         self._delay = config.max_queue_delay_microseconds * 1e-6
         self._margin = deadline_margin
-        self._levels = _build_levels(model, config)
+        self._levels = _build_levels(config)
         self._n_levels = config.priority_levels
         self._default_level = config.default_priority_level or config.priority_levels
         # (queue, reject) in the order batches are formed: by level, live before delayed
@@ -402,21 +402,11 @@ class DynamicBatcher:
         self._pending_rows -= rows
 
 
-def _build_levels(model: str, config: DynamicBatching) -> list[_Level]:
+def _build_levels(config: DynamicBatching) -> list[_Level]:
+    """The levels' queues; DynamicBatching has already checked the levels are in range."""
     default = config.default_queue_policy or QueuePolicy()
     n = config.priority_levels
     if not n:
         # Triton: without priority levels only the default policy applies
         return [_Level(0, default)]
-    if config.default_priority_level > n:
-        raise ConfigError(
-            f"model '{model}': default_priority_level {config.default_priority_level} is "
-            f"outside [1, priority_levels {n}]"
-        )
-    for level in config.priority_queue_policy:
-        if not 1 <= level <= n:
-            raise ConfigError(
-                f"model '{model}': priority_queue_policy has level {level}, outside "
-                f"[1, priority_levels {n}]"
-            )
     return [_Level(i, config.priority_queue_policy.get(i, default)) for i in range(1, n + 1)]

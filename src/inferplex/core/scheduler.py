@@ -317,7 +317,7 @@ class Scheduler:
             states.append(state)
         if self._fair:
             self._advance_floor(active_min, fresh)
-        if not states:
+        if self._running >= self._slots or not states:
             return None
         if self._fair:
             states.sort(key=_FAIR_ORDER)

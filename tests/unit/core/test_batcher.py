@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from inferplex.config.model_config import DynamicBatching, QueuePolicy
 from inferplex.core.batcher import Batch, CloseReason, DynamicBatcher, PendingRequest
@@ -246,9 +247,9 @@ def test_without_priority_levels_everything_is_one_level() -> None:
 
 
 def test_inconsistent_priority_config_is_refused() -> None:
-    with pytest.raises(ConfigError, match="default_priority_level 4 is outside"):
+    with pytest.raises(ValidationError, match="default_priority_level 4 is above"):
         make(priority_levels=3, default_priority_level=4)
-    with pytest.raises(ConfigError, match="priority_queue_policy has level 5"):
+    with pytest.raises(ValidationError, match="priority_queue_policy has level 5"):
         make(priority_levels=3, default_priority_level=1, priority_queue_policy={5: QueuePolicy()})
 
 
