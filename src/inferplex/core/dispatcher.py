@@ -76,6 +76,7 @@ class Dispatcher:
             if expired:
                 version.fail_expired(expired)
         scheduler = self.scheduler
+        refused = False  # ready batches were refused while slots were free (reservation)
         while True:
             ready = [
                 v.key
@@ -86,6 +87,7 @@ class Dispatcher:
                 break
             key = scheduler.pick(ready, now)
             if key is None:
+                refused = scheduler.running < scheduler.slots
                 break
             version = self._versions[key]
             batch = version.queue.next_batch(now, True)
@@ -93,12 +95,13 @@ class Dispatcher:
                 break
             version.launch(batch, scheduler.start(key, now))
         self._pending = {v for v in active if v.queue.pending_requests}
-        self._arm(now)
+        self._arm(now, scheduler.reservation_lifts() if refused else None)
 
-    def _arm(self, now: float) -> None:
-        """One timer at the earliest future moment a queue needs attention. Queues that are
-        due now but got no slot or instance wait for a finishing batch, which pumps again."""
-        wake = math.inf
+    def _arm(self, now: float, lifts: float | None) -> None:
+        """One timer at the earliest future moment a queue needs attention, or the scheduler's
+        reservation lifts. Queues that are due now but got no slot or instance wait for a
+        finishing batch, which pumps again."""
+        wake = lifts if lifts is not None and lifts > now else math.inf
         for version in self._pending:
             at = version.queue.next_wakeup(now, bool(version.idle))
             if at is not None and now < at < wake:

@@ -31,7 +31,8 @@ class FifoQueue:
         return Batch([request], request.rows, CloseReason.IDLE)
 
     def next_wakeup(self, now: float, instance_idle: bool = True) -> float | None:
-        return None
+        """Now, when a request waits for an idle instance; no timer is ever needed."""
+        return now if instance_idle and self._queue else None
 
     def expire(self, now: float) -> list[PendingRequest]:
         return []

@@ -293,6 +293,14 @@ class Scheduler:
         state.last_arrival = now
         self._recent[key] = state
 
+    def reservation_lifts(self) -> float | None:
+        """The earliest moment the slot reservation may lift (a recent arrival leaves the
+        window): a driver whose candidates were refused while slots were free waits until then.
+        None when nothing reserves slots."""
+        if not self._fair or self._slots < 2 or not self._recent:
+            return None
+        return min(s.last_arrival for s in self._recent.values()) + self._reserve_window
+
     def pick(self, candidates: Collection[str], now: float) -> str | None:
         """The candidate that may start a batch now, or None (no free slot or no candidate fits).
 

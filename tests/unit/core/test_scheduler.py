@@ -469,3 +469,13 @@ def test_random_operations_keep_every_invariant(
         free = sched.free_resources()
         for name, total in sched.resource_totals.items():
             assert 0 <= free[name] == total - held[name]
+
+
+def test_reservation_lifts_when_the_last_important_arrival_leaves_the_window() -> None:
+    scheduler = Scheduler("priority", slots=2, reserve_window=1.0)
+    assert scheduler.reservation_lifts() is None
+    scheduler.register("high", ModelPolicy(weight=4))
+    scheduler.register("low", ModelPolicy(weight=1))
+    scheduler.note_arrival("high", 10.0)
+    assert scheduler.reservation_lifts() == 11.0
+    assert Scheduler("round_robin", slots=2).reservation_lifts() is None
