@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -13,6 +14,23 @@ from pydantic import ValidationError
 
 from inferplex.config.server_config import ServerConfig
 from inferplex.version import __version__
+
+
+class JsonObject(click.ParamType):
+    """A flag whose value is a JSON object."""
+
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, dict):
+            return value
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            self.fail(f"not valid JSON: {exc}", param, ctx)
+        if not isinstance(parsed, dict):
+            self.fail('expected a JSON object such as {"R1": 4}', param, ctx)
+        return parsed
 
 
 @click.group()
@@ -36,6 +54,11 @@ def main() -> None:
 )
 @click.option("--max-concurrent-batches", type=int, help="Batches running at once (0 = cores).")
 @click.option("--cache-size", type=int, help="Response cache size in bytes (0 = off).")
+@click.option(
+    "--rate-limit-resources",
+    type=JsonObject(),
+    help="Rate-limiter resource totals as JSON, e.g. '{\"R1\": 4}'.",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
 def serve(**options: Any) -> None:
     """Serve every model in the model repository.

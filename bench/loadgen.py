@@ -1,0 +1,249 @@
+"""Closed-loop load generation with a cheap client.
+
+``measure`` runs one coroutine per simulated client, each sending its next request as soon as
+the previous answer arrived (concurrency = number of clients), and records latencies only
+inside a measurement window that opens after a warm-up. The clients are cheap on purpose: on
+a 2-core machine a heavy client steals the server's CPU and distorts every figure.
+
+- HTTP: one raw keep-alive socket per client (a bare asyncio protocol), writing pre-encoded
+  request bytes and reading the response by its Content-Length.
+- gRPC: one grpc.aio channel shared by all clients, pre-serialised request messages, raw
+  response bytes (no deserialisation on the hot path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+
+from bench.payloads import BadResponse, header_value
+
+#: One request: sends it and returns what is needed to check the answer.
+Call = Callable[[], Awaitable[Any]]
+
+
+@dataclass
+class Measurement:
+    """Requests completed inside the window, their latencies, and the CPU time the server
+    process and this (client) process spent meanwhile."""
+
+    seconds: float
+    latencies_ns: list[int] = field(repr=False)
+    server_cpu_seconds: float | None = None
+    client_cpu_seconds: float | None = None
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies_ns)
+
+    @property
+    def rate(self) -> float:
+        """Completed requests per second."""
+        return self.requests / self.seconds
+
+    def percentile_ms(self, q: float) -> float:
+        if not self.latencies_ns:
+            return float("nan")
+        return float(np.percentile(self.latencies_ns, q)) / 1e6
+
+    def per_request_us(self, cpu_seconds: float | None) -> float | None:
+        if cpu_seconds is None or not self.requests:
+            return None
+        return cpu_seconds / self.requests * 1e6
+
+    def summary(self) -> dict[str, float | int | None]:
+        return {
+            "requests": self.requests,
+            "seconds": round(self.seconds, 3),
+            "rate": round(self.rate, 1),
+            "p50_ms": round(self.percentile_ms(50), 4),
+            "p99_ms": round(self.percentile_ms(99), 4),
+            "server_cpu_us_per_request": _rounded(self.per_request_us(self.server_cpu_seconds)),
+            "client_cpu_us_per_request": _rounded(self.per_request_us(self.client_cpu_seconds)),
+        }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+async def measure(
+    calls: Sequence[Call],
+    duration: float,
+    warmup: float,
+    server_cpu: Callable[[], float] | None = None,
+) -> Measurement:
+    """Drive every call in its own closed loop; measure ``duration`` seconds after ``warmup``.
+
+    ``server_cpu`` reads the server's CPU time (user + system), sampled at the window's
+    edges, as is this process's own. Any failed request stops the run with its exception.
+    """
+    latencies: list[int] = []
+    window = {"open": False, "stop": False}
+
+    async def client(call: Call) -> None:
+        clock = time.perf_counter_ns
+        record = latencies.append
+        while not window["stop"]:
+            start = clock()
+            await call()
+            if window["open"]:
+                record(clock() - start)
+
+    tasks = [asyncio.create_task(client(call)) for call in calls]
+    try:
+        await _run_for(tasks, warmup)
+        server_before = server_cpu() if server_cpu else 0.0
+        client_before = time.process_time()
+        start = time.perf_counter()
+        window["open"] = True
+        await _run_for(tasks, duration)
+        window["open"] = False
+        elapsed = time.perf_counter() - start
+        client_used = time.process_time() - client_before
+        server_used = server_cpu() - server_before if server_cpu else None
+        window["stop"] = True
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+    return Measurement(elapsed, latencies, server_used, client_used)
+
+
+async def _run_for(tasks: list[asyncio.Task[None]], seconds: float) -> None:
+    """Let the clients run for ``seconds``; re-raise the first client failure at once."""
+    done, _ = await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
+    for task in done:
+        task.result()
+
+
+class HttpConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection that sends pre-encoded requests.
+
+    A bare protocol rather than asyncio streams: it costs the client about half the CPU
+    per request, which on 2 cores is CPU the server gets back.
+    """
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._head_size = 0  # 0 while the response head is incomplete
+        self._total = 0
+        self._waiter: asyncio.Future[tuple[bytes, bytes]] | None = None
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> HttpConnection:
+        _, connection = await asyncio.get_running_loop().create_connection(cls, host, port)
+        return connection
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        if not self._head_size:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            self._head_size = end + 4
+            length = header_value(bytes(buffer[:end]), b"content-length")
+            self._total = self._head_size + int(length or 0)
+        if len(buffer) >= self._total and self._waiter is not None:
+            head, body = (
+                bytes(buffer[: self._head_size]),
+                bytes(buffer[self._head_size : self._total]),
+            )
+            del buffer[: self._total]
+            self._head_size = 0
+            self._waiter.set_result((head, body))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(ConnectionError(f"the server closed the connection ({exc})"))
+
+    async def send(self, request: bytes) -> tuple[bytes, bytes]:
+        """Send one request; returns the response head and body.
+
+        Anything but 200 raises BadResponse, so a failing server cannot look fast.
+        """
+        if self._transport is None:
+            raise ConnectionError("not connected")
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._transport.write(request)
+        head, body = await self._waiter
+        if not head.startswith(b"HTTP/1.1 200"):
+            status = head.split(b"\r\n", 1)[0].decode(errors="replace")
+            raise BadResponse(f"{status}: {body[:300].decode(errors='replace')}")
+        return head, body
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+async def open_http(host: str, port: int, count: int) -> list[HttpConnection]:
+    return [await HttpConnection.open(host, port) for _ in range(count)]
+
+
+def grpc_infer(target: str) -> tuple[Any, Callable[[bytes], Awaitable[bytes]]]:
+    """A grpc.aio channel and its ModelInfer method taking and returning raw bytes."""
+    import grpc
+
+    limit = 64 * 1024 * 1024
+    channel = grpc.aio.insecure_channel(
+        target,
+        options=[
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", limit),
+        ],
+    )
+    # No serialisers: the request is already bytes and the answer stays bytes.
+    method = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+    return channel, method
+
+
+def measure_threads(
+    call: Callable[[], object], concurrency: int, duration: float, warmup: float
+) -> Measurement:
+    """Like ``measure``, for blocking calls (in-process ONNX Runtime) on plain threads,
+    which is how an application would call a session that releases the GIL."""
+    latencies: list[int] = []
+    window = {"open": False}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def client() -> None:
+        clock = time.perf_counter_ns
+        try:
+            while not stop.is_set():
+                start = clock()
+                call()
+                if window["open"]:
+                    latencies.append(clock() - start)
+        except BaseException as error:
+            errors.append(error)
+            stop.set()
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    stop.wait(warmup)
+    start = time.perf_counter()
+    window["open"] = True
+    stop.wait(duration)
+    window["open"] = False
+    elapsed = time.perf_counter() - start
+    stop.set()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return Measurement(elapsed, latencies)

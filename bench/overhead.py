@@ -1,0 +1,260 @@
+"""What serving costs: the server side by side with in-process ONNX Runtime, in one run.
+
+    python -m bench.overhead [--duration S] [--rounds N] [--quick] [--threads N]
+
+Builds a repository with inferplex.modelgen (add_sub, small_cnn), starts the real server
+(``python -m inferplex serve``) on free loopback ports, and measures:
+
+- small_cnn, compute-bound: images/s of in-process ONNX Runtime (one session, the server's
+  intra-op thread count, 4 threads calling ``session.run``) against the served model over
+  HTTP binary and gRPC at concurrency 4; the ratio served / in-process is the overhead.
+- add_sub, overhead-bound: requests/s, p50/p99 latency and the server's CPU time per request
+  (user + system of the server process, from psutil) at concurrency 1 and 16, over HTTP JSON,
+  HTTP binary and gRPC.
+
+Every case runs ``--rounds`` times, interleaved round-robin so that a burst of unrelated load
+on the machine hits all cases alike; each case reports its best round (highest rate).
+Prints a table and the targets of issue 2 with PASS/MISS; writes JSON to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import psutil
+
+from bench import payloads
+from bench.loadgen import Measurement, grpc_infer, measure, measure_threads, open_http
+from bench.report import ADD_SUB_CASES, CNN_MODES, report
+from inferplex import modelgen
+from tests.support.process import HOST, RunningServer, start_server
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CNN_CONCURRENCY = 4
+
+Check = Callable[[dict[str, np.ndarray]], None]
+CpuClock = Callable[[], float]
+#: One case of the benchmark: runs it once for the given timing.
+Case = Callable[["Timing"], Awaitable[Measurement]]
+#: Per case: its best round and the rates of all rounds.
+Results = dict[str, tuple[Measurement, list[float]]]
+
+
+@dataclass(frozen=True)
+class Timing:
+    duration: float
+    warmup: float
+
+
+def build_repository(repo: Path) -> Path:
+    """add_sub and small_cnn, batched and dynamically batched as a user would serve them;
+    returns the small_cnn model file."""
+    cnn = modelgen.small_cnn(repo)
+    for path in (modelgen.add_sub(repo), cnn):
+        config = modelgen.model_config(
+            path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
+        )
+        modelgen.write_config(path.parent.parent, config)
+    return cnn
+
+
+def inprocess_session(model: Path, threads: int) -> ort.InferenceSession:
+    """The model in ONNX Runtime with the session options the server's backend uses."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+async def inprocess_load(run: Callable[[], object], timing: Timing) -> Measurement:
+    return await asyncio.to_thread(
+        measure_threads, run, CNN_CONCURRENCY, timing.duration, timing.warmup
+    )
+
+
+async def http_load(
+    port: int, request: bytes, concurrency: int, check: Check, cpu: CpuClock, timing: Timing
+) -> Measurement:
+    connections = await open_http(HOST, port, concurrency)
+    try:
+        check(payloads.decode_http_response(*await connections[0].send(request)))
+        calls = [partial(c.send, request) for c in connections]
+        result = await measure(calls, timing.duration, timing.warmup, cpu)
+        check(payloads.decode_http_response(*await connections[-1].send(request)))
+        return result
+    finally:
+        for connection in connections:
+            await connection.close()
+
+
+async def grpc_load(
+    target: str, request: bytes, concurrency: int, check: Check, cpu: CpuClock, timing: Timing
+) -> Measurement:
+    channel, infer = grpc_infer(target)
+    try:
+        check(payloads.decode_grpc_response(await infer(request)))
+        calls = [partial(infer, request)] * concurrency
+        result = await measure(calls, timing.duration, timing.warmup, cpu)
+        check(payloads.decode_grpc_response(await infer(request)))
+        return result
+    finally:
+        await channel.close()
+
+
+def served_case(
+    server: RunningServer,
+    protocol: str,
+    model: str,
+    inputs: payloads.Arrays,
+    expected: payloads.Arrays,
+    concurrency: int,
+    atol: float = 0.0,
+) -> Case:
+    """A load case against the server; every run checks a first and a last answer."""
+    process = psutil.Process(server.process.pid)
+
+    def cpu() -> float:
+        times = process.cpu_times()
+        return times.user + times.system
+
+    check = partial(
+        payloads.check_outputs, expected=expected, what=f"{model} over {protocol}", atol=atol
+    )
+    if protocol == "grpc":
+        request = payloads.grpc_request(model, inputs, list(expected))
+        return partial(grpc_load, server.grpc_url, request, concurrency, check, cpu)
+    encoder = (
+        payloads.http_json_request if protocol == "http-json" else payloads.http_binary_request
+    )
+    request = encoder(HOST, model, inputs, list(expected))
+    return partial(http_load, server.http_port, request, concurrency, check, cpu)
+
+
+def cases(server: RunningServer, session: ort.InferenceSession) -> dict[str, Case]:
+    """Every case by key: ``cnn/<mode>`` and ``<protocol>/c<concurrency>``."""
+    image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+    logits = {"logits": session.run(None, {"image": image})[0]}
+    all_cases: dict[str, Case] = {
+        "cnn/in-process": partial(inprocess_load, partial(session.run, None, {"image": image}))
+    }
+    for protocol in CNN_MODES[1:]:
+        # Dynamic batching may group requests: allow for summation-order differences.
+        all_cases[f"cnn/{protocol}"] = served_case(
+            server, protocol, "small_cnn", {"image": image}, logits, CNN_CONCURRENCY, atol=1e-3
+        )
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.full((1, 16), 0.5, dtype=np.float32)
+    inputs, expected = {"INPUT0": a, "INPUT1": b}, {"OUTPUT0": a + b, "OUTPUT1": a - b}
+    for protocol, concurrency in ADD_SUB_CASES:
+        all_cases[f"{protocol}/c{concurrency}"] = served_case(
+            server, protocol, "add_sub", inputs, expected, concurrency
+        )
+    return all_cases
+
+
+async def run_rounds(all_cases: dict[str, Case], rounds: int, timing: Timing) -> Results:
+    """Run every case ``rounds`` times, round-robin; each case's best round and all rates."""
+    runs: dict[str, list[Measurement]] = {key: [] for key in all_cases}
+    for number in range(1, rounds + 1):
+        print(f"round {number}/{rounds}:", end="", flush=True)
+        for key, case in all_cases.items():
+            runs[key].append(await case(timing))
+            print(f" {key}", end="", flush=True)
+        print(flush=True)
+    return {
+        key: (max(measured, key=lambda m: m.rate), [round(m.rate, 1) for m in measured])
+        for key, measured in runs.items()
+    }
+
+
+def figures(results: Results) -> dict[str, Any]:
+    """Flat figures by key (``grpc/c1/p50_ms``, ``cnn/grpc/ratio``, ...) for targets and JSON."""
+    flat: dict[str, Any] = {}
+    inprocess_rate = results["cnn/in-process"][0].rate
+    for key, (best, rates) in results.items():
+        flat.update({f"{key}/{name}": value for name, value in best.summary().items()})
+        flat[f"{key}/rates"] = rates
+        if key.startswith("cnn/"):
+            flat[f"{key}/ratio"] = round(best.rate / inprocess_rate, 3)
+    return flat
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="served vs in-process overhead")
+    parser.add_argument("--duration", type=float, default=1.5, help="seconds per case and round")
+    parser.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1,
+        help="intra-op threads of the server's sessions and of the in-process session",
+    )  # fmt: skip
+    args = parser.parse_args()
+    timing = Timing(args.duration, args.warmup)
+    rounds = args.rounds
+    if args.quick:
+        timing, rounds = Timing(0.5, 0.2), 1
+
+    load_before = os.getloadavg()[0]
+    if load_before > 0.5:
+        print(
+            f"note: load average {load_before:.2f} before the run; other processes compete for "
+            "the CPUs, so look at the spread of the rounds",
+            flush=True,
+        )
+    with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp:
+        repo = Path(tmp) / "models"
+        session = inprocess_session(build_repository(repo), args.threads)
+        print(f"starting the server ({args.threads} intra-op threads)", flush=True)
+        server = start_server(
+            repo,
+            Path(tmp) / "server.log",
+            env={"INFERPLEX_INTRA_OP_THREADS": str(args.threads), "INFERPLEX_LOG_LEVEL": "warning"},
+        )
+        try:
+            import uvloop
+
+            results = uvloop.run(run_rounds(cases(server, session), rounds, timing))
+        finally:
+            code = server.stop()
+            if code != 0:
+                print(f"server exited with {code}:\n{server.log()[-3000:]}", file=sys.stderr)
+
+    flat = figures(results)
+    outcomes = report(flat, args.threads)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    document = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "onnxruntime": ort.__version__,
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg()[0],
+        },
+        "options": {**vars(args), "duration": timing.duration, "rounds": rounds},
+        "figures": flat,
+        "targets": outcomes,
+    }
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

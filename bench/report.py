@@ -1,0 +1,86 @@
+"""The overhead benchmark's printed tables and its targets (issue 2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+CNN_MODES = ("in-process", "http-binary", "grpc")
+ADD_SUB_CASES = tuple(
+    (protocol, concurrency)
+    for protocol in ("http-json", "http-binary", "grpc")
+    for concurrency in (1, 16)
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A figure of the run, the bound it must meet, and which way."""
+
+    label: str
+    key: str
+    bound: float
+    unit: str
+    higher_is_better: bool = False
+
+    def met(self, value: float | None) -> bool:
+        if value is None:
+            return False
+        return value >= self.bound if self.higher_is_better else value <= self.bound
+
+
+TARGETS = (
+    Target("add_sub p50 latency, c=1, HTTP binary", "http-binary/c1/p50_ms", 0.22, "ms"),
+    Target("add_sub p50 latency, c=1, gRPC", "grpc/c1/p50_ms", 0.45, "ms"),
+    Target(
+        "add_sub server CPU per request, c=16, HTTP binary",
+        "http-binary/c16/server_cpu_us_per_request",
+        70.0,
+        "µs",
+    ),
+    Target("small_cnn served / in-process, HTTP binary", "cnn/http-binary/ratio", 0.95, "", True),
+    Target("small_cnn served / in-process, gRPC", "cnn/grpc/ratio", 0.95, "", True),
+)
+
+
+def report(flat: dict[str, Any], threads: int) -> list[dict[str, Any]]:
+    """Print the tables and the targets; returns each target with its value and outcome."""
+    print("\nadd_sub: FP32 [1,16] + [1,16] per request; CPU = process user+sys / requests")
+    print(
+        f"{'protocol':12} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'server µs/req':>14} {'client µs/req':>14}"
+    )
+    for protocol, concurrency in ADD_SUB_CASES:
+        key = f"{protocol}/c{concurrency}"
+        print(
+            f"{protocol:12} {concurrency:>4} {flat[f'{key}/rate']:>8.0f} "
+            f"{flat[f'{key}/p50_ms']:>8.3f} {flat[f'{key}/p99_ms']:>8.3f} "
+            f"{_number(flat[f'{key}/server_cpu_us_per_request']):>14} "
+            f"{_number(flat[f'{key}/client_cpu_us_per_request']):>14}"
+        )
+    print(f"\nsmall_cnn: FP32 [1,3,224,224] per request, concurrency 4, {threads} intra-op threads")
+    print(f"{'mode':12} {'img/s':>8} {'p50 ms':>8} {'ratio':>6}   rounds (img/s)")
+    for mode in CNN_MODES:
+        key = f"cnn/{mode}"
+        print(
+            f"{mode:12} {flat[f'{key}/rate']:>8.1f} {flat[f'{key}/p50_ms']:>8.2f} "
+            f"{flat[f'{key}/ratio']:>6.3f}   {flat[f'{key}/rates']}"
+        )
+    print("\ntargets")
+    outcomes = []
+    for target in TARGETS:
+        value = flat.get(target.key)
+        met = target.met(value)
+        sign = ">=" if target.higher_is_better else "<="
+        print(
+            f"  {'PASS' if met else 'MISS'}  {target.label}: {_number(value)} {target.unit} "
+            f"(target {sign} {target.bound:g})"
+        )
+        outcomes.append(
+            {"target": target.label, "value": value, "bound": target.bound, "pass": met}
+        )
+    return outcomes
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -1,0 +1,75 @@
+"""Build the example model repository.
+
+    python examples/build_models.py [--out DIR]      (default: examples/models)
+
+Writes every model's ``<name>/1/model.onnx`` (generated, git-ignored) and its configuration
+(``config.pbtxt`` or ``config.yaml``, committed; rewritten identically on every run). Running
+it again rebuilds the same models, so it is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from inferplex import modelgen
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "models"
+
+
+def build(out: Path) -> None:
+    """Build all example models into ``out`` and print what was built."""
+    out.mkdir(parents=True, exist_ok=True)
+
+    path = modelgen.add_sub(out, dims=16)
+    _configure(path, "pbtxt", max_batch_size=8)
+
+    digits = modelgen.digits_mlp(out)
+    _configure(digits.path, "yaml", max_batch_size=32)
+    print(
+        f"  digits held-out accuracy: scikit-learn {digits.sklearn_accuracy:.4f}, "
+        f"ONNX Runtime {digits.onnx_accuracy:.4f}"
+    )
+
+    # The same network with no configuration file: the server completes it from the
+    # model's own inputs and outputs, as Triton's auto-complete does.
+    auto = out / "digits_autoconfig" / "1" / modelgen.MODEL_FILENAME
+    auto.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(digits.path, auto)
+    _report(auto, "no config file (completed by the server)")
+
+    path = modelgen.small_cnn(out)
+    _configure(path, "pbtxt", max_batch_size=8)
+
+
+def _configure(path: Path, fmt: Literal["pbtxt", "yaml"], max_batch_size: int) -> None:
+    config = modelgen.model_config(
+        path, max_batch_size=max_batch_size, instance_kind="KIND_CPU", dynamic_batching=True
+    )
+    written = modelgen.write_config(path.parent.parent, config, fmt)
+    _report(path, written.name)
+
+
+def _report(path: Path, config: str) -> None:
+    inputs, outputs = modelgen.signature(path)
+
+    def describe(specs: list[modelgen.TensorSpec]) -> str:
+        return ", ".join(f"{s.name} {s.datatype}{list(s.shape)}" for s in specs)
+
+    print(f"{path.parent.parent.name:18} {config}")
+    print(f"  inputs:  {describe(inputs)}")
+    print(f"  outputs: {describe(outputs)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="model repository folder")
+    args = parser.parse_args()
+    build(args.out)
+    print(f"model repository: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
