@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import DirectoryPath, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -14,7 +14,9 @@ class ServerConfig(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="INFERPLEX_", extra="forbid", frozen=True)
 
-    model_repository: Path = Field(description="folder holding one sub-folder per model")
+    model_repository: DirectoryPath = Field(
+        description="folder holding one sub-folder per model (must exist)"
+    )
     host: str = Field(default="127.0.0.1", description="address the HTTP and gRPC servers bind")
     http_port: int = Field(default=8000, ge=0, le=65535, description="0 picks a free port")
     grpc_port: int = Field(default=8001, ge=0, le=65535, description="0 picks a free port")

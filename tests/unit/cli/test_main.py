@@ -1,33 +1,39 @@
+from pathlib import Path
+
 from click.testing import CliRunner
 
 from inferplex.cli.main import main
 
 
-def test_missing_repository_is_a_clear_error() -> None:
-    result = CliRunner().invoke(main, ["serve"], env={"INFERPLEX_MODEL_REPOSITORY": ""})
+def test_missing_repository_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["serve"], env={"INFERPLEX_MODEL_REPOSITORY": None})
     assert result.exit_code == 2
+    assert "model_repository: Field required" in result.output
+    result = CliRunner().invoke(main, ["serve", "--model-repository", str(tmp_path / "no")])
+    assert result.exit_code == 2
+    assert "model_repository" in result.output
 
 
-def test_bad_setting_names_the_field() -> None:
+def test_bad_setting_names_the_field(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        main, ["serve", "--model-repository", "m", "--http-port", "70000"]
+        main, ["serve", "--model-repository", str(tmp_path), "--http-port", "70000"]
     )
     assert result.exit_code == 2
     assert "http_port" in result.output
 
 
-def test_rate_limit_resources_must_be_a_json_object() -> None:
+def test_rate_limit_resources_must_be_a_json_object(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        main, ["serve", "--model-repository", "m", "--rate-limit-resources", "[1]"]
+        main, ["serve", "--model-repository", str(tmp_path), "--rate-limit-resources", "[1]"]
     )
     assert result.exit_code == 2
     assert "expected a JSON object" in result.output
 
 
-def test_environment_fills_what_flags_leave_out() -> None:
+def test_environment_fills_what_flags_leave_out(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main,
-        ["serve", "--model-repository", "m"],
+        ["serve", "--model-repository", str(tmp_path)],
         env={"INFERPLEX_SCHEDULING_POLICY": "fastest"},
     )
     assert result.exit_code == 2
