@@ -45,6 +45,11 @@ class Backend(abc.ABC):
         """Release the model's resources."""
 
     @classmethod
+    def gpu_available(cls) -> bool:
+        """Whether this backend can place instances on a GPU on this machine."""
+        return False
+
+    @classmethod
     def signature(cls, model_path: Path) -> tuple[list[TensorConfig], list[TensorConfig]] | None:
         """The inputs and outputs the model file itself declares, with the batch dimension
         included as the first dim; None if the format cannot tell."""

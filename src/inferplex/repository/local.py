@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferplex.backends import Backend, InstanceSpec, backend_for, backend_for_file
-from inferplex.config.model_config import ModelConfig
+from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.config.readers import complete_config, read_model_config
 from inferplex.errors import ConfigError
 
@@ -17,6 +17,8 @@ logger = logging.getLogger(__name__)
 
 #: Triton's ONNX Runtime backend parameter for the threads of one session
 INTRA_OP_PARAMETER = "intra_op_thread_count"
+#: model parameter: "true" lets a KIND_GPU group run on the CPU where there is no GPU
+CPU_FALLBACK_PARAMETER = "allow_cpu_fallback"
 
 
 @dataclass(frozen=True)
@@ -95,18 +97,40 @@ def plan_model(model_dir: Path, server_intra_op_threads: int = 0) -> ModelPlan:
         logger.warning(
             "model '%s': config fields not honoured: %s", name, ", ".join(config.unsupported_fields)
         )
-    return ModelPlan(config, backend, files, _instances(config, server_intra_op_threads))
+    instances = _instances(config, server_intra_op_threads, backend.gpu_available())
+    return ModelPlan(config, backend, files, instances)
 
 
-def _instances(config: ModelConfig, server_intra_op_threads: int) -> tuple[InstanceSpec, ...]:
-    groups = config.instance_group or ()
-    total = sum(g.count for g in groups) or 1
-    threads = _intra_op_threads(config, server_intra_op_threads, total)
-    if not groups:
-        return (InstanceSpec("KIND_CPU", 0, threads),)
+def _instances(
+    config: ModelConfig, server_intra_op_threads: int, gpu: bool
+) -> tuple[InstanceSpec, ...]:
+    """One spec per instance. KIND_AUTO means a GPU where there is one (as in Triton); a
+    KIND_GPU group on a machine without one fails the model, or runs on the CPU when the model
+    sets the parameter allow_cpu_fallback."""
+    groups = config.instance_group or (InstanceGroup(),)
+    threads = _intra_op_threads(config, server_intra_op_threads, sum(g.count for g in groups))
     specs: list[InstanceSpec] = []
-    for group in groups:
-        kind = "KIND_CPU" if group.kind in ("KIND_AUTO", "KIND_MODEL") else group.kind
+    for index, group in enumerate(groups):
+        kind = group.kind
+        if kind == "KIND_AUTO":
+            kind = "KIND_GPU" if gpu else "KIND_CPU"
+        elif kind == "KIND_MODEL":
+            kind = "KIND_CPU"
+        if kind == "KIND_GPU" and not gpu:
+            if config.parameters.get(CPU_FALLBACK_PARAMETER, "").lower() != "true":
+                raise ConfigError(
+                    f"model '{config.name}': instance_group[{index}] asks for KIND_GPU but no "
+                    "GPU execution provider is available here; set parameters { key: "
+                    f'"{CPU_FALLBACK_PARAMETER}" value {{ string_value: "true" }} }} to run on '
+                    "the CPU instead"
+                )
+            logger.warning(
+                "model '%s': no GPU here, instance_group[%d] runs on the CPU (%s)",
+                config.name,
+                index,
+                CPU_FALLBACK_PARAMETER,
+            )
+            kind = "KIND_CPU"
         devices = group.gpus or (0,)
         for i in range(group.count):
             specs.append(InstanceSpec(kind, devices[i % len(devices)], threads))
