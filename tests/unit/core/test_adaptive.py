@@ -1,0 +1,35 @@
+import pytest
+
+from inferplex.core.adaptive import HEADROOM, plan_limits
+from inferplex.core.estimator import ExecutionEstimator
+
+
+def linear(fixed: float, per_row: float) -> ExecutionEstimator:
+    estimator = ExecutionEstimator()
+    for rows in (1, 4, 16, 32):
+        estimator.observe(rows, fixed + per_row * rows)
+    return estimator
+
+
+def test_nothing_measured_keeps_the_config() -> None:
+    assert plan_limits(ExecutionEstimator(), 0.05, 32, 0.001) is None
+
+
+def test_largest_batch_whose_worst_case_fits_the_target() -> None:
+    # 1 ms fixed + 0.5 ms per row; target 20 ms -> budget 16 ms -> 2 x exec <= 16 -> rows <= 14
+    limits = plan_limits(linear(0.001, 0.0005), 0.020, 32, 0.0)
+    assert limits is not None
+    assert limits.max_rows == 14
+    assert 2 * (0.001 + 0.0005 * 14) + limits.max_delay_s == pytest.approx(0.020 * HEADROOM)
+
+
+def test_generous_target_uses_the_whole_batch_and_the_configured_delay() -> None:
+    limits = plan_limits(linear(0.001, 0.0001), 1.0, 32, 0.002)
+    assert limits is not None
+    assert (limits.max_rows, limits.max_delay_s) == (32, 0.002)
+
+
+def test_impossible_target_still_runs_single_requests_without_waiting() -> None:
+    limits = plan_limits(linear(0.010, 0.001), 0.005, 32, 0.001)
+    assert limits is not None
+    assert (limits.max_rows, limits.max_delay_s) == (1, 0.0)
