@@ -4,34 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
 from inferplex.core.engine import InferenceEngine
-from inferplex.metrics.collector import EngineCollector
+from inferplex.metrics.collector import collect, render
+
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 
 def create_metrics_app(engine: InferenceEngine) -> Any:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(engine))
-
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
         if scope["path"] == "/metrics" and scope["method"] == "GET":
-            status, body, content_type = 200, generate_latest(registry), CONTENT_TYPE_LATEST
+            status, body, content_type = 200, render(collect(engine)), CONTENT_TYPE
         else:
-            status, body, content_type = (
-                404,
-                b'{"error": "not found: try GET /metrics"}',
-                ("application/json"),
-            )
+            status, body = 404, b'{"error": "not found: try GET /metrics"}'
+            content_type = b"application/json"
         await send(
             {
                 "type": "http.response.start",
                 "status": status,
                 "headers": [
-                    (b"content-type", content_type.encode()),
+                    (b"content-type", content_type),
                     (b"content-length", str(len(body)).encode()),
                 ],
             }

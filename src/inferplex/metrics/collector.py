@@ -1,19 +1,28 @@
-"""A Prometheus collector that reads the engine's per-model statistics when scraped.
+"""The server's metrics, read from the engine's counters when scraped.
 
-Nothing is done per request beyond the counters the engine already keeps; names follow
-Triton's (nv_inference_*) so existing dashboards work.
+Nothing is done per request beyond the counters the engine already keeps. Names follow
+Triton's (``nv_inference_*``, counters without a ``_total`` suffix) so dashboards written for
+Triton work unchanged; ``inferplex_*`` names are ours.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from dataclasses import dataclass, field
 
 from inferplex.core.engine import InferenceEngine
 
-#: (metric name, help, statistics phase) for the cumulative durations in microseconds
+Labels = dict[str, str]
+
+
+@dataclass
+class Family:
+    name: str
+    kind: str  # "counter" or "gauge"
+    help: str
+    samples: list[tuple[Labels, float]] = field(default_factory=list)
+
+
+#: (metric name, help, statistics phase) of the cumulative durations in microseconds
 _DURATIONS = (
     ("nv_inference_request_duration_us", "Cumulative request duration", "success"),
     ("nv_inference_queue_duration_us", "Cumulative time requests waited in queue", "queue"),
@@ -31,40 +40,39 @@ _DURATIONS = (
 )
 
 
-class EngineCollector(Collector):
-    def __init__(self, engine: InferenceEngine) -> None:
-        self._engine = engine
+def collect(engine: InferenceEngine) -> list[Family]:
+    success = Family("nv_inference_request_success", "counter", "Successful inference requests")
+    failure = Family("nv_inference_request_failure", "counter", "Failed inference requests")
+    count = Family("nv_inference_count", "counter", "Inferences performed (batch rows)")
+    executions = Family("nv_inference_exec_count", "counter", "Model executions (batches)")
+    durations = {phase: Family(name, "counter", text) for name, text, phase in _DURATIONS}
+    for stats in engine.model_statistics():
+        labels = {"model": stats["name"], "version": stats["version"]}
+        phases = stats["inference_stats"]
+        success.samples.append((labels, phases["success"]["count"]))
+        failure.samples.append((labels, phases["fail"]["count"]))
+        count.samples.append((labels, stats["inference_count"]))
+        executions.samples.append((labels, stats["execution_count"]))
+        for phase, family in durations.items():
+            family.samples.append((labels, phases[phase]["ns"] / 1000))
+    ready = Family("inferplex_model_ready", "gauge", "1 if the model version is ready to serve")
+    for entry in engine.repository_index():
+        labels = {"model": entry["name"], "version": entry["version"]}
+        ready.samples.append((labels, 1.0 if entry["state"] == "READY" else 0.0))
+    return [success, failure, count, executions, *durations.values(), ready]
 
-    def collect(self) -> Iterator[Metric]:
-        labels = ["model", "version"]
-        success = CounterMetricFamily(
-            "nv_inference_request_success", "Number of successful inference requests", labels=labels
-        )
-        failure = CounterMetricFamily(
-            "nv_inference_request_failure", "Number of failed inference requests", labels=labels
-        )
-        count = CounterMetricFamily(
-            "nv_inference_count", "Number of inferences performed (batch rows)", labels=labels
-        )
-        executions = CounterMetricFamily(
-            "nv_inference_exec_count", "Number of model executions (batches)", labels=labels
-        )
-        durations = {
-            phase: CounterMetricFamily(name, text, labels=labels)
-            for name, text, phase in _DURATIONS
-        }
-        for stats in self._engine.model_statistics():
-            key = [stats["name"], stats["version"]]
-            phases = stats["inference_stats"]
-            success.add_metric(key, phases["success"]["count"])
-            failure.add_metric(key, phases["fail"]["count"])
-            count.add_metric(key, stats["inference_count"])
-            executions.add_metric(key, stats["execution_count"])
-            for phase, family in durations.items():
-                family.add_metric(key, phases[phase]["ns"] / 1000)
-        ready = GaugeMetricFamily(
-            "inferplex_model_ready", "1 if the model version is ready to serve", labels=labels
-        )
-        for entry in self._engine.repository_index():
-            ready.add_metric([entry["name"], entry["version"]], entry["state"] == "READY")
-        yield from (success, failure, count, executions, *durations.values(), ready)
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render(families: list[Family]) -> bytes:
+    """Prometheus text exposition format 0.0.4."""
+    lines: list[str] = []
+    for family in families:
+        lines.append(f"# HELP {family.name} {family.help}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for labels, value in family.samples:
+            text = ",".join(f'{key}="{_escape(val)}"' for key, val in labels.items())
+            lines.append(f"{family.name}{{{text}}} {float(value)!r}")
+    return ("\n".join(lines) + "\n").encode()
