@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh "test,examples,dev"
 .venv/bin/ruff check src tests examples bench
+.venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"
