@@ -65,7 +65,7 @@ class Server:
     async def start(self) -> None:
         """Load the models, then open the endpoints. Returns once everything listens."""
         self._loop = asyncio.get_running_loop()
-        await self.engine.start()
+        await self.engine.start(ready=False)
         config = self.config
         if config.enable_http:
             self.http_port = await self._serve_asgi(
@@ -78,6 +78,7 @@ class Server:
             self.metrics_port = await self._serve_asgi(
                 create_metrics_app(self.engine), config.metrics_port
             )
+        self.engine.set_ready()
         logger.info(
             "inferplex listening on %s: HTTP %s, gRPC %s, metrics %s",
             config.host,
@@ -112,6 +113,10 @@ class Server:
         """Graceful: readiness goes false, in-flight requests finish, then everything stops."""
         logger.info("inferplex shutting down")
         self.engine.begin_shutdown()
+        if self.config.drain_delay_s > 0:
+            # readiness is false but every listener still serves, so load balancers move
+            # traffic away before connections are refused
+            await asyncio.sleep(self.config.drain_delay_s)
         for server, _ in self._uvicorns:
             server.should_exit = True
         pending: list[Any] = [task for _, task in self._uvicorns]

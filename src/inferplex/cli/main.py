@@ -53,6 +53,9 @@ def main() -> None:
     help="Which ready batch runs next when models compete (default priority).",
 )
 @click.option("--max-concurrent-batches", type=int, help="Batches running at once (0 = cores).")
+@click.option(
+    "--drain-delay-s", type=float, help="On SIGTERM, seconds to serve with readiness false."
+)
 @click.option("--cache-size", type=int, help="Response cache size in bytes (0 = off).")
 @click.option(
     "--rate-limit-resources",

@@ -47,6 +47,12 @@ class ServerConfig(BaseSettings):
         description="total tokens per rate-limiter resource (JSON in the environment); a "
         "resource not listed gets the largest count any model asks for",
     )
+    drain_delay_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="on SIGTERM, seconds to keep serving with readiness false before the "
+        "listeners close (lets load balancers stop sending first)",
+    )
     cache_size: int = Field(
         default=0,
         ge=0,

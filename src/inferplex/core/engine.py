@@ -33,8 +33,10 @@ class InferenceEngine:
         self._started = False
         self._stopping = False
 
-    async def start(self) -> None:
-        """Load the repository. Models that fail are reported in the index, not raised."""
+    async def start(self, *, ready: bool = True) -> None:
+        """Load the repository. Models that fail are reported in the index, not raised.
+        With ``ready=False`` readiness waits for ``set_ready`` (the server opens its
+        listeners first, so a ready server answers on every port)."""
         config = self.config
         scheduler = Scheduler(
             config.scheduling_policy,
@@ -44,6 +46,9 @@ class InferenceEngine:
         self.dispatcher = Dispatcher(scheduler, asyncio.get_running_loop())
         cache = ResponseCache(config.cache_size) if config.cache_size else None
         await self.registry.load_all(self.dispatcher, cache)
+        self._started = ready
+
+    def set_ready(self) -> None:
         self._started = True
 
     def begin_shutdown(self) -> None:
