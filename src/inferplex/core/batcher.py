@@ -104,6 +104,11 @@ class PendingRequest:
     """set by the policy: timed out at a DELAY level and moved behind the others"""
 
 
+#: the batch being formed: (candidates, how many close now, their rows, reason or None if it
+#: should wait, time at which it will close if it waits)
+_Plan = tuple[list[PendingRequest], int, int, CloseReason | None, float]
+
+
 @dataclass(slots=True)
 class Batch:
     """Requests to run together; rows are concatenated in the order of ``requests``."""
@@ -188,6 +193,9 @@ class DynamicBatcher:
         self._seq = 0
         self._pending = 0
         self._pending_rows = 0
+        # the last plan and its ``now``: the driver asks next_wakeup, then next_batch, at the
+        # same moment; any change to the queues drops it
+        self._memo: tuple[float, _Plan] | None = None
 
     @property
     def pending_requests(self) -> int:
@@ -233,6 +241,7 @@ class DynamicBatcher:
         level.live.append(request)
         self._pending += 1
         self._pending_rows += request.rows
+        self._memo = None
 
     def next_batch(self, now: float, instance_idle: bool = True) -> Batch | None:
         """Close and return the next batch if one is due now; None while it should wait (or
@@ -240,7 +249,7 @@ class DynamicBatcher:
         if not instance_idle or not self._pending:
             return None
         self._demote(now)
-        taken, cut, rows, reason, _ = self._plan(now)
+        taken, cut, rows, reason, _ = self._planned(now)
         if reason is None:
             return None
         requests = taken if cut == len(taken) else taken[:cut]
@@ -264,7 +273,7 @@ class DynamicBatcher:
                     if r.deadline is not None and r.deadline < wake:
                         wake = r.deadline
         if instance_idle:
-            _, _, _, reason, close_at = self._plan(now)
+            _, _, _, reason, close_at = self._planned(now)
             wake = min(wake, now if reason is not None else close_at)
         return None if wake == math.inf else wake
 
@@ -278,6 +287,7 @@ class DynamicBatcher:
         if expired:
             self._pending -= len(expired)
             self._pending_rows -= sum(r.rows for r in expired)
+            self._memo = None
         return expired
 
     def drain(self) -> list[PendingRequest]:
@@ -291,6 +301,7 @@ class DynamicBatcher:
             level.timed = 0
         self._pending = 0
         self._pending_rows = 0
+        self._memo = None
         return out
 
     def _level_for(self, priority: int) -> _Level:
@@ -320,11 +331,26 @@ class DynamicBatcher:
         for level in self._levels:
             if not level.reject and level.timed:
                 expired = level.take_expired(now)
-                for r in expired:
-                    r.delayed = True
-                level.delayed.extend(expired)
+                if expired:
+                    for r in expired:
+                        r.delayed = True
+                    level.delayed.extend(expired)
+                    self._memo = None
 
-    def _plan(self, now: float) -> tuple[list[PendingRequest], int, int, CloseReason | None, float]:
+    def _planned(self, now: float) -> _Plan:
+        """``_plan(now)``, made once for both questions the driver asks at one moment."""
+        memo = self._memo
+        if memo is not None and memo[0] == now:
+            return memo[1]
+        plan = self._plan(now)
+        reason = plan[3]
+        # a plan that waits or closes for a deadline read the execution estimate, which can
+        # change while the queues do not: only the others are kept
+        keep = reason is not None and reason is not CloseReason.DEADLINE
+        self._memo = (now, plan) if keep else None
+        return plan
+
+    def _plan(self, now: float) -> _Plan:
         """The batch being formed: (candidates, how many close now, their rows, reason or None
         if it should wait, time at which it will close if it waits)."""
         max_rows = self._max_batch_size
@@ -400,6 +426,7 @@ class DynamicBatcher:
             queue.extend(kept)
         self._pending -= len(requests)
         self._pending_rows -= rows
+        self._memo = None
 
 
 def _build_levels(config: DynamicBatching) -> list[_Level]:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from inferplex.core.model import ModelVersion
 
 _now = time.perf_counter
+import os
+_SYNC = os.environ.get('SYNCPUMP') == '1'
 
 
 class Dispatcher:
@@ -46,18 +48,23 @@ class Dispatcher:
     def arrived(self, version: ModelVersion) -> None:
         """A request was queued for ``version``."""
         self.scheduler.note_arrival(version.key, _now())
-        self._pending.add(version)
-        self._wake()
+        pending = self._pending
+        pending.add(version)
+        if self._pump_queued:
+            return
+        if _SYNC and len(pending) == 1 and version.idle:
+            self._pump()
+        else:
+            self._pump_queued = True
+            self._loop.call_soon(self._pump)
 
     def finished(
         self, version: ModelVersion, ticket: Ticket, now: float, latencies: list[float]
     ) -> None:
         """A batch of ``version`` finished: its slot and instance are free again."""
         self.scheduler.finish(ticket, now, latencies)
-        self._wake()
-
-    def _wake(self) -> None:
-        if not self._pump_queued:
+        # with nothing queued anywhere there is nothing to start: the next arrival pumps
+        if self._pending and not self._pump_queued:
             self._pump_queued = True
             self._loop.call_soon(self._pump)
 
@@ -94,8 +101,9 @@ class Dispatcher:
             if batch is None:  # cannot happen after a due wakeup; never spin on it
                 break
             version.launch(batch, scheduler.start(key, now))
-        self._pending = {v for v in active if v.queue.pending_requests}
-        self._arm(now, scheduler.reservation_lifts() if refused else None)
+        pending = self._pending = {v for v in active if v.queue.pending_requests}
+        if pending or refused or self._timer is not None:
+            self._arm(now, scheduler.reservation_lifts() if refused else None)
 
     def _arm(self, now: float, lifts: float | None) -> None:
         """One timer at the earliest future moment a queue needs attention, or the scheduler's

@@ -2,7 +2,9 @@
 
 The dispatcher hands a batch to an idle instance; the worker runs it and answers with one
 ``call_soon_threadsafe`` per batch. The event loop never runs model code (DESIGN.md: a
-dedicated thread fed by a queue is cheaper than ``run_in_executor``).
+dedicated thread fed by a queue is cheaper than ``run_in_executor``). What the worker runs and
+what answers on the loop are fixed when the instance is made, so handing over a batch
+allocates nothing but the job itself.
 """
 
 from __future__ import annotations
@@ -18,41 +20,50 @@ from inferplex.backends.base import Backend
 
 logger = logging.getLogger(__name__)
 
-#: work for the worker thread: takes the backend, returns the result
-Work = Callable[[Backend], Any]
-#: called on the event loop with (result, None) or (None, error)
-Done = Callable[[Any, BaseException | None], None]
+#: runs a job in the worker thread with the instance's backend; its result goes to ``Done``
+Work = Callable[[Backend, Any], Any]
+#: called on the event loop with (job, result, None) or (job, None, error)
+Done = Callable[[Any, Any, BaseException | None], None]
 
 
 class ModelInstance:
-    """One backend instance and the thread that runs its batches, one at a time."""
+    """One backend instance and the thread that runs its jobs (batches), one at a time."""
 
-    def __init__(self, label: str, backend: Backend, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        label: str,
+        backend: Backend,
+        loop: asyncio.AbstractEventLoop,
+        work: Work,
+        done: Done,
+    ) -> None:
         self.label = label
         self._backend = backend
         self._loop = loop
-        self._queue: queue.SimpleQueue[tuple[Work, Done] | None] = queue.SimpleQueue()
+        self._work_fn = work
+        self._done = done
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=label, daemon=True)
         self._thread.start()
 
-    def run(self, work: Work, done: Done) -> None:
-        """Queue ``work``; ``done`` is called on the event loop with its outcome."""
-        self._queue.put((work, done))
+    def run(self, job: Any) -> None:
+        """Queue ``job`` (not None); ``done`` is called on the event loop with its outcome."""
+        self._queue.put(job)
 
     def _work(self) -> None:
         call_soon = self._loop.call_soon_threadsafe
-        backend = self._backend
+        get = self._queue.get
+        work, done, backend = self._work_fn, self._done, self._backend
         while True:
-            item = self._queue.get()
-            if item is None:
+            job = get()
+            if job is None:
                 return
-            work, done = item
             try:
-                result = work(backend)
-            except BaseException as exc:  # every batch is answered, whatever the backend raised
-                call_soon(done, None, exc)
+                result = work(backend, job)
+            except BaseException as exc:  # every job is answered, whatever the backend raised
+                call_soon(done, job, None, exc)
             else:
-                call_soon(done, result, None)
+                call_soon(done, job, result, None)
 
     def close(self) -> None:
         """Stop the worker after the work already queued, then free the backend.

@@ -19,7 +19,7 @@ from inferplex.core.datatypes import to_bytes_elements
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.fifo import FifoQueue
 from inferplex.core.instance import ModelInstance
-from inferplex.core.stats import ExecutionTimes, ModelStats
+from inferplex.core.stats import ModelStats
 from inferplex.core.types import InferenceRequest, InferenceResponse, Parameters, Tensor
 from inferplex.core.validation import RequestValidator
 from inferplex.errors import (
@@ -50,12 +50,11 @@ class _Payload:
     enqueued_ns: int
 
 
-@dataclass(slots=True)
-class _BatchResult:
-    outputs: list[Outputs]  # one per request, in batch order
-    times: ExecutionTimes
-    began_ns: int  # when the worker took the batch: ends each request's queue time
-    infer_s: float
+#: one batch handed to an instance: (batch, scheduler ticket, the instance running it)
+_Job = tuple[Batch, "Ticket", ModelInstance]
+#: what the worker hands back: (outputs per request in batch order, began, prepared, executed,
+#: ended ns). ``began`` ends each request's queue time; the others bound the compute phases.
+_Result = tuple[list[Outputs], int, int, int, int]
 
 
 class ModelVersion:
@@ -85,10 +84,19 @@ class ModelVersion:
         else:
             self.queue = FifoQueue()
         self.instances = [
-            ModelInstance(f"{self.key}#{i}", backend, loop) for i, backend in enumerate(backends)
+            ModelInstance(f"{self.key}#{i}", backend, loop, self._run, self._done)
+            for i, backend in enumerate(backends)
         ]
         self.idle = list(self.instances)
         self._validator = RequestValidator(config)
+        self._batched = config.batched
+        # per output: (datatype, the shape it is reshaped to for the client, or None)
+        self._output_specs = {
+            t.name: (t.data_type, None if t.reshape is None else tuple(t.dims))
+            for t in config.output
+        }
+        self._output_order = [t.name for t in config.output]
+        self._bytes_outputs = [t.name for t in config.output if t.data_type == "BYTES"]
         self._loop = loop
         self._dispatcher = dispatcher
         self._cache = cache if config.response_cache.enable else None
@@ -107,28 +115,35 @@ class ModelVersion:
                 f"model '{self.config.name}' version {self.version} is unloading"
             )
         start = _now_ns()
+        if not self._in_flight:
+            self._idle_event.clear()
         self._in_flight += 1
-        self._idle_event.clear()
         ok = False
         try:
             feeds, rows = self._validator.feeds(request)
-            outputs = self._validator.output_names(request)
-            results = await self._results(request, feeds, rows, outputs, start)
-            response = InferenceResponse(
-                model_name=self.config.name,
-                model_version=self.version_str,
-                outputs=[self._output_tensor(name, results[name]) for name in outputs],
-                id=request.id,
-            )
+            names = self._validator.output_names(request)
+            if self._cache is not None:
+                results = await self._cached_results(request, feeds, rows, names, start)
+            else:
+                results = await self._queued_results(request, feeds, rows, names, start)
+            specs = self._output_specs
+            outputs = []
+            for name in names:
+                data = results[name]
+                datatype, dims = specs[name]
+                if dims is not None:
+                    data = data.reshape((data.shape[0], *dims) if self._batched else dims)
+                outputs.append(Tensor(name, datatype, data.shape, data))
+            response = InferenceResponse(self.config.name, self.version_str, outputs, request.id)
             ok = True
             return response
         finally:
             self.stats.record_request(ok, _now_ns() - start)
             self._in_flight -= 1
-            if self._in_flight == 0:
+            if not self._in_flight:
                 self._idle_event.set()
 
-    async def _results(
+    async def _cached_results(
         self,
         request: InferenceRequest,
         feeds: dict[str, np.ndarray],
@@ -136,64 +151,63 @@ class ModelVersion:
         outputs: list[str],
         start: int,
     ) -> Outputs:
-        """The outputs, from the response cache or from a queued batch."""
-        cache_key = None
-        if self._cache is not None:
-            looked = _now_ns()
-            cache_key = self._cache.key(self.key, feeds, outputs)
-            cached = self._cache.get(cache_key)
-            self.stats.record_cache(cached is not None, _now_ns() - looked)
-            if cached is not None:
-                return cached
-        priority, timeout_us = _scheduling_parameters(request.parameters)
-        future: asyncio.Future[Outputs] = self._loop.create_future()
-        shape_key = (
-            tuple((name, array.shape[1:]) for name, array in feeds.items())
-            if self.config.batched
-            else None
-        )
-        payload = _Payload(feeds, outputs, future, start)
-        pending = PendingRequest(rows, shape_key, start * 1e-9, priority, timeout_us, payload)
-        self.queue.submit(pending, start * 1e-9)
-        self._dispatcher.arrived(self)
-        results = await future
-        if cache_key is not None and self._cache is not None:
-            self._cache.put(cache_key, results)
+        """The outputs from the response cache, else from a queued batch (then cached)."""
+        assert self._cache is not None
+        looked = _now_ns()
+        cache_key = self._cache.key(self.key, feeds, outputs)
+        cached = self._cache.get(cache_key)
+        self.stats.record_cache(cached is not None, _now_ns() - looked)
+        if cached is not None:
+            return cached
+        results = await self._queued_results(request, feeds, rows, outputs, start)
+        self._cache.put(cache_key, results)
         return results
 
-    def _output_tensor(self, name: str, data: np.ndarray) -> Tensor:
-        spec = self._validator.output_spec(name)
-        if spec.reshape is not None:
-            shape = (data.shape[0], *spec.dims) if self.config.batched else spec.dims
-            data = data.reshape(shape)
-        return Tensor(name, spec.data_type, data.shape, data)
+    def _queued_results(
+        self,
+        request: InferenceRequest,
+        feeds: dict[str, np.ndarray],
+        rows: int,
+        outputs: list[str],
+        start: int,
+    ) -> asyncio.Future[Outputs]:
+        """Queue the request; the future is answered when its batch has run."""
+        priority, timeout_us = _scheduling_parameters(request.parameters)
+        future: asyncio.Future[Outputs] = self._loop.create_future()
+        shape_key = self._validator.shape_key(feeds) if self._batched else None
+        arrival = start * 1e-9
+        pending = PendingRequest(
+            rows, shape_key, arrival, priority, timeout_us, _Payload(feeds, outputs, future, start)
+        )
+        self.queue.submit(pending, arrival)
+        self._dispatcher.arrived(self)
+        return future
 
     # -- batches: called by the dispatcher -------------------------------------------------------
     def launch(self, batch: Batch, ticket: Ticket) -> None:
         """Run ``batch`` on an idle instance (the dispatcher checked there is one)."""
         instance = self.idle.pop()
-        started = _now()
+        instance.run((batch, ticket, instance))
 
-        def done(result: _BatchResult | None, error: BaseException | None) -> None:
-            self.idle.append(instance)
-            self._finish(batch, ticket, started, result, error)
-
-        instance.run(lambda backend: self._run(backend, batch), done)
-
-    def _run(self, backend: Backend, batch: Batch) -> _BatchResult:
-        """Runs in the instance's worker thread: concatenate, execute, split."""
+    def _run(self, backend: Backend, job: _Job) -> _Result:
+        """Runs in the instance's worker thread: concatenate, execute, split. Everything here
+        holds the GIL the event loop needs, so it does no more than it must."""
         began = _now_ns()
+        batch = job[0]
         requests = batch.requests
         first: _Payload = requests[0].payload
-        if len(requests) == 1:
+        single = len(requests) == 1
+        if single:
             feeds, wanted = first.feeds, first.outputs
         else:
-            payloads: list[_Payload] = [r.payload for r in requests]
             feeds = {
-                name: np.concatenate([p.feeds[name] for p in payloads]) for name in first.feeds
+                name: np.concatenate([r.payload.feeds[name] for r in requests])
+                for name in first.feeds
             }
-            names = {n for p in payloads for n in p.outputs}
-            wanted = [t.name for t in self.config.output if t.name in names]
+            wanted = first.outputs
+            if any(r.payload.outputs is not wanted for r in requests):
+                names = {n for r in requests for n in r.payload.outputs}
+                wanted = [n for n in self._output_order if n in names]
         prepared = _now_ns()
         try:
             results = backend.execute(feeds, wanted)
@@ -204,20 +218,12 @@ class ModelVersion:
                 f"model '{self.config.name}' version {self.version} failed: {exc}"
             ) from exc
         executed = _now_ns()
-        for name in wanted:
-            if self._validator.output_spec(name).data_type == "BYTES":
-                results[name] = to_bytes_elements(results[name])
-        outputs = [results] if len(requests) == 1 else self._split(results, batch)
-        return _BatchResult(
-            outputs,
-            ExecutionTimes(
-                compute_input_ns=prepared - began,
-                compute_infer_ns=executed - prepared,
-                compute_output_ns=_now_ns() - executed,
-            ),
-            began,
-            (executed - prepared) * 1e-9,
-        )
+        for name in self._bytes_outputs:
+            array = results.get(name)
+            if array is not None:
+                results[name] = to_bytes_elements(array)
+        outputs = [results] if single else self._split(results, batch)
+        return outputs, began, prepared, executed, _now_ns()
 
     def _split(self, results: Outputs, batch: Batch) -> list[Outputs]:
         for name, array in results.items():
@@ -234,28 +240,38 @@ class ModelVersion:
             offset = end
         return split
 
-    def _finish(
-        self,
-        batch: Batch,
-        ticket: Ticket,
-        started: float,
-        result: _BatchResult | None,
-        error: BaseException | None,
-    ) -> None:
+    def _done(self, job: _Job, result: _Result | None, error: BaseException | None) -> None:
+        """On the event loop: a batch finished; free its instance and slot, answer it."""
+        batch, ticket, instance = job
+        self.idle.append(instance)
+        requests = batch.requests
         now = _now()
-        latencies = [now - r.arrival for r in batch.requests]
-        self._dispatcher.finished(self, ticket, now, latencies)
+        self._dispatcher.finished(self, ticket, now, [now - r.arrival for r in requests])
         if result is None:
             if not isinstance(error, InferplexError):
                 error = ModelExecutionError(f"model '{self.config.name}' failed: {error}")
-            for request in batch.requests:
+            for request in requests:
                 self._answer(request, None, error)
             return
-        self.estimator.observe(batch.rows, result.infer_s)
-        queue_ns = [result.began_ns - r.payload.enqueued_ns for r in batch.requests]
-        self.stats.record_batch(batch.rows, result.times, queue_ns)
-        for request, outputs in zip(batch.requests, result.outputs, strict=True):
-            self._answer(request, outputs, None)
+        outputs, began, prepared, executed, ended = result
+        self.estimator.observe(batch.rows, (executed - prepared) * 1e-9)
+        count = len(requests)
+        self.stats.record_batch(
+            batch.rows,
+            count,
+            began * count - sum(r.payload.enqueued_ns for r in requests),
+            prepared - began,
+            executed - prepared,
+            ended - executed,
+        )
+        if self._ordered:
+            for request, answer in zip(requests, outputs, strict=True):
+                self._answer(request, answer, None)
+            return
+        for request, answer in zip(requests, outputs, strict=True):
+            future = request.payload.future
+            if not future.done():  # else the caller went away
+                future.set_result(answer)
 
     def fail_expired(self, requests: list[PendingRequest]) -> None:
         for request in requests:
@@ -307,7 +323,7 @@ class ModelVersion:
 
 def _scheduling_parameters(parameters: Parameters) -> tuple[int, int]:
     """The V2 request parameters ``priority`` and ``timeout`` (microseconds)."""
-    if not parameters:
+    if not parameters or ("priority" not in parameters and "timeout" not in parameters):
         return 0, 0
     values = []
     for name in ("priority", "timeout"):

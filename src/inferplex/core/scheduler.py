@@ -210,6 +210,7 @@ class Scheduler:
                 raise ValueError(f"resource {name!r} needs a count >= 0, got {count!r}")
         self._policy = policy
         self._fair = policy != "round_robin"
+        self._adaptive = policy == "adaptive"
         self._slots = slots
         self._reserve_window = reserve_window
         self._explicit = explicit
@@ -323,45 +324,51 @@ class Scheduler:
                 active_min = state.vtime
             state.seen = epoch
             states.append(state)
-        if self._fair:
+        fair = self._fair
+        if fair:
             self._advance_floor(active_min, fresh)
         if self._running >= self._slots or not states:
             return None
-        if self._fair:
-            states.sort(key=_FAIR_ORDER)
-        else:
-            last = self._last_started
-            states.sort(key=lambda s: (last is not None and s.key <= last, s.key))
+        if len(states) > 1:  # one candidate (the usual case) needs no order
+            if fair:
+                states.sort(key=_FAIR_ORDER)
+            else:
+                last = self._last_started
+                states.sort(key=lambda s: (last is not None and s.key <= last, s.key))
         bar = self._reservation_bar(now)
         room = -1  # executions the models below the bar may still start; computed on first need
-        reserved: set[str] = set()
+        reserved: set[str] | None = None
         for state in states:
             if state.weight < bar and not state.missing:
                 if room < 0:
                     room = self._room_below(bar)
                 if room == 0:
                     continue
-            if state.needs:
-                if reserved and any(name in reserved for name, _ in state.needs):
+            needs = state.needs
+            if needs:
+                if reserved and any(name in reserved for name, _ in needs):
                     continue
-                if not self._fits(state.needs):
-                    reserved.update(name for name, _ in state.needs)
+                if not self._fits(needs):
+                    if reserved is None:
+                        reserved = set()
+                    reserved.update(name for name, _ in needs)
                     continue
             return state.key
         return None
 
     def start(self, key: str, now: float) -> Ticket:
         """Take a slot and the model's resources for one batch execution."""
-        state = self._state(key)
+        state = self._models.get(key) or self._state(key)
         if self._running >= self._slots:
             raise RuntimeError(f"cannot start {key!r}: all {self._slots} slots are running")
-        if not self._fits(state.needs):
+        needs = state.needs
+        if needs and not self._fits(needs):
             raise RuntimeError(
-                f"cannot start {key!r}: it needs {dict(state.needs)}, free {self.free_resources()}"
+                f"cannot start {key!r}: it needs {dict(needs)}, free {self.free_resources()}"
             )
         if self._fair and state.running == 0 and state.seen != self._epoch:
             state.vtime = max(state.vtime, self._vfloor)  # started without being picked
-        for name, count in state.needs:
+        for name, count in needs:
             self._used[name] = self._used.get(name, 0) + count
         charge = (state.est_cost or 0.0) / state.weight
         state.vtime += charge
@@ -389,8 +396,9 @@ class Scheduler:
         self._compute_total += cost
         estimate = state.est_cost
         state.est_cost = cost if estimate is None else estimate + COST_SMOOTHING * (cost - estimate)
-        for name, count in ticket._needs:
-            self._used[name] -= count
+        if ticket._needs:
+            for name, count in ticket._needs:
+                self._used[name] -= count
         state.running -= 1
         self._running -= 1
         if state.running == 0:
@@ -405,7 +413,7 @@ class Scheduler:
             times.popleft()
             state.latencies.popleft()
         if (
-            self._policy == "adaptive"
+            self._adaptive
             and state.policy.slo_p99_ms is not None
             and now - state.last_adjust >= ADJUST_INTERVAL_S
         ):
@@ -454,11 +462,13 @@ class Scheduler:
     def _advance_floor(self, active_min: float, fresh: list[_ModelState]) -> None:
         """Raise the virtual-time floor to the active models' minimum; lift fresh ones to it."""
         for state in self._busy:
-            active_min = min(active_min, state.vtime)
-        if active_min != math.inf:
-            self._vfloor = max(self._vfloor, active_min)
+            if state.vtime < active_min:
+                active_min = state.vtime
+        if active_min != math.inf and active_min > self._vfloor:
+            self._vfloor = active_min
         for state in fresh:
-            state.vtime = max(state.vtime, self._vfloor)
+            if state.vtime < self._vfloor:
+                state.vtime = self._vfloor
 
     def _reservation_bar(self, now: float) -> float:
         """Models whose effective weight is below the bar (and that are not missing their
@@ -469,16 +479,19 @@ class Scheduler:
             return 0.0
         horizon = now - self._reserve_window
         bar = 0.0
-        expired: list[str] = []
+        expired: list[str] | None = None
         for state in self._recent.values():
             if state.last_arrival < horizon:
+                if expired is None:
+                    expired = []
                 expired.append(state.key)
             elif state.missing:
                 bar = math.inf
             elif state.weight > bar:
                 bar = state.weight
-        for key in expired:
-            del self._recent[key]
+        if expired:
+            for key in expired:
+                del self._recent[key]
         return bar
 
     def _room_below(self, bar: float) -> int:

@@ -1,7 +1,8 @@
 """Per-model-version statistics in the shape of Triton's statistics extension.
 
 Updated only on the event loop thread (the worker hands its timings back with the result), so
-no locks are needed.
+no locks are needed. Batch figures are recorded once per batch, request figures once per
+request: both are a handful of integer additions.
 """
 
 from __future__ import annotations
@@ -22,15 +23,6 @@ class Duration:
 
     def to_dict(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
-
-
-@dataclass(slots=True)
-class ExecutionTimes:
-    """Timings one batch execution reports back from the worker thread, in nanoseconds."""
-
-    compute_input_ns: int
-    compute_infer_ns: int
-    compute_output_ns: int
 
 
 @dataclass(slots=True)
@@ -63,30 +55,44 @@ class ModelStats:
         self.last_inference_ms = 0
         self.phases = {phase: Duration() for phase in _PHASES}
         self.batches: dict[int, _BatchStats] = {}
+        # the phases every request or batch touches, without a dict lookup each time
+        phases = self.phases
+        self._success, self._fail, self._queue = phases["success"], phases["fail"], phases["queue"]
+        self._compute = (phases["compute_input"], phases["compute_infer"], phases["compute_output"])
 
-    def record_batch(self, rows: int, times: ExecutionTimes, queue_ns: list[int]) -> None:
-        """One backend execution of ``rows`` rows answering ``len(queue_ns)`` requests; like
-        Triton, each request is charged its own queue time and the batch's compute times."""
+    def record_batch(
+        self,
+        rows: int,
+        requests: int,
+        queue_ns: int,
+        compute_input_ns: int,
+        compute_infer_ns: int,
+        compute_output_ns: int,
+    ) -> None:
+        """One backend execution of ``rows`` rows answering ``requests`` requests that waited
+        ``queue_ns`` in all; like Triton, each request is charged its own queue time and the
+        batch's compute times."""
         self.inference_count += rows
         self.execution_count += 1
-        phases = self.phases
-        requests = len(queue_ns)
-        phases["queue"].add(sum(queue_ns), requests)
-        phases["compute_input"].add(times.compute_input_ns * requests, requests)
-        phases["compute_infer"].add(times.compute_infer_ns * requests, requests)
-        phases["compute_output"].add(times.compute_output_ns * requests, requests)
+        self._queue.add(queue_ns, requests)
+        compute_input, compute_infer, compute_output = self._compute
+        compute_input.add(compute_input_ns * requests, requests)
+        compute_infer.add(compute_infer_ns * requests, requests)
+        compute_output.add(compute_output_ns * requests, requests)
         batch = self.batches.get(rows)
         if batch is None:
             batch = self.batches[rows] = _BatchStats()
-        batch.compute_input.add(times.compute_input_ns)
-        batch.compute_infer.add(times.compute_infer_ns)
-        batch.compute_output.add(times.compute_output_ns)
+        batch.compute_input.add(compute_input_ns)
+        batch.compute_infer.add(compute_infer_ns)
+        batch.compute_output.add(compute_output_ns)
 
     def record_cache(self, hit: bool, lookup_ns: int) -> None:
         self.phases["cache_hit" if hit else "cache_miss"].add(lookup_ns)
 
     def record_request(self, ok: bool, duration_ns: int) -> None:
-        self.phases["success" if ok else "fail"].add(duration_ns)
+        phase = self._success if ok else self._fail
+        phase.count += 1
+        phase.ns += duration_ns
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def to_dict(self) -> dict[str, Any]:

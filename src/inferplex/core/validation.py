@@ -1,11 +1,18 @@
-"""Checks a request against the model's declared inputs and outputs, cheaply, at the edge."""
+"""Checks a request against the model's declared inputs and outputs, cheaply, at the edge.
+
+Everything that depends only on the config (expected dims, whether a dim is variable, the
+reshape target) is worked out once per model, so a valid request costs a dict lookup and a
+few tuple comparisons per input.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Hashable
+from math import prod
 
 import numpy as np
 
 from inferplex.config.model_config import ModelConfig, TensorConfig
-from inferplex.core.datatypes import element_count
 from inferplex.core.types import InferenceRequest
 from inferplex.errors import InvalidInputError
 
@@ -16,8 +23,17 @@ def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
 
 
-def _expected_shape(config: ModelConfig, spec: TensorConfig) -> str:
-    return str(config.full_shape(spec))
+class _Input:
+    """What the checks need of one declared input, precomputed."""
+
+    __slots__ = ("datatype", "dims", "fixed", "reshape", "spec")
+
+    def __init__(self, spec: TensorConfig) -> None:
+        self.spec = spec
+        self.datatype = spec.data_type
+        self.dims = tuple(spec.dims)
+        self.fixed = -1 not in self.dims  # dims compare with one tuple comparison
+        self.reshape = None if spec.reshape is None else tuple(spec.reshape)
 
 
 class RequestValidator:
@@ -25,71 +41,85 @@ class RequestValidator:
 
     def __init__(self, config: ModelConfig) -> None:
         self._config = config
-        self._inputs = {t.name: t for t in config.input}
+        self._batched = config.batched
+        self._max_batch_size = config.max_batch_size
+        self._inputs = {t.name: _Input(t) for t in config.input}
         self._outputs = {t.name: t for t in config.output}
         self._required = [t.name for t in config.input if not t.optional]
         self._all_outputs = [t.name for t in config.output]
+        # Every valid request has the same inputs with the same non-batch dims: any two of
+        # them can share a batch, and no per-request shape key is needed.
+        self.one_signature = all(i.fixed and not i.spec.optional for i in self._inputs.values())
 
     def feeds(self, request: InferenceRequest) -> tuple[dict[str, np.ndarray], int]:
         """The backend inputs (name -> array, reshaped where the config says so) and the
         batch size (1 for a model without batching)."""
-        config = self._config
+        inputs = self._inputs
+        batched = self._batched
         feeds: dict[str, np.ndarray] = {}
         batch_size = -1
         for tensor in request.inputs:
-            spec = self._inputs.get(tensor.name)
+            name = tensor.name
+            spec = inputs.get(name)
             if spec is None:
                 raise InvalidInputError(
-                    f"unknown input '{tensor.name}' for model '{config.name}', expected "
-                    f"{self._names(self._inputs)}"
+                    f"unknown input '{name}' for model '{self._config.name}', expected "
+                    f"{self._names(inputs)}"
                 )
-            if tensor.name in feeds:
-                raise InvalidInputError(f"input '{tensor.name}' is given more than once")
-            if tensor.datatype != spec.data_type:
+            if name in feeds:
+                raise InvalidInputError(f"input '{name}' is given more than once")
+            if tensor.datatype != spec.datatype:
                 raise InvalidInputError(
-                    f"input '{tensor.name}' has datatype {tensor.datatype}, model "
-                    f"'{config.name}' expects {spec.data_type}"
+                    f"input '{name}' has datatype {tensor.datatype}, model "
+                    f"'{self._config.name}' expects {spec.datatype}"
                 )
             shape = tuple(tensor.shape)
             data = tensor.data
-            if data.size != element_count(shape):
+            # an array of the declared shape has the right element count by construction
+            if data.shape != shape and data.size != prod(shape):
                 raise InvalidInputError(
-                    f"input '{tensor.name}' has {data.size} elements, shape {list(shape)} needs "
-                    f"{element_count(shape)}"
+                    f"input '{name}' has {data.size} elements, shape {list(shape)} needs "
+                    f"{prod(shape)}"
                 )
-            if config.batched:
-                if not shape or not _dims_match(shape[1:], spec.dims):
-                    raise InvalidInputError(
-                        f"input '{tensor.name}' has shape {list(shape)}, model '{config.name}' "
-                        f"expects {_expected_shape(config, spec)}"
-                    )
+            if batched:
+                dims = shape[1:]
+                if not shape or not (
+                    dims == spec.dims if spec.fixed else _dims_match(dims, spec.dims)
+                ):
+                    raise self._shape_error(name, shape, spec.spec)
                 rows = shape[0]
-                if rows < 1 or rows > config.max_batch_size:
+                if rows < 1 or rows > self._max_batch_size:
                     raise InvalidInputError(
-                        f"input '{tensor.name}' has batch size {rows}, model '{config.name}' "
-                        f"accepts 1 to max_batch_size {config.max_batch_size}"
+                        f"input '{name}' has batch size {rows}, model '{self._config.name}' "
+                        f"accepts 1 to max_batch_size {self._max_batch_size}"
                     )
-                if batch_size not in (-1, rows):
-                    raise InvalidInputError(
-                        f"input '{tensor.name}' has batch size {rows}, other inputs have "
-                        f"{batch_size}: all inputs must share the batch dimension"
-                    )
-                batch_size = rows
-            elif not _dims_match(shape, spec.dims):
-                raise InvalidInputError(
-                    f"input '{tensor.name}' has shape {list(shape)}, model '{config.name}' "
-                    f"expects {_expected_shape(config, spec)}"
-                )
+                if batch_size != rows:
+                    if batch_size != -1:
+                        raise InvalidInputError(
+                            f"input '{name}' has batch size {rows}, other inputs have "
+                            f"{batch_size}: all inputs must share the batch dimension"
+                        )
+                    batch_size = rows
+            elif not (shape == spec.dims if spec.fixed else _dims_match(shape, spec.dims)):
+                raise self._shape_error(name, shape, spec.spec)
             if spec.reshape is not None:
-                shape = (shape[0], *spec.reshape) if config.batched else spec.reshape
-            feeds[tensor.name] = data.reshape(shape) if data.shape != shape else data
-        missing = [name for name in self._required if name not in feeds]
-        if missing:
-            raise InvalidInputError(
-                f"model '{config.name}' is missing required input(s) {missing}, expected "
-                f"{self._names(self._inputs)}"
-            )
+                shape = (shape[0], *spec.reshape) if batched else spec.reshape
+            feeds[name] = data if data.shape == shape else data.reshape(shape)
+        if len(feeds) != len(inputs):
+            missing = [name for name in self._required if name not in feeds]
+            if missing:
+                raise InvalidInputError(
+                    f"model '{self._config.name}' is missing required input(s) {missing}, "
+                    f"expected {self._names(inputs)}"
+                )
         return feeds, max(batch_size, 1)
+
+    def shape_key(self, feeds: dict[str, np.ndarray]) -> Hashable:
+        """What decides which requests of a batched model may share a batch: the names and
+        non-batch shapes of their feeds (None when every valid request has the same ones)."""
+        if self.one_signature:
+            return None
+        return tuple((name, array.shape[1:]) for name, array in feeds.items())
 
     def output_names(self, request: InferenceRequest) -> list[str]:
         """The outputs to compute: the requested ones, or all declared outputs."""
@@ -109,6 +139,14 @@ class RequestValidator:
     def output_spec(self, name: str) -> TensorConfig:
         return self._outputs[name]
 
+    def _shape_error(
+        self, name: str, shape: tuple[int, ...], spec: TensorConfig
+    ) -> InvalidInputError:
+        return InvalidInputError(
+            f"input '{name}' has shape {list(shape)}, model '{self._config.name}' expects "
+            f"{self._config.full_shape(spec)}"
+        )
+
     @staticmethod
-    def _names(tensors: dict[str, TensorConfig]) -> str:
+    def _names(tensors: dict[str, object]) -> str:
         return "one of " + ", ".join(f"'{n}'" for n in tensors) if tensors else "none"
