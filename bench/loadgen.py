@@ -1,14 +1,18 @@
-"""Closed-loop load generation with a cheap client.
+"""Load generation with a cheap client: closed loop and open loop.
 
 ``measure`` runs one coroutine per simulated client, each sending its next request as soon as
 the previous answer arrived (concurrency = number of clients), and records latencies only
-inside a measurement window that opens after a warm-up. The clients are cheap on purpose: on
-a 2-core machine a heavy client steals the server's CPU and distorts every figure.
+inside a measurement window that opens after a warm-up. ``measure_open`` sends at a fixed rate
+whatever the answers, so the latency it records is not inflated by its own queueing (for a
+model driven at a modest rate while another floods the server). The clients are cheap on
+purpose: on a 2-core machine a heavy client steals the server's CPU and distorts every figure.
 
 - HTTP: one raw keep-alive socket per client (a bare asyncio protocol), writing pre-encoded
   request bytes and reading the response by its Content-Length.
 - gRPC: one grpc.aio channel shared by all clients, pre-serialised request messages, raw
   response bytes (no deserialisation on the hot path).
+- Open loop over HTTP: an :class:`HttpPool` of keep-alive connections, one per request in
+  flight, opened on demand.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class Measurement:
     latencies_ns: list[int] = field(repr=False)
     server_cpu_seconds: float | None = None
     client_cpu_seconds: float | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+    """figures a benchmark adds about the same window (e.g. the server's batch statistics)"""
 
     @property
     def requests(self) -> int:
@@ -116,6 +122,55 @@ async def measure(
     return Measurement(elapsed, latencies, server_used, client_used)
 
 
+async def measure_open(call: Call, rate: float, duration: float, warmup: float) -> Measurement:
+    """Open loop: start ``call`` every ``1 / rate`` seconds whether or not the earlier ones were
+    answered; record the latency of every request sent inside the window (after ``warmup``).
+
+    The sending times are fixed in advance, so a slow answer delays no later request and the
+    latencies are the server's, not queueing in the client. Any failed request stops the run.
+    """
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0 requests/s, got {rate}")
+    latencies: list[int] = []
+    failures: list[BaseException] = []
+    pending: set[asyncio.Task[None]] = set()
+
+    async def one(recorded: bool) -> None:
+        start = time.perf_counter_ns()
+        await call()
+        if recorded:
+            latencies.append(time.perf_counter_ns() - start)
+
+    def finished(task: asyncio.Task[None]) -> None:
+        pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            failures.append(cast(BaseException, task.exception()))
+
+    begin = time.perf_counter()
+    opens, closes = begin + warmup, begin + warmup + duration
+    sent = 0
+    try:
+        while not failures:
+            at = begin + sent / rate
+            if at >= closes:
+                break
+            delay = at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(one(at >= opens))
+            pending.add(task)
+            task.add_done_callback(finished)
+            sent += 1
+        if pending:
+            await asyncio.wait(set(pending))
+    finally:
+        for task in pending:
+            task.cancel()
+    if failures:
+        raise failures[0]
+    return Measurement(duration, latencies)
+
+
 async def _run_for(tasks: list[asyncio.Task[None]], seconds: float) -> None:
     """Let the clients run for ``seconds``; re-raise the first client failure at once."""
     done, _ = await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
@@ -184,6 +239,11 @@ class HttpConnection(asyncio.Protocol):
             raise BadResponse(f"{status}: {body[:300].decode(errors='replace')}")
         return head, body
 
+    @property
+    def is_open(self) -> bool:
+        """False once either side closed the connection (the server closes idle ones)."""
+        return self._transport is not None and not self._transport.is_closing()
+
     async def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
@@ -191,6 +251,36 @@ class HttpConnection(asyncio.Protocol):
 
 async def open_http(host: str, port: int, count: int) -> list[HttpConnection]:
     return [await HttpConnection.open(host, port) for _ in range(count)]
+
+
+class HttpPool:
+    """Keep-alive connections for an open loop: each request takes the idle connection used
+    last, or opens one when every connection has a request in flight. Connections the server
+    closed while idle (its keep-alive timeout) are dropped."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._host = host
+        self._port = port
+        self._idle: list[HttpConnection] = []
+        self._all: list[HttpConnection] = []
+
+    async def send(self, request: bytes) -> tuple[bytes, bytes]:
+        """Like :meth:`HttpConnection.send`."""
+        while self._idle and not self._idle[-1].is_open:
+            self._idle.pop()
+        if self._idle:
+            connection = self._idle.pop()
+        else:
+            connection = await HttpConnection.open(self._host, self._port)
+            self._all.append(connection)
+        answer = await connection.send(request)
+        # Only a connection whose answer was read in full can carry the next request.
+        self._idle.append(connection)
+        return answer
+
+    async def close(self) -> None:
+        for connection in self._all:
+            await connection.close()
 
 
 def grpc_infer(target: str) -> tuple[Any, Callable[[bytes], Awaitable[bytes]]]:

@@ -1,7 +1,9 @@
-"""The overhead benchmark's printed tables and its targets (issue 2)."""
+"""Printed tables and PASS/MISS targets: the overhead benchmark's (issue 2) and the shared
+helpers the other benchmarks print their targets with."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +57,8 @@ def report(flat: dict[str, Any], threads: int) -> list[dict[str, Any]]:
         print(
             f"{protocol:12} {concurrency:>4} {flat[f'{key}/rate']:>8.0f} "
             f"{flat[f'{key}/p50_ms']:>8.3f} {flat[f'{key}/p99_ms']:>8.3f} "
-            f"{_number(flat[f'{key}/server_cpu_us_per_request']):>14} "
-            f"{_number(flat[f'{key}/client_cpu_us_per_request']):>14}"
+            f"{number(flat[f'{key}/server_cpu_us_per_request']):>14} "
+            f"{number(flat[f'{key}/client_cpu_us_per_request']):>14}"
         )
     print(f"\nsmall_cnn: FP32 [1,3,224,224] per request, concurrency 4, {threads} intra-op threads")
     print(f"{'mode':12} {'img/s':>8} {'p50 ms':>8} {'ratio':>6}   rounds (img/s)")
@@ -66,14 +68,19 @@ def report(flat: dict[str, Any], threads: int) -> list[dict[str, Any]]:
             f"{mode:12} {flat[f'{key}/rate']:>8.1f} {flat[f'{key}/p50_ms']:>8.2f} "
             f"{flat[f'{key}/ratio']:>6.3f}   {flat[f'{key}/rates']}"
         )
+    return check_targets(TARGETS, flat)
+
+
+def check_targets(targets: Sequence[Target], flat: dict[str, Any]) -> list[dict[str, Any]]:
+    """Print each target with PASS or MISS; returns each with its value and outcome."""
     print("\ntargets")
     outcomes = []
-    for target in TARGETS:
+    for target in targets:
         value = flat.get(target.key)
         met = target.met(value)
         sign = ">=" if target.higher_is_better else "<="
         print(
-            f"  {'PASS' if met else 'MISS'}  {target.label}: {_number(value)} {target.unit} "
+            f"  {'PASS' if met else 'MISS'}  {target.label}: {number(value)} {target.unit} "
             f"(target {sign} {target.bound:g})"
         )
         outcomes.append(
@@ -82,5 +89,6 @@ def report(flat: dict[str, Any], threads: int) -> list[dict[str, Any]]:
     return outcomes
 
 
-def _number(value: float | None) -> str:
+def number(value: float | None) -> str:
+    """Four significant digits, or ``-`` for a figure that was not measured."""
     return "-" if value is None else f"{value:.4g}"

@@ -235,6 +235,51 @@ def small_cnn(
     return _save(graph, repo, name, version)
 
 
+def mlp(
+    repo: Path,
+    name: str = "mlp",
+    version: int = 1,
+    features: int = 64,
+    hidden: Sequence[int] = (64,) * 72,
+    classes: int = 10,
+    seed: int = 0,
+) -> Path:
+    """A multi-layer perceptron with fixed, seeded random weights.
+
+    ``features`` FP32 ``[-1, features]`` -> ``logits`` FP32 ``[-1, classes]``: one Gemm + Relu
+    per ``hidden`` width, then a Gemm to ``classes``. The defaults (72 hidden layers of 64) are
+    deep and narrow on purpose: at batch 1 each layer costs about a microsecond of kernel
+    dispatch, which a batch shares, so one row takes about 0.1 ms in ONNX Runtime (one thread,
+    2-core development machine) and a row in a batch of 32 about 9x less: the model of
+    ``bench/batching.py``, where dynamic batching pays.
+    """
+    rng = np.random.default_rng(seed)
+    initializers: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+    current, width = "features", features
+    for i, out in enumerate([*hidden, classes]):
+        # He initialisation keeps the activations in range through the ReLUs.
+        initializers += [
+            _const(f"fc{i}_w", rng.standard_normal((width, out)) * np.sqrt(2.0 / width)),
+            _const(f"fc{i}_b", rng.standard_normal(out) * 0.1),
+        ]
+        last = i == len(hidden)
+        gemm = "logits" if last else f"fc{i}"
+        nodes.append(helper.make_node("Gemm", [current, f"fc{i}_w", f"fc{i}_b"], [gemm]))
+        if not last:
+            nodes.append(helper.make_node("Relu", [gemm], [f"relu{i}"]))
+            current = f"relu{i}"
+        width = out
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [_value("features", "FP32", ["batch", features])],
+        [_value("logits", "FP32", ["batch", classes])],
+        initializers,
+    )
+    return _save(graph, repo, name, version)
+
+
 def slow(repo: Path, name: str = "slow", version: int = 1, seconds: float = 1.0) -> Path:
     """INPUT0 FP32 ``[-1]`` -> OUTPUT0, unchanged, but each call takes about ``seconds``.
 

@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import yaml
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from inferplex import modelgen
 from inferplex.core.datatypes import V2_DATATYPES, V2_TO_NUMPY
@@ -264,3 +264,26 @@ def test_written_configs_read_back_as_model_config(tmp_path: Path, fmt: str) -> 
     assert model.instance_group[0].kind == "KIND_CPU"
     assert model.dynamic_batching is not None
     assert model.unsupported_fields == ()
+
+
+def test_mlp_computes_relu_layers_with_seeded_weights(tmp_path: Path) -> None:
+    path = modelgen.mlp(tmp_path, features=8, hidden=(16, 12), classes=3, seed=5)
+    inputs, outputs = modelgen.signature(path)
+    assert inputs == [modelgen.TensorSpec("features", "FP32", (-1, 8))]
+    assert outputs == [modelgen.TensorSpec("logits", "FP32", (-1, 3))]
+    weights = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    x = np.random.default_rng(2).standard_normal((5, 8)).astype(np.float32)
+    expected = x
+    for i in range(3):
+        expected = expected @ weights[f"fc{i}_w"] + weights[f"fc{i}_b"]
+        if i < 2:
+            expected = np.maximum(expected, 0)
+    (logits,) = session(path).run(None, {"features": x})
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(logits[0], logits[1]), "different rows give different logits"
+
+
+def test_mlp_is_deterministic_per_seed(tmp_path: Path) -> None:
+    first = modelgen.mlp(tmp_path / "a", hidden=(32,)).read_bytes()
+    assert modelgen.mlp(tmp_path / "b", hidden=(32,)).read_bytes() == first
+    assert modelgen.mlp(tmp_path / "c", hidden=(32,), seed=1).read_bytes() != first

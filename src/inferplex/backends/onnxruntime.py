@@ -11,6 +11,9 @@ from inferplex.backends.base import Backend, InstanceSpec
 from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import ConfigError, InvalidInputError
 
+#: model parameter (ONNX Runtime's own session config key) that lets intra-op threads spin
+SPINNING_PARAMETER = "session.intra_op.allow_spinning"
+
 #: ONNX Runtime's tensor type strings -> V2 datatypes
 _ORT_TO_V2 = {
     "tensor(bool)": "BOOL",
@@ -42,6 +45,7 @@ class OnnxRuntimeBackend(Backend):
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
+        options.add_session_config_entry(SPINNING_PARAMETER, _spinning(config))
         self._session = ort.InferenceSession(
             str(model_path), sess_options=options, providers=_providers(instance)
         )
@@ -49,9 +53,10 @@ class OnnxRuntimeBackend(Backend):
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }
         self._run_options = ort.RunOptions()
-        # The Python wrapper's run() re-checks the feeds (the engine validated them already)
-        # and adds ~7 µs of GIL-holding Python per batch; its only other service is falling
-        # back to CPU when a GPU provider fails, so GPU sessions keep it.
+        # The Python wrapper's run() re-checks the feeds (the engine validated them already):
+        # ~40,000 instructions of GIL-holding Python per batch, as much as a small model's
+        # whole run. Its only other service is falling back to CPU when a GPU provider fails,
+        # so GPU sessions keep it.
         self._run = (
             self._session._sess.run
             if self._session.get_providers() == ["CPUExecutionProvider"]
@@ -88,6 +93,19 @@ class OnnxRuntimeBackend(Backend):
             [_tensor_config(t) for t in session.get_inputs()],
             [_tensor_config(t) for t in session.get_outputs()],
         )
+
+
+def _spinning(config: ModelConfig) -> str:
+    """Whether idle intra-op threads spin-wait for the next run: off unless the model's
+    parameters turn it on. Between the short batches of a server, spinning threads burn the
+    cores the event loop and the other models need."""
+    value = config.parameters.get(SPINNING_PARAMETER, "0")
+    if value not in ("0", "1"):
+        raise ConfigError(
+            f"model '{config.name}': parameter {SPINNING_PARAMETER} must be \"0\" or \"1\", "
+            f"got '{value}'"
+        )
+    return value
 
 
 def _decode_strings(name: str, array: np.ndarray) -> np.ndarray:

@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from inferplex.core.model import ModelVersion
 
 _now = time.perf_counter
-import os
-_SYNC = os.environ.get('SYNCPUMP') == '1'
 
 
 class Dispatcher:
@@ -48,13 +46,9 @@ class Dispatcher:
     def arrived(self, version: ModelVersion) -> None:
         """A request was queued for ``version``."""
         self.scheduler.note_arrival(version.key, _now())
-        pending = self._pending
-        pending.add(version)
-        if self._pump_queued:
-            return
-        if _SYNC and len(pending) == 1 and version.idle:
-            self._pump()
-        else:
+        self._pending.add(version)
+        # arrivals in this loop iteration share one pump, and so can share one batch
+        if not self._pump_queued:
             self._pump_queued = True
             self._loop.call_soon(self._pump)
 

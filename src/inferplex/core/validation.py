@@ -7,7 +7,7 @@ few tuple comparisons per input.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from math import prod
 
 import numpy as np
@@ -73,10 +73,13 @@ class RequestValidator:
                     f"input '{name}' has datatype {tensor.datatype}, model "
                     f"'{self._config.name}' expects {spec.datatype}"
                 )
-            shape = tuple(tensor.shape)
+            shape = tensor.shape
+            if type(shape) is not tuple:
+                shape = tuple(shape)
             data = tensor.data
+            data_shape = data.shape
             # an array of the declared shape has the right element count by construction
-            if data.shape != shape and data.size != prod(shape):
+            if data_shape != shape and data.size != prod(shape):
                 raise InvalidInputError(
                     f"input '{name}' has {data.size} elements, shape {list(shape)} needs "
                     f"{prod(shape)}"
@@ -104,7 +107,7 @@ class RequestValidator:
                 raise self._shape_error(name, shape, spec.spec)
             if spec.reshape is not None:
                 shape = (shape[0], *spec.reshape) if batched else spec.reshape
-            feeds[name] = data if data.shape == shape else data.reshape(shape)
+            feeds[name] = data if data_shape == shape else data.reshape(shape)
         if len(feeds) != len(inputs):
             missing = [name for name in self._required if name not in feeds]
             if missing:
@@ -112,7 +115,7 @@ class RequestValidator:
                     f"model '{self._config.name}' is missing required input(s) {missing}, "
                     f"expected {self._names(inputs)}"
                 )
-        return feeds, max(batch_size, 1)
+        return feeds, batch_size if batch_size > 0 else 1
 
     def shape_key(self, feeds: dict[str, np.ndarray]) -> Hashable:
         """What decides which requests of a batched model may share a batch: the names and
@@ -148,5 +151,5 @@ class RequestValidator:
         )
 
     @staticmethod
-    def _names(tensors: dict[str, object]) -> str:
+    def _names(tensors: Collection[str]) -> str:
         return "one of " + ", ".join(f"'{n}'" for n in tensors) if tensors else "none"

@@ -84,6 +84,9 @@ class HttpApp:
     def __init__(self, engine: InferenceEngine, config: ServerConfig) -> None:
         self._engine = engine
         self._max_body = config.max_request_bytes
+        # paths seen before and where they lead: a client sends the same few paths again
+        # and again; bounded, since paths are the client's choice
+        self._routes: dict[str, Route] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -95,7 +98,10 @@ class HttpApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            method, handler, model, version = _resolve(scope["path"])
+            route = self._routes.get(scope["path"])
+            if route is None:
+                route = self._resolve(scope["path"])
+            method, handler, model, version = route
             if scope["method"] != method:
                 raise _RouteError(
                     405,
@@ -163,6 +169,13 @@ class HttpApp:
             chunks.append(chunk)
         return b"".join(chunks), header_length
 
+    def _resolve(self, path: str) -> Route:
+        route = _resolve(path)
+        if len(self._routes) >= _ROUTES_KEPT:
+            self._routes.clear()
+        self._routes[path] = route
+        return route
+
     def _too_large(self, what: str) -> PayloadTooLargeError:
         return PayloadTooLargeError(
             f"request body of {what} is above the limit of {self._max_body} bytes "
@@ -226,6 +239,9 @@ class HttpApp:
 
 Handler = Callable[[HttpApp, str, str, bytes, bytes | None], Awaitable[Reply]]
 Route = tuple[str, Handler, str, str]
+
+#: how many resolved paths an app remembers
+_ROUTES_KEPT = 1024
 
 #: the last path segment of a model route -> (method, handler)
 _MODEL_ACTIONS: dict[str, tuple[str, Handler]] = {

@@ -9,6 +9,7 @@ Triton's JSON shape, which is protobuf's JSON mapping of the same messages, so
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -91,17 +92,20 @@ def fill_parameters(target: Any, params: Parameters) -> None:
 def decode_infer_request(msg: Any) -> InferenceRequest:
     """Turn a ModelInferRequest into an InferenceRequest; InvalidInputError naming the tensor
     and field when the data does not match the declared datatype and shape."""
+    # every field read from a message builds a Python object: each is read once
     raw = msg.raw_input_contents
-    if raw and len(raw) != len(msg.inputs):
+    tensors = msg.inputs
+    if raw and len(raw) != len(tensors):
         raise InvalidInputError(
             f"raw_input_contents has {len(raw)} entries but the request declares "
-            f"{len(msg.inputs)} inputs; send one entry per input, in the order of 'inputs'"
+            f"{len(tensors)} inputs; send one entry per input, in the order of 'inputs'"
         )
     inputs: list[Tensor] = []
-    for index, tensor in enumerate(msg.inputs):
+    for index, tensor in enumerate(tensors):
         name = tensor.name
         datatype = tensor.datatype
-        if datatype not in V2_TO_NUMPY:
+        dtype = V2_TO_NUMPY.get(datatype)
+        if dtype is None:
             raise InvalidInputError(
                 f"input '{name}': unknown datatype '{datatype}', expected one of "
                 f"{', '.join(sorted(V2_TO_NUMPY))}"
@@ -119,7 +123,7 @@ def decode_infer_request(msg: Any) -> InferenceRequest:
                     f"input '{name}': has typed 'contents' although the request uses "
                     "raw_input_contents; use one or the other for all inputs"
                 )
-            data = _decode_raw(raw[index], name, datatype, shape, index)
+            data = _decode_raw(raw[index], name, datatype, dtype, shape, index)
         else:
             data = _decode_typed(tensor.contents, name, datatype, shape)
         inputs.append(Tensor(name, datatype, shape, data, params))
@@ -129,15 +133,16 @@ def decode_infer_request(msg: Any) -> InferenceRequest:
         requested = RequestedOutput(out.name)
         if out.parameters:
             requested.parameters = parameters_from_proto(out.parameters)
-            _refuse_shared_memory(requested.parameters, "output", out.name)
+            _refuse_shared_memory(requested.parameters, "output", requested.name)
         outputs.append(requested)
+    parameters = msg.parameters
     return InferenceRequest(
-        model_name=msg.model_name,
-        inputs=inputs,
-        model_version=msg.model_version,
-        id=msg.id,
-        outputs=outputs,
-        parameters=parameters_from_proto(msg.parameters) if msg.parameters else {},
+        msg.model_name,
+        inputs,
+        msg.model_version,
+        msg.id,
+        outputs,
+        parameters_from_proto(parameters) if parameters else {},
     )
 
 
@@ -150,12 +155,11 @@ def _refuse_shared_memory(params: Parameters, kind: str, name: str) -> None:
 
 
 def _decode_raw(
-    buffer: bytes, name: str, datatype: str, shape: tuple[int, ...], index: int
+    buffer: bytes, name: str, datatype: str, dtype: np.dtype, shape: tuple[int, ...], index: int
 ) -> np.ndarray:
-    count = element_count(shape)
+    count = prod(shape)
     if datatype == "BYTES":
         return deserialize_bytes(buffer, count, name).reshape(shape)
-    dtype = V2_TO_NUMPY[datatype]
     expected = count * dtype.itemsize
     if len(buffer) != expected:
         raise InvalidInputError(
@@ -164,7 +168,7 @@ def _decode_raw(
             f"{list(shape)})"
         )
     # A read-only view of the message's bytes: no copy on the hot path.
-    return np.frombuffer(buffer, dtype=dtype).reshape(shape)
+    return np.ndarray(shape, dtype, buffer)
 
 
 def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -232,9 +236,13 @@ def tensor_bytes(tensor: Tensor) -> bytes:
     """A tensor's data in the raw V2 layout (BYTES: length-prefixed elements)."""
     if tensor.datatype == "BYTES":
         return serialize_bytes(to_bytes_elements(np.asarray(tensor.data)))
-    # astype is a no-op when the backend already produced the declared dtype.
-    array = np.asarray(tensor.data).astype(V2_TO_NUMPY[tensor.datatype], copy=False)
-    return np.ascontiguousarray(array).tobytes()
+    data = tensor.data
+    expected = V2_TO_NUMPY[tensor.datatype]
+    dtype = data.dtype
+    if dtype is not expected and dtype != expected:
+        # a backend may hand back a wider type or another byte order; the wire needs exact
+        data = data.astype(expected)
+    return data.tobytes()  # C order, whatever the array's strides
 
 
 # ---- metadata, configuration, statistics, repository index ----

@@ -1,0 +1,175 @@
+"""A high-priority model's latency while a low-priority one floods the server, and pooled vs
+statically partitioned cores, measured in one run.
+
+    python -m bench.priority [--duration S] [--rate R] [--quick]
+
+Two models of the same cost, ``high`` and ``low`` (``modelgen.small_cnn`` at 96x96, about
+3.5 ms per image on one thread; different seeded weights), ``max_batch_size: 8`` with dynamic
+batching. ``high`` gets requests open loop at ``--rate`` per second; ``low`` gets
+``--concurrency`` closed-loop clients, enough to saturate the machine. Each setup is one
+server, and in each the run measures ``high`` alone, ``high`` while ``low`` floods, and ``low``
+alone (a burst while ``high`` is idle):
+
+- ``priority``: each model 2 instances x 1 intra-op thread, slots = cores (the default
+  ``--max-concurrent-batches``), ``--scheduling-policy priority`` with ``scheduling { weight: 8 }``
+  for ``high`` and 1 for ``low``;
+- ``round_robin``: the same with ``--scheduling-policy round_robin``;
+- ``pooled-threads``: ``priority`` again, but each model 1 instance with 2 threads (every
+  execution may use every core: the server's default threads for one instance);
+- ``static``: a static split, each model 1 instance with 1 thread and no shared limit
+  (``--max-concurrent-batches 64``): each model has its own core, used or not.
+
+Prints high's p50/p99 alone and flooded and the ratio flooded-p99 / alone-p99 per setup (issue
+3's target: <= 1.5 under ``priority``), low's throughput flooded and alone, and pooled vs static
+side by side. Writes JSON to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.contention import Contention, Pair, build_models, configure
+from bench.overhead import Timing
+from bench.report import Target, check_targets, number
+from bench.serving import Layout, load_average, serve, write_results
+
+HIGH, LOW = "high", "low"
+HIGH_WEIGHT = 8
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One server: its scheduling policy, slot limit and the layout of both models."""
+
+    policy: str
+    instances: int
+    threads: int
+    slots: int = 0  # --max-concurrent-batches; 0: the server's default (cores)
+
+    def layouts(self) -> dict[str, Layout]:
+        return {
+            name: Layout(8, {}, self.instances, self.threads, {"weight": weight})
+            for name, weight in ((HIGH, HIGH_WEIGHT), (LOW, 1))
+        }
+
+    def env(self) -> dict[str, str]:
+        env = {"INFERPLEX_SCHEDULING_POLICY": self.policy}
+        if self.slots:
+            env["INFERPLEX_MAX_CONCURRENT_BATCHES"] = str(self.slots)
+        return env
+
+    def describe(self) -> str:
+        slots = f"{self.slots} slots" if self.slots else "slots = cores"
+        return f"{self.instances} inst x {self.threads} thr, {slots}, {self.policy}"
+
+
+SETUPS = {
+    "priority": Setup("priority", 2, 1),
+    "round_robin": Setup("round_robin", 2, 1),
+    "pooled-threads": Setup("priority", 1, 2),
+    "static": Setup("priority", 1, 1, slots=64),
+}
+
+TARGETS = (Target("high p99 flooded / alone, priority", "priority/p99_ratio", 1.5, "x"),)
+
+
+async def measure_setup(contention: Contention, timing: Timing) -> dict[str, Any]:
+    alone = await contention.alone(timing)
+    flooded = await contention.flooded(timing)
+    burst = await contention.burst(Timing(timing.duration / 2, timing.warmup))
+    return {
+        "alone": alone,
+        "flooded": flooded,
+        "burst": burst,
+        "p99_ratio": round(flooded["steady"]["p99_ms"] / alone["steady"]["p99_ms"], 2),
+    }
+
+
+def print_report(results: dict[str, Any], pair: Pair) -> None:
+    print(
+        f"\n{HIGH} (weight {HIGH_WEIGHT}) open loop at {pair.rate:g} req/s; {LOW} (weight 1) "
+        f"{pair.concurrency} closed-loop clients; small_cnn {pair.image_size}x"
+        f"{pair.image_size}, max_batch_size 8, HTTP binary"
+    )
+    print(
+        f"{'setup':15} {'alone p50/p99 ms':>17} {'flooded p50/p99 ms':>19} {'ratio':>6} "
+        f"{'high queue ms':>13} {'low img/s':>9} {'burst img/s':>11} {'cpu server/client':>17}"
+    )
+    for key in SETUPS:
+        r = results[key]
+        alone, flooded = r["alone"]["steady"], r["flooded"]["steady"]
+        print(
+            f"{key:15} {alone['p50_ms']:>8.2f}/{alone['p99_ms']:<8.2f} "
+            f"{flooded['p50_ms']:>9.2f}/{flooded['p99_ms']:<9.2f} {r['p99_ratio']:>6.2f} "
+            f"{number(r['flooded']['stats'][HIGH]['queue_ms']):>13} "
+            f"{r['flooded']['flood']['rate']:>9.1f} {r['burst']['flood']['rate']:>11.1f} "
+            f"{r['flooded']['server_cpu_cores']:>8.2f}/{r['flooded']['client_cpu_cores']:<8.2f}"
+        )
+    print("setups:")
+    for key, setup in SETUPS.items():
+        print(f"  {key:15} {setup.describe()}")
+    print(
+        "ratio = flooded p99 / alone p99; high queue ms = its mean time in the queue while "
+        "flooded (the scheduler's share of its latency); cpu = cores used while flooded"
+    )
+    pooled, static = results["priority"], results["static"]
+    print("\npooled (priority) vs static partitioning")
+    print(
+        f"  {LOW} alone (burst, {HIGH} idle): {pooled['burst']['flood']['rate']:.1f} vs "
+        f"{static['burst']['flood']['rate']:.1f} img/s "
+        f"({pooled['burst']['flood']['rate'] / static['burst']['flood']['rate']:.2f}x)"
+    )
+    print(
+        f"  {HIGH} p99 under contention: {pooled['flooded']['steady']['p99_ms']:.2f} vs "
+        f"{static['flooded']['steady']['p99_ms']:.2f} ms; {LOW} img/s meanwhile "
+        f"{pooled['flooded']['flood']['rate']:.1f} vs {static['flooded']['flood']['rate']:.1f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="priority scheduling and pooled cores")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds before measuring")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--rate", type=float, default=50.0, help="requests/s to the high model")
+    parser.add_argument("--concurrency", type=int, default=32, help="clients of the low model")
+    parser.add_argument("--image-size", type=int, default=96, help="side of the CNNs' images")
+    args = parser.parse_args()
+    timing = Timing(1.5, 0.5) if args.quick else Timing(args.duration, args.warmup)
+    pair = Pair(HIGH, LOW, args.rate, args.concurrency, args.image_size)
+    load_before = load_average("before the run")
+
+    import uvloop
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp:
+        repo = Path(tmp) / "models"
+        models = build_models(repo, pair)
+        for key, setup in SETUPS.items():
+            configure(models, setup.layouts())
+            with serve(repo, Path(tmp) / f"{key}.log", setup.env(), list(models)) as served:
+                contention = Contention(served, models, pair)
+                results[key] = uvloop.run(measure_setup(contention, timing))
+            print(f"{key}: done", flush=True)
+
+    print_report(results, pair)
+    flat = {f"{key}/p99_ratio": r["p99_ratio"] for key, r in results.items()}
+    outcomes = check_targets(TARGETS, flat)
+    write_results(
+        "priority",
+        {
+            "options": {**vars(args), "duration": timing.duration, "warmup": timing.warmup},
+            "setups": {key: setup.describe() for key, setup in SETUPS.items()},
+            "results": results,
+            "targets": outcomes,
+        },
+        load_before,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""What the multi-model benchmarks share (batching, priority, slo).
+
+- :class:`Layout` and :func:`write_model`: how a model is served (batch size, dynamic
+  batching, instances, intra-op threads, scheduling), written as its ``config.pbtxt``.
+- :func:`serve`: the real server as a subprocess (``tests/support/process.py``), with its CPU
+  clock and its statistics (:class:`Served`); on leaving, every model's failed-request count
+  must still be 0, so a server that answers errors cannot look fast.
+- :class:`StatsProbe`: the ``server_cpu`` hook of :func:`bench.loadgen.measure`, which is
+  called exactly at the two edges of the measured window; it also takes the models'
+  statistics there, so batch sizes and close reasons cover the same window as the rates.
+- Load cases that check a first and a last answer: closed loop (``bench.overhead``'s
+  ``http_load`` / ``grpc_load``) and open loop (:func:`open_http_load`).
+- :func:`write_results`: the JSON document in ``bench/results/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import psutil
+
+from bench import payloads
+from bench.loadgen import HttpPool, Measurement, measure_open
+from bench.overhead import Timing, inprocess_session
+from inferplex import modelgen
+from tests.support.process import HOST, RunningServer, start_server
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+Check = Callable[[dict[str, np.ndarray]], None]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one model is served: the parts of its config a benchmark varies."""
+
+    max_batch_size: int = 8
+    batching: Mapping[str, Any] | None = field(default_factory=dict)
+    """the ``dynamic_batching`` message; None: no dynamic batching (each request alone)"""
+    instances: int = 1
+    threads: int = 0
+    """``intra_op_thread_count`` of each instance; 0: the server's default (cores / instances)"""
+    scheduling: Mapping[str, Any] | None = None
+    """the ``scheduling`` message (``weight``, ``slo_p99_ms``)"""
+
+
+def write_model(model_path: Path, layout: Layout) -> dict[str, Any]:
+    """Write the config of the model at ``<repo>/<name>/<version>/model.onnx``; returns it."""
+    config = modelgen.model_config(
+        model_path,
+        max_batch_size=layout.max_batch_size,
+        instance_kind="KIND_CPU",
+        instance_count=layout.instances,
+    )
+    if layout.batching is not None:
+        config["dynamic_batching"] = dict(layout.batching)
+    if layout.threads:
+        config["parameters"] = {
+            "key": "intra_op_thread_count",
+            "value": {"string_value": str(layout.threads)},
+        }
+    if layout.scheduling:
+        config["scheduling"] = dict(layout.scheduling)
+    modelgen.write_config(model_path.parent.parent, config)
+    return config
+
+
+def reference(model_path: Path, inputs: payloads.Arrays) -> dict[str, np.ndarray]:
+    """The model's outputs for ``inputs`` from in-process ONNX Runtime: the expected answers."""
+    session = inprocess_session(model_path, 1)
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(names, dict(inputs)), strict=True))
+
+
+class Served:
+    """A running server under test: its CPU time and its models' statistics."""
+
+    def __init__(self, server: RunningServer) -> None:
+        self.server = server
+        self._process = psutil.Process(server.process.pid)
+
+    def cpu(self) -> float:
+        """User + system seconds of the server process so far."""
+        times = self._process.cpu_times()
+        return times.user + times.system
+
+    def statistics(self, model: str) -> dict[str, Any]:
+        """The model's entry of ``GET /v2/models/{model}/stats``."""
+        url = f"http://{self.server.http_url}/v2/models/{model}/stats"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.load(response)["model_stats"][0]
+
+    def check_no_failures(self, models: Sequence[str]) -> None:
+        """Raise BadResponse if the server counted a failed request of any model."""
+        for model in models:
+            failed = self.statistics(model)["inference_stats"]["fail"]["count"]
+            if failed:
+                raise payloads.BadResponse(f"the server failed {failed} requests of {model}")
+
+
+@contextmanager
+def serve(
+    repository: Path, log_path: Path, env: Mapping[str, str], models: Sequence[str]
+) -> Iterator[Served]:
+    """Start the server on ``repository``; stop it on leaving, after checking that none of
+    ``models`` failed a request. A non-zero exit prints the end of its log."""
+    settings = " ".join(f"{k}={v}" for k, v in env.items())
+    print(f"starting the server {settings}".rstrip(), flush=True)
+    server = start_server(repository, log_path, env={"INFERPLEX_LOG_LEVEL": "warning", **env})
+    served = Served(server)
+    try:
+        yield served
+        served.check_no_failures(models)
+    finally:
+        code = server.stop()
+        if code != 0:
+            print(f"server exited with {code}:\n{server.log()[-3000:]}", file=sys.stderr)
+
+
+class StatsProbe:
+    """``server_cpu`` for :func:`bench.loadgen.measure` that also snapshots the statistics of
+    ``models`` at each of the window's two edges (the stats request itself costs the server
+    well under a millisecond of the window's CPU)."""
+
+    def __init__(self, served: Served, models: Sequence[str]) -> None:
+        self._served = served
+        self._models = list(models)
+        self._edges: list[dict[str, dict[str, Any]]] = []
+
+    def __call__(self) -> float:
+        cpu = self._served.cpu()
+        self._edges.append({model: self._served.statistics(model) for model in self._models})
+        return cpu
+
+    def window(self) -> dict[str, dict[str, Any]]:
+        """Per model, what the statistics counted between the last two edges: ``requests``,
+        ``failed``, ``executions``, ``inferences`` (rows), ``mean_batch`` (rows per
+        execution), ``close_reasons`` and ``queue_ms`` (mean time in the queue)."""
+        before, after = self._edges[-2:]
+        return {model: _difference(before[model], after[model]) for model in self._models}
+
+
+def _difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    def phase(name: str, part: str) -> int:
+        return int(after["inference_stats"][name][part] - before["inference_stats"][name][part])
+
+    executions = after["execution_count"] - before["execution_count"]
+    inferences = after["inference_count"] - before["inference_count"]
+    queued = phase("queue", "count")
+    reasons_before = before.get("batch_close_reasons", {})
+    reasons = {
+        reason: count - reasons_before.get(reason, 0)
+        for reason, count in after.get("batch_close_reasons", {}).items()
+        if count - reasons_before.get(reason, 0)
+    }
+    return {
+        "requests": phase("success", "count"),
+        "failed": phase("fail", "count"),
+        "executions": executions,
+        "inferences": inferences,
+        "mean_batch": round(inferences / executions, 2) if executions else None,
+        "close_reasons": reasons,
+        "queue_ms": round(phase("queue", "ns") / queued / 1e6, 3) if queued else None,
+    }
+
+
+def output_check(expected: payloads.Arrays, what: str, atol: float = 1e-3) -> Check:
+    """Compares decoded outputs with ``expected``; the tolerance allows for the different
+    summation order of a batch."""
+    return partial(payloads.check_outputs, expected=expected, what=what, atol=atol)
+
+
+async def open_http_load(
+    port: int, request: bytes, rate: float, check: Check, timing: Timing
+) -> Measurement:
+    """``request`` at a fixed rate over HTTP (open loop); checks a first and a last answer."""
+    pool = HttpPool(HOST, port)
+    try:
+        check(payloads.decode_http_response(*await pool.send(request)))
+        result = await measure_open(
+            partial(pool.send, request), rate, timing.duration, timing.warmup
+        )
+        check(payloads.decode_http_response(*await pool.send(request)))
+        return result
+    finally:
+        await pool.close()
+
+
+def latency_figures(measurement: Measurement) -> dict[str, Any]:
+    """Rate, p50 and p99 of a measurement, rounded for the JSON."""
+    return {
+        "requests": measurement.requests,
+        "rate": round(measurement.rate, 1),
+        "p50_ms": round(measurement.percentile_ms(50), 3),
+        "p99_ms": round(measurement.percentile_ms(99), 3),
+    }
+
+
+def load_average(label: str) -> float:
+    """The 1-minute load average, with a note when other processes compete for the CPUs."""
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(
+            f"note: load average {load:.2f} {label}; other processes compete for the CPUs",
+            flush=True,
+        )
+    return load
+
+
+def write_results(name: str, document: Mapping[str, Any], load_before: float) -> Path:
+    """Write ``bench/results/<name>-<date>-<time>.json`` with the machine's description."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "onnxruntime": ort.__version__,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg()[0],
+    }
+    path.write_text(json.dumps({"machine": machine, **document}, indent=2) + "\n")
+    print(f"\nwrote {path}")
+    return path
