@@ -150,10 +150,12 @@ def _grpc_shutdown_race(failure: Failure, sigterms: list[float]) -> bool:
     - CANCELLED: grpc.aio's shutdown cancels calls that the gRPC core has received but the
       server's serving loop has not yet picked up (they never reach the handler);
     - UNAVAILABLE with HTTP 502: the replica closed nginx's kept-alive connection just as
-      nginx sent a call on it; nginx cannot resend a call whose body it has streamed.
+      nginx sent a call on it; nginx cannot resend a call whose body it has streamed;
+    - UNAVAILABLE "Cancelling all calls": the same grpc.aio shutdown, as the client sees it.
     """
     race = failure.grpc_code == "CANCELLED" or (
-        failure.grpc_code == "UNAVAILABLE" and "502" in failure.error
+        failure.grpc_code == "UNAVAILABLE"
+        and ("502" in failure.error or "Cancelling all calls" in failure.error)
     )
     return race and any(0 <= failure.at - t < 1.0 for t in sigterms)
 
