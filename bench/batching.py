@@ -46,7 +46,7 @@ from bench.serving import (
     Layout,
     Served,
     StatsProbe,
-    load_average,
+    machine_state,
     output_check,
     reference,
     serve,
@@ -262,7 +262,7 @@ def main() -> None:
     probe_timing = Timing(1.0, 0.3)
     if args.quick:
         timing, rounds, probe_timing = Timing(0.5, 0.2), 1, Timing(0.5, 0.2)
-    load_before = load_average("before the run")
+    before = machine_state()
 
     with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp:
         repo = Path(tmp) / "models"
@@ -288,7 +288,7 @@ def main() -> None:
             "figures": flat,
             "targets": outcomes,
         },
-        load_before,
+        before,
     )
 
 

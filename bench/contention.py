@@ -11,6 +11,7 @@ in-process ONNX Runtime.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,14 +80,14 @@ class Contention:
             )
             self._checks[name] = output_check(expected, f"{name} over http-binary")
 
-    def _steady(self, timing: Timing) -> Any:
+    def _steady(self, timing: Timing) -> Awaitable[Measurement]:
         name = self._pair.steady
         port = self._served.server.http_port
         return open_http_load(
             port, self._requests[name], self._pair.rate, self._checks[name], timing
         )
 
-    def _flood(self, timing: Timing, probe: StatsProbe) -> Any:
+    def _flood(self, timing: Timing, probe: StatsProbe) -> Awaitable[Measurement]:
         name = self._pair.flood
         port = self._served.server.http_port
         return http_load(

@@ -35,7 +35,7 @@ from typing import Any
 from bench.contention import Contention, Pair, build_models, configure
 from bench.overhead import Timing
 from bench.report import Target, check_targets, number
-from bench.serving import Layout, load_average, serve, write_results
+from bench.serving import Layout, machine_state, serve, write_results
 
 HIGH, LOW = "high", "low"
 HIGH_WEIGHT = 8
@@ -141,7 +141,7 @@ def main() -> None:
     args = parser.parse_args()
     timing = Timing(1.5, 0.5) if args.quick else Timing(args.duration, args.warmup)
     pair = Pair(HIGH, LOW, args.rate, args.concurrency, args.image_size)
-    load_before = load_average("before the run")
+    before = machine_state()
 
     import uvloop
 
@@ -167,7 +167,7 @@ def main() -> None:
             "results": results,
             "targets": outcomes,
         },
-        load_before,
+        before,
     )
 
 

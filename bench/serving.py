@@ -209,18 +209,22 @@ def latency_figures(measurement: Measurement) -> dict[str, Any]:
     }
 
 
-def load_average(label: str) -> float:
-    """The 1-minute load average, with a note when other processes compete for the CPUs."""
-    load = os.getloadavg()[0]
-    if load > 0.5:
-        print(
-            f"note: load average {load:.2f} {label}; other processes compete for the CPUs",
-            flush=True,
-        )
-    return load
+def machine_state() -> dict[str, float]:
+    """How busy the machine is before a run: the 1-minute load average, and the cores other
+    processes keep busy over one second (this process is idle meanwhile). Printed, with a
+    warning when others compete for the CPUs: latencies then say more about the neighbours."""
+    busy = psutil.cpu_percent(interval=1.0) * (os.cpu_count() or 1) / 100
+    state = {"load_average": round(os.getloadavg()[0], 2), "busy_cores": round(busy, 2)}
+    warning = " (other processes compete for the CPUs)" if busy > 0.2 else ""
+    print(
+        f"before the run: load average {state['load_average']:.2f}, other processes busy on "
+        f"{busy:.2f} of {os.cpu_count()} cores{warning}",
+        flush=True,
+    )
+    return state
 
 
-def write_results(name: str, document: Mapping[str, Any], load_before: float) -> Path:
+def write_results(name: str, document: Mapping[str, Any], before: Mapping[str, float]) -> Path:
     """Write ``bench/results/<name>-<date>-<time>.json`` with the machine's description."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
@@ -228,8 +232,8 @@ def write_results(name: str, document: Mapping[str, Any], load_before: float) ->
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "onnxruntime": ort.__version__,
-        "load_average_before": load_before,
-        "load_average_after": os.getloadavg()[0],
+        "before": dict(before),
+        "load_average_after": round(os.getloadavg()[0], 2),
     }
     path.write_text(json.dumps({"machine": machine, **document}, indent=2) + "\n")
     print(f"\nwrote {path}")

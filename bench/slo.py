@@ -27,7 +27,7 @@ from typing import Any
 from bench.contention import Contention, Pair, build_models, configure
 from bench.overhead import Timing
 from bench.report import Target, check_targets, number
-from bench.serving import Layout, load_average, serve, write_results
+from bench.serving import Layout, machine_state, serve, write_results
 
 A, B = "a", "b"
 POLICIES = ("round_robin", "adaptive")
@@ -81,7 +81,7 @@ def main() -> None:
     if args.quick:
         alone, flood = Timing(1.5, 0.5), Timing(2.0, 1.5)
     pair = Pair(A, B, args.rate, args.concurrency, args.image_size)
-    load_before = load_average("before the run")
+    before = machine_state()
 
     import uvloop
 
@@ -114,7 +114,7 @@ def main() -> None:
             "results": results,
             "targets": outcomes,
         },
-        load_before,
+        before,
     )
 
 

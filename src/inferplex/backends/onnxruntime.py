@@ -102,8 +102,7 @@ def _spinning(config: ModelConfig) -> str:
     value = config.parameters.get(SPINNING_PARAMETER, "0")
     if value not in ("0", "1"):
         raise ConfigError(
-            f"model '{config.name}': parameter {SPINNING_PARAMETER} must be \"0\" or \"1\", "
-            f"got '{value}'"
+            f"model '{config.name}': parameter {SPINNING_PARAMETER} must be 0 or 1, got '{value}'"
         )
     return value
 

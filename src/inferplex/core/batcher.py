@@ -216,7 +216,7 @@ class DynamicBatcher:
         """Queue a request, or raise ServerBusyError (its level's queue is full) or
         DeadlineExceededError (its deadline cannot be met); nothing is queued then."""
         assert 1 <= request.rows <= self._max_batch_size, "rows must be checked before submit"
-        level = self._level_for(request.priority)
+        level = self._level_for(request.priority) if self._n_levels else self._levels[0]
         if level.max_size and len(level.live) + len(level.delayed) >= level.max_size:
             where = f" at priority level {level.number}" if self._n_levels else ""
             raise ServerBusyError(

@@ -43,12 +43,15 @@ class Dispatcher:
         self.scheduler.unregister(version.key)
 
     # -- events ---------------------------------------------------------------------------
-    def arrived(self, version: ModelVersion) -> None:
-        """A request was queued for ``version``."""
+    def arrived(self, version: ModelVersion, deadline: float | None) -> None:
+        """A request (with ``deadline``, if it has one) was queued for ``version``."""
         self.scheduler.note_arrival(version.key, _now())
         self._pending.add(version)
-        # arrivals in this loop iteration share one pump, and so can share one batch
-        if not self._pump_queued:
+        # While every instance of the version is busy, a pump could start nothing new for it
+        # (and an arrival frees nothing for others): the finishing batch pumps. Only a
+        # deadline needs the timer armed now.
+        if (version.idle or deadline is not None) and not self._pump_queued:
+            # arrivals in this loop iteration share one pump, and so can share one batch
             self._pump_queued = True
             self._loop.call_soon(self._pump)
 

@@ -180,7 +180,7 @@ class ModelVersion:
             rows, shape_key, arrival, priority, timeout_us, _Payload(feeds, outputs, future, start)
         )
         self.queue.submit(pending, arrival)
-        self._dispatcher.arrived(self)
+        self._dispatcher.arrived(self, pending.deadline)
         return future
 
     # -- batches: called by the dispatcher -------------------------------------------------------

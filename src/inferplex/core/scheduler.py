@@ -290,7 +290,7 @@ class Scheduler:
 
     def note_arrival(self, key: str, now: float) -> None:
         """Record that a request for ``key`` arrived (activity for the slot reservation)."""
-        state = self._state(key)
+        state = self._models.get(key) or self._state(key)
         state.last_arrival = now
         self._recent[key] = state
 

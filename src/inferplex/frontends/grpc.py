@@ -90,6 +90,8 @@ class GrpcFrontend:
                 "request_deserializer": request_class.FromString,
                 "response_serializer": response_class.SerializeToString,
             }
+            if method.name == "ModelInfer":  # the codec reads and writes its wire format
+                codecs = {"request_deserializer": None, "response_serializer": None}
             if method.name == "ModelStreamInfer":
                 handlers[method.name] = grpc.stream_stream_rpc_method_handler(
                     self._model_stream_infer, **codecs
@@ -118,9 +120,9 @@ class GrpcFrontend:
             self.engine.model_metadata(request.name, request.version)
         )
 
-    async def _model_infer(self, request: Any) -> Any:
-        response = await self.engine.infer(codec.decode_infer_request(request))
-        return codec.encode_infer_response(response)
+    async def _model_infer(self, request: bytes) -> bytes:
+        response = await self.engine.infer(codec.decode_infer_request_bytes(request))
+        return codec.encode_infer_response_bytes(response)
 
     async def _model_config(self, request: Any) -> Any:
         config = self.engine.model_config(request.name, request.version)

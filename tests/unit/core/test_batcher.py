@@ -160,6 +160,21 @@ def test_full_closes_before_the_delay() -> None:
     assert b.next_batch(0.0).reason is CloseReason.FULL
 
 
+def test_a_batch_taken_after_a_wakeup_query_sees_every_change_in_between() -> None:
+    """The driver asks next_wakeup, then next_batch, at one moment; a request queued in
+    between joins the batch, and a batch taken is never handed out again."""
+    b = make(max_batch_size=8)
+    submit_all(b, req(tag="a"))
+    assert b.next_wakeup(0.0) == 0.0
+    b.submit(req(tag="b"), 0.0)
+    assert tags(b.next_batch(0.0)) == ["a", "b"]
+    assert b.next_batch(0.0) is None
+    submit_all(b, req(tag="c"))
+    assert b.next_wakeup(0.0) == 0.0
+    assert tags(b.next_batch(0.0)) == ["c"]
+    assert (b.next_wakeup(0.0), b.next_batch(0.0)) == (None, None)
+
+
 def test_no_instance_idle_means_no_batch_and_no_close_wakeup() -> None:
     b = make(max_batch_size=2, max_queue_delay_microseconds=1000)
     submit_all(b, req(), req())

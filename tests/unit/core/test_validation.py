@@ -84,3 +84,25 @@ def test_unbatched_model_checks_full_shape() -> None:
     assert batch == 1
     with pytest.raises(InvalidInputError, match=r"expects \[2, -1\]"):
         validator.feeds(InferenceRequest("u", [tensor("a", "FP32", (3, 9))]))
+
+
+def test_shape_key_only_where_requests_can_differ() -> None:
+    """Requests of a model whose inputs are all required with fixed dims always fit one
+    batch; otherwise the names and non-batch dims of their feeds decide."""
+    fixed = ModelConfig(
+        name="f", max_batch_size=4, input=[{"name": "a", "data_type": "FP32", "dims": [3]}]
+    )
+    validator = RequestValidator(fixed)
+    feeds, _ = validator.feeds(InferenceRequest("f", [tensor("a", "FP32", (2, 3))]))
+    assert validator.shape_key(feeds) is None
+    validator = RequestValidator(CONFIG)  # a variable dim and optional inputs
+    feeds, _ = validator.feeds(request(*VALID))
+    other, _ = validator.feeds(request(VALID[0], tensor("b", "INT64", (2, 5), np.int64)))
+    assert validator.shape_key(feeds) == (("a", (3,)), ("b", (7,)))
+    assert validator.shape_key(feeds) != validator.shape_key(other)
+
+
+def test_a_flat_array_is_reshaped_to_the_declared_shape() -> None:
+    flat = Tensor("a", "FP32", (2, 3), np.arange(6, dtype=np.float32))
+    feeds, _ = RequestValidator(CONFIG).feeds(request(flat, VALID[1]))
+    assert feeds["a"].shape == (2, 3)

@@ -296,6 +296,91 @@ def test_bytes_output_accepts_str_elements() -> None:
     assert raw == struct.pack("<I", 2) + b"ab" + struct.pack("<I", 2) + "é".encode()
 
 
+# ---- the wire fast path ----
+
+
+def wire_request(*arrays: np.ndarray, **fields) -> bytes:
+    inputs = [tensor(f"IN{i}", "FP32", a.shape) for i, a in enumerate(arrays)]
+    raw = [a.astype("<f4").tobytes() for a in arrays]
+    return request(*inputs, raw=raw, outputs=[{"name": "OUT"}], **fields).SerializeToString()
+
+
+def decoded(request: object) -> tuple:
+    return (
+        request.model_name,
+        request.model_version,
+        request.id,
+        request.parameters,
+        [(o.name, o.parameters) for o in request.outputs],
+        [(t.name, t.datatype, t.shape, t.parameters, t.data.tolist()) for t in request.inputs],
+    )
+
+
+def full_decode(data: bytes) -> tuple:
+    return decoded(codec.decode_infer_request(pb.ModelInferRequest.FromString(data)))
+
+
+def test_wire_requests_decode_like_messages_also_when_sent_again() -> None:
+    a, b = sample("FP32", (1, 3)), sample("FP32", (2, 2))
+    first = wire_request(a, b, id="x", model_version="2")
+    again = wire_request(a + 1, b * 2, id="x", model_version="2")
+    for data in (first, again, first):
+        request = codec.decode_infer_request_bytes(data)
+        assert decoded(request) == full_decode(data)
+        assert not request.inputs[0].data.flags.writeable
+    other = wire_request(a, b, id="y", model_version="2")  # same length, other prefix
+    assert decoded(codec.decode_infer_request_bytes(other)) == full_decode(other)
+
+
+def test_wire_request_with_other_tensor_sizes_takes_the_full_path() -> None:
+    shape = (1, 3)
+    codec.decode_infer_request_bytes(wire_request(sample("FP32", shape)))
+    msg = pb.ModelInferRequest.FromString(wire_request(sample("FP32", shape)))
+    msg.raw_input_contents[0] = b"\0" * 16  # a different length: 4 floats for a shape of 3
+    with pytest.raises(InvalidInputError, match="holds 16 bytes, expected 12"):
+        codec.decode_infer_request_bytes(msg.SerializeToString())
+
+
+def test_wire_request_with_raw_contents_first_still_decodes() -> None:
+    a = sample("FP32", (1, 3))
+    data = wire_request(a)
+    raw_field = b"\x3a\x0c" + a.astype("<f4").tobytes()
+    reordered = raw_field + data[: -len(raw_field)]  # protobuf accepts fields in any order
+    for message in (reordered, reordered):
+        assert decoded(codec.decode_infer_request_bytes(message)) == full_decode(data)
+
+
+def test_malformed_wire_request_is_invalid_input() -> None:
+    with pytest.raises(InvalidInputError, match="malformed ModelInferRequest"):
+        codec.decode_infer_request_bytes(b"\xff\xff\xff")
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        InferenceResponse("m", "1", [Tensor("A", "FP32", (2, 3), sample("FP32"))]),
+        InferenceResponse("m", "", [Tensor("A", "INT64", (), np.array(7))], id="r"),
+        InferenceResponse("m", "1", [Tensor("S", "BYTES", (2, 3), sample("BYTES"))]),
+        InferenceResponse("m", "1", [Tensor("A", "FP32", (2,), np.ones(2))], parameters={"p": 1}),
+        InferenceResponse("m", "1", [Tensor("A", "FP16", (1,), np.ones(1), {"q": "x"})]),
+        InferenceResponse("m", "1", [Tensor(dt, dt, (2, 3), sample(dt)) for dt in DATATYPES]),
+    ],
+)
+def test_wire_responses_are_the_messages_bytes(response: InferenceResponse) -> None:
+    expected = codec.encode_infer_response(response).SerializeToString()
+    assert codec.encode_infer_response_bytes(response) == expected
+    assert codec.encode_infer_response_bytes(response) == expected  # from the known layout
+
+
+def test_wire_response_of_known_layout_with_other_bytes_lengths() -> None:
+    short = np.array([b"a", b"b"], dtype=object)
+    long = np.array([b"a" * 200, b"b"], dtype=object)
+    for data in (short, long, short):
+        response = InferenceResponse("m", "1", [Tensor("S", "BYTES", (2,), data)])
+        expected = codec.encode_infer_response(response).SerializeToString()
+        assert codec.encode_infer_response_bytes(response) == expected
+
+
 # ---- metadata, config, statistics, index ----
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from inferplex.core.datatypes import V2_TO_NUMPY, serialize_bytes
 from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.v2 import rest
 from inferplex.protocol.v2.rest import (
     decode_infer_request,
     encode_infer_response,
@@ -191,6 +192,50 @@ def test_mixed_json_and_binary_inputs_consume_binary_in_order() -> None:
     assert_same(request.inputs[0].data, first)
     assert_same(request.inputs[1].data, np.array([0.5]))
     assert_same(request.inputs[2].data, second)
+
+
+REPEATED = {
+    "id": "r",
+    "inputs": [
+        {"name": "A", "shape": [1, 2], "datatype": "FP32", "parameters": {"binary_data_size": 8}},
+        {"name": "B", "shape": [2], "datatype": "BYTES", "parameters": {"binary_data_size": 14}},
+    ],
+    "outputs": [{"name": "Y", "parameters": {"binary_data": True}}],
+    "parameters": {"binary_data_output": True},
+}
+
+
+def repeated_body(value: float, text: bytes) -> bytes:
+    return np.array([value, value], np.float32).tobytes() + serialize_bytes(
+        np.array([text, text], dtype=np.object_)
+    )
+
+
+def test_a_header_sent_again_decodes_each_body_of_its_own() -> None:
+    """Clients send one JSON header with every request; its decoded form is kept, the tensors
+    always come from the body at hand."""
+    first = decode(REPEATED, repeated_body(1.0, b"abc"))
+    second = decode(REPEATED, repeated_body(2.0, b"xyz"))
+    assert_same(first.inputs[0].data, np.array([[1.0, 1.0]], np.float32))
+    assert_same(second.inputs[0].data, np.array([[2.0, 2.0]], np.float32))
+    assert_same(second.inputs[1].data, np.array([b"xyz", b"xyz"], dtype=np.object_))
+    assert not second.inputs[0].data.flags.writeable
+    assert (second.id, second.parameters) == ("r", {"binary_data_output": True})
+    assert [(o.name, o.parameters) for o in second.outputs] == [("Y", {"binary_data": True})]
+    assert (second.model_name, second.model_version) == ("model", "1")
+
+
+@pytest.mark.parametrize("binary", [b"\0" * 4, repeated_body(1.0, b"abc") + b"\0"])
+def test_a_header_sent_again_with_a_wrong_body_fails_as_it_would_the_first_time(
+    binary: bytes,
+) -> None:
+    decode(REPEATED, repeated_body(1.0, b"abc"))
+    with pytest.raises(InvalidInputError) as again:
+        decode(REPEATED, binary)
+    rest._LAYOUTS.clear()
+    with pytest.raises(InvalidInputError) as first:
+        decode(REPEATED, binary)
+    assert again.value.message == first.value.message
 
 
 def test_nested_json_data_is_read_row_major() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from inferplex.core.datatypes import (
     V2_TO_NUMPY,
@@ -218,17 +219,21 @@ def _count_message(
 def encode_infer_response(response: InferenceResponse) -> Any:
     """Turn an InferenceResponse into a ModelInferResponse with every output's data in
     raw_output_contents (the form perf_analyzer and tritonclient read)."""
+    msg = _response_without_data(response)
+    msg.raw_output_contents.extend(tensor_bytes(tensor) for tensor in response.outputs)
+    return msg
+
+
+def _response_without_data(response: InferenceResponse) -> Any:
     msg = pb.ModelInferResponse(
         model_name=response.model_name, model_version=response.model_version, id=response.id
     )
     if response.parameters:
         fill_parameters(msg.parameters, response.parameters)
-    raw = msg.raw_output_contents
     for tensor in response.outputs:
         out = msg.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
         if tensor.parameters:
             fill_parameters(out.parameters, tensor.parameters)
-        raw.append(tensor_bytes(tensor))
     return msg
 
 
@@ -243,6 +248,190 @@ def tensor_bytes(tensor: Tensor) -> bytes:
         # a backend may hand back a wider type or another byte order; the wire needs exact
         data = data.astype(expected)
     return data.tobytes()  # C order, whatever the array's strides
+
+
+# ---- ModelInfer on the wire ----
+#
+# A client sends the same request again and again but for its tensors' bytes, and gets the
+# same answer but for its outputs' bytes. Both messages carry those bytes in their last field
+# (protobuf writes fields in number order), so what comes before repeats: a request that is a
+# known prefix followed by raw contents of the known sizes skips the protobuf parse and every
+# check, and a response whose outputs have names, datatypes and shapes seen before skips
+# building the message. Anything else takes the full path.
+
+_RAW_INPUT_TAG = 0x3A  # ModelInferRequest.raw_input_contents: field 7, length-delimited
+_RAW_OUTPUT_TAG = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, length-delimited
+_LAYOUTS_KEPT = 256
+
+
+def decode_infer_request_bytes(data: bytes) -> InferenceRequest:
+    """A serialised ModelInferRequest as an InferenceRequest, like ``decode_infer_request``;
+    a message protobuf cannot parse is an InvalidInputError."""
+    for layout in _REQUEST_LAYOUTS.get(len(data), ()):
+        request = layout.request(data)
+        if request is not None:
+            return request
+    try:
+        message = pb.ModelInferRequest.FromString(data)
+    except DecodeError as exc:
+        raise InvalidInputError(f"malformed ModelInferRequest: {exc}") from None
+    request = decode_infer_request(message)
+    if message.raw_input_contents:
+        _remember_layout(data, request)
+    return request
+
+
+def encode_infer_response_bytes(response: InferenceResponse) -> bytes:
+    """``encode_infer_response(response).SerializeToString()``, byte for byte."""
+    if response.parameters:
+        return encode_infer_response(response).SerializeToString()
+    key: list[Any] = [response.model_name, response.model_version, response.id]
+    outputs = response.outputs
+    for tensor in outputs:
+        if tensor.parameters:
+            return encode_infer_response(response).SerializeToString()
+        key.append((tensor.name, tensor.datatype, tuple(tensor.shape)))
+    known = _RESPONSE_LAYOUTS.get(tuple(key))
+    if known is None:
+        known = _response_layout(response)
+        if len(_RESPONSE_LAYOUTS) >= _LAYOUTS_KEPT:
+            del _RESPONSE_LAYOUTS[next(iter(_RESPONSE_LAYOUTS))]  # the oldest
+        _RESPONSE_LAYOUTS[tuple(key)] = known
+    prefix, fields = known
+    parts = [prefix]
+    for tensor, (field, nbytes) in zip(outputs, fields, strict=True):
+        data = tensor_bytes(tensor)
+        parts.append(field if len(data) == nbytes else _RAW_OUTPUT_TAG + _varint(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def _response_layout(response: InferenceResponse) -> tuple[bytes, list[tuple[bytes, int]]]:
+    """The serialised response without its raw contents, and per output the tag and length
+    of its raw field for the size its datatype and shape give (BYTES: none, -1)."""
+    fields: list[tuple[bytes, int]] = []
+    for tensor in response.outputs:
+        if tensor.datatype == "BYTES":
+            fields.append((b"", -1))
+        else:
+            nbytes = prod(tensor.shape) * V2_TO_NUMPY[tensor.datatype].itemsize
+            fields.append((_RAW_OUTPUT_TAG + _varint(nbytes), nbytes))
+    return _response_without_data(response).SerializeToString(), fields
+
+
+class _RequestLayout:
+    """A request message seen before, as the bytes before its raw_input_contents and the
+    decoded request, whose inputs all came from raw contents in fixed-size datatypes. Requests
+    built from it share its parameter dicts and requested outputs (nothing downstream writes
+    to a request)."""
+
+    __slots__ = ("inputs", "prefix", "template")
+
+    def __init__(self, prefix: bytes, request: InferenceRequest) -> None:
+        self.prefix = prefix
+        self.template = request
+        #: per input: the raw field's tag and length, then what its tensor needs
+        self.inputs = [
+            (
+                bytes((_RAW_INPUT_TAG,)) + _varint(t.data.nbytes),
+                t.data.nbytes,
+                t.name,
+                t.datatype,
+                t.data.dtype,
+                t.shape,
+                t.parameters,
+            )
+            for t in request.inputs
+        ]
+
+    @property
+    def size(self) -> int:
+        """The length of every message of this layout."""
+        return len(self.prefix) + sum(len(field) + nbytes for field, nbytes, *_ in self.inputs)
+
+    def request(self, data: bytes) -> InferenceRequest | None:
+        """The request in ``data`` (a message of ``size`` bytes) if it is this layout's prefix
+        followed by raw contents of this layout's sizes, else None."""
+        if not data.startswith(self.prefix):
+            return None
+        view = memoryview(data)
+        pos = len(self.prefix)
+        inputs: list[Tensor] = []
+        for field, nbytes, name, datatype, dtype, shape, parameters in self.inputs:
+            if not data.startswith(field, pos):
+                return None
+            pos += len(field)
+            # a read-only view of the message's bytes, as in the full decode
+            array = np.ndarray(shape, dtype, view[pos : pos + nbytes])
+            inputs.append(Tensor(name, datatype, shape, array, parameters))
+            pos += nbytes
+        template = self.template
+        return InferenceRequest(
+            template.model_name,
+            inputs,
+            template.model_version,
+            template.id,
+            template.outputs,
+            template.parameters,
+        )
+
+
+#: layouts by the length of their messages
+_REQUEST_LAYOUTS: dict[int, list[_RequestLayout]] = {}
+_RESPONSE_LAYOUTS: dict[tuple[Any, ...], tuple[bytes, list[tuple[bytes, int]]]] = {}
+
+
+def _remember_layout(data: bytes, request: InferenceRequest) -> None:
+    """Keep the layout of a decoded message when its raw contents come last and every input
+    is one of them, in a fixed-size datatype."""
+    if any(tensor.datatype == "BYTES" for tensor in request.inputs):
+        return
+    start = _raw_inputs_start(data)
+    if start is None:
+        return
+    layout = _RequestLayout(data[:start], request)
+    if layout.size != len(data):
+        return
+    if sum(map(len, _REQUEST_LAYOUTS.values())) >= _LAYOUTS_KEPT:
+        _REQUEST_LAYOUTS.clear()
+    _REQUEST_LAYOUTS.setdefault(len(data), []).append(layout)
+
+
+def _raw_inputs_start(data: bytes) -> int | None:
+    """Where the raw_input_contents of a serialised ModelInferRequest begin; None unless
+    they come last, after length-delimited fields 1 to 6 only."""
+    end = len(data)
+    start = None
+    pos = 0
+    while pos < end:
+        tag = data[pos]
+        if tag == _RAW_INPUT_TAG:
+            if start is None:
+                start = pos
+        elif start is not None or tag & 7 != 2 or tag > _RAW_INPUT_TAG:
+            return None  # after the raw contents, not length-delimited, or not fields 1-6
+        pos += 1
+        length = shift = 0
+        while True:  # the field's length, a varint
+            if pos >= end:
+                return None
+            byte = data[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        pos += length
+    return start if pos == end else None
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 # ---- metadata, configuration, statistics, repository index ----

@@ -1,0 +1,54 @@
+"""The ONNX Runtime backend: session options from the model's parameters, and execute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferplex import modelgen
+from inferplex.backends.base import InstanceSpec
+from inferplex.backends.onnxruntime import SPINNING_PARAMETER, OnnxRuntimeBackend
+from inferplex.config import ModelConfig
+from inferplex.errors import ConfigError
+
+
+def config(parameters: dict[str, str] | None = None) -> ModelConfig:
+    tensors = [{"name": n, "data_type": "FP32", "dims": [16]} for n in ("INPUT0", "INPUT1")]
+    return ModelConfig(
+        name="add_sub",
+        max_batch_size=8,
+        input=tensors,
+        output=[{"name": n, "data_type": "FP32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")],
+        parameters=parameters or {},
+    )
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return modelgen.add_sub(tmp_path_factory.mktemp("repo"))
+
+
+def spinning(backend: OnnxRuntimeBackend) -> str:
+    return backend._session.get_session_options().get_session_config_entry(SPINNING_PARAMETER)
+
+
+def test_intra_op_threads_do_not_spin_unless_the_model_asks(model: Path) -> None:
+    spec = InstanceSpec(intra_op_threads=2)
+    assert spinning(OnnxRuntimeBackend(model, config(), spec)) == "0"
+    assert spinning(OnnxRuntimeBackend(model, config({SPINNING_PARAMETER: "1"}), spec)) == "1"
+
+
+def test_a_bad_spinning_value_fails_the_model(model: Path) -> None:
+    with pytest.raises(ConfigError, match=SPINNING_PARAMETER):
+        OnnxRuntimeBackend(model, config({SPINNING_PARAMETER: "yes"}), InstanceSpec())
+
+
+def test_execute_returns_the_requested_outputs(model: Path) -> None:
+    backend = OnnxRuntimeBackend(model, config(), InstanceSpec())
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.ones((2, 16), dtype=np.float32)
+    outputs = backend.execute({"INPUT0": a, "INPUT1": b}, ["OUTPUT1"])
+    assert list(outputs) == ["OUTPUT1"]
+    np.testing.assert_array_equal(outputs["OUTPUT1"], a - b)
