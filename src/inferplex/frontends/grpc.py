@@ -1,9 +1,10 @@
 """The V2 gRPC frontend: ``inference.GRPCInferenceService`` on grpc.aio.
 
 Generic method handlers (no generated servicer) with each message class's own
-``FromString`` / ``SerializeToString``, on the event loop the HTTP server runs on: the
-cheapest Python gRPC stack measured (DESIGN.md). Every RPC is translate -> engine -> translate;
-errors go through THE table in protocol/v2/errors.py.
+``FromString`` / ``SerializeToString`` (ModelInfer: the codec's own wire functions), on the
+event loop the HTTP server runs on: the cheapest Python gRPC stack measured (DESIGN.md).
+Every RPC is translate -> engine -> translate; errors go through THE table in
+protocol/v2/errors.py.
 """
 
 from __future__ import annotations

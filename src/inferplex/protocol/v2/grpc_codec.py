@@ -1,10 +1,12 @@
 """The V2 gRPC codec: protocol messages <-> core types.
 
-Inference is the hot path: raw tensors become ``np.frombuffer`` views of the message's bytes
+Inference is the hot path: raw tensors become read-only numpy views of the message's bytes
 and outputs are written to ``raw_output_contents`` (what perf_analyzer and tritonclient
-read). Metadata, configuration, statistics and index answers are the engine's dicts in
-Triton's JSON shape, which is protobuf's JSON mapping of the same messages, so
-``json_format.ParseDict`` renders them; keys the proto does not declare are skipped.
+read); ``decode_infer_request_bytes`` / ``encode_infer_response_bytes`` work on the wire
+bytes and skip protobuf for messages shaped like ones seen before. Metadata, configuration,
+statistics and index answers are the engine's dicts in Triton's JSON shape, which is
+protobuf's JSON mapping of the same messages, so ``json_format.ParseDict`` renders them; keys
+the proto does not declare are skipped.
 """
 
 from __future__ import annotations
