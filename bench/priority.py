@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="clients of the low model")
     parser.add_argument("--image-size", type=int, default=96, help="side of the CNNs' images")
     args = parser.parse_args()
-    timing = Timing(1.5, 0.5) if args.quick else Timing(args.duration, args.warmup)
+    timing = Timing(1.0, 0.3) if args.quick else Timing(args.duration, args.warmup)
     pair = Pair(HIGH, LOW, args.rate, args.concurrency, args.image_size)
     before = machine_state()
 

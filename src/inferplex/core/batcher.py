@@ -190,6 +190,12 @@ class DynamicBatcher:
         self._default_level = config.default_priority_level or config.priority_levels
         # (queue, reject) in the order batches are formed: by level, live before delayed
         self._queues = [(q, lv.reject) for lv in self._levels for q in (lv.live, lv.delayed)]
+        # One level, no queue delay, no preferred sizes (``dynamic_batching { }``): while no
+        # queued request has a deadline, a batch is due whenever an instance is idle and is a
+        # plain scan of the queue; ``next_wakeup`` and ``_plan`` take that short way.
+        self._plain = (
+            self._levels[0] if not (self._n_levels or self._delay or self._preferred) else None
+        )
         self._seq = 0
         self._pending = 0
         self._pending_rows = 0
@@ -264,6 +270,9 @@ class DynamicBatcher:
         before ``now`` means "now"; None means nothing until the next submit."""
         if not self._pending:
             return None
+        plain = self._plain
+        if plain is not None and not plain.timed:
+            return now if instance_idle else None
         self._demote(now)
         wake = math.inf
         for level in self._levels:
@@ -282,7 +291,7 @@ class DynamicBatcher:
         deadline``); the caller answers each with DeadlineExceededError."""
         expired: list[PendingRequest] = []
         for level in self._levels:
-            if level.reject:
+            if level.reject and level.timed:
                 expired.extend(level.take_expired(now))
         if expired:
             self._pending -= len(expired)
@@ -353,6 +362,9 @@ class DynamicBatcher:
     def _plan(self, now: float) -> _Plan:
         """The batch being formed: (candidates, how many close now, their rows, reason or None
         if it should wait, time at which it will close if it waits)."""
+        plain = self._plain
+        if plain is not None and not plain.timed and not plain.delayed:
+            return self._plain_plan(plain.live, now)
         max_rows = self._max_batch_size
         preferred = self._preferred
         taken: list[PendingRequest] = []
@@ -405,6 +417,24 @@ class DynamicBatcher:
                 return taken, count, rows, CloseReason.DEADLINE, now
             due = min(due, close_at)
         return taken, count, rows, None, due
+
+    def _plain_plan(self, queue: deque[PendingRequest], now: float) -> _Plan:
+        """``_plan`` for a plain batcher (see ``_plain``) whose queue has no deadlines: the
+        compatible requests from the head on that fit, closing now (FULL or IDLE)."""
+        max_rows = self._max_batch_size
+        taken: list[PendingRequest] = []
+        rows = 0
+        key = queue[0].shape_key
+        for r in queue:
+            if r.shape_key != key:
+                continue
+            if rows + r.rows > max_rows:
+                return taken, len(taken), rows, CloseReason.FULL, now
+            taken.append(r)
+            rows += r.rows
+            if rows == max_rows:
+                return taken, len(taken), rows, CloseReason.FULL, now
+        return taken, len(taken), rows, CloseReason.IDLE, now
 
     def _remove(self, requests: list[PendingRequest], rows: int) -> None:
         """Take a closed batch's requests out of their queues, keeping everyone else's order."""

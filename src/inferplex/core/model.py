@@ -197,15 +197,17 @@ class ModelVersion:
         requests = batch.requests
         first: _Payload = requests[0].payload
         single = len(requests) == 1
+        wanted = first.outputs
+        alike = True  # every request wants the same outputs (the same list: all, usually)
         if single:
-            feeds, wanted = first.feeds, first.outputs
+            feeds = first.feeds
         else:
             feeds = {
                 name: np.concatenate([r.payload.feeds[name] for r in requests])
                 for name in first.feeds
             }
-            wanted = first.outputs
             if any(r.payload.outputs is not wanted for r in requests):
+                alike = False
                 names = {n for r in requests for n in r.payload.outputs}
                 wanted = [n for n in self._output_order if n in names]
         prepared = _now_ns()
@@ -222,16 +224,23 @@ class ModelVersion:
             array = results.get(name)
             if array is not None:
                 results[name] = to_bytes_elements(array)
-        outputs = [results] if single else self._split(results, batch)
+        outputs = [results] if single else self._split(results, batch, wanted, alike)
         return outputs, began, prepared, executed, _now_ns()
 
-    def _split(self, results: Outputs, batch: Batch) -> list[Outputs]:
+    def _split(
+        self, results: Outputs, batch: Batch, wanted: list[str], alike: bool
+    ) -> list[Outputs]:
+        """Each request's rows of the outputs it asked for (views, no copies)."""
         for name, array in results.items():
             if array.ndim == 0 or array.shape[0] != batch.rows:
                 raise ModelExecutionError(
                     f"model '{self.config.name}' output '{name}' has shape {list(array.shape)}; "
                     f"a batched model must return {batch.rows} rows, one per input row"
                 )
+        if alike and wanted and batch.rows == len(batch.requests):
+            # one row each, the usual case: each output's row views come from one call
+            columns = [list(results[name][:, None]) for name in wanted]
+            return [dict(zip(wanted, row, strict=True)) for row in zip(*columns, strict=True)]
         split: list[Outputs] = []
         offset = 0
         for request in batch.requests:

@@ -25,36 +25,17 @@ import orjson
 from inferplex.core.datatypes import V2_TO_NUMPY, deserialize_bytes, serialize_bytes
 from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.v2.rest_json import (
+    array_from_json,
+    json_type,
+    reshape_input,
+    strings_to_json,
+    unusable_shape,
+)
 
 __all__ = ["decode_infer_request", "encode_infer_response", "parse_header_length"]
 
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-
-#: Closed ranges a JSON number must fall into for each datatype that can overflow on the cast.
-_RANGES: dict[str, tuple[int | float, int | float]] = {
-    name: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
-    for name, dtype in V2_TO_NUMPY.items()
-    if dtype.kind in "iu"
-}
-_RANGES["FP16"] = (-float(np.finfo(np.float16).max), float(np.finfo(np.float16).max))
-_RANGES["FP32"] = (-float(np.finfo(np.float32).max), float(np.finfo(np.float32).max))
-
-#: Which numpy kinds of the array built from JSON numbers each datatype accepts.
-_ACCEPTED_KINDS: dict[str, tuple[str, str]] = {
-    name: ("iu", "integers") if dtype.kind in "iu" else ("iuf", "numbers")
-    for name, dtype in V2_TO_NUMPY.items()
-    if dtype.kind in "iuf"
-}
-_ACCEPTED_KINDS["BOOL"] = ("b", "true/false values")
-
-_KIND_NAMES = {
-    "b": "booleans",
-    "i": "integers",
-    "u": "integers",
-    "f": "floating-point numbers",
-    "U": "strings",
-    "O": "mixed or non-numeric values",
-}
 
 
 def parse_header_length(value: bytes | str) -> int:
@@ -104,25 +85,25 @@ def decode_infer_request(
     # orjson builds exact dicts, lists and strs: ``type(...) is`` checks are enough and cheap
     if type(header) is not dict:
         raise InvalidInputError(
-            f"the inference request must be a JSON object, got {_json_type(header)}"
+            f"the inference request must be a JSON object, got {json_type(header)}"
         )
 
     request_id = header.get("id", "")
     if type(request_id) is not str:
-        raise InvalidInputError(f"'id' must be a string, got {_json_type(request_id)}")
+        raise InvalidInputError(f"'id' must be a string, got {json_type(request_id)}")
     parameters = _parameters(header.get("parameters"), "request", "")
     if parameters:
         binary_output = parameters.get("binary_data_output", False)
         if type(binary_output) is not bool:
             raise InvalidInputError(
                 "request parameter 'binary_data_output' must be true or false, got "
-                f"{_json_type(binary_output)}"
+                f"{json_type(binary_output)}"
             )
 
     raw_inputs = header.get("inputs")
     if type(raw_inputs) is not list:
         raise InvalidInputError(
-            f"'inputs' must be a list of input tensors, got {_json_type(raw_inputs)}"
+            f"'inputs' must be a list of input tensors, got {json_type(raw_inputs)}"
         )
     # duplicate names, like every check against the model's declared inputs, are the engine's
     inputs: list[Tensor] = []
@@ -224,18 +205,18 @@ def _binary_array(
     """The tensor in ``body[offset:end]``, whose size was checked against shape and datatype."""
     if datatype == "BYTES":
         array = deserialize_bytes(memoryview(body)[offset:end], prod(shape), name)
-        return _reshape(array, shape, name)
+        return reshape_input(array, shape, name)
     try:
         # a read-only view into the body, like np.frombuffer, built in one call
         return np.ndarray(shape, V2_TO_NUMPY[datatype], body, offset)
     except ValueError as exc:
-        raise _unusable_shape(name, shape, exc) from None
+        raise unusable_shape(name, shape, exc) from None
 
 
 def _decode_input(raw: Any, index: int, body: bytes, offset: int, size: int) -> tuple[Tensor, int]:
     """One input tensor; returns it and the offset just past its binary data."""
     if type(raw) is not dict:
-        raise InvalidInputError(f"inputs[{index}] must be a JSON object, got {_json_type(raw)}")
+        raise InvalidInputError(f"inputs[{index}] must be a JSON object, got {json_type(raw)}")
     name = raw.get("name")
     if type(name) is not str or not name:
         raise InvalidInputError(f"inputs[{index}]: 'name' must be a non-empty string")
@@ -267,7 +248,7 @@ def _decode_input(raw: Any, index: int, body: bytes, offset: int, size: int) -> 
             raise InvalidInputError(
                 f"input '{name}' has no data: give 'data' or parameters.binary_data_size"
             )
-        array = _from_json(data, datatype, dtype, shape, count, name)
+        array = array_from_json(data, datatype, dtype, shape, count, name)
         return Tensor(name, datatype, shape, array, parameters), offset
 
     if data is not None:
@@ -294,14 +275,12 @@ def _decode_input(raw: Any, index: int, body: bytes, offset: int, size: int) -> 
 def _decode_outputs(raw_outputs: Any) -> list[RequestedOutput]:
     if type(raw_outputs) is not list:
         raise InvalidInputError(
-            f"'outputs' must be a list of requested outputs, got {_json_type(raw_outputs)}"
+            f"'outputs' must be a list of requested outputs, got {json_type(raw_outputs)}"
         )
     outputs: list[RequestedOutput] = []
     for index, raw in enumerate(raw_outputs):
         if type(raw) is not dict:
-            raise InvalidInputError(
-                f"outputs[{index}] must be a JSON object, got {_json_type(raw)}"
-            )
+            raise InvalidInputError(f"outputs[{index}] must be a JSON object, got {json_type(raw)}")
         name = raw.get("name")
         if type(name) is not str or not name:
             raise InvalidInputError(f"outputs[{index}]: 'name' must be a non-empty string")
@@ -321,7 +300,7 @@ def _check_output_parameters(raw: Any, name: str) -> None:
     if not isinstance(binary, bool):
         raise InvalidInputError(
             f"output '{name}': parameters.binary_data must be true or false, got "
-            f"{_json_type(binary)}"
+            f"{json_type(binary)}"
         )
     if parameters.get("classification"):
         raise InvalidInputError(f"output '{name}': the classification extension is not supported")
@@ -335,15 +314,14 @@ def _parameters(raw: Any, owner: str, name: str) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         where = f"{owner} '{name}': " if name else f"{owner} "
-        raise InvalidInputError(f"{where}'parameters' must be a JSON object, got {_json_type(raw)}")
+        raise InvalidInputError(f"{where}'parameters' must be a JSON object, got {json_type(raw)}")
     return raw
 
 
 def _shape(raw: Any, name: str) -> tuple[int, ...]:
     if type(raw) is not list:
         raise InvalidInputError(
-            f"input '{name}': 'shape' must be a list of non-negative integers, got "
-            f"{_json_type(raw)}"
+            f"input '{name}': 'shape' must be a list of non-negative integers, got {json_type(raw)}"
         )
     for dim in raw:
         # bool is an int subclass: reject it explicitly, as JSON true is not a dimension
@@ -352,119 +330,6 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
                 f"input '{name}': 'shape' must be a list of non-negative integers, got {raw}"
             )
     return tuple(raw)
-
-
-def _reshape(array: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
-    try:
-        return array.reshape(shape)
-    except ValueError as exc:
-        raise _unusable_shape(name, shape, exc) from None
-
-
-def _unusable_shape(name: str, shape: tuple[int, ...], exc: ValueError) -> InvalidInputError:
-    return InvalidInputError(f"input '{name}': shape {list(shape)} is not usable: {exc}")
-
-
-def _from_json(
-    data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...], count: int, name: str
-) -> np.ndarray:
-    """Convert JSON ``data`` (flat or nested, row-major) to an array of ``shape``."""
-    if not isinstance(data, list):
-        raise InvalidInputError(
-            f"input '{name}': 'data' must be a list (flat or nested), got {_json_type(data)}"
-        )
-    if datatype == "BYTES":
-        return _bytes_from_json(data, shape, count, name)
-    try:
-        raw = np.array(data)
-    except (ValueError, TypeError, OverflowError, RecursionError):
-        raise InvalidInputError(
-            f"input '{name}': 'data' is not a rectangular nested list of numbers"
-        ) from None
-    if raw.size != count:
-        raise InvalidInputError(
-            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {raw.size}"
-        )
-    if count == 0:
-        return _reshape(np.empty(0, dtype=dtype), shape, name)
-    kinds = _ACCEPTED_KINDS[datatype][0]
-    if kinds == "iu" and raw.dtype.kind in "fO":
-        # numpy turns integers beyond int64 (large UINT64 values) into float64 or objects
-        raw = _exact_integers(data, datatype, name)
-    elif raw.dtype.kind not in kinds:
-        raise _wrong_kind(name, datatype, raw.dtype.kind)
-    limits = _RANGES.get(datatype)
-    if limits is not None and (raw.min() < limits[0] or raw.max() > limits[1]):
-        raise _out_of_range(name, datatype)
-    return _reshape(raw.astype(dtype, copy=False), shape, name)
-
-
-def _exact_integers(data: list, datatype: str, name: str) -> np.ndarray:
-    """The slow path for integer data numpy could not hold as int64 or uint64."""
-    values = np.array(data, dtype=np.object_).reshape(-1).tolist()
-    for value in values:
-        if type(value) is not int:
-            raise _wrong_kind(name, datatype, "f" if isinstance(value, float) else "O")
-    low, high = _RANGES[datatype]
-    if min(values) < low or max(values) > high:
-        raise _out_of_range(name, datatype)
-    return np.array(values, dtype=V2_TO_NUMPY[datatype])
-
-
-def _wrong_kind(name: str, datatype: str, kind: str) -> InvalidInputError:
-    got = _KIND_NAMES.get(kind, "values of another type")
-    return InvalidInputError(
-        f"input '{name}': 'data' must hold {_ACCEPTED_KINDS[datatype][1]} for datatype "
-        f"{datatype}, got {got}"
-    )
-
-
-def _out_of_range(name: str, datatype: str) -> InvalidInputError:
-    low, high = _RANGES[datatype]
-    return InvalidInputError(
-        f"input '{name}': 'data' has values outside the range of {datatype} [{low}, {high}]"
-    )
-
-
-def _bytes_from_json(data: list, shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
-    """Flatten nested JSON strings row-major into an object array of UTF-8 ``bytes``."""
-    flat: list[bytes] = []
-    # iterative walk: orjson allows nesting deeper than Python's recursion limit
-    stack: list[Any] = [iter(data)]
-    while stack:
-        for item in stack[-1]:
-            if isinstance(item, list):
-                stack.append(iter(item))
-                break
-            if not isinstance(item, str):
-                raise InvalidInputError(
-                    f"input '{name}': BYTES 'data' must hold strings, got {_json_type(item)}; "
-                    "send raw bytes as binary data"
-                )
-            flat.append(item.encode())
-        else:
-            stack.pop()
-    if len(flat) != count:
-        raise InvalidInputError(
-            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {len(flat)}"
-        )
-    array = np.empty(count, dtype=np.object_)
-    array[:] = flat
-    return _reshape(array, shape, name)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"
 
 
 def encode_infer_response(
@@ -543,16 +408,4 @@ def _binary_output(tensor: Tensor) -> tuple[bytes | np.ndarray, int]:
 def _json_output(tensor: Tensor) -> Any:
     if tensor.datatype != "BYTES":
         return _native(tensor).reshape(-1)
-    values: list[str] = []
-    for item in np.asarray(tensor.data).reshape(-1):
-        if isinstance(item, bytes):
-            try:
-                values.append(item.decode())
-            except UnicodeDecodeError:
-                raise InvalidInputError(
-                    f"output '{tensor.name}' holds bytes that are not valid UTF-8 and cannot be "
-                    "sent as JSON; request it with parameters.binary_data = true"
-                ) from None
-        else:
-            values.append(str(item))
-    return values
+    return strings_to_json(tensor.name, np.asarray(tensor.data))

@@ -1,0 +1,172 @@
+"""JSON tensor data of the V2 REST protocol <-> numpy, with the checks JSON needs: nesting,
+element counts, the kind of every value and the range of its datatype.
+
+Every problem is an :class:`InvalidInputError` whose message names the tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from inferplex.core.datatypes import V2_TO_NUMPY
+from inferplex.errors import InvalidInputError
+
+#: Closed ranges a JSON number must fall into for each datatype that can overflow on the cast.
+_RANGES: dict[str, tuple[int | float, int | float]] = {
+    name: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    for name, dtype in V2_TO_NUMPY.items()
+    if dtype.kind in "iu"
+}
+_RANGES["FP16"] = (-float(np.finfo(np.float16).max), float(np.finfo(np.float16).max))
+_RANGES["FP32"] = (-float(np.finfo(np.float32).max), float(np.finfo(np.float32).max))
+
+#: Which numpy kinds of the array built from JSON numbers each datatype accepts.
+_ACCEPTED_KINDS: dict[str, tuple[str, str]] = {
+    name: ("iu", "integers") if dtype.kind in "iu" else ("iuf", "numbers")
+    for name, dtype in V2_TO_NUMPY.items()
+    if dtype.kind in "iuf"
+}
+_ACCEPTED_KINDS["BOOL"] = ("b", "true/false values")
+
+_KIND_NAMES = {
+    "b": "booleans",
+    "i": "integers",
+    "u": "integers",
+    "f": "floating-point numbers",
+    "U": "strings",
+    "O": "mixed or non-numeric values",
+}
+
+
+def reshape_input(array: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``array`` in ``shape``; InvalidInputError naming the input when it does not fit."""
+    try:
+        return array.reshape(shape)
+    except ValueError as exc:
+        raise unusable_shape(name, shape, exc) from None
+
+
+def unusable_shape(name: str, shape: tuple[int, ...], exc: ValueError) -> InvalidInputError:
+    return InvalidInputError(f"input '{name}': shape {list(shape)} is not usable: {exc}")
+
+
+def array_from_json(
+    data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...], count: int, name: str
+) -> np.ndarray:
+    """Convert JSON ``data`` (flat or nested, row-major) to an array of ``shape``."""
+    if not isinstance(data, list):
+        raise InvalidInputError(
+            f"input '{name}': 'data' must be a list (flat or nested), got {json_type(data)}"
+        )
+    if datatype == "BYTES":
+        return _bytes_from_json(data, shape, count, name)
+    try:
+        raw = np.array(data)
+    except (ValueError, TypeError, OverflowError, RecursionError):
+        raise InvalidInputError(
+            f"input '{name}': 'data' is not a rectangular nested list of numbers"
+        ) from None
+    if raw.size != count:
+        raise InvalidInputError(
+            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {raw.size}"
+        )
+    if count == 0:
+        return reshape_input(np.empty(0, dtype=dtype), shape, name)
+    kinds = _ACCEPTED_KINDS[datatype][0]
+    if kinds == "iu" and raw.dtype.kind in "fO":
+        # numpy turns integers beyond int64 (large UINT64 values) into float64 or objects
+        raw = _exact_integers(data, datatype, name)
+    elif raw.dtype.kind not in kinds:
+        raise _wrong_kind(name, datatype, raw.dtype.kind)
+    limits = _RANGES.get(datatype)
+    if limits is not None and (raw.min() < limits[0] or raw.max() > limits[1]):
+        raise _out_of_range(name, datatype)
+    return reshape_input(raw.astype(dtype, copy=False), shape, name)
+
+
+def _exact_integers(data: list, datatype: str, name: str) -> np.ndarray:
+    """The slow path for integer data numpy could not hold as int64 or uint64."""
+    values = np.array(data, dtype=np.object_).reshape(-1).tolist()
+    for value in values:
+        if type(value) is not int:
+            raise _wrong_kind(name, datatype, "f" if isinstance(value, float) else "O")
+    low, high = _RANGES[datatype]
+    if min(values) < low or max(values) > high:
+        raise _out_of_range(name, datatype)
+    return np.array(values, dtype=V2_TO_NUMPY[datatype])
+
+
+def _wrong_kind(name: str, datatype: str, kind: str) -> InvalidInputError:
+    got = _KIND_NAMES.get(kind, "values of another type")
+    return InvalidInputError(
+        f"input '{name}': 'data' must hold {_ACCEPTED_KINDS[datatype][1]} for datatype "
+        f"{datatype}, got {got}"
+    )
+
+
+def _out_of_range(name: str, datatype: str) -> InvalidInputError:
+    low, high = _RANGES[datatype]
+    return InvalidInputError(
+        f"input '{name}': 'data' has values outside the range of {datatype} [{low}, {high}]"
+    )
+
+
+def _bytes_from_json(data: list, shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
+    """Flatten nested JSON strings row-major into an object array of UTF-8 ``bytes``."""
+    flat: list[bytes] = []
+    # iterative walk: orjson allows nesting deeper than Python's recursion limit
+    stack: list[Any] = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            if not isinstance(item, str):
+                raise InvalidInputError(
+                    f"input '{name}': BYTES 'data' must hold strings, got {json_type(item)}; "
+                    "send raw bytes as binary data"
+                )
+            flat.append(item.encode())
+        else:
+            stack.pop()
+    if len(flat) != count:
+        raise InvalidInputError(
+            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {len(flat)}"
+        )
+    array = np.empty(count, dtype=np.object_)
+    array[:] = flat
+    return reshape_input(array, shape, name)
+
+
+def json_type(value: Any) -> str:
+    """What a JSON value is, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def strings_to_json(name: str, array: np.ndarray) -> list[str]:
+    """A BYTES output's elements as JSON strings (UTF-8 text only)."""
+    values: list[str] = []
+    for item in array.reshape(-1):
+        if isinstance(item, bytes):
+            try:
+                values.append(item.decode())
+            except UnicodeDecodeError:
+                raise InvalidInputError(
+                    f"output '{name}' holds bytes that are not valid UTF-8 and cannot be "
+                    "sent as JSON; request it with parameters.binary_data = true"
+                ) from None
+        else:
+            values.append(str(item))
+    return values
