@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from inferplex.config.model_config import ModelConfig, TensorConfig
+
+if TYPE_CHECKING:
+    from inferplex.core.types import InferenceRequest, InferenceResponse
+
+
+class ModelCaller(Protocol):
+    """Runs a request on another served model, in-process (no network hop). Blocking: for
+    backends, which run in worker threads, never on the event loop."""
+
+    def infer(self, request: InferenceRequest, timeout: float | None = None) -> InferenceResponse:
+        """The response, or the InferplexError the served model raised."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -18,6 +31,8 @@ class InstanceSpec:
     kind: str = "KIND_CPU"
     device_id: int = 0
     intra_op_threads: int = 1
+    #: how a backend reaches the other served models (pipelines, cascades, handlers' BLS)
+    caller: ModelCaller | None = field(default=None, compare=False)
 
 
 class Backend(abc.ABC):
@@ -32,6 +47,9 @@ class Backend(abc.ABC):
     platforms: tuple[str, ...] = ()
     #: file name looked for in a version folder when the config names none
     default_model_filename: str = ""
+    #: a backend that only waits on other served models (through ``InstanceSpec.caller``)
+    #: takes no compute slot of the scheduler: holding one while waiting could deadlock
+    composite: bool = False
 
     @abc.abstractmethod
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:

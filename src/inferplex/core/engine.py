@@ -14,6 +14,7 @@ from typing import Any
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.cache import ResponseCache
+from inferplex.core.caller import EngineCaller
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.registry import ModelRegistry, ModelState
 from inferplex.core.scheduler import Scheduler
@@ -43,9 +44,10 @@ class InferenceEngine:
             config.max_concurrent_batches or os.cpu_count() or 1,
             config.rate_limit_resources,
         )
-        self.dispatcher = Dispatcher(scheduler, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self.dispatcher = Dispatcher(scheduler, loop)
         cache = ResponseCache(config.cache_size) if config.cache_size else None
-        await self.registry.load_all(self.dispatcher, cache)
+        await self.registry.load_all(self.dispatcher, cache, EngineCaller(self.infer, loop))
         self._started = ready
 
     def set_ready(self) -> None:

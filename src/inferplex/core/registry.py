@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferplex.backends import Backend
+from inferplex.backends.base import ModelCaller
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
@@ -45,14 +47,21 @@ class ModelRegistry:
         self._entries: dict[str, ModelEntry] = {}
         self._dispatcher: Dispatcher | None = None
         self._cache: ResponseCache | None = None
+        self._caller: ModelCaller | None = None
 
     # -- loading --------------------------------------------------------------------------
-    async def load_all(self, dispatcher: Dispatcher, cache: ResponseCache | None = None) -> None:
+    async def load_all(
+        self,
+        dispatcher: Dispatcher,
+        cache: ResponseCache | None = None,
+        caller: ModelCaller | None = None,
+    ) -> None:
         """Load every model of the repository; a model that fails is recorded, not raised.
         Loaded versions run their batches through ``dispatcher``; models that enable the
-        response cache share ``cache``."""
+        response cache share ``cache``; backends reach other served models through ``caller``."""
         self._dispatcher = dispatcher
         self._cache = cache
+        self._caller = caller
         model_dirs = await asyncio.to_thread(list_models, self._repository)
         for model_dir in model_dirs:
             self._entries[model_dir.name] = ModelEntry(model_dir.name)
@@ -74,7 +83,7 @@ class ModelRegistry:
                     entry.name,
                 )
             for version, path in plan.version_files.items():
-                backends = await asyncio.to_thread(_create_instances, plan, path)
+                backends = await asyncio.to_thread(_create_instances, plan, path, self._caller)
                 served = ModelVersion(plan.config, version, backends, loop, dispatcher, self._cache)
                 entry.versions[version] = served
                 dispatcher.add(served, policy)
@@ -168,10 +177,11 @@ def scheduling_policy(config: ModelConfig) -> ModelPolicy:
     )
 
 
-def _create_instances(plan: ModelPlan, path: Path) -> list[Backend]:
+def _create_instances(plan: ModelPlan, path: Path, caller: ModelCaller | None) -> list[Backend]:
     backends: list[Backend] = []
     try:
         for spec in plan.instances:
+            spec = dataclasses.replace(spec, caller=caller)
             backends.append(plan.backend(path, plan.config, spec))
     except BaseException:
         for backend in backends:
