@@ -104,6 +104,17 @@ class Scheduling(_Frozen):
     slo_p99_ms: float | None = Field(
         default=None, gt=0, description="latency target the 'adaptive' policy holds"
     )
+    adaptive_batching: bool = Field(
+        default=False,
+        description="learn execution time per batch size online and pick the batch size and "
+        "queue delay that maximise throughput while holding slo_p99_ms",
+    )
+
+    @model_validator(mode="after")
+    def _adaptive_needs_target(self) -> Scheduling:
+        if self.adaptive_batching and self.slo_p99_ms is None:
+            raise ValueError("scheduling.adaptive_batching needs scheduling.slo_p99_ms (a target)")
+        return self
 
 
 class ResponseCache(_Frozen):

@@ -193,15 +193,33 @@ class DynamicBatcher:
         # One level, no queue delay, no preferred sizes (``dynamic_batching { }``): while no
         # queued request has a deadline, a batch is due whenever an instance is idle and is a
         # plain scan of the queue; ``next_wakeup`` and ``_plan`` take that short way.
-        self._plain = (
-            self._levels[0] if not (self._n_levels or self._delay or self._preferred) else None
-        )
+        self._plain: _Level | None = None
+        self._max_rows = max_batch_size  # the batch limit now: adaptive batching may lower it
+        self._update_plain()
         self._seq = 0
         self._pending = 0
         self._pending_rows = 0
         # the last plan and its ``now``: the driver asks next_wakeup, then next_batch, at the
         # same moment; any change to the queues drops it
         self._memo: tuple[float, _Plan] | None = None
+
+    def set_limits(self, max_rows: int, delay_s: float) -> None:
+        """Adaptive batching: close batches at ``max_rows`` (a larger request still runs, alone)
+        and wait at most ``delay_s`` for one to fill."""
+        self._max_rows = max(1, min(max_rows, self._max_batch_size))
+        self._delay = max(delay_s, 0.0)
+        self._update_plain()
+        self._memo = None
+
+    @property
+    def limits(self) -> tuple[int, float]:
+        """(batch rows, queue delay in seconds) batches are formed with now."""
+        return self._max_rows, self._delay
+
+    def _update_plain(self) -> None:
+        self._plain = (
+            self._levels[0] if not (self._n_levels or self._delay or self._preferred) else None
+        )
 
     @property
     def pending_requests(self) -> int:
@@ -365,7 +383,7 @@ class DynamicBatcher:
         plain = self._plain
         if plain is not None and not plain.timed and not plain.delayed:
             return self._plain_plan(plain.live, now)
-        max_rows = self._max_batch_size
+        max_rows = self._max_rows
         preferred = self._preferred
         taken: list[PendingRequest] = []
         rows = best_cut = best_rows = 0
@@ -381,7 +399,7 @@ class DynamicBatcher:
                     key = r.shape_key
                 elif r.shape_key != key:
                     continue
-                if rows + r.rows > max_rows:
+                if rows + r.rows > max_rows and taken:
                     full = True  # keep arrival order: never let a smaller request jump it
                     break
                 taken.append(r)
@@ -392,7 +410,7 @@ class DynamicBatcher:
                     earliest_deadline = deadline
                 if rows in preferred:
                     best_cut, best_rows = len(taken), rows
-                if rows == max_rows:
+                if rows >= max_rows:
                     full = True
                     break
             if full:
@@ -403,7 +421,7 @@ class DynamicBatcher:
         delay = self._delay
         due = oldest + delay
         if best_cut and not (delay and now >= due):
-            reason = CloseReason.FULL if best_rows == max_rows else CloseReason.PREFERRED
+            reason = CloseReason.FULL if best_rows >= max_rows else CloseReason.PREFERRED
             return taken, best_cut, best_rows, reason, now
         if full:
             return taken, count, rows, CloseReason.FULL, now
@@ -421,18 +439,18 @@ class DynamicBatcher:
     def _plain_plan(self, queue: deque[PendingRequest], now: float) -> _Plan:
         """``_plan`` for a plain batcher (see ``_plain``) whose queue has no deadlines: the
         compatible requests from the head on that fit, closing now (FULL or IDLE)."""
-        max_rows = self._max_batch_size
+        max_rows = self._max_rows
         taken: list[PendingRequest] = []
         rows = 0
         key = queue[0].shape_key
         for r in queue:
             if r.shape_key != key:
                 continue
-            if rows + r.rows > max_rows:
+            if rows + r.rows > max_rows and taken:
                 return taken, len(taken), rows, CloseReason.FULL, now
             taken.append(r)
             rows += r.rows
-            if rows == max_rows:
+            if rows >= max_rows:
                 return taken, len(taken), rows, CloseReason.FULL, now
         return taken, len(taken), rows, CloseReason.IDLE, now
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from inferplex.backends.base import Backend
 from inferplex.config.model_config import ModelConfig
+from inferplex.core.adaptive import AdaptiveBatching
 from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
 from inferplex.core.cache import ResponseCache
 from inferplex.core.datatypes import to_bytes_elements
@@ -77,10 +78,20 @@ class ModelVersion:
         self.estimator = ExecutionEstimator()
         self.queue: DynamicBatcher | FifoQueue
         batching = config.dynamic_batching
+        self._adaptive: AdaptiveBatching | None = None
         if batching is not None and config.batched:
             self.queue = DynamicBatcher(
                 config.name, config.max_batch_size, batching, self.estimator.estimate
             )
+            scheduling = config.scheduling
+            if scheduling.adaptive_batching and scheduling.slo_p99_ms is not None:
+                self._adaptive = AdaptiveBatching(
+                    self.queue,
+                    self.estimator,
+                    scheduling.slo_p99_ms * 1e-3,
+                    config.max_batch_size,
+                    batching.max_queue_delay_microseconds * 1e-6,
+                )
         else:
             self.queue = FifoQueue()
         self.instances = [
@@ -264,6 +275,8 @@ class ModelVersion:
             return
         outputs, began, prepared, executed, ended = result
         self.estimator.observe(batch.rows, (executed - prepared) * 1e-9)
+        if self._adaptive is not None:
+            self._adaptive.batch_done()
         count = len(requests)
         self.stats.record_batch(
             batch.rows,

@@ -33,3 +33,30 @@ def test_impossible_target_still_runs_single_requests_without_waiting() -> None:
     limits = plan_limits(linear(0.010, 0.001), 0.005, 32, 0.001)
     assert limits is not None
     assert (limits.max_rows, limits.max_delay_s) == (1, 0.0)
+
+
+def test_adaptive_batching_replans_the_batcher_every_few_batches() -> None:
+    from inferplex.config.model_config import DynamicBatching
+    from inferplex.core.adaptive import REPLAN_EVERY, AdaptiveBatching
+    from inferplex.core.batcher import DynamicBatcher
+
+    estimator = linear(0.001, 0.0005)
+    batcher = DynamicBatcher("m", 32, DynamicBatching(), estimator.estimate)
+    adaptive = AdaptiveBatching(batcher, estimator, 0.020, 32, 0.0)
+    for _ in range(REPLAN_EVERY - 1):
+        adaptive.batch_done()
+    assert batcher.limits == (32, 0.0)  # not yet
+    adaptive.batch_done()
+    rows, delay = batcher.limits
+    assert rows == 14
+    assert 2 * (0.001 + 0.0005 * 14) + delay == pytest.approx(0.020 * HEADROOM)
+
+
+def test_adaptive_batching_needs_a_latency_target() -> None:
+    from pydantic import ValidationError
+
+    from inferplex.config.model_config import Scheduling
+
+    with pytest.raises(ValidationError, match="slo_p99_ms"):
+        Scheduling(adaptive_batching=True)
+    assert Scheduling(adaptive_batching=True, slo_p99_ms=50).adaptive_batching

@@ -578,3 +578,34 @@ def test_every_request_ends_exactly_once(
     for kind in {*outcomes.values(), *b.close_reasons}:
         event(str(kind))  # shown by --hypothesis-show-statistics: every path is exercised
     assert (b.pending_requests, b.pending_rows) == (0, 0)
+
+
+# --- adaptive limits --------------------------------------------------------------------------
+
+
+def test_lowered_limit_closes_batches_at_the_new_size() -> None:
+    b = make(max_batch_size=8)
+    b.set_limits(3, 0.0)
+    submit_all(b, *(req(tag=i) for i in range(5)))
+    batch = b.next_batch(0.0)
+    assert (tags(batch), batch.reason) == ([0, 1, 2], CloseReason.FULL)
+    assert b.limits == (3, 0.0)
+
+
+def test_a_request_larger_than_the_lowered_limit_still_runs_alone() -> None:
+    b = make(max_batch_size=8)
+    b.set_limits(2, 0.0)
+    submit_all(b, req(5, tag="big"), req(1, tag="small"))
+    first = b.next_batch(0.0)
+    assert (tags(first), first.rows, first.reason) == (["big"], 5, CloseReason.FULL)
+    assert tags(b.next_batch(0.0)) == ["small"]
+
+
+def test_limits_stay_within_the_config_and_a_delay_makes_batches_wait() -> None:
+    b = make(max_batch_size=4)
+    b.set_limits(99, 2 * MS)
+    assert b.limits == (4, 2 * MS)
+    submit_all(b, req(tag="a"))
+    assert b.next_batch(0.0) is None  # waits for the delay now
+    batch = b.next_batch(2 * MS)
+    assert (tags(batch), batch.reason) == (["a"], CloseReason.DELAY)

@@ -507,6 +507,12 @@ def test_model_statistics() -> None:
     assert model.batch_stats[0].compute_infer.count == 3
 
 
+def test_model_statistics_carry_why_batches_closed() -> None:
+    stats = [{"name": "m", "version": "1", "batch_close_reasons": {"full": 4, "idle": 2}}]
+    (model,) = codec.encode_model_statistics(stats).model_stats
+    assert dict(model.batch_close_reasons) == {"full": 4, "idle": 2}
+
+
 def test_repository_index() -> None:
     msg = codec.encode_repository_index([
         {"name": "add_sub", "version": "1", "state": "READY", "reason": ""},
