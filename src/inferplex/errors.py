@@ -14,6 +14,9 @@ class ErrorCode(enum.Enum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     UNIMPLEMENTED = "unimplemented"
+    UNAUTHENTICATED = "unauthenticated"
+    PERMISSION_DENIED = "permission_denied"
+    HEADERS_TOO_LARGE = "headers_too_large"
     INTERNAL = "internal"
 
 
@@ -69,6 +72,25 @@ class UnsupportedError(InferplexError):
     code = ErrorCode.UNIMPLEMENTED
 
 
+class UnauthenticatedError(InferplexError):
+    """The request carries no valid credentials (API token) for an endpoint that needs them."""
+
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(InferplexError):
+    """The credentials are valid but not for this endpoint (wrong scope, or a feature that is
+    off by default and needs a server flag)."""
+
+    code = ErrorCode.PERMISSION_DENIED
+
+
+class HeadersTooLargeError(InferplexError):
+    """The request's headers (or gRPC metadata) are above the configured size limit."""
+
+    code = ErrorCode.HEADERS_TOO_LARGE
+
+
 class ModelExecutionError(InferplexError):
     """The backend failed while running the model."""
 
@@ -79,3 +101,22 @@ class ConfigError(InferplexError):
     """A model configuration cannot be read or is inconsistent."""
 
     code = ErrorCode.INVALID_ARGUMENT
+
+
+class ModelLoadError(InferplexError):
+    """A model (or a new version of it) could not be loaded; the reason is in the message."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class ModelControlDisabledError(InferplexError):
+    """Loading and unloading through the API is off (``--model-control-mode none``), as in
+    Triton, which answers such requests with UNAVAILABLE."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class InsufficientMemoryError(InferplexError):
+    """A model does not fit into ``--memory-limit``, even after evicting idle models."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED

@@ -18,13 +18,20 @@ from typing import Any
 
 import uvicorn
 import uvloop
+from pydantic import SecretStr
 
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.frontends.http import create_http_app
-from inferplex.metrics.app import create_metrics_app
+from inferplex.metrics.app import MetricsApp, create_metrics_app
+from inferplex.security.encryption import load_key, use_key
+from inferplex.security.grpc_guard import GrpcGuard
+from inferplex.security.http_guard import HttpGuard
+from inferplex.security.tls import grpc_credentials
+from inferplex.security.tls import uvicorn_options as tls_options
+from inferplex.security.tokens import TokenAuth
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +54,15 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
 class Server:
     """An inferplex server: the engine plus HTTP, gRPC and metrics endpoints."""
 
@@ -56,8 +72,10 @@ class Server:
         self.http_port = 0
         self.grpc_port = 0
         self.metrics_port = 0
+        self.management_port = 0
         self._uvicorns: list[tuple[_EmbeddedUvicorn, asyncio.Task[None]]] = []
         self._grpc: GrpcFrontend | None = None
+        self._metrics: MetricsApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -65,18 +83,62 @@ class Server:
     async def start(self) -> None:
         """Load the models, then open the endpoints. Returns once everything listens."""
         self._loop = asyncio.get_running_loop()
-        await self.engine.start(ready=False)
         config = self.config
+        use_key(load_key(key_file=config.model_key_file))
+        await self.engine.start(ready=False)
+        auth = TokenAuth(_secret(config.inference_token), _secret(config.management_token))
+        tls = tls_options(config.tls_cert_file, config.tls_key_file, config.tls_client_ca)
+        scheme = "https" if tls else "http"
+        management = ""  # where the management API listens when it has its own port
         if config.enable_http:
+            app = create_http_app(self.engine, config)
+            http_sock = _listen(config.host, config.http_port)
+            management_sock = None
+            if config.management_port is not None:
+                host = config.management_host or config.host
+                management_sock = _listen(host, config.management_port)
+                management = f"{scheme}://{_address(management_sock)}"
             self.http_port = await self._serve_asgi(
-                create_http_app(self.engine, config), config.http_port
+                HttpGuard(
+                    app,
+                    auth,
+                    surface="inference" if management_sock else "all",
+                    elsewhere=management,
+                    max_header_bytes=config.max_header_bytes,
+                ),
+                http_sock,
+                tls,
             )
+            if management_sock is not None:
+                self.management_port = await self._serve_asgi(
+                    HttpGuard(
+                        app,
+                        auth,
+                        surface="management",
+                        elsewhere=f"{scheme}://{_address(http_sock)}",
+                        max_header_bytes=config.max_header_bytes,
+                    ),
+                    management_sock,
+                    tls,
+                )
         if config.enable_grpc:
-            self._grpc = GrpcFrontend(self.engine, config)
+            guards = []
+            if auth.enabled or management:
+                guards.append(GrpcGuard(auth, management_elsewhere=management))
+            self._grpc = GrpcFrontend(
+                self.engine,
+                config,
+                interceptors=guards,
+                credentials=grpc_credentials(
+                    config.tls_cert_file, config.tls_key_file, config.tls_client_ca
+                ),
+            )
             self.grpc_port = await self._grpc.start()
         if config.enable_metrics:
+            self._metrics = create_metrics_app(self.engine)
+            self._metrics.sampler.start(asyncio.get_running_loop())
             self.metrics_port = await self._serve_asgi(
-                create_metrics_app(self.engine), config.metrics_port
+                self._metrics, _listen(config.host, config.metrics_port)
             )
         self.engine.set_ready()
         logger.info(
@@ -87,8 +149,9 @@ class Server:
             self.metrics_port or "off",
         )
 
-    async def _serve_asgi(self, app: Any, port: int) -> int:
-        sock = _listen(self.config.host, port)
+    async def _serve_asgi(
+        self, app: Any, sock: socket.socket, tls: dict[str, Any] | None = None
+    ) -> int:
         uv_config = uvicorn.Config(
             app,
             http="httptools",
@@ -99,6 +162,7 @@ class Server:
             timeout_graceful_shutdown=30,
             limit_concurrency=None,
             h11_max_incomplete_event_size=None,
+            **(tls or {}),
         )
         server = _EmbeddedUvicorn(uv_config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -124,6 +188,8 @@ class Server:
             pending.append(self._grpc.stop(grace))
         await asyncio.gather(*pending, return_exceptions=True)
         self._uvicorns.clear()
+        if self._metrics is not None:
+            self._metrics.close()
         await self.engine.stop(grace)
 
     async def serve_forever(self) -> None:

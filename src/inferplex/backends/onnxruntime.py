@@ -10,6 +10,7 @@ import onnxruntime as ort
 from inferplex.backends.base import Backend, InstanceSpec
 from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import ConfigError, InvalidInputError
+from inferplex.security.encryption import model_source
 
 #: model parameter (ONNX Runtime's own session config key) that lets intra-op threads spin
 SPINNING_PARAMETER = "session.intra_op.allow_spinning"
@@ -47,7 +48,7 @@ class OnnxRuntimeBackend(Backend):
         options.log_severity_level = 3
         options.add_session_config_entry(SPINNING_PARAMETER, _spinning(config))
         self._session = ort.InferenceSession(
-            str(model_path), sess_options=options, providers=_providers(instance)
+            model_source(model_path), sess_options=options, providers=_providers(instance)
         )
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
@@ -87,7 +88,7 @@ class OnnxRuntimeBackend(Backend):
         # Reading the signature needs no optimisation; keep it cheap.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         session = ort.InferenceSession(
-            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+            model_source(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
         return (
             [_tensor_config(t) for t in session.get_inputs()],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import uvloop
 from pydantic import ValidationError
 
 from inferplex.config.server_config import ServerConfig
+from inferplex.logging_setup import configure_logging
 from inferplex.version import __version__
 
 
@@ -62,14 +62,52 @@ def main() -> None:
     type=JsonObject(),
     help="Rate-limiter resource totals as JSON, e.g. '{\"R1\": 4}'.",
 )
+@click.option(
+    "--inference-token",
+    help="API token for inference endpoints (prefer INFERPLEX_INFERENCE_TOKEN: flags show in ps).",
+)
+@click.option("--management-token", help="API token for the management API.")
+@click.option("--management-port", type=int, help="Serve the HTTP management API only here.")
+@click.option("--management-host", help="Address of the management listener (default --host).")
+@click.option("--tls-cert-file", type=click.Path(path_type=Path), help="PEM certificate (TLS).")
+@click.option("--tls-key-file", type=click.Path(path_type=Path), help="PEM private key (TLS).")
+@click.option("--tls-client-ca", type=click.Path(path_type=Path), help="CA of clients (mTLS).")
+@click.option(
+    "--model-key-file", type=click.Path(path_type=Path), help="AES key of encrypted models."
+)
+@click.option("--max-header-bytes", type=int, help="Largest request headers/metadata (0 = any).")
+@click.option("--max-tensor-elements", type=int, help="Most elements of one input tensor.")
+@click.option("--max-string-bytes", type=int, help="Longest BYTES element accepted.")
+@click.option(
+    "--model-control-mode",
+    type=click.Choice(["none", "poll", "explicit"]),
+    help="none (load all, no load/unload API), poll (also rescan the repository), explicit.",
+)
+@click.option("--repository-poll-secs", type=float, help="Seconds between scans in poll mode.")
+@click.option(
+    "--load-model",
+    multiple=True,
+    help="Model to load at start in explicit mode (repeatable; '*' = all).",
+)
+@click.option("--memory-limit", help="Host memory for loaded models, e.g. 2GiB (0 = no limit).")
+@click.option("--load-on-demand", is_flag=True, default=None, help="Load models on first request.")
+@click.option(
+    "--load-on-demand-timeout-secs", type=float, help="How long a request waits for that load."
+)
+@click.option("--idle-unload-secs", type=float, help="Unload models idle this long (0 = never).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option("--log-format", type=click.Choice(["plain", "json"]), help="Log line format.")
+@click.option("--trace-rate", type=float, help="Share of requests traced, 0..1 (0 = off).")
+@click.option("--trace-exporter", type=click.Choice(["otlp", "console"]), help="Span exporter.")
+@click.option("--trace-endpoint", help="OTLP/HTTP traces URL (default: the exporter's).")
 def serve(**options: Any) -> None:
     """Serve every model in the model repository.
 
     Every flag can also be set as an environment variable: INFERPLEX_<FLAG>, e.g.
     INFERPLEX_HTTP_PORT=9000.
     """
-    given = {key: value for key, value in options.items() if value is not None}
+    # a repeatable flag not given is () and must not hide its environment variable
+    given = {key: value for key, value in options.items() if value not in (None, ())}
     try:
         config = ServerConfig(**given)
     except ValidationError as exc:
@@ -77,14 +115,52 @@ def serve(**options: Any) -> None:
             field = ".".join(str(p) for p in error["loc"])
             click.echo(f"error: {field}: {error['msg']}", err=True)
         sys.exit(2)
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(config.log_level, config.log_format)
     from inferplex.server import Server  # the server's imports are heavy; after flag parsing
 
     uvloop.run(Server(config).serve_forever())
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the encrypted model (default: replace SOURCE in place).",
+)
+@click.option(
+    "--key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="File holding the key (64 hex characters); else INFERPLEX_MODEL_KEY(_FILE).",
+)
+@click.option("--new-key", is_flag=True, help="Generate a key, write it to --key-file, use it.")
+def encrypt(source: Path, output: Path | None, key_file: Path | None, new_key: bool) -> None:
+    """Encrypt a model file with AES-256-GCM for storage at rest.
+
+    The server decrypts it in memory at load (--model-key-file or INFERPLEX_MODEL_KEY); the
+    plain model is never written to disk. Keep the file name (e.g. 1/model.onnx).
+    """
+    from inferplex.errors import ConfigError
+    from inferplex.security import encryption
+
+    try:
+        if new_key:
+            if key_file is None:
+                raise ConfigError("--new-key needs --key-file to write the key to")
+            if key_file.exists():
+                raise ConfigError(f"'{key_file}' exists: refusing to overwrite a key")
+            key_file.write_text(encryption.generate_key() + "\n")
+            key_file.chmod(0o600)
+        key = encryption.load_key(key_file=key_file)
+        if key is None:
+            raise ConfigError("no key: give --key-file (or --new-key) or set INFERPLEX_MODEL_KEY")
+        target = output or source
+        encryption.encrypt_file(source, target, key)
+    except ConfigError as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(2)
+    click.echo(f"encrypted {source} -> {target}")
 
 
 if __name__ == "__main__":

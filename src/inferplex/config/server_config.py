@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import DirectoryPath, Field
+from pydantic import ByteSize, DirectoryPath, Field, FilePath, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -61,5 +61,97 @@ class ServerConfig(BaseSettings):
     strict_model_config: bool = Field(
         default=False, description="refuse models without a config file instead of completing it"
     )
+    # -- security (docs/security.md) ---------------------------------------------------------
+    inference_token: SecretStr | None = Field(
+        default=None, description="API token for inference endpoints (none = open)"
+    )
+    management_token: SecretStr | None = Field(
+        default=None,
+        description="API token for the management API (load/unload, shared memory); once any "
+        "token is set, management needs this one",
+    )
+    management_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="serve the HTTP management API on this port only (0 = any free port); "
+        "unset = on the HTTP port",
+    )
+    management_host: str | None = Field(
+        default=None, description="address of the management listener (default: --host)"
+    )
+    tls_cert_file: FilePath | None = Field(
+        default=None, description="PEM certificate: HTTPS + gRPC TLS"
+    )
+    tls_key_file: FilePath | None = Field(
+        default=None, description="PEM private key of the certificate"
+    )
+    tls_client_ca: FilePath | None = Field(
+        default=None,
+        description="PEM CA bundle: clients must present a certificate it signed (mTLS)",
+    )
+    model_key_file: FilePath | None = Field(
+        default=None,
+        description="file with the AES-256 key of encrypted models (or INFERPLEX_MODEL_KEY)",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="largest total size of request headers / gRPC metadata; 0 = no limit",
+    )
+    max_tensor_elements: int = Field(
+        default=256 * 1024 * 1024, ge=1, description="most elements one input tensor may have"
+    )
+    max_string_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1, description="longest BYTES element accepted"
+    )
+    # -- model lifecycle (docs/lifecycle.md) ------------------------------------------------
+    model_control_mode: Literal["none", "poll", "explicit"] = Field(
+        default="none",
+        description="none: load every model at start, no load/unload API; poll: also rescan the "
+        "repository every repository_poll_secs and (re)load what changed; explicit: load only "
+        "load_model at start, then what the API asks",
+    )
+    repository_poll_secs: float = Field(
+        default=15.0, gt=0, description="seconds between repository scans in poll mode"
+    )
+    load_model: tuple[str, ...] = Field(
+        default=(), description="models loaded at start in explicit mode ('*' = all)"
+    )
+    memory_limit: ByteSize = Field(
+        default=ByteSize(0),
+        ge=0,
+        description="bytes of host memory the loaded models may take (e.g. 2GiB); loading past "
+        "it evicts idle models, least recently used first; 0 = no limit",
+    )
+    load_on_demand: bool = Field(
+        default=False, description="a request to a known but unloaded model loads it"
+    )
+    load_on_demand_timeout_secs: float = Field(
+        default=60.0, gt=0, description="how long a request waits for its model's on-demand load"
+    )
+    idle_unload_secs: float = Field(
+        default=0.0,
+        ge=0,
+        description="unload models without requests for this long (scale to zero); 0 = never",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error")
+    log_format: Literal["plain", "json"] = Field(
+        default="plain", description="log lines as plain text or one JSON object per line"
+    )
+    trace_rate: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of requests traced with OpenTelemetry (0 = tracing off; a sampled "
+        "W3C traceparent from the client is always followed); needs the 'tracing' extra",
+    )
+    trace_exporter: Literal["otlp", "console"] = Field(
+        default="otlp", description="where spans go: OTLP over HTTP, or the console"
+    )
+    trace_endpoint: str = Field(
+        default="",
+        description="OTLP/HTTP traces URL (empty: the exporter's default, "
+        "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
+    )
     server_name: str = "inferplex"

@@ -76,9 +76,15 @@ _LENGTH = struct.Struct("<I")
 def deserialize_bytes(buffer: bytes | memoryview, count: int, name: str) -> np.ndarray:
     """Decode V2 binary BYTES data (each element a 4-byte little-endian length, then the bytes)."""
     view = memoryview(buffer)
+    end = len(view)
+    if count * 4 > end:
+        # checked before allocating: a huge claimed count must not allocate a huge array
+        raise InvalidInputError(
+            f"input '{name}': {count} BYTES elements need at least {count * 4} bytes of data, "
+            f"got {end}"
+        )
     out = np.empty(count, dtype=np.object_)
     offset = 0
-    end = len(view)
     for i in range(count):
         if offset + 4 > end:
             raise InvalidInputError(

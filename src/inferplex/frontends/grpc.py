@@ -10,7 +10,7 @@ protocol/v2/errors.py.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -20,6 +20,7 @@ from inferplex.errors import InferplexError, UnsupportedError
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
 from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.security.limits import RequestLimits
 
 if TYPE_CHECKING:
     from inferplex.config.server_config import ServerConfig
@@ -33,14 +34,26 @@ Unary = Callable[[Any], Awaitable[Any]]
 class GrpcFrontend:
     """Serves the engine over gRPC. ``await start()`` binds and returns the port."""
 
-    def __init__(self, engine: InferenceEngine, config: ServerConfig) -> None:
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        config: ServerConfig,
+        *,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        credentials: grpc.ServerCredentials | None = None,
+    ) -> None:
+        """``interceptors`` see every call first (security); ``credentials`` turn on TLS."""
         self.engine = engine
         self.config = config
+        self._interceptors = list(interceptors)
+        self._credentials = credentials
+        self._limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> int:
         """Bind ``config.host:config.grpc_port`` (0 picks a free port) and start serving."""
         limit = self.config.max_grpc_message_bytes
+        headers = self.config.max_header_bytes
         server = grpc.aio.server(
             options=[
                 ("grpc.max_send_message_length", limit),
@@ -48,12 +61,19 @@ class GrpcFrontend:
                 # gRPC sets SO_REUSEPORT by default, which lets a second server bind a port
                 # that is in use without an error; a clash must fail loudly instead.
                 ("grpc.so_reuseport", 0),
-            ]
+                # request metadata (headers) above the limit are refused by gRPC's core
+                *([("grpc.max_metadata_size", headers)] if headers else []),
+            ],
+            interceptors=self._interceptors or None,
         )
         server.add_generic_rpc_handlers((self._service_handler(),))
         host = self.config.host
         address = f"[{host}]" if ":" in host else host
-        port = server.add_insecure_port(f"{address}:{self.config.grpc_port}")
+        target = f"{address}:{self.config.grpc_port}"
+        if self._credentials is not None:
+            port = server.add_secure_port(target, self._credentials)
+        else:
+            port = server.add_insecure_port(target)
         if port == 0:
             raise OSError(f"gRPC could not bind {address}:{self.config.grpc_port}")
         await server.start()
@@ -122,7 +142,9 @@ class GrpcFrontend:
         )
 
     async def _model_infer(self, request: bytes) -> bytes:
-        response = await self.engine.infer(codec.decode_infer_request_bytes(request))
+        decoded = codec.decode_infer_request_bytes(request)
+        self._limits.check(decoded)
+        response = await self.engine.infer(decoded)
         return codec.encode_infer_response_bytes(response)
 
     async def _model_config(self, request: Any) -> Any:

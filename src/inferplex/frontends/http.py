@@ -42,6 +42,7 @@ from inferplex.protocol.v2.rest import (
     encode_infer_response,
     parse_header_length,
 )
+from inferplex.security.limits import RequestLimits
 
 __all__ = ["HttpApp", "create_http_app"]
 
@@ -84,6 +85,7 @@ class HttpApp:
     def __init__(self, engine: InferenceEngine, config: ServerConfig) -> None:
         self._engine = engine
         self._max_body = config.max_request_bytes
+        self._limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
         # paths seen before and where they lead: a client sends the same few paths again
         # and again; bounded, since paths are the client's choice
         self._routes: dict[str, Route] = {}
@@ -188,6 +190,7 @@ class HttpApp:
     ) -> Reply:
         length = None if header_length is None else parse_header_length(header_length)
         request = decode_infer_request(body, length, model, version)
+        self._limits.check(request)
         response = await self._engine.infer(request)
         payload, json_length = encode_infer_response(response, request)
         if json_length is None:

@@ -1,0 +1,52 @@
+"""TLS for the HTTP and gRPC listeners, optionally mutual (clients must present a certificate
+signed by the given CA)."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from inferplex.errors import ConfigError
+
+
+def _files(cert: Path | None, key: Path | None, client_ca: Path | None) -> bool:
+    """Whether TLS is on; ConfigError for half a configuration."""
+    if cert is None and key is None:
+        if client_ca is not None:
+            raise ConfigError("--tls-client-ca needs --tls-cert-file and --tls-key-file")
+        return False
+    if cert is None or key is None:
+        raise ConfigError("TLS needs both --tls-cert-file and --tls-key-file")
+    for path in (cert, key, client_ca):
+        if path is not None and not path.is_file():
+            raise ConfigError(f"TLS file '{path}' does not exist")
+    return True
+
+
+def uvicorn_options(cert: Path | None, key: Path | None, client_ca: Path | None) -> dict[str, Any]:
+    """uvicorn.Config keyword arguments for HTTPS ({} when TLS is off)."""
+    if not _files(cert, key, client_ca):
+        return {}
+    options: dict[str, Any] = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    if client_ca is not None:
+        options["ssl_ca_certs"] = str(client_ca)
+        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+    return options
+
+
+def grpc_credentials(
+    cert: Path | None, key: Path | None, client_ca: Path | None
+) -> grpc.ServerCredentials | None:
+    """Server credentials for grpc.aio (None when TLS is off)."""
+    if not _files(cert, key, client_ca):
+        return None
+    assert cert is not None and key is not None
+    root = client_ca.read_bytes() if client_ca is not None else None
+    return grpc.ssl_server_credentials(
+        [(key.read_bytes(), cert.read_bytes())],
+        root_certificates=root,
+        require_client_auth=client_ca is not None,
+    )

@@ -1,0 +1,78 @@
+import pytest
+
+from inferplex.errors import PermissionDeniedError, UnauthenticatedError
+from inferplex.security.scopes import Scope, grpc_scope, http_scope
+from inferplex.security.tokens import TokenAuth
+
+BOTH = TokenAuth("inf-secret", "mgmt-secret")
+
+
+@pytest.mark.parametrize(
+    ("path", "scope"),
+    [
+        ("/v2/health/live", Scope.HEALTH),
+        ("/v2/health/ready/", Scope.HEALTH),
+        ("/v2/models/m/infer", Scope.INFERENCE),
+        ("/v2", Scope.INFERENCE),
+        ("/v2/repository/index", Scope.INFERENCE),
+        ("/v2/repository/models/m/load", Scope.MANAGEMENT),
+        ("/v2/systemsharedmemory/region/r/register", Scope.MANAGEMENT),
+        ("/v2/cudasharedmemory/status", Scope.MANAGEMENT),
+    ],
+)
+def test_http_scopes(path: str, scope: Scope) -> None:
+    assert http_scope(path) is scope
+
+
+def test_grpc_scopes() -> None:
+    service = "/inference.GRPCInferenceService/"
+    assert grpc_scope(service + "ServerReady") is Scope.HEALTH
+    assert grpc_scope(service + "ModelInfer") is Scope.INFERENCE
+    assert grpc_scope(service + "RepositoryModelLoad") is Scope.MANAGEMENT
+    assert grpc_scope(service + "SystemSharedMemoryRegister") is Scope.MANAGEMENT
+
+
+def test_no_tokens_means_everything_open() -> None:
+    auth = TokenAuth(None, None)
+    assert not auth.enabled
+    for scope in Scope:
+        auth.check(scope, None)
+
+
+def test_health_is_always_open() -> None:
+    BOTH.check(Scope.HEALTH, None)
+
+
+def test_inference_token_or_management_token_opens_inference() -> None:
+    BOTH.check(Scope.INFERENCE, "Bearer inf-secret")
+    BOTH.check(Scope.INFERENCE, "bearer mgmt-secret")
+
+
+def test_management_needs_the_management_token() -> None:
+    BOTH.check(Scope.MANAGEMENT, "Bearer mgmt-secret")
+    with pytest.raises(PermissionDeniedError, match="inference scope only"):
+        BOTH.check(Scope.MANAGEMENT, "Bearer inf-secret")
+
+
+@pytest.mark.parametrize("header", [None, "", "Bearer", "Bearer ", "Basic abc", "inf-secret"])
+def test_missing_or_malformed_credentials_are_unauthenticated(header: str | None) -> None:
+    with pytest.raises(UnauthenticatedError, match="Authorization: Bearer"):
+        BOTH.check(Scope.INFERENCE, header)
+
+
+def test_wrong_token_is_unauthenticated() -> None:
+    with pytest.raises(UnauthenticatedError, match="not valid for the inference API"):
+        BOTH.check(Scope.INFERENCE, "Bearer inf-secreT")
+
+
+def test_only_a_management_token_leaves_inference_open() -> None:
+    auth = TokenAuth(None, "mgmt-secret")
+    auth.check(Scope.INFERENCE, None)
+    with pytest.raises(UnauthenticatedError):
+        auth.check(Scope.MANAGEMENT, None)
+
+
+def test_only_an_inference_token_turns_management_off() -> None:
+    auth = TokenAuth("inf-secret", None)
+    with pytest.raises(PermissionDeniedError, match="--management-token"):
+        auth.check(Scope.MANAGEMENT, "Bearer inf-secret")
