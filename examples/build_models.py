@@ -33,6 +33,9 @@ def build(out: Path) -> None:
         f"ONNX Runtime {digits.onnx_accuracy:.4f}"
     )
 
+    path = digits_reader(out)
+    _report_python(path)
+
     # The same network with no configuration file: the server completes it from the
     # model's own inputs and outputs, as Triton's auto-complete does.
     auto = out / "digits_autoconfig" / "1" / modelgen.MODEL_FILENAME
@@ -42,6 +45,36 @@ def build(out: Path) -> None:
 
     path = modelgen.small_cnn(out)
     _configure(path, "pbtxt", max_batch_size=8)
+
+
+#: the example Python model: raw PGM images in, digits_mlp called in-process, JSON out
+DIGITS_READER_CONFIG = {
+    "name": "digits_reader",
+    "backend": "python",
+    "max_batch_size": 16,
+    "input": [{"name": "image", "data_type": "TYPE_STRING", "dims": [1]}],
+    "output": [{"name": "prediction", "data_type": "TYPE_STRING", "dims": [1]}],
+    "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+    "dynamic_batching": {},
+    "parameters": [{"key": "execute_timeout_seconds", "value": {"string_value": "10"}}],
+}
+HANDLERS = Path(__file__).resolve().parent / "handlers"
+
+
+def digits_reader(out: Path) -> Path:
+    """Copy the digits_reader handler to ``out/digits_reader/1/model.py`` with its config
+    (it calls digits_mlp, which must be served too)."""
+    model_dir = out / "digits_reader"
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(HANDLERS / "digits_reader.py", model_dir / "1" / "model.py")
+    modelgen.write_config(model_dir, DIGITS_READER_CONFIG)
+    return model_dir
+
+
+def _report_python(model_dir: Path) -> None:
+    print(f"{model_dir.name:18} config.pbtxt (python backend, calls digits_mlp)")
+    print("  inputs:  image BYTES[-1, 1] (a binary PGM image)")
+    print("  outputs: prediction BYTES[-1, 1] (JSON: digit, confidence)")
 
 
 def _configure(path: Path, fmt: Literal["pbtxt", "yaml"], max_batch_size: int) -> None:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that some tests need, when they are missing:
 #   nginx   the load balancer of tests/deploy/test_scale_out.py and bench/scale_out.py
+#   prometheus  (with promtool) tests/integration/test_prometheus.py, tests/deploy/test_grafana.py
+#   chromium, chromium-driver  the headless browser of tests/integration/test_dashboard.py
 # Needs root and apt-get. Where either is missing it says what could not be installed and
 # exits 0: those tests then skip and say why.
 set -euo pipefail
@@ -8,6 +10,15 @@ set -euo pipefail
 missing=()
 if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
   missing+=(nginx)
+fi
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+  missing+=(prometheus)
+fi
+if ! command -v chromium >/dev/null; then
+  missing+=(chromium)
+fi
+if ! command -v chromedriver >/dev/null; then
+  missing+=(chromium-driver)
 fi
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 

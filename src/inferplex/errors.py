@@ -91,6 +91,12 @@ class HeadersTooLargeError(InferplexError):
     code = ErrorCode.HEADERS_TOO_LARGE
 
 
+class RegionNotFoundError(InferplexError):
+    """No shared-memory region of that name is registered."""
+
+    code = ErrorCode.NOT_FOUND
+
+
 class ModelExecutionError(InferplexError):
     """The backend failed while running the model."""
 

@@ -94,6 +94,22 @@ def identity(repo: Path, datatype: str, name: str = "", version: int = 1) -> Pat
     return _save(graph, repo, name, version)
 
 
+def scale(
+    repo: Path, name: str = "scale", version: int = 1, factor: float = 2.0, dims: Dims = ("n",)
+) -> Path:
+    """INPUT0 FP32 ``[-1, *dims]`` -> OUTPUT0 = INPUT0 * ``factor``: models that answer
+    differently with the same signature (cascades, routing, fallbacks in the tests)."""
+    shape = ["batch", *dims]
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["INPUT0", "factor"], ["OUTPUT0"])],
+        name,
+        [_value("INPUT0", "FP32", shape)],
+        [_value("OUTPUT0", "FP32", shape)],
+        [_const("factor", np.array(factor, dtype=np.float32))],
+    )
+    return _save(graph, repo, name, version)
+
+
 @dataclass(frozen=True)
 class TrainedModel:
     """A model file and its held-out accuracy, in scikit-learn and in ONNX Runtime."""

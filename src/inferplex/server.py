@@ -66,8 +66,12 @@ def _secret(value: SecretStr | None) -> str | None:
 class Server:
     """An inferplex server: the engine plus HTTP, gRPC and metrics endpoints."""
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, span_exporter: Any = None) -> None:
+        """``span_exporter`` (an OpenTelemetry SpanExporter) replaces the configured trace
+        exporter, for embedding; tracing still follows ``config.trace_rate``."""
         self.config = config
+        self._span_exporter = span_exporter
+        self._tracing: Any = None
         self.engine = InferenceEngine(config)
         self.http_port = 0
         self.grpc_port = 0
@@ -86,12 +90,15 @@ class Server:
         config = self.config
         use_key(load_key(key_file=config.model_key_file))
         await self.engine.start(ready=False)
+        self._start_tracing()
         auth = TokenAuth(_secret(config.inference_token), _secret(config.management_token))
         tls = tls_options(config.tls_cert_file, config.tls_key_file, config.tls_client_ca)
         scheme = "https" if tls else "http"
         management = ""  # where the management API listens when it has its own port
         if config.enable_http:
-            app = create_http_app(self.engine, config)
+            app: Any = create_http_app(self.engine, config)
+            if self._tracing is not None:
+                app = self._tracing.wrap_http(app)
             http_sock = _listen(config.host, config.http_port)
             management_sock = None
             if config.management_port is not None:
@@ -149,6 +156,27 @@ class Server:
             self.metrics_port or "off",
         )
 
+    def _start_tracing(self) -> None:
+        """Switch OpenTelemetry tracing on when the config asks for it (the optional
+        'tracing' extra is imported only then)."""
+        config = self.config
+        if config.trace_rate <= 0:
+            return
+        try:
+            from inferplex.tracing.setup import configure_tracing
+        except ImportError as exc:
+            raise RuntimeError(
+                f"trace_rate {config.trace_rate} needs OpenTelemetry: install the 'tracing' "
+                f"extra (pip install 'inferplex[tracing]'): {exc}"
+            ) from exc
+        self._tracing = configure_tracing(
+            config.trace_rate,
+            config.trace_exporter,
+            config.trace_endpoint,
+            config.server_name,
+            self._span_exporter,
+        )
+
     async def _serve_asgi(
         self, app: Any, sock: socket.socket, tls: dict[str, Any] | None = None
     ) -> int:
@@ -191,6 +219,8 @@ class Server:
         if self._metrics is not None:
             self._metrics.close()
         await self.engine.stop(grace)
+        if self._tracing is not None:
+            self._tracing.shutdown()
 
     async def serve_forever(self) -> None:
         """Start, run until SIGINT/SIGTERM, then stop gracefully (the CLI's entry)."""

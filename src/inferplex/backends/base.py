@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +22,10 @@ class ModelCaller(Protocol):
 
     def infer(self, request: InferenceRequest, timeout: float | None = None) -> InferenceResponse:
         """The response, or the InferplexError the served model raised."""
+        ...
+
+    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        """Start the request and return at once; the future holds what ``infer`` returns."""
         ...
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime as ort
 
 from inferplex.backends.base import Backend, InstanceSpec
+from inferplex.backends.ort_providers import session_providers
 from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import ConfigError, InvalidInputError
 from inferplex.security.encryption import model_source
@@ -47,8 +48,9 @@ class OnnxRuntimeBackend(Backend):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
         options.add_session_config_entry(SPINNING_PARAMETER, _spinning(config))
+        providers = session_providers(config, instance, ort.get_available_providers())
         self._session = ort.InferenceSession(
-            model_source(model_path), sess_options=options, providers=_providers(instance)
+            model_source(model_path), sess_options=options, providers=providers
         )
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
@@ -119,18 +121,6 @@ def _decode_strings(name: str, array: np.ndarray) -> np.ndarray:
                 "tensors hold UTF-8 text"
             ) from None
     return out
-
-
-def _providers(instance: InstanceSpec) -> list[str | tuple[str, dict[str, object]]]:
-    if instance.kind == "KIND_GPU":
-        available = ort.get_available_providers()
-        if "CUDAExecutionProvider" not in available:
-            raise ConfigError(
-                "instance_group kind KIND_GPU asks for CUDA, but ONNX Runtime has no "
-                f"CUDAExecutionProvider here (available: {', '.join(available)})"
-            )
-        return [("CUDAExecutionProvider", {"device_id": instance.device_id})]
-    return ["CPUExecutionProvider"]
 
 
 def _tensor_config(node: ort.NodeArg) -> TensorConfig:

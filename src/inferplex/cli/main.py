@@ -11,8 +11,12 @@ import click
 import uvloop
 from pydantic import ValidationError
 
+from inferplex.benchtool.command import bench as bench_command
 from inferplex.config.server_config import ServerConfig
+from inferplex.heatmap.command import heatmap as heatmap_command
 from inferplex.logging_setup import configure_logging
+from inferplex.optimize.command import optimize as optimize_command
+from inferplex.tuner.command import tune as tune_command
 from inferplex.version import __version__
 
 
@@ -40,7 +44,7 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--model-repository", type=click.Path(path_type=Path), help="Folder of models.")
+@click.option("--model-repository", help="Folder of models, or s3://bucket/prefix.")
 @click.option("--host", help="Address to bind (default 127.0.0.1).")
 @click.option("--http-port", type=int, help="HTTP port (default 8000; 0 = any free port).")
 @click.option("--grpc-port", type=int, help="gRPC port (default 8001; 0 = any free port).")
@@ -95,6 +99,17 @@ def main() -> None:
     "--load-on-demand-timeout-secs", type=float, help="How long a request waits for that load."
 )
 @click.option("--idle-unload-secs", type=float, help="Unload models idle this long (0 = never).")
+@click.option(
+    "--model-repository-cache",
+    type=click.Path(path_type=Path),
+    help="Local copy of an s3:// model repository.",
+)
+@click.option("--s3-endpoint-url", help="S3-compatible endpoint for s3:// repositories.")
+@click.option(
+    "--breaker-failures", type=int, help="Consecutive failures that open a model's breaker."
+)
+@click.option("--breaker-cooldown-s", type=float, help="Seconds an open breaker fast-fails.")
+@click.option("--request-timeout-ms", type=float, help="Default request timeout (0 = none).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]))
 @click.option("--log-format", type=click.Choice(["plain", "json"]), help="Log line format.")
 @click.option("--trace-rate", type=float, help="Share of requests traced, 0..1 (0 = off).")
@@ -161,6 +176,13 @@ def encrypt(source: Path, output: Path | None, key_file: Path | None, new_key: b
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(2)
     click.echo(f"encrypted {source} -> {target}")
+
+
+# Benchmarking and tuning tools: their modules import nothing heavy until they run.
+main.add_command(bench_command, "bench")
+main.add_command(tune_command, "tune")
+main.add_command(heatmap_command, "heatmap")
+main.add_command(optimize_command, "optimize")
 
 
 if __name__ == "__main__":

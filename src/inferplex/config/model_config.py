@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from inferplex.config.composite import Cascade, EnsembleScheduling, Routing
+from inferplex.config.optimization import Optimization
 from inferplex.core.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
 
 
@@ -156,6 +158,40 @@ class DynamicBatching(_Frozen):
         return self
 
 
+class WarmupInput(_Frozen):
+    """One input of a warm-up sample: its type and shape (without the batch dimension) and
+    where its data comes from: zeros, random values, or a raw file in ``<model>/warmup/``."""
+
+    data_type: str
+    dims: tuple[int, ...] = ()
+    zero_data: bool = False
+    random_data: bool = False
+    input_data_file: str = ""
+
+    _check_datatype = field_validator("data_type", mode="before")(_normalise_datatype)
+
+    @model_validator(mode="after")
+    def _check_source(self) -> WarmupInput:
+        sources = [self.zero_data, self.random_data, bool(self.input_data_file)]
+        if sum(sources) != 1:
+            raise ValueError(
+                "a warm-up input needs exactly one of zero_data, random_data or input_data_file"
+            )
+        if any(d < 0 for d in self.dims):
+            raise ValueError(f"warm-up dims must be fixed (>= 0), got {list(self.dims)}")
+        return self
+
+
+class ModelWarmup(_Frozen):
+    """A sample run ``count`` times (0 means once) when the model loads, before it is
+    marked ready (Triton's ``model_warmup``)."""
+
+    name: str = ""
+    batch_size: int = Field(default=0, ge=0)
+    inputs: dict[str, WarmupInput] = Field(default_factory=dict)
+    count: int = Field(default=0, ge=0)
+
+
 class ModelConfig(_Frozen):
     """The configuration of one model (all of its versions)."""
 
@@ -170,8 +206,13 @@ class ModelConfig(_Frozen):
     dynamic_batching: DynamicBatching | None = None
     scheduling: Scheduling = Scheduling()
     response_cache: ResponseCache = ResponseCache()
+    ensemble_scheduling: EnsembleScheduling | None = None
+    cascade: Cascade | None = None
+    routing: Routing | None = None
     parameters: dict[str, str] = Field(default_factory=dict)
     default_model_filename: str = ""
+    model_warmup: tuple[ModelWarmup, ...] = ()
+    optimization: Optimization | None = None
     unsupported_fields: tuple[str, ...] = Field(
         default=(), description="fields read from the file that this server does not honour yet"
     )
@@ -224,7 +265,7 @@ class ModelConfig(_Frozen):
             ],
             "default_model_filename": self.default_model_filename,
             "parameters": {k: {"string_value": v} for k, v in self.parameters.items()},
-            "model_warmup": [],
+            "model_warmup": [_warmup_dict(w) for w in self.model_warmup],
         }
         if self.dynamic_batching is not None:
             out["dynamic_batching"] = _dynamic_batching_dict(self.dynamic_batching)
@@ -232,7 +273,37 @@ class ModelConfig(_Frozen):
             out["response_cache"] = {"enable": True}
         if self.scheduling != Scheduling():
             out["scheduling"] = self.scheduling.model_dump(exclude_none=True)
+        if self.ensemble_scheduling is not None:
+            out["ensemble_scheduling"] = self.ensemble_scheduling.to_triton_dict()
+        for section in (self.cascade, self.routing):
+            if section is not None:
+                out[type(section).__name__.lower()] = section.model_dump()
+        if self.optimization is not None:
+            out["optimization"] = self.optimization.to_triton_dict()
         return out
+
+
+def _warmup_dict(warmup: ModelWarmup) -> dict[str, Any]:
+    inputs: dict[str, Any] = {}
+    for name, item in warmup.inputs.items():
+        source: dict[str, Any] = (
+            {"zero_data": True}
+            if item.zero_data
+            else {"random_data": True}
+            if item.random_data
+            else {"input_data_file": item.input_data_file}
+        )
+        inputs[name] = {
+            "data_type": V2_TO_TRITON[item.data_type],
+            "dims": list(item.dims),
+            **source,
+        }
+    return {
+        "name": warmup.name,
+        "batch_size": warmup.batch_size,
+        "inputs": inputs,
+        "count": warmup.count,
+    }
 
 
 def _version_policy_dict(policy: VersionPolicy) -> dict[str, Any]:

@@ -46,6 +46,8 @@ REPEATED_FIELDS = frozenset(
     | {"target_name", "source_input", "step", "input_map", "output_map", "graph_spec", "dim"}
     | {"gpu_execution_accelerator", "cpu_execution_accelerator", "inputs", "agents"}
     | {"op_library_filename", "metric_control", "buckets"}
+    # inferplex's own sections: routing rules
+    | {"rule", "max_dims"}
 )
 
 #: Nesting deeper than this is certainly not a model configuration; the limit keeps a hostile

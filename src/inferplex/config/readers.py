@@ -55,6 +55,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from inferplex.config.composite import Cascade, EnsembleStep, Routing, RoutingRule
 from inferplex.config.model_config import (
     DynamicBatching,
     InstanceGroup,
@@ -87,8 +88,8 @@ _CACHE_FIELDS = frozenset(ResponseCache.model_fields)
 _RESOURCE_FIELDS = frozenset({"name", "count", "global"})
 # The rest of Triton's model_config.proto, message by message.
 _MODEL_NOT_YET = frozenset(
-    {"runtime", "batch_input", "batch_output", "optimization", "sequence_batching"}
-    | {"ensemble_scheduling", "cc_model_filenames", "metric_tags", "model_warmup"}
+    {"runtime", "batch_input", "batch_output", "sequence_batching"}
+    | {"cc_model_filenames", "metric_tags"}
     | {"model_operations", "model_transaction_policy", "model_repository_agents"}
     | {"model_metrics"}
 )
@@ -96,11 +97,24 @@ _INPUT_NOT_YET = frozenset({"format", "allow_ragged_batch", "is_non_linear_forma
 _OUTPUT_NOT_YET = frozenset({"label_filename", "is_non_linear_format_io"})
 _GROUP_NOT_YET = frozenset({"secondary_devices", "profile", "passive", "host_policy"})
 _POLICIES = ("latest", "all", "specific")
+_OPT_NOT_YET = frozenset(
+    {"graph", "priority", "cuda", "input_pinned_memory", "output_pinned_memory"}
+    | {"gather_kernel_buffer_threshold", "eager_batching"}
+)
 # ModelConfig fields that need reading rather than passing on
 _MODEL_MESSAGES = frozenset(
     {"name", "input", "output", "instance_group", "version_policy", "dynamic_batching"}
-    | {"parameters", "scheduling", "response_cache"}
+    | {"parameters", "scheduling", "response_cache", "ensemble_scheduling", "cascade", "routing"}
+    | {"model_warmup", "optimization"}
 )
+_WARMUP_FIELDS = frozenset({"name", "batch_size", "inputs", "count"})
+_WARMUP_INPUT_FIELDS = frozenset(
+    {"data_type", "dims", "zero_data", "random_data", "input_data_file"}
+)
+_STEP_FIELDS = frozenset(EnsembleStep.model_fields)
+_CASCADE_FIELDS = frozenset(Cascade.model_fields)
+_ROUTING_FIELDS = frozenset(Routing.model_fields)
+_RULE_FIELDS = frozenset(RoutingRule.model_fields)
 _SEQUENCE_BATCHING = "sequence_batching (not supported yet)"
 
 
@@ -212,12 +226,24 @@ class _Reader:
             out["version_policy"] = self.version_policy(f["version_policy"])
         if "dynamic_batching" in f:
             out["dynamic_batching"] = self.dynamic_batching(f["dynamic_batching"])
+        if "ensemble_scheduling" in f:
+            out["ensemble_scheduling"] = self.ensemble_scheduling(f["ensemble_scheduling"])
+        if "routing" in f:
+            out["routing"] = self.routing(f["routing"])
         for section, known in (
             ("scheduling", _SCHEDULING_FIELDS),
             ("response_cache", _CACHE_FIELDS),
+            ("cascade", _CASCADE_FIELDS),
         ):
             if section in f:
                 out[section] = _plain(self.fields(f[section], section, known, _NONE) or {})
+        if "optimization" in f:
+            out["optimization"] = self.optimization(f["optimization"])
+        if "model_warmup" in f:
+            out["model_warmup"] = [
+                self.warmup(w, f"model_warmup[{i}]")
+                for i, w in enumerate(_as_list(f["model_warmup"]))
+            ]
         if "parameters" in f:
             out["parameters"] = {
                 str(key): self.parameter_value(value, path)
@@ -295,6 +321,70 @@ class _Reader:
                 key: self.queue_policy(value, where) for key, value, where in entries
             }
         return out
+
+    def ensemble_scheduling(self, raw: Any) -> dict[str, Any]:
+        path = "ensemble_scheduling"
+        f = self.fields(raw, path, frozenset({"step"}), _NONE) or {}
+        steps = []
+        for i, step in enumerate(_as_list(f.get("step"))):
+            where = f"{path}.step[{i}]"
+            g = self.fields(step, where, _STEP_FIELDS, frozenset({"model_namespace"})) or {}
+            out = _plain(g, ("input_map", "output_map"))
+            for name in ("input_map", "output_map"):
+                if name in g:
+                    entries = self.map_entries(g[name], f"{where}.{name}")
+                    out[name] = {str(key): value for key, value, _ in entries}
+            steps.append(out)
+        return {"step": steps}
+
+    def routing(self, raw: Any) -> dict[str, Any]:
+        f = self.fields(raw, "routing", _ROUTING_FIELDS, _NONE) or {}
+        out = _plain(f, ("rule",))
+        if "rule" in f:
+            rules = []
+            for i, rule in enumerate(_as_list(f["rule"])):
+                g = self.fields(rule, f"routing.rule[{i}]", _RULE_FIELDS, _NONE) or {}
+                rules.append(_plain(g, ("max_dims",)))
+                if "max_dims" in g:
+                    rules[-1]["max_dims"] = _as_list(g["max_dims"])
+            out["rule"] = rules
+        return out
+
+    def warmup(self, raw: Any, path: str) -> dict[str, Any]:
+        f = self.fields(raw, path, _WARMUP_FIELDS, _NONE) or {}
+        out = _plain(f, ("inputs",))
+        if "inputs" in f:
+            inputs: dict[str, Any] = {}
+            for key, value, where in self.map_entries(f["inputs"], f"{path}.inputs"):
+                g = self.fields(value, where, _WARMUP_INPUT_FIELDS, _NONE) or {}
+                item = _plain(g, ("dims",))
+                if "dims" in g:
+                    item["dims"] = _as_list(g["dims"])
+                inputs[str(key)] = item
+            out["inputs"] = inputs
+        return out
+
+    def optimization(self, raw: Any) -> dict[str, Any]:
+        """Triton's ``optimization``: its ``execution_accelerators`` (the rest is listed as
+        not supported yet); accelerator parameters are a map of strings."""
+        f = self.fields(raw, "optimization", frozenset({"execution_accelerators"}), _OPT_NOT_YET)
+        path = "optimization.execution_accelerators"
+        kinds = frozenset({"gpu_execution_accelerator", "cpu_execution_accelerator"})
+        g = self.fields((f or {}).get("execution_accelerators"), path, kinds, _NONE) or {}
+        accelerators: dict[str, Any] = {}
+        for kind in sorted(g):
+            accelerators[kind] = []
+            for i, item in enumerate(_as_list(g[kind])):
+                where = f"{path}.{kind}[{i}]"
+                h = self.fields(item, where, frozenset({"name", "parameters"}), _NONE) or {}
+                entry = _plain(h, ("parameters",))
+                if "parameters" in h:
+                    entries = self.map_entries(h["parameters"], f"{where}.parameters")
+                    entry["parameters"] = {
+                        str(key): self.parameter_value(value, at) for key, value, at in entries
+                    }
+                accelerators[kind].append(entry)
+        return {"execution_accelerators": accelerators}
 
     def queue_policy(self, raw: Any, path: str) -> dict[str, Any]:
         return _plain(self.fields(raw, path, _QUEUE_FIELDS, _NONE) or {})

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import ByteSize, DirectoryPath, Field, FilePath, SecretStr
+from pydantic import ByteSize, DirectoryPath, Field, FilePath, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -14,7 +15,8 @@ class ServerConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="INFERPLEX_", extra="forbid", frozen=True)
 
     model_repository: DirectoryPath = Field(
-        description="folder holding one sub-folder per model (must exist)"
+        description="folder holding one sub-folder per model (must exist); or s3://bucket/prefix, "
+        "served from a local copy in model_repository_cache (then this is that folder)"
     )
     host: str = Field(default="127.0.0.1", description="address the HTTP and gRPC servers bind")
     http_port: int = Field(default=8000, ge=0, le=65535, description="0 picks a free port")
@@ -135,6 +137,33 @@ class ServerConfig(BaseSettings):
         ge=0,
         description="unload models without requests for this long (scale to zero); 0 = never",
     )
+    # -- remote repositories, resilience (docs/routing.md) ---------------------------------
+    model_repository_url: str = Field(
+        default="", description="s3://bucket/prefix the repository is synced from (set from "
+        "model_repository when that is an s3:// URL)"
+    )
+    model_repository_cache: Path | None = Field(
+        default=None,
+        description="local copy of an s3:// repository (default ~/.cache/inferplex/s3/...)",
+    )
+    s3_endpoint_url: str = Field(
+        default="", description="S3-compatible endpoint (MinIO, Ceph, ...); empty = AWS"
+    )
+    breaker_failures: int = Field(
+        default=0,
+        ge=0,
+        description="consecutive execution failures that open a model's circuit breaker (model "
+        "parameter breaker_failures overrides); 0 = no breaker",
+    )
+    breaker_cooldown_s: float = Field(
+        default=10.0, ge=0, description="seconds an open breaker fast-fails before a probe"
+    )
+    request_timeout_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="answer 504 to requests not answered in time (model parameter "
+        "request_timeout_ms overrides); 0 = no timeout",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error")
     log_format: Literal["plain", "json"] = Field(
         default="plain", description="log lines as plain text or one JSON object per line"
@@ -155,3 +184,22 @@ class ServerConfig(BaseSettings):
         "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
     )
     server_name: str = "inferplex"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _remote_repository(cls, data: Any) -> Any:
+        """An s3:// model_repository is served from its local copy: model_repository becomes
+        that folder (created here so it validates) and model_repository_url keeps the URL."""
+        from inferplex.errors import ConfigError
+        from inferplex.repository.s3 import S3Location, default_cache_dir, is_s3_url
+
+        if not isinstance(data, dict) or not is_s3_url(data.get("model_repository")):
+            return data
+        url = data["model_repository"]
+        try:
+            S3Location.parse(url)
+        except ConfigError as exc:
+            raise ValueError(exc.message) from None
+        cache = Path(data.get("model_repository_cache") or default_cache_dir(url))
+        cache.mkdir(parents=True, exist_ok=True)
+        return {**data, "model_repository": cache, "model_repository_url": url}

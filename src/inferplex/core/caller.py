@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -18,8 +19,12 @@ class EngineCaller:
         self._infer = infer
         self._loop = loop
 
+    def submit(self, request: InferenceRequest) -> concurrent.futures.Future[InferenceResponse]:
+        """Start the request without waiting: pipelines run independent steps at once."""
+        return asyncio.run_coroutine_threadsafe(self._infer(request), self._loop)
+
     def infer(self, request: InferenceRequest, timeout: float | None = None) -> InferenceResponse:
-        future = asyncio.run_coroutine_threadsafe(self._infer(request), self._loop)
+        future = self.submit(request)
         try:
             return future.result(timeout)
         except TimeoutError:

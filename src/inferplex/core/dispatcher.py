@@ -43,9 +43,16 @@ class Dispatcher:
         self.scheduler.unregister(version.key)
 
     # -- events ---------------------------------------------------------------------------
+    def wake(self) -> None:
+        """Something changed outside the events below (instances were added): pump soon."""
+        if not self._pump_queued:
+            self._pump_queued = True
+            self._loop.call_soon(self._pump)
+
     def arrived(self, version: ModelVersion, deadline: float | None) -> None:
         """A request (with ``deadline``, if it has one) was queued for ``version``."""
-        self.scheduler.note_arrival(version.key, _now())
+        if not version.composite:  # a composite's batches never ask the scheduler for a slot
+            self.scheduler.note_arrival(version.key, _now())
         self._pending.add(version)
         # While every instance of the version is busy, a pump could start nothing new for it
         # (and an arrival frees nothing for others): the finishing batch pumps. Only a
@@ -56,10 +63,12 @@ class Dispatcher:
             self._loop.call_soon(self._pump)
 
     def finished(
-        self, version: ModelVersion, ticket: Ticket, now: float, latencies: list[float]
+        self, version: ModelVersion, ticket: Ticket | None, now: float, latencies: list[float]
     ) -> None:
-        """A batch of ``version`` finished: its slot and instance are free again."""
-        self.scheduler.finish(ticket, now, latencies)
+        """A batch of ``version`` finished: its slot (None: a composite's) and instance are
+        free again."""
+        if ticket is not None:
+            self.scheduler.finish(ticket, now, latencies)
         # with nothing queued anywhere there is nothing to start: the next arrival pumps
         if self._pending and not self._pump_queued:
             self._pump_queued = True
@@ -80,12 +89,18 @@ class Dispatcher:
             if expired:
                 version.fail_expired(expired)
         scheduler = self.scheduler
+        for version in active:
+            if version.composite:
+                self._launch_composite(version, now)
         refused = False  # ready batches were refused while slots were free (reservation)
         while True:
             ready = [
                 v.key
                 for v in active
-                if v.idle and v.queue.pending_requests and _due(v.queue.next_wakeup(now), now)
+                if not v.composite
+                and v.idle
+                and v.queue.pending_requests
+                and _due(v.queue.next_wakeup(now), now)
             ]
             if not ready:
                 break
@@ -101,6 +116,18 @@ class Dispatcher:
         pending = self._pending = {v for v in active if v.queue.pending_requests}
         if pending or refused or self._timer is not None:
             self._arm(now, scheduler.reservation_lifts() if refused else None)
+
+    @staticmethod
+    def _launch_composite(version: ModelVersion, now: float) -> None:
+        """Start every ready batch of a composite version (a pipeline, a cascade) on its idle
+        instances without a scheduler slot: it only waits on the models it calls, and
+        holding slots while they wait for one could deadlock."""
+        queue = version.queue
+        while version.idle and queue.pending_requests and _due(queue.next_wakeup(now), now):
+            batch = queue.next_batch(now, True)
+            if batch is None:
+                return
+            version.launch(batch, None)
 
     def _arm(self, now: float, lifts: float | None) -> None:
         """One timer at the earliest future moment a queue needs attention, or the scheduler's

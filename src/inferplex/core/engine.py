@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from inferplex.config.model_config import ModelConfig
@@ -19,6 +20,11 @@ from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.registry import ModelRegistry, ModelState
 from inferplex.core.scheduler import Scheduler
 from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.errors import ModelNotFoundError, ModelNotReadyError
+from inferplex.lifecycle.manager import LifecycleManager
+from inferplex.repository.s3 import S3Repository
+from inferplex.resilience.guard import GuardDefaults, ModelGuards
+from inferplex.routing.table import RouteTable
 from inferplex.version import __version__
 
 #: Protocol extensions implemented in full (perf_analyzer polls statistics when listed).
@@ -30,7 +36,24 @@ class InferenceEngine:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.registry = ModelRegistry(config.model_repository, config.intra_op_threads)
+        self.registry = ModelRegistry()
+        self.lifecycle = LifecycleManager(config, self.registry)
+        # circuit breakers, request timeouts and routes (docs/routing.md)
+        self.guards = ModelGuards(
+            GuardDefaults(
+                config.breaker_failures, config.breaker_cooldown_s, config.request_timeout_ms
+            )
+        )
+        self.routes = RouteTable(self.serve, self._queued, self.guards.is_open)
+        self.remote = (
+            S3Repository(
+                config.model_repository_url, config.model_repository, config.s3_endpoint_url
+            )
+            if config.model_repository_url
+            else None
+        )
+        self.lifecycle.before_scan = self._before_scan
+        self._routes_reload: asyncio.Task[bool] | None = None
         self._started = False
         self._stopping = False
 
@@ -47,7 +70,11 @@ class InferenceEngine:
         loop = asyncio.get_running_loop()
         self.dispatcher = Dispatcher(scheduler, loop)
         cache = ResponseCache(config.cache_size) if config.cache_size else None
-        await self.registry.load_all(self.dispatcher, cache, EngineCaller(self.infer, loop))
+        self._loop = loop
+        if self.remote is not None:
+            await asyncio.to_thread(self.remote.refresh)
+        await self.lifecycle.start(self.dispatcher, cache, EngineCaller(self.infer, loop))
+        await self._reload_routes()
         self._started = ready
 
     def set_ready(self) -> None:
@@ -60,7 +87,10 @@ class InferenceEngine:
     async def stop(self, drain_timeout: float | None = 30.0) -> None:
         """Stop taking requests, let in-flight ones finish, free every model."""
         self.begin_shutdown()
-        await self.registry.unload_all(drain_timeout)
+        if self._routes_reload is not None:
+            self._routes_reload.cancel()
+        await self.routes.close()
+        await self.lifecycle.stop(drain_timeout)
 
     # -- health and metadata ----------------------------------------------------------------
     def live(self) -> bool:
@@ -77,6 +107,9 @@ class InferenceEngine:
         }
 
     def model_ready(self, name: str, version: str = "") -> bool:
+        route = self.routes.get(name)
+        if route is not None:
+            return route.ready(version, self.model_ready)
         entry = self.registry.entry(name)
         if entry.state is not ModelState.READY:
             return False
@@ -84,6 +117,10 @@ class InferenceEngine:
         return True
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        route = self.routes.get(name)
+        if route is not None:  # a route shows its first target's metadata under its name
+            target = route.primary(version)
+            return {**self.model_metadata(target.model, target.version), "name": name}
         config = self.registry.config(name)
         entry = self.registry.entry(name)
         if version:
@@ -103,6 +140,11 @@ class InferenceEngine:
         }
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
+        route = self.routes.get(name)
+        if route is not None:
+            target = route.primary(version)
+            config = self.model_config(target.model, target.version)
+            return config.model_copy(update={"name": name})
         if version:
             self.registry.route(name, version)
         return self.registry.config(name)
@@ -116,34 +158,83 @@ class InferenceEngine:
             )
         else:
             served = [v for e in self.registry.entries() for v in e.versions.values()]
-        return [v.statistics() for v in served]
+        statistics = [v.statistics() for v in served]
+        for stats in statistics:
+            breaker = self.guards.statistics(stats["name"])
+            if breaker is not None:
+                stats["circuit_breaker"] = breaker
+        return statistics
+
+    def route_listing(self) -> dict[str, Any]:
+        """Every route of routing.yaml (docs/routing.md)."""
+        return self.routes.listing()
+
+    def route_statistics(self, name: str) -> dict[str, Any]:
+        """Requests per target, the shadow's latency and output difference, degradations."""
+        return self.routes.statistics(name)
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
-        index: list[dict[str, Any]] = []
-        for entry in self.registry.entries():
-            if ready_only and entry.state is not ModelState.READY:
-                continue
-            if entry.versions:
-                index.extend(
-                    {
-                        "name": entry.name,
-                        "version": str(v),
-                        "state": entry.state.value,
-                        "reason": entry.reason,
-                    }
-                    for v in sorted(entry.versions)
-                )
-            else:
-                index.append(
-                    {
-                        "name": entry.name,
-                        "version": "",
-                        "state": entry.state.value,
-                        "reason": entry.reason,
-                    }
-                )
-        return index
+        return self.registry.index(ready_only)
+
+    # -- model management (docs/lifecycle.md) --------------------------------------------------
+    async def load_model(self, name: str, parameters: Mapping[str, Any]) -> None:
+        """Load or reload a model (the repository API; refused in control mode none)."""
+        if self.remote is not None:  # explicit mode: load what the bucket holds now
+            await asyncio.to_thread(self.remote.refresh)
+        await self.lifecycle.load(name, parameters)
+
+    async def unload_model(self, name: str, parameters: Mapping[str, Any]) -> None:
+        await self.lifecycle.unload(name, parameters)
+
+    async def set_instance_count(self, name: str, count: Any) -> None:
+        """Run ``count`` instances per served version of the model, without a reload."""
+        await self.lifecycle.set_instance_count(name, count)
+
+    def set_default_version(self, name: str, version: Any) -> None:
+        """Route the model's unversioned requests to ``version`` ("" = the highest)."""
+        self.lifecycle.set_default_version(name, version)
+
+    def memory(self) -> dict[str, Any]:
+        return self.lifecycle.memory()
 
     # -- inference ------------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return await self.registry.route(request.model_name, request.model_version).infer(request)
+        route = self.routes.get(request.model_name)
+        if route is not None:
+            return await route.infer(request)
+        return await self.serve(request)
+
+    async def serve(self, request: InferenceRequest) -> InferenceResponse:
+        """Inference on a model (not a route), behind its circuit breaker and timeout."""
+        try:
+            served = self.registry.route(request.model_name, request.model_version)
+        except (ModelNotFoundError, ModelNotReadyError):
+            if not self.config.load_on_demand:
+                raise
+            served = await self.lifecycle.load_for_request(
+                request.model_name, request.model_version
+            )
+        guard = self.guards.get(served.config)
+        if guard is None:
+            return await served.infer(request)
+        return await guard.infer(served, request)
+
+    # -- routes and remote repositories (docs/routing.md) ---------------------------------------
+    def _queued(self, model: str, version: str) -> int:
+        return self.registry.route(model, version).queue.pending_requests
+
+    async def _reload_routes(self) -> bool:
+        names = [e.name for e in self.registry.entries()]
+        return await self.routes.reload(self.config.model_repository, names)
+
+    def _before_scan(self) -> None:
+        """Before each poll-mode scan (in a worker thread): sync a remote repository, then
+        re-read routing.yaml on the loop."""
+        if self.remote is not None:
+            self.remote.refresh()
+        self._loop.call_soon_threadsafe(self._start_routes_reload)
+
+    def _start_routes_reload(self) -> None:
+        if self._stopping or (self._routes_reload and not self._routes_reload.done()):
+            return
+        self._routes_reload = self._loop.create_task(self._reload_routes())

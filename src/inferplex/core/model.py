@@ -30,6 +30,8 @@ from inferplex.errors import (
     ModelExecutionError,
     ModelNotReadyError,
 )
+from inferplex.tracing.context import CURRENT as CURRENT_TRACE
+from inferplex.tracing.context import TRACING, RequestTrace
 
 if TYPE_CHECKING:
     from inferplex.core.dispatcher import Dispatcher
@@ -49,10 +51,12 @@ class _Payload:
     outputs: list[str]
     future: asyncio.Future[Outputs]
     enqueued_ns: int
+    trace: RequestTrace | None = None  # only while tracing is on
 
 
-#: one batch handed to an instance: (batch, scheduler ticket, the instance running it)
-_Job = tuple[Batch, "Ticket", ModelInstance]
+#: one batch handed to an instance: (batch, scheduler ticket or None for a composite model,
+#: the instance running it)
+_Job = tuple[Batch, "Ticket | None", ModelInstance]
 #: what the worker hands back: (outputs per request in batch order, began, prepared, executed,
 #: ended ns). ``began`` ends each request's queue time; the others bound the compute phases.
 _Result = tuple[list[Outputs], int, int, int, int]
@@ -69,11 +73,13 @@ class ModelVersion:
         loop: asyncio.AbstractEventLoop,
         dispatcher: Dispatcher,
         cache: ResponseCache | None = None,
+        key: str = "",
     ) -> None:
         self.config = config
         self.version = version
         self.version_str = str(version)
-        self.key = f"{config.name}/{version}"
+        # unique among the versions alive at once (a reload runs a replacement beside the old)
+        self.key = key or f"{config.name}/{version}"
         self.stats = ModelStats(config.name, self.version_str)
         self.estimator = ExecutionEstimator()
         self.queue: DynamicBatcher | FifoQueue
@@ -99,6 +105,13 @@ class ModelVersion:
             for i, backend in enumerate(backends)
         ]
         self.idle = list(self.instances)
+        self._instances_made = len(self.instances)
+        # instance count changes: instances still to take out of service as their batch ends
+        self._retire_wanted = 0
+        self._retired: list[ModelInstance] = []
+        self._retire_done: asyncio.Future[list[ModelInstance]] | None = None
+        #: only waits on other served models: its batches take no scheduler slot
+        self.composite = bool(backends) and all(b.composite for b in backends)
         self._validator = RequestValidator(config)
         self._batched = config.batched
         # per output: (datatype, the shape it is reshaped to for the client, or None)
@@ -187,15 +200,17 @@ class ModelVersion:
         future: asyncio.Future[Outputs] = self._loop.create_future()
         shape_key = self._validator.shape_key(feeds) if self._batched else None
         arrival = start * 1e-9
-        pending = PendingRequest(
-            rows, shape_key, arrival, priority, timeout_us, _Payload(feeds, outputs, future, start)
-        )
+        payload = _Payload(feeds, outputs, future, start)
+        if TRACING.enabled and (trace := CURRENT_TRACE.get()) is not None:
+            trace.queued(self.config.name, self.version_str, request.id, start)
+            payload.trace = trace
+        pending = PendingRequest(rows, shape_key, arrival, priority, timeout_us, payload)
         self.queue.submit(pending, arrival)
         self._dispatcher.arrived(self, pending.deadline)
         return future
 
     # -- batches: called by the dispatcher -------------------------------------------------------
-    def launch(self, batch: Batch, ticket: Ticket) -> None:
+    def launch(self, batch: Batch, ticket: Ticket | None) -> None:
         """Run ``batch`` on an idle instance (the dispatcher checked there is one)."""
         instance = self.idle.pop()
         instance.run((batch, ticket, instance))
@@ -263,7 +278,10 @@ class ModelVersion:
     def _done(self, job: _Job, result: _Result | None, error: BaseException | None) -> None:
         """On the event loop: a batch finished; free its instance and slot, answer it."""
         batch, ticket, instance = job
-        self.idle.append(instance)
+        if self._retire_wanted:
+            self._retire(instance)
+        else:
+            self.idle.append(instance)
         requests = batch.requests
         now = _now()
         self._dispatcher.finished(self, ticket, now, [now - r.arrival for r in requests])
@@ -277,15 +295,20 @@ class ModelVersion:
         self.estimator.observe(batch.rows, (executed - prepared) * 1e-9)
         if self._adaptive is not None:
             self._adaptive.batch_done()
-        count = len(requests)
         self.stats.record_batch(
             batch.rows,
-            count,
-            began * count - sum(r.payload.enqueued_ns for r in requests),
+            began,
+            [r.payload.enqueued_ns for r in requests],
             prepared - began,
             executed - prepared,
             ended - executed,
         )
+        if TRACING.enabled:
+            for request in requests:
+                if (trace := request.payload.trace) is not None:
+                    trace.batch(
+                        began, prepared, executed, ended, batch.rows, len(requests), instance.label
+                    )
         if self._ordered:
             for request, answer in zip(requests, outputs, strict=True):
                 self._answer(request, answer, None)
@@ -332,6 +355,45 @@ class ModelVersion:
         return stats
 
     # -- life cycle ----------------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not answered yet."""
+        return self._in_flight
+
+    def add_instances(self, backends: list[Backend]) -> None:
+        """Put more instances into service (their backends were made off the loop)."""
+        for backend in backends:
+            label = f"{self.key}#{self._instances_made}"
+            self._instances_made += 1
+            instance = ModelInstance(label, backend, self._loop, self._run, self._done)
+            self.instances.append(instance)
+            self.idle.append(instance)
+        self._dispatcher.wake()
+
+    def retire_instances(self, count: int) -> asyncio.Future[list[ModelInstance]]:
+        """Take ``count`` instances out of service: idle ones now, busy ones as soon as their
+        batch ends (in-flight work is unaffected). The future gives the retired instances,
+        to be closed off the loop. One retirement at a time; at least one instance stays."""
+        if self._retire_done is not None:
+            raise RuntimeError(f"{self.key}: instances are already being retired")
+        if not 0 < count < len(self.instances):
+            raise ValueError(f"{self.key}: cannot retire {count} of {len(self.instances)}")
+        future: asyncio.Future[list[ModelInstance]] = self._loop.create_future()
+        self._retire_done = future
+        self._retire_wanted = count
+        while self._retire_wanted and self.idle:
+            self._retire(self.idle.pop())
+        return future
+
+    def _retire(self, instance: ModelInstance) -> None:
+        self.instances.remove(instance)
+        self._retired.append(instance)
+        self._retire_wanted -= 1
+        if not self._retire_wanted and self._retire_done is not None:
+            future, self._retire_done = self._retire_done, None
+            retired, self._retired = self._retired, []
+            future.set_result(retired)
+
     async def drain(self, timeout: float | None = None) -> None:
         """Refuse new requests and wait until every accepted one is answered."""
         self._closing = True

@@ -1,25 +1,28 @@
-"""ModelRegistry: the models known to the server, their versions, states and routing."""
+"""ModelRegistry: the models known to the server, their served versions, states and routing.
+
+The registry is the table the data path reads (``route``); what is loaded, reloaded and
+unloaded is decided in ``inferplex.lifecycle``, which changes an entry's served versions
+with :meth:`ModelRegistry.publish` — one assignment on the event loop, so a request sees
+either the old set of versions or the new one, never a mix.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import enum
-import logging
+import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from inferplex.backends import Backend
-from inferplex.backends.base import ModelCaller
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.cache import ResponseCache
-from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
 from inferplex.core.scheduler import ModelPolicy
-from inferplex.errors import InferplexError, ModelNotFoundError, ModelNotReadyError
-from inferplex.repository.local import ModelPlan, list_models, plan_model
+from inferplex.errors import InvalidInputError, ModelNotFoundError, ModelNotReadyError
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from inferplex.repository.local import ModelPlan
+
+_monotonic = time.monotonic
 
 
 class ModelState(enum.Enum):
@@ -29,99 +32,98 @@ class ModelState(enum.Enum):
     UNAVAILABLE = "UNAVAILABLE"
 
 
-@dataclass
+@dataclass(eq=False)
 class ModelEntry:
-    """One model name: its config (once read) and its loaded versions."""
+    """One model name: its config (once read), its served versions and what the lifecycle
+    keeps about it (fingerprints for change detection, memory footprint, use)."""
 
     name: str
-    state: ModelState = ModelState.LOADING
-    reason: str = ""
+    state: ModelState = ModelState.UNAVAILABLE
+    reason: str = "not loaded"
     config: ModelConfig | None = None
+    #: the versions that serve requests; replaced as a whole by ``ModelRegistry.publish``
     versions: dict[int, ModelVersion] = field(default_factory=dict)
+    #: where unversioned requests go (None while nothing is served)
+    default: ModelVersion | None = None
+    #: the version an operator chose for unversioned requests; None = the highest
+    default_version: int | None = None
+    #: versions that failed to load, with the reason (shown in the index)
+    failed: dict[int, str] = field(default_factory=dict)
+    plan: ModelPlan | None = None
+    #: fingerprint of each served version's files, and of the whole model folder
+    version_fingerprints: dict[int, str] = field(default_factory=dict)
+    fingerprint: str = ""
+    #: measured bytes of each served version
+    footprints: dict[int, int] = field(default_factory=dict)
+    pinned: bool = False
+    #: monotonic time of the last routed request (or of the load)
+    last_used: float = 0.0
+    #: instances per version set at run time (None: as the config says)
+    instance_count: int | None = None
+    #: serialises loads, reloads and unloads of this model
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: counts loads, so the versions alive at once have distinct scheduler keys
+    generation: int = 0
+
+    @property
+    def footprint(self) -> int:
+        return sum(self.footprints.values())
+
+    @property
+    def in_flight(self) -> int:
+        return sum(v.in_flight for v in self.versions.values())
 
 
 class ModelRegistry:
-    def __init__(self, repository: Path, intra_op_threads: int = 0) -> None:
-        self._repository = repository
-        self._intra_op_threads = intra_op_threads
+    """Name -> :class:`ModelEntry`; routes requests to served versions."""
+
+    def __init__(self) -> None:
         self._entries: dict[str, ModelEntry] = {}
-        self._dispatcher: Dispatcher | None = None
-        self._cache: ResponseCache | None = None
-        self._caller: ModelCaller | None = None
 
-    # -- loading --------------------------------------------------------------------------
-    async def load_all(
-        self,
-        dispatcher: Dispatcher,
-        cache: ResponseCache | None = None,
-        caller: ModelCaller | None = None,
-    ) -> None:
-        """Load every model of the repository; a model that fails is recorded, not raised.
-        Loaded versions run their batches through ``dispatcher``; models that enable the
-        response cache share ``cache``; backends reach other served models through ``caller``."""
-        self._dispatcher = dispatcher
-        self._cache = cache
-        self._caller = caller
-        model_dirs = await asyncio.to_thread(list_models, self._repository)
-        for model_dir in model_dirs:
-            self._entries[model_dir.name] = ModelEntry(model_dir.name)
-        for model_dir in model_dirs:
-            await self._load(self._entries[model_dir.name], model_dir)
+    # -- the table ----------------------------------------------------------------------------
+    def add(self, name: str) -> ModelEntry:
+        """The entry of ``name``, created (not loaded) if it is new."""
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._entries[name] = ModelEntry(name)
+        return entry
 
-    async def _load(self, entry: ModelEntry, model_dir: Path) -> None:
-        loop = asyncio.get_running_loop()
-        dispatcher = self._dispatcher
-        assert dispatcher is not None, "load_all() sets the dispatcher"
-        try:
-            plan = await asyncio.to_thread(plan_model, model_dir, self._intra_op_threads)
-            entry.config = plan.config
-            policy = scheduling_policy(plan.config)
-            if plan.config.response_cache.enable and self._cache is None:
-                logger.warning(
-                    "model '%s' enables response_cache but the server has no cache "
-                    "(set --cache-size): answers are not cached",
-                    entry.name,
-                )
-            for version, path in plan.version_files.items():
-                backends = await asyncio.to_thread(_create_instances, plan, path, self._caller)
-                served = ModelVersion(plan.config, version, backends, loop, dispatcher, self._cache)
-                entry.versions[version] = served
-                dispatcher.add(served, policy)
-        except Exception as exc:
-            entry.state = ModelState.UNAVAILABLE
-            entry.reason = exc.message if isinstance(exc, InferplexError) else _describe(exc)
-            logger.error("model '%s' failed to load: %s", entry.name, entry.reason)
-            await self._close(list(entry.versions.values()))
-            entry.versions.clear()
-            return
-        entry.state = ModelState.READY
-        logger.info(
-            "model '%s' READY (versions %s, %d instance(s) each)",
-            entry.name,
-            ", ".join(map(str, sorted(entry.versions))),
-            len(plan.instances),
+    def forget(self, name: str) -> None:
+        """Drop a model that has no served version (it left the repository)."""
+        entry = self._entries.get(name)
+        if entry is not None and not entry.versions:
+            del self._entries[name]
+
+    def publish(self, entry: ModelEntry, versions: dict[int, ModelVersion]) -> None:
+        """Make ``versions`` the served set of ``entry`` at once (the atomic switch)."""
+        if entry.default_version is not None and entry.default_version not in versions:
+            entry.default_version = None
+        entry.versions = versions
+        entry.default = (
+            versions[entry.default_version if entry.default_version is not None else max(versions)]
+            if versions
+            else None
         )
 
-    async def unload_all(self, timeout: float | None = None) -> None:
-        """Drain every version (in-flight requests finish), then free the instances."""
-        versions = [v for e in self._entries.values() for v in e.versions.values()]
-        for entry in self._entries.values():
-            if entry.state is ModelState.READY:
-                entry.state = ModelState.UNLOADING
-        await asyncio.gather(*(v.drain(timeout) for v in versions), return_exceptions=True)
-        await self._close(versions)
-        for entry in self._entries.values():
-            entry.versions.clear()
-            entry.state = ModelState.UNAVAILABLE
-            entry.reason = "unloaded"
-
-    async def _close(self, versions: list[ModelVersion]) -> None:
-        for version in versions:
-            if self._dispatcher is not None:
-                self._dispatcher.remove(version)
-        await asyncio.to_thread(_close_versions, versions)
+    def set_default_version(self, name: str, version: str) -> None:
+        """Route unversioned requests to ``version`` (a served one); "" = the highest."""
+        entry = self.entry(name)
+        if not version:
+            entry.default_version = None
+        else:
+            number = int(version) if version.isdigit() else None
+            if number is None or number not in entry.versions:
+                raise InvalidInputError(
+                    f"model '{name}' does not serve version '{version}', served versions: "
+                    f"{_listing(entry)}"
+                )
+            entry.default_version = number
+        self.publish(entry, entry.versions)
 
     # -- lookups --------------------------------------------------------------------------
+    def get(self, name: str) -> ModelEntry | None:
+        return self._entries.get(name)
+
     def entry(self, name: str) -> ModelEntry:
         try:
             return self._entries[name]
@@ -132,20 +134,24 @@ class ModelRegistry:
         return [self._entries[name] for name in sorted(self._entries)]
 
     def route(self, name: str, version: str = "") -> ModelVersion:
-        """The version that serves a request: the given one, else the highest loaded one."""
+        """The version that serves a request: the given one, else the default (highest)."""
         entry = self._entries.get(name)
         if entry is None:
             raise ModelNotFoundError(f"unknown model '{name}'")
-        if entry.state is not ModelState.READY:
-            raise ModelNotReadyError(_not_ready(entry))
         if not version:
-            return entry.versions[max(entry.versions)]
-        served = entry.versions.get(int(version)) if version.isdigit() else None
-        if served is None:
-            raise ModelNotFoundError(
-                f"model '{name}' has no version '{version}', served versions: "
-                f"{', '.join(map(str, sorted(entry.versions)))}"
-            )
+            served = entry.default
+            if served is None:
+                raise ModelNotReadyError(_not_ready(entry))
+        else:
+            found = entry.versions.get(int(version)) if version.isdigit() else None
+            if found is None:
+                if not entry.versions:
+                    raise ModelNotReadyError(_not_ready(entry))
+                raise ModelNotFoundError(
+                    f"model '{name}' has no version '{version}', served versions: {_listing(entry)}"
+                )
+            served = found
+        entry.last_used = _monotonic()
         return served
 
     def config(self, name: str) -> ModelConfig:
@@ -154,6 +160,32 @@ class ModelRegistry:
         if entry.config is None:
             raise ModelNotReadyError(_not_ready(entry))
         return entry.config
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Triton's repository index: one row per served or failed version, one per model
+        without any; each with its state and the reason for it."""
+        rows: list[dict[str, Any]] = []
+        for entry in self.entries():
+            versions: dict[int, tuple[str, str]] = {
+                v: (ModelState.UNAVAILABLE.value, reason) for v, reason in entry.failed.items()
+            }
+            for v in entry.versions:
+                versions[v] = (entry.state.value, entry.reason)
+            if not versions:
+                versions[-1] = (entry.state.value, entry.reason)
+            for v in sorted(versions):
+                state, reason = versions[v]
+                if ready_only and state != ModelState.READY.value:
+                    continue
+                rows.append(
+                    {
+                        "name": entry.name,
+                        "version": "" if v < 0 else str(v),
+                        "state": state,
+                        "reason": reason,
+                    }
+                )
+        return rows
 
     @property
     def all_ready(self) -> bool:
@@ -177,29 +209,10 @@ def scheduling_policy(config: ModelConfig) -> ModelPolicy:
     )
 
 
-def _create_instances(plan: ModelPlan, path: Path, caller: ModelCaller | None) -> list[Backend]:
-    backends: list[Backend] = []
-    try:
-        for spec in plan.instances:
-            spec = dataclasses.replace(spec, caller=caller)
-            backends.append(plan.backend(path, plan.config, spec))
-    except BaseException:
-        for backend in backends:
-            backend.close()
-        raise
-    return backends
-
-
-def _close_versions(versions: list[ModelVersion]) -> None:
-    for version in versions:
-        version.close()
+def _listing(entry: ModelEntry) -> str:
+    return ", ".join(map(str, sorted(entry.versions))) or "none"
 
 
 def _not_ready(entry: ModelEntry) -> str:
     reason = f": {entry.reason}" if entry.reason else ""
     return f"model '{entry.name}' is {entry.state.value}{reason}"
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0] if len(text) > 500 else text

@@ -8,8 +8,36 @@ request: both are a handful of integer additions.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
+
+#: Upper bounds (ns) of the latency histograms: 100 µs to 10 s, roughly 1-2.5-5 per decade.
+LATENCY_BOUNDS_NS: tuple[int, ...] = tuple(
+    int(ms * 1_000_000)
+    for ms in (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+)
+
+
+class Histogram:
+    """Counts per fixed bucket (the last one is +Inf) and the sum of the observed values.
+
+    One bisect and two integer additions per observation; no locks, since like every
+    statistic here it is updated only on the event loop thread. Counts are per bucket, not
+    cumulative: the exposition sums them at scrape time.
+    """
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[int, ...] = LATENCY_BOUNDS_NS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0
+
+    def observe(self, value: int) -> None:
+        # bisect_left puts a value equal to a bound in that bound's bucket (Prometheus' le)
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
 
 
 @dataclass(slots=True)
@@ -55,6 +83,10 @@ class ModelStats:
         self.last_inference_ms = 0
         self.phases = {phase: Duration() for phase in _PHASES}
         self.batches: dict[int, _BatchStats] = {}
+        #: latency distributions: per successful request, per queued request, per execution
+        self.request_hist = Histogram()
+        self.queue_hist = Histogram()
+        self.compute_hists = (Histogram(), Histogram(), Histogram())
         # the phases every request or batch touches, without a dict lookup each time
         phases = self.phases
         self._success, self._fail, self._queue = phases["success"], phases["fail"], phases["queue"]
@@ -63,18 +95,29 @@ class ModelStats:
     def record_batch(
         self,
         rows: int,
-        requests: int,
-        queue_ns: int,
+        began_ns: int,
+        enqueued_ns: list[int],
         compute_input_ns: int,
         compute_infer_ns: int,
         compute_output_ns: int,
     ) -> None:
-        """One backend execution of ``rows`` rows answering ``requests`` requests that waited
-        ``queue_ns`` in all; like Triton, each request is charged its own queue time and the
-        batch's compute times."""
+        """One backend execution of ``rows`` rows, begun at ``began_ns``, answering requests
+        queued at ``enqueued_ns``; like Triton, each request is charged its own queue time and
+        the batch's compute times."""
         self.inference_count += rows
         self.execution_count += 1
+        requests = len(enqueued_ns)
+        queue_hist = self.queue_hist
+        queue_ns = 0
+        for enqueued in enqueued_ns:
+            wait = began_ns - enqueued
+            queue_ns += wait
+            queue_hist.observe(wait)
         self._queue.add(queue_ns, requests)
+        input_hist, infer_hist, output_hist = self.compute_hists
+        input_hist.observe(compute_input_ns)
+        infer_hist.observe(compute_infer_ns)
+        output_hist.observe(compute_output_ns)
         compute_input, compute_infer, compute_output = self._compute
         compute_input.add(compute_input_ns * requests, requests)
         compute_infer.add(compute_infer_ns * requests, requests)
@@ -90,7 +133,11 @@ class ModelStats:
         self.phases["cache_hit" if hit else "cache_miss"].add(lookup_ns)
 
     def record_request(self, ok: bool, duration_ns: int) -> None:
-        phase = self._success if ok else self._fail
+        if ok:
+            phase = self._success
+            self.request_hist.observe(duration_ns)
+        else:
+            phase = self._fail
         phase.count += 1
         phase.ns += duration_ns
         self.last_inference_ms = time.time_ns() // 1_000_000

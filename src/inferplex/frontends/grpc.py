@@ -99,8 +99,8 @@ class GrpcFrontend:
             "ModelConfig": self._model_config,
             "ModelStatistics": self._model_statistics,
             "RepositoryIndex": self._repository_index,
-            "RepositoryModelLoad": self._model_control,
-            "RepositoryModelUnload": self._model_control,
+            "RepositoryModelLoad": self._model_load,
+            "RepositoryModelUnload": self._model_unload,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {}
         # Message classes come from the service descriptor, so they cannot drift from it.
@@ -159,11 +159,15 @@ class GrpcFrontend:
         index = self.engine.repository_index(ready_only=request.ready)
         return codec.encode_repository_index(index)
 
-    async def _model_control(self, request: Any) -> Any:
-        raise UnsupportedError(
-            f"RepositoryModelLoad / RepositoryModelUnload ('{request.model_name}'): model "
-            "control is not available yet; models are loaded from the repository at start-up"
-        )
+    async def _model_load(self, request: Any) -> Any:
+        parameters = _repository_parameters(request.parameters)
+        await self.engine.load_model(request.model_name, parameters)
+        return pb.RepositoryModelLoadResponse()
+
+    async def _model_unload(self, request: Any) -> Any:
+        parameters = _repository_parameters(request.parameters)
+        await self.engine.unload_model(request.model_name, parameters)
+        return pb.RepositoryModelUnloadResponse()
 
     async def _model_stream_infer(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -172,6 +176,15 @@ class GrpcFrontend:
             "ModelStreamInfer: streaming inference is not available yet; use ModelInfer"
         )
         await context.abort(GRPC_STATUS[error.code], error.message)
+
+
+def _repository_parameters(parameters: Any) -> dict[str, Any]:
+    """A load/unload request's ``map<string, ModelRepositoryParameter>`` as plain values."""
+    values: dict[str, Any] = {}
+    for key, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        values[key] = None if choice is None else getattr(parameter, choice)
+    return values
 
 
 def _guarded(name: str, rpc: Unary) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:

@@ -15,6 +15,12 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     POST /v2/models/{m}/infer                    inference (JSON or binary tensor data)
     GET  /v2/models/{m}/stats | /v2/models/stats statistics
     POST /v2/repository/index                    repository index ({"ready": bool} optional)
+    POST /v2/repository/models/{m}/load          load / reload ({"parameters": {"config": ..}})
+    POST /v2/repository/models/{m}/unload        unload ({"parameters": {...}} optional)
+    POST /v2/repository/models/{m}/instances     {"count": n}: instances per version, live
+    POST /v2/repository/models/{m}/default_version  {"version": "2"}: unversioned requests
+    GET  /v2/repository/memory                   memory budget and model footprints
+    GET  /v2/routes | /v2/routes/{r}/stats       routes of routing.yaml, their statistics
 
 Every error body is ``{"error": "<message>"}``; the status of an :class:`InferplexError`
 comes from the one table in ``protocol/v2/errors.py``.
@@ -239,6 +245,43 @@ class HttpApp:
                 raise InvalidInputError("index request field 'ready' must be true or false")
         return _json(self._engine.repository_index(ready_only))
 
+    async def _model_load(self, model: str, _version: str, body: bytes, *_: Any) -> Reply:
+        parameters = _parameters(_json_object(body, "load"), "load")
+        await self._engine.load_model(model, parameters)
+        return _EMPTY_OK
+
+    async def _model_unload(self, model: str, _version: str, body: bytes, *_: Any) -> Reply:
+        parameters = _parameters(_json_object(body, "unload"), "unload")
+        await self._engine.unload_model(model, parameters)
+        return _EMPTY_OK
+
+    async def _model_instances(self, model: str, _version: str, body: bytes, *_: Any) -> Reply:
+        options = _json_object(body, "instances")
+        if "count" not in options:
+            raise InvalidInputError('the instances request needs "count", e.g. {"count": 2}')
+        await self._engine.set_instance_count(model, options["count"])
+        return _EMPTY_OK
+
+    async def _model_default_version(
+        self, model: str, _version: str, body: bytes, *_: Any
+    ) -> Reply:
+        options = _json_object(body, "default_version")
+        if "version" not in options:
+            raise InvalidInputError(
+                'the default_version request needs "version", e.g. {"version": "2"}'
+            )
+        self._engine.set_default_version(model, options["version"])
+        return _EMPTY_OK
+
+    async def _repository_memory(self, *_: Any) -> Reply:
+        return _json(self._engine.memory())
+
+    async def _routes(self, *_: Any) -> Reply:
+        return _json(self._engine.route_listing())
+
+    async def _route_stats(self, route: str, *_: Any) -> Reply:
+        return _json(self._engine.route_statistics(route))
+
 
 Handler = Callable[[HttpApp, str, str, bytes, bytes | None], Awaitable[Reply]]
 Route = tuple[str, Handler, str, str]
@@ -261,6 +304,16 @@ _FIXED: dict[tuple[str, ...], tuple[str, Handler]] = {
     ("health", "ready"): ("GET", HttpApp._ready),
     ("models", "stats"): ("GET", HttpApp._model_stats),
     ("repository", "index"): ("POST", HttpApp._repository_index),
+    ("repository", "memory"): ("GET", HttpApp._repository_memory),
+    ("routes",): ("GET", HttpApp._routes),
+}
+
+#: the last path segment of /v2/repository/models/{m}/{action} -> (method, handler)
+_REPOSITORY_ACTIONS: dict[str, tuple[str, Handler]] = {
+    "load": ("POST", HttpApp._model_load),
+    "unload": ("POST", HttpApp._model_unload),
+    "instances": ("POST", HttpApp._model_instances),
+    "default_version": ("POST", HttpApp._model_default_version),
 }
 
 
@@ -288,6 +341,12 @@ def _resolve(path: str) -> Route:
                 return fixed[0], fixed[1], "", ""
             if count == 3 and parts[1] == "models" and parts[2]:
                 return "GET", HttpApp._model_metadata, parts[2], ""
+            if count == 5 and parts[1] == "repository" and parts[2] == "models" and parts[3]:
+                action = _REPOSITORY_ACTIONS.get(parts[4])
+                if action is not None:
+                    return action[0], action[1], parts[3], ""
+            if count == 4 and parts[1] == "routes" and parts[2] and parts[3] == "stats":
+                return "GET", HttpApp._route_stats, parts[2], ""
     raise _RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
 
 
@@ -304,6 +363,33 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 def _json(document: Any) -> Reply:
     return 200, orjson.dumps(document), _JSON
+
+
+def _json_object(body: bytes, what: str) -> dict[str, Any]:
+    """The JSON object of a management request body ({} when the body is empty)."""
+    if not body.strip():
+        return {}
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"malformed JSON in the {what} request: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidInputError(f"the {what} request must be a JSON object")
+    return document
+
+
+def _parameters(options: dict[str, Any], what: str) -> dict[str, Any]:
+    """The ``parameters`` object of a load or unload request (Triton's shape)."""
+    unknown = set(options) - {"parameters"}
+    if unknown:
+        raise InvalidInputError(
+            f"unknown field(s) {', '.join(sorted(unknown))} in the {what} request; "
+            'expected {"parameters": {...}}'
+        )
+    parameters = options.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidInputError(f"the {what} request's 'parameters' must be a JSON object")
+    return parameters
 
 
 def _error(message: str) -> bytes:

@@ -1,24 +1,39 @@
-"""The metrics endpoint: a tiny ASGI app answering GET /metrics in Prometheus text format."""
+"""The metrics port: a tiny ASGI app.
+
+GET /metrics           Prometheus text format (every family of metrics/collector.py)
+GET /dashboard         the live dashboard page (and its .js / .css next to it)
+GET /dashboard/data    the JSON the page polls once a second
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from inferplex.core.engine import InferenceEngine
-from inferplex.metrics.collector import collect, render
+from inferplex.dashboard.data import STATIC_FILES, dashboard_data, load_static
+from inferplex.metrics.collector import Collector
+from inferplex.metrics.exposition import render
+from inferplex.metrics.sampler import Sampler
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+_JSON = b"application/json"
 
 
-def create_metrics_app(engine: InferenceEngine) -> Any:
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+class MetricsApp:
+    """ASGI 3 callable of the metrics port. Start the sampler with the server's loop."""
+
+    def __init__(self, engine: InferenceEngine, sampler: Sampler | None = None) -> None:
+        self.engine = engine
+        self.sampler = sampler or Sampler(engine)
+        self.collector = Collector(engine, self.sampler)
+        self._static = load_static()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        if scope["path"] == "/metrics" and scope["method"] == "GET":
-            status, body, content_type = 200, render(collect(engine)), CONTENT_TYPE
-        else:
-            status, body = 404, b'{"error": "not found: try GET /metrics"}'
-            content_type = b"application/json"
+        status, body, content_type = self._answer(scope["method"], scope["path"])
         await send(
             {
                 "type": "http.response.start",
@@ -26,9 +41,32 @@ def create_metrics_app(engine: InferenceEngine) -> Any:
                 "headers": [
                     (b"content-type", content_type),
                     (b"content-length", str(len(body)).encode()),
+                    (b"cache-control", b"no-store"),
                 ],
             }
         )
         await send({"type": "http.response.body", "body": body})
 
-    return app
+    def _answer(self, method: str, path: str) -> tuple[int, bytes, bytes]:
+        if method != "GET":
+            return 405, orjson.dumps({"error": f"method {method} not allowed: use GET"}), _JSON
+        if path == "/metrics":
+            return 200, render(self.collector.collect()), CONTENT_TYPE
+        if path in ("/dashboard", "/dashboard/"):
+            return 200, self._static["index.html"], STATIC_FILES["index.html"]
+        if path == "/dashboard/data":
+            return 200, orjson.dumps(dashboard_data(self.engine, self.sampler)), _JSON
+        name = path.removeprefix("/dashboard/")
+        if name in STATIC_FILES and name != path:
+            return 200, self._static[name], STATIC_FILES[name]
+        message = f"not found: {path}; try GET /metrics or GET /dashboard"
+        return 404, orjson.dumps({"error": message}), _JSON
+
+    def close(self) -> None:
+        self.sampler.stop()
+        self.collector.close()
+
+
+def create_metrics_app(engine: InferenceEngine, sampler: Sampler | None = None) -> MetricsApp:
+    """The metrics port's application; ``sampler`` defaults to a one-second sampler."""
+    return MetricsApp(engine, sampler)

@@ -1,26 +1,23 @@
 """The server's metrics, read from the engine's counters when scraped.
 
-Nothing is done per request beyond the counters the engine already keeps. Names follow
-Triton's (``nv_inference_*``, counters without a ``_total`` suffix) so dashboards written for
-Triton work unchanged; ``inferplex_*`` names are ours.
+Nothing is done per request beyond the counters and histogram buckets the engine already
+keeps (core/stats.py). Names follow Triton's (``nv_inference_*``, counters without a
+``_total`` suffix) so dashboards written for Triton work unchanged; ``inferplex_*`` names
+are ours and follow the same convention. docs/observability.md lists every family.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from inferplex.core.engine import InferenceEngine
-
-Labels = dict[str, str]
-
-
-@dataclass
-class Family:
-    name: str
-    kind: str  # "counter" or "gauge"
-    help: str
-    samples: list[tuple[Labels, float]] = field(default_factory=list)
-
+from inferplex.core.stats import Histogram, ModelStats
+from inferplex.metrics.exposition import Family, HistogramValue, Labels
+from inferplex.metrics.process import (
+    GpuProbe,
+    process_cpu_seconds,
+    process_rss_bytes,
+    system_memory_bytes,
+)
+from inferplex.metrics.sampler import Sampler, busy_ns, memory_bytes, served
 
 #: (metric name, help, statistics phase) of the cumulative durations in microseconds
 _DURATIONS = (
@@ -39,40 +36,187 @@ _DURATIONS = (
     ),
 )
 
-
-def collect(engine: InferenceEngine) -> list[Family]:
-    success = Family("nv_inference_request_success", "counter", "Successful inference requests")
-    failure = Family("nv_inference_request_failure", "counter", "Failed inference requests")
-    count = Family("nv_inference_count", "counter", "Inferences performed (batch rows)")
-    executions = Family("nv_inference_exec_count", "counter", "Model executions (batches)")
-    durations = {phase: Family(name, "counter", text) for name, text, phase in _DURATIONS}
-    for stats in engine.model_statistics():
-        labels = {"model": stats["name"], "version": stats["version"]}
-        phases = stats["inference_stats"]
-        success.samples.append((labels, phases["success"]["count"]))
-        failure.samples.append((labels, phases["fail"]["count"]))
-        count.samples.append((labels, stats["inference_count"]))
-        executions.samples.append((labels, stats["execution_count"]))
-        for phase, family in durations.items():
-            family.samples.append((labels, phases[phase]["ns"] / 1000))
-    ready = Family("inferplex_model_ready", "gauge", "1 if the model version is ready to serve")
-    for entry in engine.repository_index():
-        labels = {"model": entry["name"], "version": entry["version"]}
-        ready.samples.append((labels, 1.0 if entry["state"] == "READY" else 0.0))
-    return [success, failure, count, executions, *durations.values(), ready]
+#: upper bounds of the batch size histogram (rows per execution)
+BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _seconds(hist: Histogram) -> HistogramValue:
+    return HistogramValue([b / 1e9 for b in hist.bounds], hist.counts, hist.sum / 1e9)
 
 
-def render(families: list[Family]) -> bytes:
-    """Prometheus text exposition format 0.0.4."""
-    lines: list[str] = []
-    for family in families:
-        lines.append(f"# HELP {family.name} {family.help}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        for labels, value in family.samples:
-            text = ",".join(f'{key}="{_escape(val)}"' for key, val in labels.items())
-            lines.append(f"{family.name}{{{text}}} {float(value)!r}")
-    return ("\n".join(lines) + "\n").encode()
+def _batch_sizes(stats: ModelStats) -> HistogramValue:
+    """Rows per execution, from the exact per-size counts the statistics already keep."""
+    counts = [0] * (len(BATCH_SIZE_BOUNDS) + 1)
+    total = 0
+    for size, batch in stats.batches.items():
+        executions = batch.compute_infer.count
+        index = next((i for i, b in enumerate(BATCH_SIZE_BOUNDS) if size <= b), -1)
+        counts[index] += executions
+        total += size * executions
+    return HistogramValue(BATCH_SIZE_BOUNDS, counts, float(total))
+
+
+class Collector:
+    """Builds every family on demand; one per server (it owns the GPU probe)."""
+
+    def __init__(self, engine: InferenceEngine, sampler: Sampler | None = None) -> None:
+        self.engine = engine
+        self.sampler = sampler
+        self.gpus = GpuProbe()
+
+    def collect(self) -> list[Family]:
+        return [*self._model_families(), *self._server_families(), *self._gpu_families()]
+
+    def close(self) -> None:
+        self.gpus.close()
+
+    def _model_families(self) -> list[Family]:
+        success = Family("nv_inference_request_success", "counter", "Successful inference requests")
+        failure = Family("nv_inference_request_failure", "counter", "Failed inference requests")
+        count = Family("nv_inference_count", "counter", "Inferences performed (batch rows)")
+        executions = Family("nv_inference_exec_count", "counter", "Model executions (batches)")
+        durations = {phase: Family(name, "counter", text) for name, text, phase in _DURATIONS}
+        pending = Family(
+            "nv_inference_pending_request_count", "gauge", "Requests waiting in the model's queue"
+        )
+        request_hist = Family(
+            "inferplex_request_duration_seconds",
+            "histogram",
+            "Duration of successful requests inside the server (validation to answer)",
+        )
+        queue_hist = Family(
+            "inferplex_queue_duration_seconds", "histogram", "Time each request waited in queue"
+        )
+        compute_hists = [
+            Family(
+                f"inferplex_compute_{phase}_duration_seconds",
+                "histogram",
+                f"Compute {phase} time per model execution (batch)",
+            )
+            for phase in ("input", "infer", "output")
+        ]
+        batch_size = Family("inferplex_batch_size", "histogram", "Rows per model execution")
+        instances = Family("inferplex_model_instances", "gauge", "Instances serving the version")
+        busy = Family(
+            "inferplex_model_busy_seconds",
+            "counter",
+            "Seconds the version's instances spent running batches (all instances summed)",
+        )
+        busy_ratio = Family(
+            "inferplex_model_busy_ratio",
+            "gauge",
+            "Share of the last sampling window the version's instances were busy, 0..1",
+        )
+        memory = Family(
+            "inferplex_model_memory_bytes", "gauge", "Memory the version took when loaded"
+        )
+        inflight = Family(
+            "inferplex_model_inflight_requests", "gauge", "Requests accepted and not answered"
+        )
+        latest = self.sampler.latest if self.sampler is not None else None
+        for entry, version in served(self.engine):
+            stats = version.stats
+            labels: Labels = {"model": entry.name, "version": version.version_str}
+            phases = stats.phases
+            success.add(labels, phases["success"].count)
+            failure.add(labels, phases["fail"].count)
+            count.add(labels, stats.inference_count)
+            executions.add(labels, stats.execution_count)
+            for phase, family in durations.items():
+                family.add(labels, phases[phase].ns / 1000)
+            pending.add(labels, version.queue.pending_requests)
+            request_hist.add_histogram(labels, _seconds(stats.request_hist))
+            queue_hist.add_histogram(labels, _seconds(stats.queue_hist))
+            for family, hist in zip(compute_hists, stats.compute_hists, strict=True):
+                family.add_histogram(labels, _seconds(hist))
+            batch_size.add_histogram(labels, _batch_sizes(stats))
+            instances.add(labels, len(version.instances))
+            busy.add(labels, busy_ns(stats) / 1e9)
+            point = latest.versions.get((entry.name, version.version_str)) if latest else None
+            if point is not None:
+                busy_ratio.add(labels, point.busy)
+            footprint = memory_bytes(entry, version)
+            if footprint is not None:
+                memory.add(labels, footprint)
+            inflight.add(labels, version.in_flight)
+        ready = Family("inferplex_model_ready", "gauge", "1 if the model version is ready to serve")
+        state = Family(
+            "inferplex_model_state", "gauge", "1 for the state the model is in (state label)"
+        )
+        for entry in self.engine.registry.entries():
+            is_ready = 1.0 if entry.state.value == "READY" else 0.0
+            for number in sorted(entry.versions):
+                ready.add({"model": entry.name, "version": str(number)}, is_ready)
+            if not entry.versions:
+                ready.add({"model": entry.name, "version": ""}, 0.0)
+            state.add({"model": entry.name, "state": entry.state.value}, 1.0)
+        return [
+            success,
+            failure,
+            count,
+            executions,
+            *durations.values(),
+            pending,
+            request_hist,
+            queue_hist,
+            *compute_hists,
+            batch_size,
+            instances,
+            busy,
+            busy_ratio,
+            memory,
+            inflight,
+            ready,
+            state,
+        ]
+
+    def _server_families(self) -> list[Family]:
+        cpu_seconds = Family(
+            "inferplex_process_cpu_seconds", "counter", "User + system CPU seconds of the server"
+        )
+        cpu_seconds.add({}, process_cpu_seconds())
+        rss = Family("inferplex_process_resident_memory_bytes", "gauge", "Server resident memory")
+        rss_bytes = process_rss_bytes()
+        if rss_bytes is not None:
+            rss.add({}, rss_bytes)
+        cpu = Family(
+            "inferplex_process_cpu_utilization",
+            "gauge",
+            "Server CPU use over the last sampling window, share of all cores 0..1",
+        )
+        system_cpu = Family(
+            "nv_cpu_utilization", "gauge", "Machine CPU utilisation over the last window, 0..1"
+        )
+        inflight = Family(
+            "inferplex_inflight_requests", "gauge", "Requests accepted and not answered, all models"
+        )
+        latest = self.sampler.latest if self.sampler is not None else None
+        if latest is not None:
+            if latest.server.cpu is not None:
+                cpu.add({}, latest.server.cpu)
+            if latest.server.system_cpu is not None:
+                system_cpu.add({}, latest.server.system_cpu)
+        inflight.add({}, sum(version.in_flight for _, version in served(self.engine)))
+        memory_total = Family("nv_cpu_memory_total_bytes", "gauge", "Machine memory")
+        memory_used = Family("nv_cpu_memory_used_bytes", "gauge", "Machine memory in use")
+        memory = system_memory_bytes()
+        if memory is not None:
+            memory_total.add({}, memory[0])
+            memory_used.add({}, memory[1])
+        return [cpu_seconds, rss, cpu, system_cpu, inflight, memory_total, memory_used]
+
+    def _gpu_families(self) -> list[Family]:
+        if not self.gpus.available:
+            return []
+        utilization = Family("nv_gpu_utilization", "gauge", "GPU utilisation, 0..1")
+        total = Family("nv_gpu_memory_total_bytes", "gauge", "GPU memory")
+        used = Family("nv_gpu_memory_used_bytes", "gauge", "GPU memory in use")
+        power = Family("nv_gpu_power_usage", "gauge", "GPU power draw in watts")
+        for reading in self.gpus.read():
+            labels = {"gpu_uuid": reading.uuid}
+            utilization.add(labels, reading.utilization)
+            total.add(labels, reading.memory_total)
+            used.add(labels, reading.memory_used)
+            if reading.power_watts is not None:
+                power.add(labels, reading.power_watts)
+        return [utilization, total, used, power]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from inferplex.backends import Backend, InstanceSpec, backend_for, backend_for_f
 from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.config.readers import complete_config, read_model_config
 from inferplex.errors import ConfigError
+from inferplex.repository.placement import auto_kind, model_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +21,9 @@ logger = logging.getLogger(__name__)
 INTRA_OP_PARAMETER = "intra_op_thread_count"
 #: model parameter: "true" lets a KIND_GPU group run on the CPU where there is no GPU
 CPU_FALLBACK_PARAMETER = "allow_cpu_fallback"
+#: instances of a composite model (pipeline, cascade, remote) whose config sets none: the
+#: batches it can have in flight at once
+COMPOSITE_INSTANCES = 8
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,35 @@ def _detect_backend(model_dir: Path, versions: dict[int, Path]) -> type[Backend]
     )
 
 
-def plan_model(model_dir: Path, server_intra_op_threads: int = 0) -> ModelPlan:
+def fingerprint(path: Path) -> str:
+    """A digest of a folder's (or file's) contents as far as change detection needs: every
+    file's relative path, size and modification time. Blocking (walks the folder)."""
+    digest = hashlib.blake2b(digest_size=16)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        try:
+            stat = file.stat()
+        except OSError:  # removed while we looked: the next scan sees the rest of the change
+            continue
+        digest.update(
+            f"{file.relative_to(path.parent)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
+        )
+    return digest.hexdigest()
+
+
+def scan_repository(repository: Path) -> dict[str, str]:
+    """Each model folder of the repository and the fingerprint of its contents."""
+    return {model_dir.name: fingerprint(model_dir) for model_dir in list_models(repository)}
+
+
+def plan_model(
+    model_dir: Path, server_intra_op_threads: int = 0, override: ModelConfig | None = None
+) -> ModelPlan:
     """Read and complete the model's config and find its files; ConfigError with the reason
-    if the model cannot be served. Blocking (reads files): call it off the event loop."""
+    if the model cannot be served. ``override`` replaces the config file (Triton's load
+    request with a config). Blocking (reads files): call it off the event loop."""
     name = model_dir.name
-    config = read_model_config(model_dir)
+    config = override if override is not None else read_model_config(model_dir)
     versions = _version_dirs(model_dir)
     if not versions:
         raise ConfigError(f"model '{name}' has no version folder (expected e.g. {name}/1/)")
@@ -97,23 +126,31 @@ def plan_model(model_dir: Path, server_intra_op_threads: int = 0) -> ModelPlan:
         logger.warning(
             "model '%s': config fields not honoured: %s", name, ", ".join(config.unsupported_fields)
         )
-    instances = _instances(config, server_intra_op_threads, backend.gpu_available())
+    if backend.composite and not config.instance_group:
+        # a composite instance is a thread waiting on the models it calls: without enough of
+        # them, concurrent requests would wait for each other's whole pipeline
+        group = InstanceGroup(count=COMPOSITE_INSTANCES, kind="KIND_CPU")
+        config = config.model_copy(update={"instance_group": (group,)})
+    gpu = backend.gpu_available()
+    size = model_bytes(files[max(files)]) if gpu else 0  # only KIND_AUTO on a GPU asks
+    instances = _instances(config, server_intra_op_threads, gpu, size)
     return ModelPlan(config, backend, files, instances)
 
 
 def _instances(
-    config: ModelConfig, server_intra_op_threads: int, gpu: bool
+    config: ModelConfig, server_intra_op_threads: int, gpu: bool, size: int = 0
 ) -> tuple[InstanceSpec, ...]:
-    """One spec per instance. KIND_AUTO means a GPU where there is one (as in Triton); a
-    KIND_GPU group on a machine without one fails the model, or runs on the CPU when the model
-    sets the parameter allow_cpu_fallback."""
+    """One spec per instance. KIND_AUTO means a GPU where there is one for a heavy model of
+    ``size`` bytes, else the CPU (repository/placement.py); a KIND_GPU group on a machine
+    without one fails the model, or runs on the CPU when the model sets the parameter
+    allow_cpu_fallback."""
     groups = config.instance_group or (InstanceGroup(),)
     threads = _intra_op_threads(config, server_intra_op_threads, sum(g.count for g in groups))
     specs: list[InstanceSpec] = []
     for index, group in enumerate(groups):
         kind = group.kind
         if kind == "KIND_AUTO":
-            kind = "KIND_GPU" if gpu else "KIND_CPU"
+            kind = auto_kind(config, group, size, gpu)
         elif kind == "KIND_MODEL":
             kind = "KIND_CPU"
         if kind == "KIND_GPU" and not gpu:

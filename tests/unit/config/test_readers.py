@@ -427,17 +427,13 @@ def test_yaml_fields_without_a_value_keep_their_defaults() -> None:
     [
         ("sequence_batching { }", ["sequence_batching (not supported yet)"]),
         (
-            'ensemble_scheduling { step [ { model_name: "a" model_version: -1 } ] }',
-            ["ensemble_scheduling (not supported yet)"],
+            "model_transaction_policy { decoupled: true }",
+            ["model_transaction_policy (not supported yet)"],
         ),
         (
             "optimization { execution_accelerators { cpu_execution_accelerator "
-            '[ { name: "openvino" } ] } }',
-            ["optimization (not supported yet)"],
-        ),
-        (
-            'model_warmup [ { name: "w" batch_size: 1 } ]',
-            ["model_warmup (not supported yet)"],
+            '[ { name: "openvino" } ] } eager_batching: true }',
+            ["optimization.eager_batching (not supported yet)"],
         ),
         (
             "model_transaction_policy { decoupled: true }",

@@ -7,8 +7,8 @@ from inferplex.core.stats import ModelStats
 
 def test_a_batch_charges_each_request_its_queue_time_and_the_batch_compute_times() -> None:
     stats = ModelStats("m", "1")
-    stats.record_batch(3, 2, 300, 10, 20, 5)
-    stats.record_batch(3, 1, 50, 1, 2, 3)
+    stats.record_batch(3, 400, [200, 300], 10, 20, 5)
+    stats.record_batch(3, 100, [50], 1, 2, 3)
     result = stats.to_dict()
     assert (result["inference_count"], result["execution_count"]) == (6, 2)
     phases = result["inference_stats"]

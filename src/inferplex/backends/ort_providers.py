@@ -1,0 +1,156 @@
+"""ONNX Runtime execution providers for one instance, from the model's
+``optimization.execution_accelerators`` (Triton's names and parameters).
+
+GPU instances (kind KIND_GPU):
+
+- ``tensorrt`` -> ``TensorrtExecutionProvider``. Parameters: ``precision_mode`` (``FP32``,
+  ``FP16`` -> ``trt_fp16_enable``, ``INT8`` -> ``trt_int8_enable``),
+  ``max_workspace_size_bytes`` (-> ``trt_max_workspace_size``),
+  ``int8_calibration_table_name``, ``int8_use_native_calibration_table``, and any ONNX
+  Runtime TensorRT option by its own ``trt_*`` name.
+- ``cuda`` -> ``CUDAExecutionProvider`` with its parameters as ONNX Runtime's CUDA options.
+- CUDA always follows the accelerators (TensorRT hands it what it cannot run), and every
+  provider gets the instance's ``device_id``.
+
+CPU instances: ``openvino`` -> ``OpenVINOExecutionProvider``, parameters passed as its
+options (``device_type``, ``precision``, ``num_of_threads``, ...). The CPU provider always
+comes last.
+
+Accelerators of the other kind of device are ignored, as in Triton. An accelerator whose
+provider this onnxruntime build lacks fails the load with a clear error, unless the model sets
+the parameter ``execution_accelerator_fallback: "true"``: then it is skipped with a warning and
+the session runs on the providers that remain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+from inferplex.backends.base import InstanceSpec
+from inferplex.config.model_config import ModelConfig
+from inferplex.config.optimization import Accelerator
+from inferplex.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+#: model parameter: "true" skips accelerators whose provider is missing instead of failing
+FALLBACK_PARAMETER = "execution_accelerator_fallback"
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TENSORRT = "TensorrtExecutionProvider"
+OPENVINO = "OpenVINOExecutionProvider"
+
+#: accelerator name -> provider, per kind of instance
+GPU_ACCELERATORS = {"tensorrt": TENSORRT, "cuda": CUDA}
+CPU_ACCELERATORS = {"openvino": OPENVINO}
+
+_PRECISIONS = {"FP32": {}, "FP16": {"trt_fp16_enable": "True"}, "INT8": {"trt_int8_enable": "True"}}
+_TENSORRT_RENAMED = {
+    "max_workspace_size_bytes": "trt_max_workspace_size",
+    "int8_calibration_table_name": "trt_int8_calibration_table_name",
+    "int8_use_native_calibration_table": "trt_int8_use_native_calibration_table",
+}
+
+_SECTION = "optimization.execution_accelerators"
+
+Provider = str | tuple[str, dict[str, str]]
+
+
+def session_providers(
+    config: ModelConfig, instance: InstanceSpec, available: Collection[str]
+) -> list[Provider]:
+    """The providers (with options) for a session of ``config`` on ``instance``, given the
+    providers this onnxruntime build has (``onnxruntime.get_available_providers()``)."""
+    accelerators = config.optimization.execution_accelerators if config.optimization else None
+    fallback = _fallback(config)
+    if instance.kind == "KIND_GPU":
+        if CUDA not in available:
+            raise ConfigError(
+                "instance_group kind KIND_GPU asks for CUDA, but ONNX Runtime has no "
+                f"CUDAExecutionProvider here (available: {', '.join(available)})"
+            )
+        wanted = accelerators.gpu_execution_accelerator if accelerators else ()
+        providers = _accelerated(config, wanted, GPU_ACCELERATORS, "gpu", available, fallback)
+        device = {"device_id": str(instance.device_id)}
+        providers = [(name, {**device, **options}) for name, options in providers]
+        if all(name != CUDA for name, _ in providers):
+            providers.append((CUDA, device))
+        return [*providers, CPU]
+    wanted = accelerators.cpu_execution_accelerator if accelerators else ()
+    providers = _accelerated(config, wanted, CPU_ACCELERATORS, "cpu", available, fallback)
+    return [*providers, CPU]
+
+
+def _fallback(config: ModelConfig) -> bool:
+    value = config.parameters.get(FALLBACK_PARAMETER, "false").lower()
+    if value not in ("true", "false"):
+        raise ConfigError(
+            f"model '{config.name}': parameter {FALLBACK_PARAMETER} must be true or false, "
+            f"got '{value}'"
+        )
+    return value == "true"
+
+
+def _accelerated(
+    config: ModelConfig,
+    accelerators: tuple[Accelerator, ...],
+    known: dict[str, str],
+    kind: str,
+    available: Collection[str],
+    fallback: bool,
+) -> list[tuple[str, dict[str, str]]]:
+    providers: list[tuple[str, dict[str, str]]] = []
+    for index, accelerator in enumerate(accelerators):
+        where = f"model '{config.name}': {_SECTION}.{kind}_execution_accelerator[{index}]"
+        provider = known.get(accelerator.name.lower())
+        if provider is None:
+            raise ConfigError(
+                f"{where}: unknown accelerator '{accelerator.name}', expected one of "
+                f"{', '.join(sorted(known))}"
+            )
+        options = (
+            _tensorrt_options(accelerator, where)
+            if provider == TENSORRT
+            else dict(accelerator.parameters)
+        )
+        if provider not in available:
+            if not fallback:
+                raise ConfigError(
+                    f"{where}: '{accelerator.name}' needs ONNX Runtime's {provider}, which this "
+                    f"onnxruntime build does not have (available: {', '.join(available)}); "
+                    "install an onnxruntime package with it, or set parameters { key: "
+                    f'"{FALLBACK_PARAMETER}" value {{ string_value: "true" }} }} to run without it'
+                )
+            logger.warning(
+                "%s: %s is not available here; running without it (%s)",
+                where,
+                provider,
+                FALLBACK_PARAMETER,
+            )
+            continue
+        providers.append((provider, options))
+    return providers
+
+
+def _tensorrt_options(accelerator: Accelerator, where: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for key, value in accelerator.parameters.items():
+        if key == "precision_mode":
+            try:
+                options.update(_PRECISIONS[value.upper()])
+            except KeyError:
+                raise ConfigError(
+                    f"{where}: tensorrt precision_mode must be FP32, FP16 or INT8, got '{value}'"
+                ) from None
+        elif key in _TENSORRT_RENAMED:
+            options[_TENSORRT_RENAMED[key]] = value
+        elif key.startswith("trt_"):
+            options[key] = value
+        else:
+            accepted = ", ".join(["precision_mode", *_TENSORRT_RENAMED, "trt_* options"])
+            raise ConfigError(
+                f"{where}: unknown tensorrt parameter '{key}', expected one of {accepted}"
+            )
+    return options

@@ -1,0 +1,141 @@
+"""The server's side of one handler worker process: starting it, talking to it with
+deadlines, telling how it ended, and replacing it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import inferplex
+from inferplex.handler.arena import Arena
+
+Message = tuple[Any, ...]
+
+WORKER_MODULE = "inferplex.handler.worker"
+
+
+class WorkerGone(Exception):
+    """The worker process died; the message says how (exit code or signal)."""
+
+
+class WorkerSilent(Exception):
+    """The worker did not answer before the deadline."""
+
+
+class WorkerProcess:
+    """One worker process with its pipe and arena. The arena outlives restarts."""
+
+    def __init__(self, init: dict[str, Any], env: dict[str, str], arena_size: int) -> None:
+        self.arena = Arena.create(arena_size)
+        self._init = init
+        self._env = env
+        self._process: subprocess.Popen[bytes] | None = None
+        self._connection: Connection | None = None
+        self._ready = False
+
+    def start(self) -> None:
+        """Start a worker and send it the model to load; ``wait_ready`` waits for it."""
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), str(self.arena.fd)],
+                pass_fds=(theirs.fileno(), self.arena.fd),
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+            )
+        self._connection = Connection(ours.detach())
+        self._connection.send(("init", self._init))
+        self._ready = False
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until the worker has loaded the model (a dead idle worker is started again first).
+        WorkerGone / WorkerSilent, or RuntimeError with the handler's reason if its
+        initialisation failed."""
+        if self._process is None or (self._ready and self._process.poll() is not None):
+            self.start()
+        if self._ready:
+            return
+        message = self.receive(time.monotonic() + timeout)
+        if message[0] == "failed":
+            self.kill()
+            raise RuntimeError(message[1])
+        self._ready = True
+
+    def send(self, message: Message) -> None:
+        assert self._connection is not None
+        try:
+            self._connection.send(message)
+        except OSError:
+            raise WorkerGone(self.exit_status()) from None
+
+    def receive(self, deadline: float | None) -> Message:
+        """The worker's next message; WorkerSilent at the deadline, WorkerGone if it died."""
+        assert self._connection is not None
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            if not self._connection.poll(timeout):
+                raise WorkerSilent()
+            message: Message = self._connection.recv()
+        except (EOFError, OSError):
+            raise WorkerGone(self.exit_status()) from None
+        return message
+
+    def exit_status(self) -> str:
+        """How the process ended, in words."""
+        assert self._process is not None
+        try:
+            code = self._process.wait(5.0)
+        except subprocess.TimeoutExpired:
+            return "its pipe closed but it is still running"
+        if code < 0:
+            try:
+                return f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with code {code}"
+
+    def kill(self) -> None:
+        """End the process now (SIGKILL) and reap it."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+        if self._connection is not None:
+            self._connection.close()
+        self._process = self._connection = None
+        self._ready = False
+
+    def restart(self) -> None:
+        """Replace the worker: kill it and start a new one, without waiting for it to load."""
+        self.kill()
+        self.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the worker to finalize and exit; kill it if it does not within ``timeout``."""
+        process = self._process
+        if process is not None and process.poll() is None and self._ready:
+            try:
+                self.send(("stop",))
+                process.wait(timeout)
+            except (WorkerGone, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        self.arena.close()
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """The worker's environment: this inferplex importable, and numeric libraries limited to
+    the instance's thread budget unless the environment says otherwise."""
+    env = dict(os.environ)
+    source = str(Path(inferplex.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env.setdefault(name, str(threads))
+    return env

@@ -1,0 +1,270 @@
+"""Loading a user's model.py in the worker and running batches through it, in either style:
+
+* Triton python-backend style — the class has ``execute(requests)``: it gets a list of
+  ``triton.InferenceRequest`` (one per batch the server formed; requests the dynamic batcher
+  merged arrive as one request holding all their rows) and returns one
+  ``triton.InferenceResponse`` per request. ``initialize(args)`` gets Triton's ``args`` dict.
+* TorchServe style — the class has ``handle(data, context)`` (``BaseHandler`` provides it) or
+  at least ``inference``; see ``inferplex.handler.base`` for ``data`` and the results.
+
+Either way the outputs are cast to the datatypes the model's config declares.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
+from inferplex.handler import triton
+from inferplex.handler.base import Context
+
+#: the class looked for when the config names none (Triton's name)
+DEFAULT_CLASS = "TritonPythonModel"
+
+
+class HandlerError(Exception):
+    """The handler broke the contract (bad class, wrong result shape); the message says how."""
+
+
+class Runner:
+    """A loaded handler: ``run`` one batch, ``finalize`` at the end."""
+
+    def __init__(self, handler: Any, context: Context) -> None:
+        self.handler = handler
+        self.context = context
+        config = context.config
+        self._batched = context.max_batch_size > 0
+        #: output name -> (numpy dtype, None for BYTES; dims without the batch dimension)
+        self._outputs = {
+            t["name"]: (_numpy_dtype(t["data_type"]), tuple(t.get("dims", ())))
+            for t in config.get("output", [])
+        }
+        self._triton = callable(getattr(handler, "execute", None))
+        if self._triton:
+            if hasattr(handler, "initialize"):
+                handler.initialize(_triton_args(context))
+        else:
+            if not callable(getattr(handler, "handle", None)) and not callable(
+                getattr(handler, "inference", None)
+            ):
+                raise HandlerError(
+                    f"class {type(handler).__name__} has neither execute(requests) (Triton "
+                    "style) nor handle(data, context) / inference(data) (TorchServe style)"
+                )
+            if hasattr(handler, "initialize"):
+                handler.initialize(context)
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        """One batch: input name -> array in, the requested outputs out."""
+        results = (
+            self._run_triton(inputs, outputs) if self._triton else self._run_torchserve(inputs)
+        )
+        return {name: self._finish(name, results) for name in outputs}
+
+    def finalize(self) -> None:
+        if callable(getattr(self.handler, "finalize", None)):
+            self.handler.finalize()
+
+    # -- Triton style --------------------------------------------------------------------
+    def _run_triton(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, Any]:
+        request = triton.InferenceRequest(
+            self.context.model_name,
+            [triton.Tensor(name, array) for name, array in inputs.items()],
+            outputs,
+        )
+        responses = self.handler.execute([request])
+        if not isinstance(responses, list | tuple) or len(responses) != 1:
+            got = "None" if responses is None else f"{type(responses).__name__}"
+            if isinstance(responses, list | tuple):
+                got = f"{len(responses)} responses"
+            raise HandlerError(
+                f"execute(requests) must return a list with one InferenceResponse per request "
+                f"(1 here), got {got} (decoupled models are not supported)"
+            )
+        response = responses[0]
+        error = response.error()
+        if error is not None:
+            raise HandlerError(error.message())
+        return {t.name(): t.as_numpy() for t in response.output_tensors()}
+
+    # -- TorchServe style ----------------------------------------------------------------
+    def _run_torchserve(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        data = _rows(inputs) if self._batched else [_with_aliases(dict(inputs))]
+        handler = self.handler
+        if callable(getattr(handler, "handle", None)):
+            result = handler.handle(data, self.context)
+        else:
+            result = data
+            for step in ("preprocess", "inference", "postprocess"):
+                if callable(getattr(handler, step, None)):
+                    result = getattr(handler, step)(result)
+        if isinstance(result, list | tuple):
+            if len(result) != len(data):
+                raise HandlerError(
+                    f"the handler returned a list of {len(result)} items for {len(data)} "
+                    "requests/rows; return one item per row (or a dict of batch arrays)"
+                )
+            items = [self._item(value) for value in result]
+            if not self._batched:
+                return items[0]
+            names = items[0].keys() if items else self._outputs.keys()
+            return {name: _stack(name, [item.get(name) for item in items]) for name in names}
+        return self._item(result)
+
+    def _item(self, value: Any) -> dict[str, Any]:
+        """A handler result as output name -> value: a dict keyed by output names, or the
+        value of the model's only output."""
+        if isinstance(value, Mapping) and value and all(k in self._outputs for k in value):
+            return dict(value)
+        if len(self._outputs) != 1:
+            raise HandlerError(
+                f"the handler returned a {type(value).__name__}; a model with outputs "
+                f"{list(self._outputs)} needs a dict keyed by output name"
+            )
+        return {next(iter(self._outputs)): value}
+
+    # -- outputs -------------------------------------------------------------------------
+    def _finish(self, name: str, results: dict[str, Any]) -> np.ndarray:
+        if name not in results or results[name] is None:
+            raise HandlerError(
+                f"the handler returned no output '{name}' (it returned {sorted(results)})"
+            )
+        value = results[name]
+        dtype, dims = self._outputs.get(name, (None, ()))
+        array = _to_bytes_array(value) if dtype is None else _to_array(value, dtype)
+        wanted = (array.shape[0], *dims) if self._batched and array.ndim else dims
+        if array.shape != wanted and -1 not in wanted and array.size == np.prod(wanted):
+            # e.g. one value per row, declared with Triton's dims [1]
+            array = array.reshape(wanted)
+        return array
+
+
+def _numpy_dtype(data_type: str) -> np.dtype | None:
+    v2 = TRITON_TO_V2.get(data_type, data_type)
+    return None if v2 == "BYTES" else V2_TO_NUMPY[v2]
+
+
+def _plain(value: Any) -> Any:
+    """torch tensors (CPU) become numpy arrays; everything else is left as it is."""
+    if hasattr(value, "detach") and hasattr(value, "numpy"):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def _to_array(value: Any, dtype: np.dtype) -> np.ndarray:
+    return np.asarray(_plain(value), dtype=dtype)
+
+
+def _element(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytearray | memoryview | np.bytes_):
+        return bytes(value)
+    # TorchServe handlers often return JSON-able results for a text output
+    return json.dumps(value.tolist() if isinstance(value, np.ndarray) else value).encode()
+
+
+def _to_bytes_array(value: Any) -> np.ndarray:
+    value = _plain(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in ("O", "S", "U"):
+        out = np.empty(value.shape, dtype=np.object_)
+        for index, item in np.ndenumerate(value):
+            out[index] = _element(item)
+        return out
+    out = np.empty((), dtype=np.object_)
+    out[()] = _element(value)
+    return out
+
+
+def _stack(name: str, values: list[Any]) -> np.ndarray:
+    if any(v is None for v in values):
+        raise HandlerError(f"some rows of the handler's result have no output '{name}'")
+    plain = [_plain(v) for v in values]
+    if all(isinstance(v, np.ndarray | int | float | bool | np.generic) for v in plain):
+        return np.stack([np.asarray(v) for v in plain])
+    # per-row text or JSON-able values for a BYTES output
+    out = np.empty(len(plain), dtype=np.object_)
+    for i, value in enumerate(plain):
+        out[i] = value if isinstance(value, bytes | str) else _element(value)
+    return out
+
+
+def _with_aliases(row: dict[str, Any]) -> dict[str, Any]:
+    """TorchServe handlers read a request's body as ``row.get("data") or row.get("body")``:
+    for a model with one input, both name it too (the bytes themselves for one BYTES
+    element)."""
+    if len(row) == 1:
+        (value,) = row.values()
+        if isinstance(value, np.ndarray) and value.dtype == np.object_ and value.size == 1:
+            value = value.reshape(-1)[0]
+        row["data"] = row["body"] = value
+    return row
+
+
+def _rows(inputs: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    count = len(next(iter(inputs.values()))) if inputs else 0
+    return [_with_aliases({name: array[i] for name, array in inputs.items()}) for i in range(count)]
+
+
+def _triton_args(context: Context) -> dict[str, str]:
+    """The ``args`` Triton passes to ``initialize``."""
+    return {
+        "model_config": json.dumps(context.config),
+        "model_instance_kind": context.instance_kind,
+        "model_instance_name": context.instance_name,
+        "model_instance_device_id": str(context.device_id),
+        "model_repository": str(Path(context.model_dir).parent),
+        "model_version": context.model_version,
+        "model_name": context.model_name,
+    }
+
+
+def load_module(path: Path) -> ModuleType:
+    """Import the user's model.py; its folder goes on ``sys.path`` for its own imports."""
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"inferplex_model_{path.parent.name}", path)
+    if spec is None or spec.loader is None:
+        raise HandlerError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def find_class(module: ModuleType, name: str) -> Callable[[], Any]:
+    """The handler class: ``name`` if given, else TritonPythonModel, else the one class the
+    module itself defines that has execute, handle or inference (TorchServe's rule)."""
+    if name:
+        found = getattr(module, name, None)
+        if not inspect.isclass(found):
+            raise HandlerError(
+                f"model.py defines no class '{name}' (config parameter handler_class)"
+            )
+        return found
+    if inspect.isclass(getattr(module, DEFAULT_CLASS, None)):
+        return getattr(module, DEFAULT_CLASS)
+    candidates = [
+        cls
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if cls.__module__ == module.__name__
+        and any(callable(getattr(cls, m, None)) for m in ("execute", "handle", "inference"))
+    ]
+    if len(candidates) != 1:
+        found_names = ", ".join(c.__name__ for c in candidates) or "none"
+        raise HandlerError(
+            f"model.py must define class {DEFAULT_CLASS}, or exactly one class with execute, "
+            f"handle or inference (found: {found_names}); or name one in the config parameter "
+            "handler_class"
+        )
+    return candidates[0]

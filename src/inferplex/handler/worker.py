@@ -1,0 +1,107 @@
+"""The worker process that runs one instance of a Python model.
+
+    python -m inferplex.handler.worker CONNECTION_FD ARENA_FD
+
+The server starts it with a socket (``multiprocessing.connection`` framing) and the
+arena's file descriptor. Messages are small tuples; tensors stay in the arena:
+
+  server -> worker  ("init", {...})                         then "ready" or ("failed", why)
+                    ("run", headers, output names)          then ("done", headers) or ("error", why)
+                    ("result", headers) | ("error", code, message)   answers to a worker's call
+                    ("stop",)
+  worker -> server  ("infer", model, version, headers, output names, timeout)   a call (BLS)
+
+It imports only numpy and this package (not the server), so it starts fast; it exits when the
+server says stop or goes away.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from inferplex.handler import bls
+from inferplex.handler.arena import Arena
+from inferplex.handler.base import Context
+from inferplex.handler.runner import Runner, find_class, load_module
+
+
+def describe(exc: BaseException, model_dir: str) -> str:
+    """``Type: message (model.py line N, in function)`` — where in the user's files it broke."""
+    where = ""
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith(model_dir):
+            where = f" ({Path(frame.filename).name} line {frame.lineno}, in {frame.name})"
+    text = str(exc) or "(no message)"
+    return f"{type(exc).__name__}: {text}{where}"
+
+
+def load(init: dict[str, Any]) -> Runner:
+    model_file = Path(init["model_file"])
+    context = Context(
+        model_name=init["model_name"],
+        model_version=init["model_version"],
+        model_dir=str(model_file.parent),
+        config=init["config"],
+        instance_name=init["instance_name"],
+        instance_kind=init["instance_kind"],
+        device_id=init["device_id"],
+    )
+    module = load_module(model_file)
+    handler = find_class(module, init["handler_class"])()
+    return Runner(handler, context)
+
+
+def serve(connection: Connection, arena: Arena) -> int:
+    """The worker's life: initialise, then run batches until told to stop."""
+    _, init = connection.recv()
+    model_dir = str(Path(init["model_file"]).parent)
+    try:
+        runner = load(init)
+    except Exception as exc:
+        traceback.print_exc()
+        connection.send(("failed", describe(exc, model_dir)))
+        return 1
+    link = bls.Link(connection, arena)
+    bls.install(link)
+    connection.send(("ready",))
+    while True:
+        try:
+            message = connection.recv()
+        except EOFError:  # the server is gone
+            return 0
+        if message[0] == "stop":
+            break
+        _, headers, outputs = message
+        base = Arena.end(headers)
+        link.begin(base)
+        try:
+            results = runner.run(arena.read(headers, copy=False), outputs)
+            reply: tuple[Any, ...] = ("done", arena.write(results, base)[0])
+        except Exception as exc:
+            traceback.print_exc()
+            reply = ("error", describe(exc, model_dir))
+        finally:
+            link.end()
+        connection.send(reply)
+    runner.finalize()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    # Ctrl-C in a terminal reaches the whole process group: the server decides when we stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    connection = Connection(int(args[0]))
+    arena = Arena(int(args[1]))
+    return serve(connection, arena)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""ModelLoader: loads, reloads and unloads the models of a local repository into the registry.
+
+A (re)load reads the model's config and files, loads every version that is new or changed
+*beside* the served ones, warms them up, then switches traffic in one step
+(``ModelRegistry.publish``); the replaced versions finish their in-flight requests and are
+freed afterwards. If anything fails, the versions already serving keep serving and the
+reason is kept for the index. Loads run one at a time, so each footprint is measured
+without another load growing the process at the same moment, and the memory budget is
+checked (evicting idle models, least recently used first) before a load starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+from inferplex.backends import Backend
+from inferplex.backends.base import InstanceSpec, ModelCaller
+from inferplex.config.model_config import ModelConfig
+from inferplex.core.cache import ResponseCache
+from inferplex.core.dispatcher import Dispatcher
+from inferplex.core.instance import ModelInstance
+from inferplex.core.model import ModelVersion
+from inferplex.core.registry import ModelEntry, ModelRegistry, ModelState, scheduling_policy
+from inferplex.core.types import InferenceRequest
+from inferplex.errors import (
+    InferplexError,
+    InsufficientMemoryError,
+    InvalidInputError,
+    ModelLoadError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+)
+from inferplex.lifecycle.memory import Resident, choose_evictions, release_free_memory, rss_bytes
+from inferplex.lifecycle.warmup import run_warmup, warmup_requests
+from inferplex.repository.local import ModelPlan, fingerprint, plan_model
+
+logger = logging.getLogger(__name__)
+
+#: a model parameter (config ``parameters``) that keeps the model from being evicted
+PINNED_PARAMETER = "pinned"
+
+
+class ModelLoader:
+    """Changes what the registry serves. Every method runs on the event loop; file reads,
+    instance creation and freeing run in threads."""
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        repository: Path,
+        intra_op_threads: int = 0,
+        memory_limit: int = 0,
+    ) -> None:
+        self.registry = registry
+        self.repository = repository
+        self.memory_limit = memory_limit
+        self._intra_op_threads = intra_op_threads
+        self._load_lock = asyncio.Lock()
+        self._dispatcher: Dispatcher | None = None
+        self._cache: ResponseCache | None = None
+        self._caller: ModelCaller | None = None
+
+    def attach(
+        self, dispatcher: Dispatcher, cache: ResponseCache | None, caller: ModelCaller | None
+    ) -> None:
+        """What loaded versions run on: the dispatcher, the shared response cache and the
+        caller through which backends reach other served models."""
+        self._dispatcher = dispatcher
+        self._cache = cache
+        self._caller = caller
+
+    # -- load ---------------------------------------------------------------------------------
+    def model_dir(self, name: str) -> Path:
+        """The folder of ``name`` in the repository; ModelNotFoundError for names that
+        cannot be a model folder."""
+        if not name or name.startswith((".", "_")) or "/" in name or "\\" in name:
+            raise ModelNotFoundError(f"'{name}' is not a valid model name")
+        return self.repository / name
+
+    async def load(
+        self, name: str, override: ModelConfig | None = None, pinned: bool | None = None
+    ) -> None:
+        """Load ``name`` from the repository, or reload it if it is loaded (only new or
+        changed versions load; unchanged ones keep serving). ModelLoadError with the reason
+        when it fails (the versions serving before go on serving)."""
+        model_dir = self.model_dir(name)
+        if not await asyncio.to_thread(model_dir.is_dir):
+            raise ModelNotFoundError(
+                f"model '{name}' is not in the model repository {self.repository}"
+            )
+        entry = self.registry.add(name)
+        async with entry.lock:
+            if pinned is not None:
+                entry.pinned = pinned
+            async with self._load_lock:
+                await self._load(entry, model_dir, override)
+
+    async def _load(self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None) -> None:
+        first = not entry.versions
+        if first:
+            entry.state, entry.reason = ModelState.LOADING, ""
+        try:
+            folder_print = await asyncio.to_thread(fingerprint, model_dir)
+            entry.fingerprint = folder_print  # a model that failed is retried when it changes
+            plan = await asyncio.to_thread(plan_model, model_dir, self._intra_op_threads, override)
+            if first:
+                entry.config = plan.config
+            facts = await asyncio.to_thread(_version_facts, plan)
+            warmup = await asyncio.to_thread(warmup_requests, plan.config, model_dir)
+        except Exception as exc:
+            raise self._failed(entry, first, _describe(exc)) from None
+        same = (
+            entry.plan is not None
+            and entry.config == plan.config
+            and entry.plan.backend is plan.backend
+        )
+        keep = {
+            v: served
+            for v, served in entry.versions.items()
+            if same and v in facts and entry.version_fingerprints.get(v) == facts[v][0]
+        }
+        if not same:
+            entry.instance_count = None  # a new config sets the instance count again
+        to_load = sorted(set(plan.version_files) - set(keep))
+        if not to_load and set(keep) == set(entry.versions):
+            entry.state, entry.reason, entry.failed = ModelState.READY, "", {}
+            return
+        estimate = sum(entry.footprints.get(v) or facts[v][1] for v in to_load)
+        try:
+            await self.make_room(entry, estimate)
+        except InsufficientMemoryError as exc:
+            self._failed(entry, first, exc.message)
+            raise
+        entry.generation += 1
+        loaded: dict[int, ModelVersion] = {}
+        footprints: dict[int, int] = {}
+        for version in to_load:
+            try:
+                loaded[version], measured = await self._load_version(entry, plan, version, warmup)
+                footprints[version] = max(measured, facts[version][1])
+            except Exception as exc:
+                await self._retire(list(loaded.values()))
+                reason = f"version {version}: {_describe(exc)}"
+                entry.failed = {version: reason}
+                raise self._failed(entry, first, reason) from None
+        served = {**keep, **loaded}
+        replaced = [s for v, s in entry.versions.items() if served.get(v) is not s]
+        entry.config, entry.plan = plan.config, plan
+        entry.version_fingerprints = {v: facts[v][0] for v in served}
+        entry.footprints = {v: entry.footprints[v] for v in keep} | footprints
+        entry.failed = {}
+        if first:
+            entry.last_used = time.monotonic()
+        self.registry.publish(entry, served)  # the switch: new requests go to ``served``
+        entry.state, entry.reason = ModelState.READY, ""
+        logger.info(
+            "model '%s' READY (versions %s; loaded %s, %d bytes)",
+            entry.name,
+            ", ".join(map(str, sorted(served))),
+            ", ".join(map(str, to_load)),
+            sum(footprints.values()),
+        )
+        await self._retire(replaced)
+        try:
+            await self.make_room(entry, 0)  # the measured footprint may be above the estimate
+        except InsufficientMemoryError as exc:
+            logger.warning("model '%s' is loaded but over the memory limit: %s", entry.name, exc)
+
+    async def _load_version(
+        self, entry: ModelEntry, plan: ModelPlan, version: int, warmup: list[InferenceRequest]
+    ) -> tuple[ModelVersion, int]:
+        """Create the instances of one version, register it and warm it up (not served yet);
+        returns it with the growth of the process's RSS meanwhile."""
+        dispatcher = self._dispatcher
+        assert dispatcher is not None, "attach() comes first"
+        path = plan.version_files[version]
+        specs = _specs(plan, entry.instance_count)
+        before = rss_bytes()
+        backends = await asyncio.to_thread(_create_backends, plan, path, specs, self._caller)
+        key = f"{entry.name}/{version}"
+        if entry.generation > 1:
+            key += f"@{entry.generation}"
+        loop = asyncio.get_running_loop()
+        served = ModelVersion(plan.config, version, backends, loop, dispatcher, self._cache, key)
+        old = entry.versions.get(version)
+        if old is not None:
+            served.stats = old.stats  # the counters of a version go on across a reload
+        dispatcher.add(served, scheduling_policy(plan.config))
+        try:
+            await run_warmup(served, warmup)
+        except BaseException:
+            await self._retire([served])
+            raise
+        return served, rss_bytes() - before
+
+    def _failed(self, entry: ModelEntry, first: bool, reason: str) -> ModelLoadError:
+        if first:
+            entry.state, entry.reason = ModelState.UNAVAILABLE, reason
+            logger.error("model '%s' failed to load: %s", entry.name, reason)
+        else:
+            entry.reason = f"reload failed, the previous version(s) go on serving: {reason}"
+            logger.error("model '%s': %s", entry.name, entry.reason)
+        return ModelLoadError(f"failed to load model '{entry.name}': {reason}")
+
+    # -- memory -------------------------------------------------------------------------------
+    async def make_room(self, entry: ModelEntry, needed: int) -> None:
+        """Evict idle models (least recently used first) until ``needed`` more bytes fit into
+        the memory limit; InsufficientMemoryError when even that cannot make room."""
+        if not self.memory_limit:
+            return
+        while True:
+            victims = choose_evictions(
+                self.memory_limit, needed, self._residents(entry), entry.name
+            )
+            if not victims:
+                return
+            victim = self.registry.entry(victims[0].name)
+            async with victim.lock:  # free: only unlocked models are evictable
+                await self.unload_locked(
+                    victim, f"evicted to make room for '{entry.name}' (--memory-limit)"
+                )
+
+    def _residents(self, loading: ModelEntry) -> list[Resident]:
+        residents = []
+        for e in self.registry.entries():
+            if not e.footprints:
+                continue
+            why = ""
+            if e is loading:
+                why = "being loaded"
+            elif e.pinned or pinned_by_config(e.config):
+                why = "pinned"
+            elif e.in_flight:
+                why = "requests in flight"
+            elif e.lock.locked():
+                why = "loading or unloading"
+            residents.append(Resident(e.name, e.footprint, e.last_used, not why, why))
+        return residents
+
+    # -- unload -------------------------------------------------------------------------------
+    async def unload(self, name: str, reason: str = "unloaded", forget: bool = False) -> None:
+        """Stop serving ``name``: in-flight requests finish, then its memory is freed.
+        ``forget`` drops it from the index too (it left the repository)."""
+        entry = self.registry.get(name)
+        if entry is None:
+            raise ModelNotFoundError(f"unknown model '{name}'")
+        async with entry.lock:
+            await self.unload_locked(entry, reason)
+        if forget:
+            self.registry.forget(name)
+
+    async def unload_locked(self, entry: ModelEntry, reason: str) -> None:
+        """``unload`` for a caller that holds the entry's lock."""
+        versions = list(entry.versions.values())
+        if versions:
+            entry.state, entry.reason = ModelState.UNLOADING, ""
+            self.registry.publish(entry, {})  # nothing new reaches the model from here on
+            before = rss_bytes()
+            await self._retire(versions)
+            logger.info(
+                "model '%s' unloaded (%s): RSS %d -> %d bytes",
+                entry.name,
+                reason,
+                before,
+                rss_bytes(),
+            )
+        entry.state, entry.reason = ModelState.UNAVAILABLE, reason
+        entry.footprints, entry.failed = {}, {}
+
+    async def unload_all(self, timeout: float | None = None) -> None:
+        """Shutdown: every model drains (up to ``timeout``), then everything is freed."""
+        entries = [e for e in self.registry.entries() if e.versions]
+        versions = [v for e in entries for v in e.versions.values()]
+        for entry in entries:
+            entry.state = ModelState.UNLOADING
+            self.registry.publish(entry, {})
+        await asyncio.gather(*(v.drain(timeout) for v in versions), return_exceptions=True)
+        await self._free(versions)
+        for entry in entries:
+            entry.state, entry.reason, entry.footprints = ModelState.UNAVAILABLE, "unloaded", {}
+
+    async def _retire(self, versions: list[ModelVersion]) -> None:
+        """Drain ``versions`` (no longer served), then free them."""
+        if versions:
+            await asyncio.gather(*(v.drain() for v in versions))
+            await self._free(versions)
+
+    async def _free(self, versions: list[ModelVersion]) -> None:
+        if self._dispatcher is not None:
+            for version in versions:
+                self._dispatcher.remove(version)
+        await asyncio.to_thread(_close_versions, versions)
+
+    # -- runtime management -------------------------------------------------------------------
+    async def set_instance_count(self, name: str, count: int) -> None:
+        """Run ``count`` instances of every served version of ``name``, without a reload:
+        new instances join when created, surplus ones leave when their batch ends."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidInputError(f"instance 'count' must be an integer >= 1, got {count!r}")
+        entry = self.registry.entry(name)
+        async with entry.lock:
+            plan = entry.plan
+            if not entry.versions or plan is None:
+                raise ModelNotReadyError(f"model '{name}' is {entry.state.value}: not loaded")
+            for version, served in entry.versions.items():
+                have = len(served.instances)
+                if count > have:
+                    specs = _specs(plan, count)[have:]
+                    path = plan.version_files[version]
+                    backends = await asyncio.to_thread(
+                        _create_backends, plan, path, specs, self._caller
+                    )
+                    served.add_instances(backends)
+                elif count < have:
+                    retired = await served.retire_instances(have - count)
+                    await asyncio.to_thread(_close_instances, retired)
+            entry.instance_count = count
+        logger.info("model '%s' runs %d instance(s) per version", name, count)
+
+
+def _specs(plan: ModelPlan, count: int | None) -> list[InstanceSpec]:
+    """The config's instances, or ``count`` of them (extra ones like the last)."""
+    specs = list(plan.instances)
+    if count is None:
+        return specs
+    return (specs + [specs[-1]] * count)[:count]
+
+
+def _create_backends(
+    plan: ModelPlan, path: Path, specs: list[InstanceSpec], caller: ModelCaller | None
+) -> list[Backend]:
+    backends: list[Backend] = []
+    try:
+        for spec in specs:
+            backends.append(
+                plan.backend(path, plan.config, dataclasses.replace(spec, caller=caller))
+            )
+    except BaseException:
+        for backend in backends:
+            backend.close()
+        raise
+    return backends
+
+
+def _close_versions(versions: list[ModelVersion]) -> None:
+    for version in versions:
+        version.close()
+    release_free_memory()
+
+
+def _close_instances(instances: list[ModelInstance]) -> None:
+    for instance in instances:
+        instance.close()
+    release_free_memory()
+
+
+def _version_facts(plan: ModelPlan) -> dict[int, tuple[str, int]]:
+    """Each version's fingerprint and size on disk (the least its footprint can be)."""
+    return {
+        v: (
+            fingerprint(path.parent),
+            sum(p.stat().st_size for p in path.parent.rglob("*") if p.is_file()),
+        )
+        for v, path in plan.version_files.items()
+    }
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, InferplexError):
+        return exc.message
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0] if len(text) > 500 else text
+
+
+def pinned_by_config(config: ModelConfig | None) -> bool:
+    """Whether the model's config pins it (``parameters { key: "pinned" value: "true" }``)."""
+    return config is not None and config.parameters.get(PINNED_PARAMETER, "").lower() == "true"

@@ -1,0 +1,288 @@
+"""LifecycleManager: the model control modes and the management API on top of the loader.
+
+- ``none``: every model loads at start; the load/unload API is refused (as in Triton).
+- ``poll``: every model loads at start, then the repository is rescanned every
+  ``repository_poll_secs``: new models load, changed ones reload, removed ones unload.
+- ``explicit``: only ``load_model`` (``*`` = all) loads at start; then what the API asks.
+
+Independent of the mode: ``load_on_demand`` loads a known model when a request needs it,
+``idle_unload_secs`` unloads models nobody asked for that long (scale to zero), and
+``memory_limit`` evicts idle models when a load needs room.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from inferplex.backends.base import ModelCaller
+from inferplex.config.model_config import ModelConfig
+from inferplex.config.readers import config_from_dict
+from inferplex.config.server_config import ServerConfig
+from inferplex.core.cache import ResponseCache
+from inferplex.core.dispatcher import Dispatcher
+from inferplex.core.model import ModelVersion
+from inferplex.core.registry import ModelEntry, ModelRegistry
+from inferplex.errors import (
+    InferplexError,
+    InvalidInputError,
+    ModelControlDisabledError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    UnsupportedError,
+)
+from inferplex.lifecycle.loader import ModelLoader, pinned_by_config
+from inferplex.lifecycle.memory import rss_bytes
+from inferplex.lifecycle.poller import RepositoryPoller, Snapshot, diff
+from inferplex.repository.local import list_models, scan_repository
+
+logger = logging.getLogger(__name__)
+
+#: load request parameters understood (Triton's ``config``; ours: ``pinned``)
+LOAD_PARAMETERS = ("config", "pinned")
+UNLOAD_PARAMETERS = ("unload_dependents",)
+
+
+class LifecycleManager:
+    """Decides what is loaded when; the engine delegates its management calls here."""
+
+    def __init__(self, config: ServerConfig, registry: ModelRegistry) -> None:
+        self.config = config
+        self.registry = registry
+        self.loader = ModelLoader(
+            registry, config.model_repository, config.intra_op_threads, int(config.memory_limit)
+        )
+        self.poller: RepositoryPoller | None = None
+        #: called (blocking, in a thread) before each repository scan: a remote repository
+        #: syncs its local copy here
+        self.before_scan: Callable[[], object] | None = None
+        self._idle_task: asyncio.Task[None] | None = None
+        self._on_demand: dict[str, asyncio.Task[None]] = {}
+
+    # -- start and stop -----------------------------------------------------------------------
+    async def start(
+        self, dispatcher: Dispatcher, cache: ResponseCache | None, caller: ModelCaller | None
+    ) -> None:
+        """Load what the control mode says; start polling and idle unloading as configured.
+        A model that fails to load is recorded in the index, not raised."""
+        self.loader.attach(dispatcher, cache, caller)
+        config = self.config
+        names = [p.name for p in await asyncio.to_thread(list_models, config.model_repository)]
+        for name in names:
+            self.registry.add(name)
+        wanted = names
+        if config.model_control_mode == "explicit":
+            wanted = names if "*" in config.load_model else list(config.load_model)
+        for name in wanted:
+            try:
+                await self.loader.load(name)
+            except InferplexError as exc:
+                logger.error("model '%s' not loaded at start: %s", name, exc.message)
+        if config.model_control_mode == "poll":
+            self.poller = RepositoryPoller(
+                lambda: scan_repository(self.loader.repository),
+                self.apply_snapshot,
+                config.repository_poll_secs,
+                self.before_scan,
+            )
+            self.poller.start()
+        if config.idle_unload_secs > 0:
+            self._idle_task = asyncio.get_running_loop().create_task(self._unload_idle())
+
+    async def stop(self, drain_timeout: float | None) -> None:
+        """Stop the background work, then drain and free every model."""
+        if self.poller is not None:
+            await self.poller.stop()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            await asyncio.gather(self._idle_task, return_exceptions=True)
+        await self.loader.unload_all(drain_timeout)
+
+    # -- poll mode ----------------------------------------------------------------------------
+    async def apply_snapshot(self, on_disk: Snapshot) -> None:
+        """Bring the served models in line with the repository as scanned."""
+        known = {e.name: e.fingerprint for e in self.registry.entries()}
+        changes = diff(on_disk, known)
+        if changes:
+            logger.info(
+                "repository changed: added %s, changed %s, removed %s",
+                list(changes.added),
+                list(changes.changed),
+                list(changes.removed),
+            )
+        for name in (*changes.added, *changes.changed):
+            try:
+                await self.loader.load(name)
+            except InferplexError as exc:
+                logger.error("poll: model '%s' not (re)loaded: %s", name, exc.message)
+        for name in changes.removed:
+            await self.loader.unload(name, "removed from the repository", forget=True)
+
+    # -- the management API -------------------------------------------------------------------
+    async def load(self, name: str, parameters: Mapping[str, Any]) -> None:
+        """The repository API's load (Triton's): ``config`` (a JSON model configuration)
+        replaces the config file for this load; ``pinned`` (bool) keeps it from eviction."""
+        self._require_control("load", name)
+        for key in parameters:
+            if key.startswith("file:"):
+                raise UnsupportedError(
+                    f"load parameter '{key}': file overrides are not supported; put the "
+                    "model files into the repository and load again"
+                )
+            if key not in LOAD_PARAMETERS:
+                raise InvalidInputError(
+                    f"unknown load parameter '{key}', expected one of: {', '.join(LOAD_PARAMETERS)}"
+                )
+        pinned = parameters.get("pinned")
+        if pinned is not None and not isinstance(pinned, bool):
+            raise InvalidInputError(
+                f"load parameter 'pinned' must be true or false, got {pinned!r}"
+            )
+        override = _config_override(name, parameters.get("config"))
+        await self.loader.load(name, override, pinned)
+
+    async def unload(self, name: str, parameters: Mapping[str, Any]) -> None:
+        """The repository API's unload; ``unload_dependents`` is accepted for Triton's clients
+        (models that call this one get errors from it until it is loaded again)."""
+        self._require_control("unload", name)
+        for key in parameters:
+            if key not in UNLOAD_PARAMETERS:
+                raise InvalidInputError(
+                    f"unknown unload parameter '{key}', expected one of: "
+                    f"{', '.join(UNLOAD_PARAMETERS)}"
+                )
+        if parameters.get("unload_dependents"):
+            logger.info(
+                "unload '%s': unload_dependents is accepted and ignored; models that call it "
+                "stay loaded",
+                name,
+            )
+        await self.loader.unload(name)
+
+    def _require_control(self, action: str, name: str) -> None:
+        if self.config.model_control_mode == "none":
+            raise ModelControlDisabledError(
+                f"cannot {action} model '{name}': model control is disabled; start the server "
+                "with --model-control-mode explicit (or poll) to load and unload models "
+                "through the API"
+            )
+
+    async def set_instance_count(self, name: str, count: Any) -> None:
+        await self.loader.set_instance_count(name, count)
+
+    def set_default_version(self, name: str, version: Any) -> None:
+        if version is None:
+            version = ""
+        if not isinstance(version, str):
+            raise InvalidInputError(
+                f'\'version\' must be a string such as "2" (or "" for the highest), got {version!r}'
+            )
+        self.registry.set_default_version(name, version)
+        logger.info("model '%s': unversioned requests go to version %s", name, version or "max")
+
+    def memory(self) -> dict[str, Any]:
+        """The budget, the process's RSS and every loaded model's footprint."""
+        now = time.monotonic()
+        models = [
+            {
+                "name": e.name,
+                "bytes": e.footprint,
+                "versions": {str(v): n for v, n in sorted(e.footprints.items())},
+                "pinned": e.pinned or pinned_by_config(e.config),
+                "in_flight": e.in_flight,
+                "idle_secs": round(now - e.last_used, 3),
+            }
+            for e in self.registry.entries()
+            if e.footprints
+        ]
+        return {
+            "limit": self.loader.memory_limit,
+            "used": sum(m["bytes"] for m in models),
+            "rss": rss_bytes(),
+            "models": models,
+        }
+
+    # -- on demand and idle -------------------------------------------------------------------
+    async def load_for_request(self, name: str, version: str) -> ModelVersion:
+        """``load_on_demand``: load a known model a request needs, waiting a bounded time;
+        then route the request. Loads for one model are shared by its waiting requests."""
+        entry = self.registry.get(name)
+        if entry is None:
+            model_dir = self.loader.model_dir(name)
+            if not await asyncio.to_thread(model_dir.is_dir):
+                raise ModelNotFoundError(f"unknown model '{name}'")
+            entry = self.registry.add(name)
+        if not entry.versions:
+            task = self._on_demand.get(name)
+            if task is None:
+                task = asyncio.get_running_loop().create_task(self.loader.load(name))
+                self._on_demand[name] = task
+                task.add_done_callback(lambda t: self._loaded_on_demand(name, t))
+            timeout = self.config.load_on_demand_timeout_secs
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+            except TimeoutError:
+                raise ModelNotReadyError(
+                    f"model '{name}' is still loading after {timeout:g} s "
+                    "(--load-on-demand-timeout-secs); try again later"
+                ) from None
+            except InferplexError as exc:
+                raise ModelNotReadyError(
+                    f"model '{name}' could not be loaded on demand: {exc.message}"
+                ) from None
+        return self.registry.route(name, version)
+
+    def _loaded_on_demand(self, name: str, task: asyncio.Task[None]) -> None:
+        self._on_demand.pop(name, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here; each waiter got it already
+
+    async def _unload_idle(self) -> None:
+        limit = self.config.idle_unload_secs
+        period = min(max(limit / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(period)  # the sweep period, not a wait for state
+            now = time.monotonic()
+            for entry in self.registry.entries():
+                if _idle(entry, now, limit):
+                    try:
+                        await self.loader.unload(entry.name, f"unloaded after {limit:g} s idle")
+                    except InferplexError as exc:
+                        logger.warning("idle unload of '%s' failed: %s", entry.name, exc)
+
+
+def _idle(entry: ModelEntry, now: float, limit: float) -> bool:
+    return (
+        bool(entry.versions)
+        and not entry.in_flight
+        and not entry.lock.locked()
+        and not (entry.pinned or pinned_by_config(entry.config))
+        and now - entry.last_used > limit
+    )
+
+
+def _config_override(name: str, raw: Any) -> ModelConfig | None:
+    """The ``config`` parameter of a load request: a model configuration in JSON."""
+    if raw is None:
+        return None
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    if not isinstance(raw, str):
+        raise InvalidInputError(
+            "load parameter 'config' must be a string holding a JSON model configuration"
+        )
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"load parameter 'config' is not valid JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidInputError(
+            "load parameter 'config' must be a JSON object (a model configuration), got "
+            f"{type(document).__name__}"
+        )
+    return config_from_dict(document, name, "load parameter 'config'")

@@ -1,0 +1,91 @@
+"""Host memory of loaded models, in bytes: measuring footprints, returning freed memory to
+the system, and choosing which idle models to evict when a load would pass the budget.
+
+A model's footprint is the growth of the process's resident set (RSS) while its instances
+are created and warmed up, measured with every other load held off by one lock, and never
+less than the size of its files. The budget counts these footprints, not the whole
+process (the interpreter and the server's own memory are not the models').
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+from inferplex.errors import InsufficientMemoryError
+
+logger = logging.getLogger(__name__)
+
+_PROCESS = psutil.Process()
+
+
+def rss_bytes() -> int:
+    """The resident set size of this process."""
+    return int(_PROCESS.memory_info().rss)
+
+
+def _load_libc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.malloc_trim  # noqa: B018 - glibc only; musl and macOS lack it
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _load_libc()
+
+
+def release_free_memory() -> bool:
+    """Ask the C allocator to hand freed heap pages back to the system (glibc's
+    ``malloc_trim(0)``): without it, memory freed by an unloaded model stays in the process.
+    False where the allocator has no such call."""
+    if _LIBC is None:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A loaded model as eviction sees it."""
+
+    name: str
+    footprint: int
+    last_used: float
+    #: pinned, busy (requests in flight) or in the middle of a load/unload
+    evictable: bool
+    why_kept: str = ""
+
+
+def choose_evictions(
+    limit: int, needed: int, loaded: Iterable[Resident], model: str
+) -> list[Resident]:
+    """The least recently used evictable models to unload so that ``needed`` more bytes fit
+    into ``limit`` next to everything loaded; [] when they already fit.
+    InsufficientMemoryError, naming what holds the memory, when no choice makes room."""
+    residents = list(loaded)
+    used = sum(r.footprint for r in residents)
+    if used + needed <= limit:
+        return []
+    chosen: list[Resident] = []
+    for resident in sorted((r for r in residents if r.evictable), key=lambda r: r.last_used):
+        chosen.append(resident)
+        used -= resident.footprint
+        if used + needed <= limit:
+            return chosen
+    kept = [r for r in residents if not r.evictable]
+    held = ", ".join(f"'{r.name}' {r.footprint} B ({r.why_kept})" for r in kept) or "nothing"
+    raise InsufficientMemoryError(
+        f"cannot load model '{model}': it needs about {needed} bytes but the memory limit is "
+        f"{limit} bytes (--memory-limit) and, after evicting every idle model, {used} bytes "
+        f"stay in use by models that cannot be evicted: {held}"
+    )

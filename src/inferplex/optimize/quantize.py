@@ -1,0 +1,119 @@
+"""INT8 quantisation with ONNX Runtime: the method picked per model, dynamic and static.
+
+Dynamic (weights quantised offline, activations at run time) suits Transformer and other
+MatMul-heavy graphs; the embedding table (``Gather`` on a weight) is quantised too. Static (both
+quantised offline, activation ranges from a calibration set) suits convolution graphs. Weights
+are signed 8-bit per output channel, activations unsigned 8-bit: the combination ONNX Runtime's
+integer kernels are fastest with (unsigned weights fall off its VNNI/AMX kernels).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import onnx
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+from inferplex.errors import InvalidInputError
+from inferplex.optimize.data import CalibrationReader, DataSet
+from inferplex.optimize.graph import optimize_graph
+
+Method = Literal["dynamic", "static"]
+StaticFormat = Literal["qoperator", "qdq"]
+
+#: ops whose weights dynamic quantisation turns into integer ops (Gather: embedding tables)
+DYNAMIC_OPS = ("MatMul", "Attention", "Gather", "EmbedLayerNormalization", "Conv")
+#: ops that carry the weights of a convolution graph
+CONV_OPS = frozenset({"Conv", "ConvTranspose"})
+#: ops that carry the weights of a MatMul-heavy graph (Transformers, MLPs)
+MATMUL_OPS = frozenset({"MatMul", "Gemm", "Attention", "EmbedLayerNormalization"})
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """The quantisation method for a model and why."""
+
+    method: Method
+    reason: str
+
+
+def weighted_ops(model: onnx.ModelProto) -> Counter[str]:
+    """How many nodes of each type take a weight (an initializer) as an input; control-flow
+    subgraphs are not searched, as ONNX Runtime's quantiser leaves them alone by default."""
+    initializers = {t.name for t in model.graph.initializer}
+    return Counter(
+        node.op_type
+        for node in model.graph.node
+        if any(name in initializers for name in node.input)
+    )
+
+
+def choose_method(model: onnx.ModelProto) -> MethodChoice:
+    """Static for convolution graphs, dynamic for MatMul-heavy ones; InvalidInputError when
+    the graph has nothing INT8 can speed up."""
+    ops = weighted_ops(model)
+    convs = sum(ops[op] for op in CONV_OPS)
+    matmuls = sum(ops[op] for op in MATMUL_OPS)
+    if convs:
+        return MethodChoice(
+            "static",
+            f"convolution graph ({convs} Conv with weights, {matmuls} MatMul/Gemm): "
+            "static quantisation with calibrated activation ranges",
+        )
+    if matmuls or ops["Gather"]:
+        return MethodChoice(
+            "dynamic",
+            f"MatMul-heavy graph ({matmuls} MatMul/Gemm/Attention with weights, "
+            f"{ops['Gather']} Gather on a table, no Conv): dynamic quantisation",
+        )
+    raise InvalidInputError(
+        "the model has no Conv, MatMul, Gemm or Gather on weights: nothing for INT8 to speed up"
+    )
+
+
+def preprocess(source: Path, target: Path) -> None:
+    """The step ONNX Runtime recommends before quantising: the basic graph optimisations
+    (constant folding, Conv+BatchNorm folding), then ONNX shape inference so the quantiser
+    knows every tensor's type. (ONNX Runtime's ``quant_pre_process`` does the same plus a
+    symbolic shape inference that needs sympy and fails on common Transformer exports.)"""
+    optimize_graph(source, target, extended=False)
+    onnx.shape_inference.infer_shapes_path(str(target), str(target))
+
+
+def quantize_dynamic_int8(source: Path, target: Path) -> None:
+    """Weights to signed 8-bit per channel, embedding tables included; activations at run
+    time."""
+    quantize_dynamic(
+        str(source),
+        str(target),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=list(DYNAMIC_OPS),
+        # contrib ops (fused Attention, ...) defeat ONNX shape inference: their outputs are FP32
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
+
+
+def quantize_static_int8(
+    source: Path,
+    target: Path,
+    calibration: DataSet,
+    fmt: StaticFormat = "qoperator",
+    batch_size: int = 16,
+) -> None:
+    """Activations to unsigned 8-bit with ranges from the calibration set (min/max), weights
+    to signed 8-bit per channel; ``fmt`` picks integer operators (QLinearConv, ...) or
+    QuantizeLinear/DequantizeLinear pairs that ONNX Runtime fuses at load."""
+    quantize_static(
+        str(source),
+        str(target),
+        CalibrationReader(calibration, batch_size),
+        quant_format=QuantFormat.QOperator if fmt == "qoperator" else QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )

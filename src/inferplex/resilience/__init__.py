@@ -1,0 +1,1 @@
+"""Keeping the server up when models fail or run late: circuit breakers, request timeouts."""

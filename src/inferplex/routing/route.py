@@ -1,0 +1,197 @@
+"""Route: one name that clients call like a model, answered by one of its targets (weighted
+split, sticky per key) or variants (graceful degradation), optionally mirrored to a shadow."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.errors import InferplexError, ModelNotFoundError
+from inferplex.routing.config import DegradeConfig, RouteConfig, TargetConfig
+from inferplex.routing.pick import WeightedPicker
+from inferplex.routing.shadow import ShadowMirror
+from inferplex.routing.stats import TargetStats
+from inferplex.routing.variants import DegradePolicy, VariantLoad
+
+Serve = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+#: (model, version) -> requests queued for it; raises InferplexError when it cannot serve
+Queued = Callable[[str, str], int]
+#: model -> whether its circuit breaker refuses requests now
+BreakerOpen = Callable[[str], bool]
+
+#: request parameter: false keeps a variants route on its first variant
+ALLOW_DEGRADED = "allow_degraded"
+#: response parameter naming the variant that answered
+VARIANT = "variant"
+
+_now = time.perf_counter
+#: a variants route without a ``degrade`` section degrades only from variants that cannot serve
+_NO_THRESHOLDS = DegradeConfig()
+
+
+class Route:
+    def __init__(
+        self,
+        name: str,
+        config: RouteConfig,
+        serve: Serve,
+        queued: Queued,
+        breaker_open: BreakerOpen,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.members = config.members
+        self._serve = serve
+        self._queued = queued
+        self._breaker_open = breaker_open
+        self._clock = clock
+        self.stats = [TargetStats() for _ in self.members]
+        self.requests = 0
+        self.degraded = 0
+        self.last_degrade_reason = ""
+        self._sticky = config.sticky.parameter if config.sticky else None
+        rng = random.Random(config.seed)
+        self._picker = (
+            WeightedPicker([t.weight for t in config.targets], config.seed)
+            if config.targets
+            else None
+        )
+        self._policy = (
+            None
+            if config.targets
+            else DegradePolicy(config.degrade or _NO_THRESHOLDS, len(self.members), clock)
+        )
+        self.shadow = (
+            ShadowMirror(name, config.shadow, serve, rng) if config.shadow is not None else None
+        )
+
+    # -- serving ---------------------------------------------------------------------------
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if request.model_version:
+            raise ModelNotFoundError(self._no_versions())
+        self.requests += 1
+        index = self._choose(request.parameters)
+        target = self.members[index]
+        routed = InferenceRequest(
+            target.model,
+            request.inputs,
+            target.version,
+            request.id,
+            request.outputs,
+            request.parameters,
+        )
+        primary = self.shadow.mirror(request) if self.shadow is not None else None
+        start = _now()
+        try:
+            response = await self._serve(routed)
+        except BaseException:
+            self.stats[index].record(False, 0.0)
+            if primary is not None:
+                primary.cancel()
+            raise
+        latency = _now() - start
+        self.stats[index].record(True, latency)
+        if primary is not None:
+            primary.set_result((response, latency))
+        if self._policy is not None:
+            self._policy.record(index, latency)
+            response.parameters = {**response.parameters, VARIANT: target.name}
+        return response
+
+    def _choose(self, parameters: dict[str, Any]) -> int:
+        if self._picker is not None:
+            key = parameters.get(self._sticky) if self._sticky and parameters else None
+            return self._picker.pick(None if key is None else str(key))
+        assert self._policy is not None
+        if parameters and parameters.get(ALLOW_DEGRADED) is False:
+            return 0
+        index, reason = self._policy.choose(self._load)
+        if index:
+            self.degraded += 1
+            self.last_degrade_reason = reason
+        return index
+
+    def _load(self, index: int) -> VariantLoad:
+        target = self.members[index]
+        try:
+            queued: int | None = self._queued(target.model, target.version)
+        except InferplexError:
+            queued = None
+        return VariantLoad(queued, self._breaker_open(target.model))
+
+    # -- what the route looks like ---------------------------------------------------------
+    def primary(self, version: str = "") -> TargetConfig:
+        """The target whose metadata and config the route shows: the first one listed."""
+        if version:
+            raise ModelNotFoundError(self._no_versions())
+        return self.members[0]
+
+    def ready(self, version: str, model_ready: Callable[[str, str], bool]) -> bool:
+        """Whether the route can answer: a split route when every target with a weight is
+        ready, a variants route when one of its variants is."""
+        self.primary(version)  # a route has no versions
+
+        def target_ready(target: TargetConfig) -> bool:
+            try:
+                return model_ready(target.model, target.version)
+            except InferplexError:  # unknown model or version
+                return False
+
+        if self.config.targets:
+            return all(target_ready(t) for t in self.members if t.weight > 0)
+        return any(target_ready(t) for t in self.members)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "kind": self.config.kind,
+            "targets": [_target_dict(t, self.config.targets != ()) for t in self.members],
+        }
+        if self.config.sticky is not None:
+            out["sticky_parameter"] = self.config.sticky.parameter
+        if self.config.shadow is not None:
+            shadow = self.config.shadow
+            out["shadow"] = {
+                "model": shadow.model,
+                "version": shadow.version,
+                "fraction": shadow.fraction,
+            }
+        if self.config.variants:
+            out["degrade"] = (self.config.degrade or _NO_THRESHOLDS).model_dump()
+        return out
+
+    def statistics(self) -> dict[str, Any]:
+        out = self.describe()
+        out["requests"] = self.requests
+        for target, stats in zip(out["targets"], self.stats, strict=True):
+            target.update(stats.to_dict())
+        if self._policy is not None:
+            out["degraded"] = self.degraded
+            out["last_degrade_reason"] = self.last_degrade_reason
+            for target, window in zip(out["targets"], self._policy.windows, strict=True):
+                target["window_p99_ms"] = window.p99_ms(self._clock())
+        if self.shadow is not None:
+            out["shadow"].update(self.shadow.stats.to_dict())
+        return out
+
+    async def close(self) -> None:
+        if self.shadow is not None:
+            await self.shadow.close()
+
+    def _no_versions(self) -> str:
+        targets = ", ".join(t.name for t in self.members)
+        return (
+            f"'{self.name}' is a route: it has no versions of its own (send the request "
+            f"without a version, or to one of its targets directly: {targets})"
+        )
+
+
+def _target_dict(target: TargetConfig, weighted: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": target.name, "model": target.model, "version": target.version}
+    if weighted:
+        out["weight"] = target.weight
+    return out

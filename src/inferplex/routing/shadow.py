@@ -1,0 +1,156 @@
+"""ShadowMirror: sends a copy of a route's requests to a shadow model, records its latency and
+how far its outputs are from the primary's, and discards its answers.
+
+The shadow runs beside the primary (it starts when the primary does and never delays the
+client's answer); it is bounded (``max_in_flight``; more are skipped, not queued) and its
+failures are counted, never raised. Outputs are compared when both answers are in, for each
+output both returned with the same shape: the largest absolute difference and the cosine
+similarity of the flattened values (the lowest over the outputs counts for the request).
+Large outputs are compared on a worker thread: the event loop does not compute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.routing.config import ShadowConfig
+from inferplex.routing.stats import ShadowStats
+
+logger = logging.getLogger(__name__)
+
+Serve = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+
+#: outputs with more elements than this are compared off the event loop
+_INLINE_ELEMENTS = 16384
+
+
+class ShadowMirror:
+    def __init__(self, route: str, config: ShadowConfig, serve: Serve, rng: random.Random) -> None:
+        self.route = route
+        self.config = config
+        self.stats = ShadowStats()
+        self._serve = serve
+        self._rng = rng
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def mirror(
+        self, request: InferenceRequest
+    ) -> asyncio.Future[tuple[InferenceResponse, float]] | None:
+        """Start the shadow copy of ``request`` unless it is skipped (None). Returns the future
+        the caller resolves with (primary response, primary latency in s), or cancels when
+        the primary failed."""
+        config = self.config
+        stats = self.stats
+        if len(self._tasks) >= config.max_in_flight or (
+            config.fraction < 1 and self._rng.random() >= config.fraction
+        ):
+            stats.skipped += 1
+            return None
+        primary: asyncio.Future[tuple[InferenceResponse, float]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        stats.mirrored += 1
+        copy = InferenceRequest(
+            config.model,
+            request.inputs,
+            config.version,
+            request.id,
+            request.outputs,
+            dict(request.parameters),
+        )
+        task = asyncio.create_task(self._run(copy, primary), name=f"shadow:{self.route}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return primary
+
+    async def _run(
+        self,
+        request: InferenceRequest,
+        primary: asyncio.Future[tuple[InferenceResponse, float]],
+    ) -> None:
+        stats = self.stats
+        start = time.perf_counter()
+        try:
+            response = await self._serve(request)
+        except Exception as exc:
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            stats.record_error(message)
+            logger.debug("route '%s': shadow request failed: %s", self.route, message)
+            return
+        latency = time.perf_counter() - start
+        try:
+            primary_response, primary_latency = await primary
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the mirror closes
+            # the primary failed: nothing to compare with
+            stats.record_latency(latency, None)
+            return
+        stats.record_latency(latency, primary_latency)
+        pairs = _pairs(primary_response, response)
+        if pairs is None:
+            stats.record_diff(None, None)
+            return
+        if sum(a.size for a, _ in pairs) > _INLINE_ELEMENTS:
+            max_abs, cosine = await asyncio.to_thread(compare, pairs)
+        else:
+            max_abs, cosine = compare(pairs)
+        stats.record_diff(max_abs, cosine)
+
+    async def close(self) -> None:
+        """Cancel the shadow requests still running."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _pairs(
+    primary: InferenceResponse, shadow: InferenceResponse
+) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """(primary, shadow) arrays of every output of the primary; None when the shadow lacks
+    one or returns it with another shape or kind (numbers vs strings)."""
+    theirs = {t.name: t.data for t in shadow.outputs}
+    pairs = []
+    for tensor in primary.outputs:
+        other = theirs.get(tensor.name)
+        if other is None or other.shape != tensor.data.shape:
+            return None
+        if (tensor.data.dtype.kind in "OSU") != (other.dtype.kind in "OSU"):
+            return None
+        pairs.append((tensor.data, other))
+    return pairs or None
+
+
+def compare(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
+    """(largest absolute difference, lowest cosine similarity) over the output pairs. Strings
+    compare as equal or not: difference 0 or 1, similarity the share of equal elements."""
+    max_abs = 0.0
+    cosine = 1.0
+    for a, b in pairs:
+        if a.dtype.kind in "OSU":
+            equal = float(np.mean(a == b)) if a.size else 1.0
+            max_abs = max(max_abs, 0.0 if equal == 1.0 else 1.0)
+            cosine = min(cosine, equal)
+            continue
+        x = a.astype(np.float64, copy=False).ravel()
+        y = b.astype(np.float64, copy=False).ravel()
+        if not x.size:
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            max_abs = max(max_abs, float(np.max(np.abs(x - y))))
+            norms = float(np.linalg.norm(x)) * float(np.linalg.norm(y))
+            if norms > 0:
+                similarity = float(np.dot(x, y)) / norms
+            else:  # a zero vector: alike only if both are
+                similarity = 1.0 if not np.any(x) and not np.any(y) else 0.0
+        cosine = min(cosine, similarity)
+    return max_abs, cosine

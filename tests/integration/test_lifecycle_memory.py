@@ -1,0 +1,109 @@
+"""Memory in bytes: eviction order, pinning, the error when nothing can make room, and
+unloading returning the memory (RSS before load, after load, after unload)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from inferplex import modelgen
+from inferplex.config.server_config import ServerConfig
+from inferplex.core.engine import InferenceEngine
+from inferplex.errors import InsufficientMemoryError
+from inferplex.lifecycle.memory import release_free_memory, rss_bytes
+from tests.support.lifecycle import add_model, add_sub_request
+
+MB = 1_000_000
+#: each model's version folder holds this much: its footprint is at least its size on disk,
+#: and add_sub itself takes far less, so the footprints are known to the test
+PADDING = 20 * MB
+
+
+def padded_model(repo: Path, name: str, padding: int = PADDING, **extra: object) -> None:
+    add_model(repo, name, **extra)
+    with (repo / name / "1" / "padding.bin").open("wb") as file:
+        file.truncate(padding)  # sparse: quick to write, its size is what counts
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[InferenceEngine]:
+    for name in ("a", "b", "c"):
+        padded_model(tmp_path, name)
+    pinned = [{"key": "pinned", "value": {"string_value": "true"}}]
+    padded_model(tmp_path, "pinned_by_config", parameters=pinned)
+    padded_model(tmp_path, "huge", padding=60 * MB)
+    config = ServerConfig(
+        model_repository=tmp_path, model_control_mode="explicit", memory_limit="50MB"
+    )
+    engine = InferenceEngine(config)
+    await engine.start()
+    yield engine
+    await engine.stop()
+
+
+def loaded(engine: InferenceEngine) -> list[str]:
+    return [m["name"] for m in engine.memory()["models"]]
+
+
+async def test_least_recently_used_idle_model_is_evicted(engine: InferenceEngine) -> None:
+    await engine.load_model("a", {})
+    await engine.load_model("b", {})
+    await engine.infer(add_sub_request("b"))
+    await engine.infer(add_sub_request("a"))  # b is now the least recently used
+    report = engine.memory()
+    assert report["limit"] == 50 * MB
+    assert all(m["bytes"] >= PADDING for m in report["models"])
+    await engine.load_model("c", {})
+    assert loaded(engine) == ["a", "c"]
+    b = next(r for r in engine.repository_index() if r["name"] == "b")
+    assert b["state"] == "UNAVAILABLE"
+    assert b["reason"] == "evicted to make room for 'c' (--memory-limit)"
+    assert engine.memory()["used"] <= 50 * MB
+
+
+async def test_pinned_models_stay(engine: InferenceEngine) -> None:
+    await engine.load_model("a", {"pinned": True})
+    await engine.load_model("pinned_by_config", {})
+    with pytest.raises(InsufficientMemoryError) as caught:
+        await engine.load_model("b", {})
+    message = caught.value.message
+    assert "cannot load model 'b'" in message and "--memory-limit" in message
+    assert "'a'" in message and "'pinned_by_config'" in message and "pinned" in message
+    assert loaded(engine) == ["a", "pinned_by_config"]
+    await engine.load_model("a", {"pinned": False})  # unpins (and changes nothing else)
+    await engine.load_model("b", {})
+    assert loaded(engine) == ["b", "pinned_by_config"]
+
+
+async def test_a_model_larger_than_the_limit_evicts_nothing(engine: InferenceEngine) -> None:
+    await engine.load_model("a", {})
+    with pytest.raises(InsufficientMemoryError, match="cannot load model 'huge'"):
+        await engine.load_model("huge", {})
+    assert loaded(engine) == ["a"]
+    row = next(r for r in engine.repository_index() if r["name"] == "huge")
+    assert row["state"] == "UNAVAILABLE" and "--memory-limit" in row["reason"]
+
+
+async def test_unloading_returns_the_memory(tmp_path: Path) -> None:
+    path = modelgen.mlp(tmp_path, "big", features=1024, hidden=(1536, 1536))
+    modelgen.write_config(tmp_path / "big", modelgen.model_config(path, max_batch_size=8))
+    size = path.stat().st_size
+    config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
+    engine = InferenceEngine(config)
+    await engine.start()
+    try:
+        before = rss_bytes()
+        await engine.load_model("big", {})
+        after_load = rss_bytes()
+        (model,) = engine.memory()["models"]
+        await engine.unload_model("big", {})
+        after_unload = rss_bytes()
+    finally:
+        await engine.stop()
+    grown = after_load - before
+    assert grown >= size  # the weights are in memory
+    assert model["bytes"] >= size
+    if release_free_memory():  # glibc: freed heap goes back to the system
+        assert after_unload - before < grown / 2, (before, after_load, after_unload)

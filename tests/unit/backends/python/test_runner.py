@@ -1,0 +1,177 @@
+"""Running handlers of both styles in-process: what they receive and what may be returned."""
+
+from __future__ import annotations
+
+import json
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inferplex.handler import BaseHandler, Context
+from inferplex.handler import triton as pb_utils
+from inferplex.handler.runner import HandlerError, Runner, find_class
+
+
+def context(
+    max_batch_size: int = 8,
+    inputs: tuple[tuple[str, str, list[int]], ...] = (("INPUT0", "TYPE_FP32", [4]),),
+    outputs: tuple[tuple[str, str, list[int]], ...] = (("OUTPUT0", "TYPE_FP32", [4]),),
+) -> Context:
+    config = {
+        "name": "m",
+        "max_batch_size": max_batch_size,
+        "input": [{"name": n, "data_type": t, "dims": d} for n, t, d in inputs],
+        "output": [{"name": n, "data_type": t, "dims": d} for n, t, d in outputs],
+    }
+    return Context("m", "1", "/models/m/1", config, "m_0")
+
+
+class Doubler(BaseHandler):
+    def inference(self, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"OUTPUT0": data["INPUT0"] * 2}
+
+
+def test_base_handler_gets_stacked_batches_and_outputs_are_cast() -> None:
+    runner = Runner(Doubler(), context())
+    batch = np.arange(8, dtype=np.float32).reshape(2, 4)
+    out = runner.run({"INPUT0": batch}, ["OUTPUT0"])["OUTPUT0"]
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, batch * 2)
+
+
+def test_initialize_gets_the_context() -> None:
+    handler = Doubler()
+    Runner(handler, context())
+    assert handler.initialized and handler.context is not None
+    assert handler.context.system_properties["model_dir"] == "/models/m/1"
+    assert handler.context.input_names == ["INPUT0"]
+
+
+class TorchServeStyle(BaseHandler):
+    """Written as for TorchServe: rows in, one JSON-able item per row out."""
+
+    def preprocess(self, data: list[dict[str, Any]]) -> list[bytes]:
+        return [row.get("data") or row.get("body") for row in data]
+
+    def inference(self, data: list[bytes]) -> list[int]:
+        return [len(item) for item in data]
+
+    def postprocess(self, data: list[int]) -> list[dict[str, int]]:
+        return [{"length": n} for n in data]
+
+
+def test_torchserve_rows_carry_the_raw_bytes_and_items_become_json() -> None:
+    ctx = context(inputs=(("RAW", "TYPE_STRING", [1]),), outputs=(("JSON", "TYPE_STRING", [1]),))
+    runner = Runner(TorchServeStyle(), ctx)
+    raw = np.array([[b"abc"], [b"\x00" * 10]], dtype=object)
+    out = runner.run({"RAW": raw}, ["JSON"])["JSON"]
+    assert out.shape == (2, 1)
+    assert [json.loads(x) for x in out[:, 0]] == [{"length": 3}, {"length": 10}]
+
+
+def test_per_row_scalars_fill_dims_one() -> None:
+    class Sum(BaseHandler):
+        def handle(self, data: list[dict[str, Any]], context: Context) -> list[float]:
+            return [float(row["INPUT0"].sum()) for row in data]
+
+    ctx = context(outputs=(("SUM", "TYPE_FP64", [1]),))
+    out = Runner(Sum(), ctx).run({"INPUT0": np.ones((3, 4), np.float32)}, ["SUM"])["SUM"]
+    assert out.shape == (3, 1) and out.dtype == np.float64
+    np.testing.assert_array_equal(out, 4.0)
+
+
+def test_unbatched_models_get_one_item_with_the_whole_request() -> None:
+    class Whole(BaseHandler):
+        def inference(self, data: dict[str, np.ndarray]) -> np.ndarray:
+            return data["INPUT0"][::-1]
+
+    runner = Runner(Whole(), context(max_batch_size=0))
+    out = runner.run({"INPUT0": np.arange(4, dtype=np.float32)}, ["OUTPUT0"])["OUTPUT0"]
+    np.testing.assert_array_equal(out, [3, 2, 1, 0])
+
+
+def test_a_list_of_the_wrong_length_is_refused() -> None:
+    class Short(BaseHandler):
+        def handle(self, data: list[dict[str, Any]], context: Context) -> list[int]:
+            return [1]
+
+    with pytest.raises(HandlerError, match="list of 1 items for 2"):
+        Runner(Short(), context()).run({"INPUT0": np.ones((2, 4), np.float32)}, ["OUTPUT0"])
+
+
+def test_a_missing_output_is_named() -> None:
+    class Wrong(BaseHandler):
+        def inference(self, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {"OUTPUT0": data["INPUT0"]}
+
+    ctx = context(outputs=(("OUTPUT0", "TYPE_FP32", [4]), ("OUTPUT1", "TYPE_FP32", [4])))
+    with pytest.raises(HandlerError, match="no output 'OUTPUT1'"):
+        Runner(Wrong(), ctx).run({"INPUT0": np.ones((1, 4), np.float32)}, ["OUTPUT1"])
+
+
+class TritonStyle:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        out = pb_utils.get_output_config_by_name(config, "OUTPUT0")
+        self.dtype = pb_utils.triton_string_to_numpy(out["data_type"])
+        self.args = args
+
+    def execute(
+        self, requests: list[pb_utils.InferenceRequest]
+    ) -> list[pb_utils.InferenceResponse]:
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            assert x is not None
+            if x.as_numpy().sum() < 0:
+                error = pb_utils.TritonError("negative input")
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            y = (x.as_numpy() + 1).astype(self.dtype)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return responses
+
+
+def test_triton_style_models_run_and_get_tritons_args() -> None:
+    handler = TritonStyle()
+    runner = Runner(handler, context())
+    assert handler.args["model_name"] == "m" and handler.args["model_version"] == "1"
+    assert handler.dtype is np.float32
+    out = runner.run({"INPUT0": np.zeros((2, 4), np.float32)}, ["OUTPUT0"])["OUTPUT0"]
+    np.testing.assert_array_equal(out, np.ones((2, 4)))
+
+
+def test_an_error_response_fails_the_batch_with_its_message() -> None:
+    with pytest.raises(HandlerError, match="negative input"):
+        Runner(TritonStyle(), context()).run({"INPUT0": -np.ones((1, 4), np.float32)}, ["OUTPUT0"])
+
+
+def test_bls_outside_a_served_model_says_so() -> None:
+    request = pb_utils.InferenceRequest("other", [pb_utils.Tensor("X", np.ones(1))], ["Y"])
+    response = request.exec()
+    assert response.has_error()
+    error = response.error()
+    assert error is not None and "python backend" in error.message()
+
+
+def test_find_class_rules() -> None:
+    module = types.ModuleType("user_model")
+
+    class Handler(BaseHandler):
+        pass
+
+    class Helper:
+        pass
+
+    for cls in (Handler, Helper):
+        cls.__module__ = module.__name__
+        setattr(module, cls.__name__, cls)
+    module.BaseHandler = BaseHandler  # imported names do not count
+    assert find_class(module, "") is Handler
+    assert find_class(module, "Helper") is Helper
+    with pytest.raises(HandlerError, match="no class 'Nope'"):
+        find_class(module, "Nope")
+    module.TritonPythonModel = Helper
+    assert find_class(module, "") is Helper

@@ -1,0 +1,242 @@
+"""Ensemble configs: reading ensemble_scheduling, and the DAG checks made at load."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inferplex.backends.base import InstanceSpec
+from inferplex.backends.ensemble import EnsembleBackend, EnsembleGraph, failure
+from inferplex.config.model_config import ModelConfig
+from inferplex.config.pbtxt import parse_pbtxt
+from inferplex.config.readers import config_from_dict
+from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
+from inferplex.errors import (
+    ConfigError,
+    InvalidInputError,
+    ModelExecutionError,
+    ModelNotReadyError,
+)
+
+CAMERA = """
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "frame" data_type: TYPE_FP32 dims: [ 3, 64, 64 ] } ]
+output [
+  { name: "embedding" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "objects" data_type: TYPE_FP32 dims: [ 10 ] }
+]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "face_detect"
+      model_version: -1
+      input_map { key: "image" value: "frame" }
+      output_map { key: "crop" value: "face" }
+    },
+    {
+      model_name: "face_embed"
+      model_version: 2
+      input_map { key: "image" value: "face" }
+      output_map { key: "embedding" value: "embedding" }
+    },
+    {
+      model_name: "objects"
+      input_map { key: "image" value: "frame" }
+      output_map [ { key: "logits" value: "objects" } ]
+    }
+  ]
+}
+"""
+
+
+def camera(**changes: Any) -> ModelConfig:
+    raw = parse_pbtxt(CAMERA, "camera/config.pbtxt")
+    raw.update(changes)
+    raw = {k: v for k, v in raw.items() if v is not None}
+    return config_from_dict(raw, "camera", "camera/config.pbtxt")
+
+
+def step(model: str, inputs: dict[str, str], outputs: dict[str, str]) -> dict[str, Any]:
+    return {"model_name": model, "input_map": inputs, "output_map": outputs}
+
+
+def test_pbtxt_and_triton_rendering() -> None:
+    config = camera()
+    assert config.unsupported_fields == ()
+    assert config.ensemble_scheduling is not None
+    steps = config.ensemble_scheduling.step
+    assert [s.model_name for s in steps] == ["face_detect", "face_embed", "objects"]
+    assert steps[1].model_version == 2 and steps[2].model_version == -1
+    assert steps[0].input_map == {"image": "frame"}
+    rendered = config.to_triton_dict()["ensemble_scheduling"]["step"][2]
+    assert rendered["output_map"] == {"logits": "objects"} and rendered["model_version"] == -1
+
+
+def test_yaml_style_maps_are_read_too() -> None:
+    raw = {
+        "platform": "ensemble",
+        "input": [{"name": "x", "data_type": "FP32", "dims": [1]}],
+        "output": [{"name": "y", "data_type": "FP32", "dims": [1]}],
+        "ensemble_scheduling": {
+            "step": [
+                {
+                    "model_name": "m",
+                    "input_map": [{"key": "INPUT0", "value": "x"}],
+                    "output_map": {"OUTPUT0": "y"},
+                }
+            ]
+        },
+    }
+    config = config_from_dict(raw, "e", "e/config.yaml")
+    assert config.ensemble_scheduling is not None
+    assert config.ensemble_scheduling.step[0].input_map == {"INPUT0": "x"}
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"ensemble_scheduling.step\[0\].model_name: is req"):
+        camera(ensemble_scheduling={"step": [{"model_nme": "x"}]})
+    with pytest.raises(ConfigError, match=r"step\[0\].input_map.i: .*valid string"):
+        camera(ensemble_scheduling={"step": [step("a", {"i": 3}, {"o": "x"})]})  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match=r"ensemble_scheduling\.step: .*at least 1"):
+        camera(ensemble_scheduling={"step": []})
+
+
+def test_graph_plans_only_the_steps_an_output_needs() -> None:
+    graph = EnsembleGraph(camera())
+    plan = graph.plan(["embedding"])
+    assert [s.model for s in plan.steps] == ["face_detect", "face_embed"]
+    assert plan.requested == {1: ("crop",), 2: ("embedding",)}
+    assert plan.steps[1].version == "2" and plan.steps[0].version == ""
+    assert [s.model for s in graph.plan(["objects", "embedding"]).steps] == [
+        "face_detect",
+        "face_embed",
+        "objects",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        (
+            [
+                step("a", {"i": "nowhere"}, {"o": "embedding"}),
+                step("b", {"i": "frame"}, {"o": "objects"}),
+            ],
+            r"step 1 'a' input 'i' reads ensemble tensor 'nowhere', which is neither an input",
+        ),
+        (
+            [
+                step("a", {"i": "frame"}, {"o": "embedding"}),
+                step("b", {"i": "frame"}, {"o": "embedding"}),
+            ],
+            r"step 2 'b' output 'o' writes ensemble tensor 'embedding', which step 1 'a' already",
+        ),
+        (
+            [step("a", {"i": "frame"}, {"o": "frame"})],
+            r"step 1 'a' output 'o' writes ensemble tensor 'frame', which is an input",
+        ),
+        (
+            [step("a", {"i": "frame"}, {"o": "embedding"})],
+            r"output 'objects' of the ensemble is made by no step",
+        ),
+        (
+            [
+                step("a", {"i": "frame", "j": "t2"}, {"o": "t1", "p": "embedding"}),
+                step("b", {"i": "t1"}, {"o": "t2"}),
+                step("c", {"i": "frame"}, {"o": "objects"}),
+            ],
+            r"cycle .*step 1 'a', step 2 'b' each wait",
+        ),
+        ([step("a", {}, {"o": "embedding"})], r"step 1 'a' has an empty input_map"),
+        ([step("a", {"i": "frame"}, {})], r"step 1 'a' has an empty output_map"),
+    ],
+)
+def test_dag_errors_name_the_step(steps: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        EnsembleGraph(camera(ensemble_scheduling={"step": steps}))
+
+
+def test_an_ensemble_needs_steps() -> None:
+    with pytest.raises(ConfigError, match="needs ensemble_scheduling"):
+        EnsembleGraph(camera(ensemble_scheduling=None))
+
+
+def test_failure_keeps_the_code_and_names_the_context() -> None:
+    error = failure("model 'e': step 2 'b'", ModelNotReadyError("model 'b' is LOADING"))
+    assert isinstance(error, ModelNotReadyError)
+    assert error.message == "model 'e': step 2 'b' failed: model 'b' is LOADING"
+    assert str(error) == error.message
+    other = failure("model 'e': step 1 'a'", ValueError("boom"))
+    assert isinstance(other, ModelExecutionError) and other.message.endswith("failed: boom")
+
+
+class ScriptedCaller:
+    """Hands out a future per submitted step request; the test answers them."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[InferenceRequest, Future[InferenceResponse]]] = []
+
+    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
+        future: Future[InferenceResponse] = Future()
+        self.submitted.append((request, future))
+        return future
+
+    def infer(self, request: InferenceRequest, timeout: float | None = None) -> InferenceResponse:
+        raise AssertionError("an ensemble submits its steps")
+
+    def wait_for(self, count: int) -> list[str]:
+        deadline = time.monotonic() + 10
+        while len(self.submitted) < count:
+            assert time.monotonic() < deadline, f"only {len(self.submitted)} steps submitted"
+            time.sleep(0.001)
+        return [r.model_name for r, _ in self.submitted]
+
+    def answer(self, index: int, output: str, value: float) -> None:
+        request, future = self.submitted[index]
+        data = np.full((1, 4), value, dtype=np.float32)
+        future.set_result(
+            InferenceResponse(request.model_name, "1", [Tensor(output, "FP32", data.shape, data)])
+        )
+
+
+def test_independent_steps_are_submitted_together() -> None:
+    caller = ScriptedCaller()
+    ensemble = EnsembleBackend(Path("."), camera(), InstanceSpec(caller=caller))
+    frame = np.zeros((1, 3, 64, 64), dtype=np.float32)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(ensemble.execute, {"frame": frame}, ["embedding", "objects"])
+        # both steps that read only the frame start before either answers
+        assert caller.wait_for(2) == ["face_detect", "objects"]
+        face_request = caller.submitted[0][0]
+        assert [t.name for t in face_request.inputs] == ["image"]
+        assert face_request.inputs[0].data is frame  # passed on, not copied
+        assert [o.name for o in face_request.outputs] == ["crop"]
+        caller.answer(0, "crop", 1.0)
+        assert caller.wait_for(3)[2] == "face_embed"
+        assert caller.submitted[2][0].model_version == "2"
+        caller.answer(2, "embedding", 2.0)
+        caller.answer(1, "logits", 3.0)
+        out = running.result(10)
+    assert out["embedding"][0, 0] == 2.0 and out["objects"][0, 0] == 3.0
+
+
+def test_a_failing_step_cancels_the_rest() -> None:
+    caller = ScriptedCaller()
+    ensemble = EnsembleBackend(Path("."), camera(), InstanceSpec(caller=caller))
+    frame = np.zeros((1, 3, 64, 64), dtype=np.float32)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(ensemble.execute, {"frame": frame}, ["embedding", "objects"])
+        caller.wait_for(2)
+        caller.submitted[0][1].set_exception(InvalidInputError("input 'image' is too small"))
+        with pytest.raises(
+            InvalidInputError,
+            match="model 'camera': step 1 'face_detect' failed: input 'image' is too small",
+        ):
+            running.result(10)
+    assert caller.submitted[1][1].cancelled()

@@ -1,0 +1,82 @@
+"""/metrics families read from a real engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from inferplex.core.engine import InferenceEngine
+from inferplex.metrics.collector import Collector
+from inferplex.metrics.exposition import render
+from inferplex.metrics.sampler import Sampler
+from tests.unit.metrics.conftest import add_sub
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(collector: Collector) -> Samples:
+    text = render(collector.collect()).decode()
+    # the parser names counter samples <name>_total; ours have no suffix, like Triton's
+    return {
+        (family.name if family.type == "counter" else s.name, tuple(sorted(s.labels.items()))): (
+            s.value
+        )
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def labels(**extra: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"model": "add_sub", "version": "1", **extra}.items()))
+
+
+async def test_histograms_gauges_and_counters_follow_requests(engine: InferenceEngine) -> None:
+    sampler = Sampler(engine)
+    collector = Collector(engine, sampler)
+    await asyncio.gather(*(engine.infer(add_sub(rows)) for rows in (1, 2, 3)))
+    sampler.sample()
+    samples = scrape(collector)
+    assert samples[("nv_inference_request_success", labels())] == 3
+    assert samples[("nv_inference_count", labels())] == 6
+    assert samples[("inferplex_request_duration_seconds_count", labels())] == 3
+    assert samples[("inferplex_queue_duration_seconds_count", labels())] == 3
+    executions = samples[("nv_inference_exec_count", labels())]
+    assert samples[("inferplex_compute_infer_duration_seconds_count", labels())] == executions
+    assert samples[("inferplex_batch_size_count", labels())] == executions
+    assert samples[("inferplex_batch_size_sum", labels())] == 6
+    assert samples[("inferplex_batch_size_bucket", labels(le="+Inf"))] == executions
+    assert samples[("nv_inference_pending_request_count", labels())] == 0
+    assert samples[("inferplex_model_inflight_requests", labels())] == 0
+    assert samples[("inferplex_model_instances", labels())] >= 1
+    assert samples[("inferplex_model_busy_seconds", labels())] > 0
+    assert 0 < samples[("inferplex_model_busy_ratio", labels())] <= 1
+    assert samples[("inferplex_model_ready", labels())] == 1
+    assert samples[("inferplex_model_ready", (("model", "broken"), ("version", "")))] == 0
+    state = (("model", "broken"), ("state", "UNAVAILABLE"))
+    assert samples[("inferplex_model_state", state)] == 1
+    assert samples[("inferplex_process_cpu_seconds", ())] > 0
+    assert samples[("inferplex_process_resident_memory_bytes", ())] > 10**6
+    assert 0 <= samples[("inferplex_process_cpu_utilization", ())] <= 1
+    assert samples[("inferplex_inflight_requests", ())] == 0
+    assert samples[("nv_cpu_memory_total_bytes", ())] >= samples[("nv_cpu_memory_used_bytes", ())]
+    collector.close()
+
+
+async def test_in_flight_requests_and_queue_are_read_at_scrape_time(
+    engine: InferenceEngine,
+) -> None:
+    collector = Collector(engine)
+    pending = [asyncio.ensure_future(engine.infer(add_sub())) for _ in range(4)]
+    await asyncio.sleep(0)  # every request is accepted; none has been answered yet
+    samples = scrape(collector)
+    assert samples[("inferplex_inflight_requests", ())] == 4
+    assert samples[("inferplex_model_inflight_requests", labels())] == 4
+    await asyncio.gather(*pending)
+    assert scrape(collector)[("inferplex_inflight_requests", ())] == 0
+
+
+async def test_no_gpu_families_without_nvml(engine: InferenceEngine) -> None:
+    collector = Collector(engine)
+    names = {family.name for family in collector.collect()}
+    assert ("nv_gpu_utilization" in names) == collector.gpus.available

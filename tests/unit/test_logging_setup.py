@@ -1,0 +1,60 @@
+"""Log formats and levels (logging_setup.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from inferplex.logging_setup import configure_logging
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    ours = logging.getLogger("inferplex").level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    logging.getLogger("inferplex").setLevel(ours)
+
+
+def test_json_lines_carry_the_extra_fields() -> None:
+    stream = io.StringIO()
+    configure_logging("info", "json", stream)
+    log = logging.getLogger("inferplex.test")
+    log.info("model '%s' READY", "m", extra={"model": "m", "state": "READY", "versions": [1]})
+    log.debug("not shown at info")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert len(lines) == 2
+    first = lines[0]
+    assert first["message"] == "model 'm' READY" and first["level"] == "INFO"
+    assert (first["model"], first["state"], first["versions"]) == ("m", "READY", [1])
+    assert first["logger"] == "inferplex.test" and first["time"].endswith("+00:00")
+    assert "ValueError: boom" in lines[1]["exception"]
+
+
+def test_plain_lines_and_levels() -> None:
+    stream = io.StringIO()
+    configure_logging("warning", "plain", stream)
+    logging.getLogger("inferplex.x").info("hidden")
+    logging.getLogger("inferplex.x").warning("shown %d", 1)
+    logging.getLogger("some.library").info("libraries stay quiet below WARNING")
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith("WARNING inferplex.x: shown 1")
+
+
+def test_a_bad_level_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="log level must be one of debug, info"):
+        configure_logging("loud")
