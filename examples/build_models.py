@@ -46,6 +46,77 @@ def build(out: Path) -> None:
     path = modelgen.small_cnn(out)
     _configure(path, "pbtxt", max_batch_size=8)
 
+    build_camera_pipeline(out)
+
+
+#: The camera-frame pipeline's stand-in models: (builder, keyword arguments). Fixed random
+#: weights; each costs a few ms per 128x128 frame on one core.
+CAMERA_MODELS = {
+    # finds the face and hands a 64x64 crop of it on
+    "face_detect": (modelgen.crop_net, {"image_size": 128, "crop_size": 64, "widths": (24, 24)}),
+    "face_embed": (modelgen.small_cnn, {"image_size": 64, "widths": (48, 96, 160)}),
+    "object_classify": (modelgen.small_cnn, {"image_size": 128, "widths": (16, 32, 64)}),
+    "behaviour_classify": (modelgen.small_cnn, {"image_size": 128, "widths": (12, 24, 48)}),
+}
+
+#: frame -> face_detect -> face_embed, while object_classify and behaviour_classify read the
+#: same frame: three branches that run at the same time.
+CAMERA_STEPS = (
+    ("face_detect", {"image": "frame"}, {"crop": "face"}),
+    ("face_embed", {"image": "face"}, {"logits": "face_embedding"}),
+    ("object_classify", {"image": "frame"}, {"logits": "objects"}),
+    ("behaviour_classify", {"image": "frame"}, {"logits": "behaviour"}),
+)
+
+
+def build_camera_pipeline(out: Path, name: str = "camera_pipeline") -> None:
+    """The four stand-in models and the ensemble that runs them on one camera frame."""
+    for seed, (model, (builder, options)) in enumerate(CAMERA_MODELS.items(), start=1):
+        path = builder(out, model, seed=seed, **options)
+        config = modelgen.model_config(
+            path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
+        )
+        # one core per model: the branches of a frame run side by side on different cores
+        # instead of each spreading over every core and waiting for the others
+        config["parameters"] = [{"key": "intra_op_thread_count", "value": {"string_value": "1"}}]
+        modelgen.write_config(path.parent.parent, config, "pbtxt")
+        _report(path, "config.pbtxt")
+    write_ensemble(out, name, CAMERA_STEPS)
+
+
+def write_ensemble(
+    out: Path,
+    name: str,
+    steps: tuple[tuple[str, dict[str, str], dict[str, str]], ...],
+    frame_size: int = 128,
+) -> None:
+    """An ensemble config over ``steps`` (model, input_map, output_map) with input ``frame``
+    and, as outputs, every tensor the steps make that no step reads; and its empty version
+    folder (an ensemble has no model file)."""
+    read = {tensor for _, inputs, _ in steps for tensor in inputs.values()}
+    outputs = [t for _, _, made in steps for t in made.values() if t not in read]
+    config = {
+        "name": name,
+        "platform": "ensemble",
+        "max_batch_size": 8,
+        "input": [{"name": "frame", "data_type": "TYPE_FP32", "dims": [3, frame_size, frame_size]}],
+        "output": [{"name": t, "data_type": "TYPE_FP32", "dims": [10]} for t in outputs],
+        "ensemble_scheduling": {
+            "step": [
+                {
+                    "model_name": model,
+                    "model_version": -1,
+                    "input_map": [{"key": k, "value": v} for k, v in inputs.items()],
+                    "output_map": [{"key": k, "value": v} for k, v in made.items()],
+                }
+                for model, inputs, made in steps
+            ]
+        },
+    }
+    (out / name / "1").mkdir(parents=True, exist_ok=True)
+    modelgen.write_config(out / name, config, "pbtxt")
+    print(f"{name:18} config.pbtxt (ensemble of {', '.join(s[0] for s in steps)})")
+
 
 #: the example Python model: raw PGM images in, digits_mlp called in-process, JSON out
 DIGITS_READER_CONFIG = {

@@ -2,7 +2,7 @@
 # Sets everything up on a fresh machine and runs the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh "test,examples,dev,deploy"
+scripts/bootstrap.sh "test,examples,dev,deploy,torch"
 scripts/system_packages.sh
 .venv/bin/ruff check src tests examples bench
 .venv/bin/mypy

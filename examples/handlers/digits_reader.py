@@ -10,7 +10,6 @@ one JSON document per image. The build script copies this file to
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np

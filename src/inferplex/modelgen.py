@@ -110,6 +110,21 @@ def scale(
     return _save(graph, repo, name, version)
 
 
+def reshape(repo: Path, name: str = "reshape", version: int = 1) -> Path:
+    """INPUT0 FP32 ``[-1]``, SHAPE INT64 ``[1]`` -> OUTPUT0 = INPUT0 reshaped to SHAPE.
+
+    A model that fails on demand, inside ONNX Runtime: a SHAPE that does not match INPUT0's
+    element count passes request validation and fails at execution (circuit breaker tests).
+    """
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["INPUT0", "SHAPE"], ["OUTPUT0"])],
+        name,
+        [_value("INPUT0", "FP32", ["n"]), _value("SHAPE", "INT64", [1])],
+        [_value("OUTPUT0", "FP32", ["m"])],
+    )
+    return _save(graph, repo, name, version)
+
+
 @dataclass(frozen=True)
 class TrainedModel:
     """A model file and its held-out accuracy, in scikit-learn and in ONNX Runtime."""
@@ -120,16 +135,26 @@ class TrainedModel:
 
 
 def digits_mlp(
-    repo: Path, name: str = "digits_mlp", version: int = 1, seed: int = 0
+    repo: Path,
+    name: str = "digits_mlp",
+    version: int = 1,
+    seed: int = 0,
+    epochs: int = 1000,
+    hidden: Sequence[int] = (64,),
 ) -> TrainedModel:
     """An MLP trained on scikit-learn's bundled 8x8 digits, exported to ONNX by hand.
 
     ``pixels`` FP32 ``[-1, 64]`` (raw pixel values 0..16, scaled inside the graph) ->
     ``probabilities`` FP32 ``[-1, 10]`` and ``label`` INT64 ``[-1]``. A quarter of the data is
     held out; the accuracies of both scikit-learn and the exported model on it are returned
-    and their predictions must agree, which checks the export.
+    and their predictions must agree, which checks the export. ``epochs`` bounds the training:
+    a few give a rougher model in a fraction of the time (tests that need only its shape).
+    ``hidden`` are the widths of the hidden layers (wider and deeper: costlier per row).
     """
+    import warnings
+
     from sklearn.datasets import load_digits
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.model_selection import train_test_split
     from sklearn.neural_network import MLPClassifier
 
@@ -138,8 +163,13 @@ def digits_mlp(
     x_train, x_test, y_train, y_test = train_test_split(
         features, labels, test_size=0.25, random_state=seed, stratify=labels
     )
-    classifier = MLPClassifier(hidden_layer_sizes=(64,), max_iter=1000, random_state=seed)
-    classifier.fit(x_train / _DIGITS_SCALE, y_train)
+    classifier = MLPClassifier(
+        hidden_layer_sizes=tuple(hidden), max_iter=epochs, random_state=seed
+    )
+    with warnings.catch_warnings():
+        # stopping after ``epochs`` when asked to is not worth a warning
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        classifier.fit(x_train / _DIGITS_SCALE, y_train)
     # The argmax index is the label only because the classes are exactly 0..9.
     if not np.array_equal(classifier.classes_, np.arange(10)):
         raise ValueError(f"unexpected digit classes {classifier.classes_}")
@@ -246,6 +276,64 @@ def small_cnn(
         name,
         [_value("image", "FP32", ["batch", 3, image_size, image_size])],
         [_value("logits", "FP32", ["batch", 10])],
+        initializers,
+    )
+    return _save(graph, repo, name, version)
+
+
+def crop_net(
+    repo: Path,
+    name: str = "crop_net",
+    version: int = 1,
+    image_size: int = 128,
+    crop_size: int = 64,
+    widths: Sequence[int] = (16, 16),
+    seed: int = 0,
+) -> Path:
+    """An image-to-image stand-in (e.g. a face detector that hands a face crop on) with fixed,
+    seeded random weights.
+
+    ``image`` FP32 ``[-1, 3, image_size, image_size]`` -> ``crop`` FP32
+    ``[-1, 3, crop_size, crop_size]``: per width a 3x3 Conv + Relu at full resolution, then a
+    MaxPool down to ``crop_size``, a 1x1 Conv back to 3 channels and a Sigmoid (values in
+    0..1, like an image). ``image_size`` must be a multiple of ``crop_size``.
+    """
+    if image_size % crop_size:
+        raise ValueError(f"image_size {image_size} is not a multiple of crop_size {crop_size}")
+    rng = np.random.default_rng(seed)
+    initializers: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+    current, channels = "image", 3
+    for i, width in enumerate(widths):
+        std = np.sqrt(2.0 / (channels * 9))  # He initialisation, as in small_cnn
+        initializers += [
+            _const(f"conv{i}_w", rng.standard_normal((width, channels, 3, 3)) * std),
+            _const(f"conv{i}_b", np.zeros(width)),
+        ]
+        nodes += [
+            helper.make_node(
+                "Conv", [current, f"conv{i}_w", f"conv{i}_b"], [f"conv{i}"], pads=[1, 1, 1, 1]
+            ),
+            helper.make_node("Relu", [f"conv{i}"], [f"relu{i}"]),
+        ]
+        current, channels = f"relu{i}", width
+    factor = image_size // crop_size
+    initializers += [
+        _const("out_w", rng.standard_normal((3, channels, 1, 1)) * np.sqrt(1.0 / channels)),
+        _const("out_b", np.zeros(3)),
+    ]
+    nodes += [
+        helper.make_node(
+            "MaxPool", [current], ["pooled"], kernel_shape=[factor] * 2, strides=[factor] * 2
+        ),
+        helper.make_node("Conv", ["pooled", "out_w", "out_b"], ["projected"]),
+        helper.make_node("Sigmoid", ["projected"], ["crop"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [_value("image", "FP32", ["batch", 3, image_size, image_size])],
+        [_value("crop", "FP32", ["batch", 3, crop_size, crop_size])],
         initializers,
     )
     return _save(graph, repo, name, version)

@@ -132,6 +132,8 @@ class Server:
             guards = []
             if auth.enabled or management:
                 guards.append(GrpcGuard(auth, management_elsewhere=management))
+            if self._tracing is not None:
+                guards.append(self._tracing.grpc_interceptor())
             self._grpc = GrpcFrontend(
                 self.engine,
                 config,

@@ -29,6 +29,7 @@ from inferplex.errors import (
 )
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.protocol.v2 import generated as pb
+from inferplex.shm import SharedMemoryRegistry
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -158,11 +159,12 @@ def test_repository_index_lists_broken_with_reason(client) -> None:
     assert "broken" not in ready
 
 
-def test_model_control_is_unimplemented(client) -> None:
+def test_model_control_is_refused_in_mode_none(client) -> None:
+    # the server fixture runs with the default --model-control-mode none (as Triton does)
     status, message = status_of(lambda: client.load_model("add_sub"))
-    assert status == "StatusCode.UNIMPLEMENTED" and "RepositoryModelLoad" in message
+    assert status == "StatusCode.UNAVAILABLE" and "--model-control-mode" in message
     status, _ = status_of(lambda: client.unload_model("add_sub"))
-    assert status == "StatusCode.UNIMPLEMENTED"
+    assert status == "StatusCode.UNAVAILABLE"
 
 
 def test_unknown_model_and_version_are_not_found(client) -> None:
@@ -286,6 +288,7 @@ class StubEngine:
 
     def __init__(self) -> None:
         self.fail_with: Exception | None = None
+        self.shared_memory = SharedMemoryRegistry(enabled=False)
 
     def _check(self) -> None:
         if self.fail_with is not None:

@@ -12,6 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from examples.build_models import build_camera_pipeline
 from inferplex import InferenceRequest, RequestedOutput, ServerConfig, Tensor, modelgen
 from inferplex.core.engine import InferenceEngine
 from inferplex.errors import InvalidInputError, ModelNotFoundError
@@ -84,13 +85,13 @@ cascade:
 """
 
 ROUTING = """
-backend: routing
+backend: size_routing
 max_batch_size: 8
 input: [{name: INPUT0, data_type: FP32, dims: [-1]}]
 output:
 - {name: OUTPUT0, data_type: FP32, dims: [-1]}
 - {name: answered_by, data_type: BYTES, dims: [1]}
-routing:
+size_routing:
   input_name: INPUT0
   rule:
   - {model_name: double, max_dims: [4]}
@@ -273,3 +274,28 @@ def test_a_missing_step_model_is_named(served: RunningServer, repository: Path) 
         http.infer("pipe_bad", [x])
     assert getattr(caught.value, "status", lambda: None)() == "400"
     http.close()
+
+
+async def test_the_camera_example_pipeline(tmp_path: Path) -> None:
+    """examples/: face_detect -> face_embed beside object_classify and behaviour_classify
+    answers as the four models called one after the other do."""
+    build_camera_pipeline(tmp_path)
+    engine = InferenceEngine(ServerConfig(model_repository=tmp_path))
+    await engine.start()
+    try:
+        frames = np.random.default_rng(0).random((2, 3, 128, 128), dtype=np.float32)
+        out = await infer(engine, InferenceRequest("camera_pipeline", [tensor("frame", frames)]))
+
+        async def run(model: str, data: np.ndarray) -> np.ndarray:
+            request = InferenceRequest(model, [tensor("image", data)])
+            return (await infer(engine, request)).popitem()[1]
+
+        face = await run("face_detect", frames)
+        np.testing.assert_allclose(out["face_embedding"], await run("face_embed", face), atol=1e-5)
+        np.testing.assert_allclose(out["objects"], await run("object_classify", frames), atol=1e-5)
+        behaviour = await run("behaviour_classify", frames)
+        np.testing.assert_allclose(out["behaviour"], behaviour, atol=1e-5)
+        config = engine.model_config("camera_pipeline")
+        assert config.instance_group[0].count == 8  # composite default: requests overlap
+    finally:
+        await engine.stop()

@@ -4,6 +4,7 @@ own requests, served by a real `inferplex serve` process and driven by tritoncli
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 from examples.build_models import digits_reader
-from inferplex import modelgen
+from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
+from inferplex.core.engine import InferenceEngine
 from tests.support.process import RunningServer, start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -80,10 +82,11 @@ class TritonPythonModel:
 """
 
 
-def python_model(repo: Path, name: str, code: str) -> None:
+def python_model(repo: Path, name: str, code: str, instances: int = 1) -> None:
     (repo / name / "1").mkdir(parents=True)
     (repo / name / "1" / "model.py").write_text(code)
-    (repo / name / "config.pbtxt").write_text(ADD_SUB_CONFIG.format(name=name))
+    group = f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]\n"
+    (repo / name / "config.pbtxt").write_text(ADD_SUB_CONFIG.format(name=name) + group)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +101,7 @@ def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS
     repo = tmp_path_factory.mktemp("python_repo")
     path = modelgen.add_sub(repo)
     modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
-    path = modelgen.digits_mlp(repo).path
+    path = modelgen.digits_mlp(repo, epochs=20).path  # the shape is what matters here
     modelgen.write_config(repo / "digits_mlp", modelgen.model_config(path, max_batch_size=32))
     digits_reader(repo)
     python_model(repo, "py_add_sub", NATIVE)
@@ -170,7 +173,8 @@ def test_raw_image_bytes_are_decoded_in_preprocess(
 
     features, _ = digits
     grids = features[:6].astype(np.float32)
-    images = np.array([[pgm(g, scale)] for g, scale in zip(grids, (1, 2, 4, 4, 2, 1))], object)
+    scales = (1, 2, 4, 4, 2, 1)
+    images = np.array([[pgm(g, s)] for g, s in zip(grids, scales, strict=True)], dtype=object)
     client_module = httpclient if protocol == "http" else grpcclient
     url = python_server.http_url if protocol == "http" else python_server.grpc_url
     client = client_module.InferenceServerClient(url)
@@ -211,3 +215,27 @@ def test_failures_fail_only_their_request_and_the_model_recovers(
     assert caught.value.status() in ("500", "StatusCode.INTERNAL")
     a, b, result = infer_add_sub(protocol, python_server, "py_add_sub")
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+
+
+async def test_handlers_waiting_on_calls_do_not_starve_the_models_they_call(
+    tmp_path: Path,
+) -> None:
+    """Two handler instances calling an ONNX model, one compute slot in the whole server:
+    the handlers hold no slot while they wait, so the ONNX batches get it."""
+    path = modelgen.add_sub(tmp_path)
+    modelgen.write_config(tmp_path / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    python_model(tmp_path, "py_bls", TRITON_BLS, instances=2)
+    engine = InferenceEngine(ServerConfig(model_repository=tmp_path, max_concurrent_batches=1))
+    await engine.start()
+    try:
+        a = np.ones((1, 16), np.float32)
+        request = InferenceRequest(
+            "py_bls", [Tensor("INPUT0", "FP32", a.shape, a), Tensor("INPUT1", "FP32", a.shape, a)]
+        )
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(engine.infer(request) for _ in range(12))), timeout=60
+        )
+    finally:
+        await engine.stop()
+    for answer in answers:
+        np.testing.assert_array_equal(answer.outputs[0].data, np.full((1, 16), 20.0))

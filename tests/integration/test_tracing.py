@@ -7,8 +7,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -43,7 +45,7 @@ def config(repository: Path, rate: float) -> ServerConfig:
         http_port=0,
         grpc_port=0,
         metrics_port=0,
-        enable_grpc=False,
+        enable_metrics=False,
         trace_rate=rate,
     )
 
@@ -147,3 +149,30 @@ def test_health_and_metadata_are_not_traced(traced: tuple[Server, InMemorySpanEx
     exporter.clear()
     assert requests.get(f"http://127.0.0.1:{server.http_port}/v2", timeout=10).ok
     assert exporter.get_finished_spans() == ()
+
+
+def test_grpc_model_infer_gets_the_same_spans(traced: tuple[Server, InMemorySpanExporter]) -> None:
+    server, exporter = traced
+    trace_id = "5bf92f3577b34da6a3ce929d0e0e4737"
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
+    client.infer(
+        "add_sub",
+        inputs,
+        request_id="g-1",
+        headers={"traceparent": f"00-{trace_id}-{PARENT_ID}-01"},
+    )
+    client.get_server_metadata()  # not traced
+    client.close()
+    spans = spans_of(exporter, int(trace_id, 16), 5)
+    by_name = {span.name: span for span in spans}
+    assert set(by_name) == {"ModelInfer", "receive", "queue", "execute", "response"}
+    root = by_name["ModelInfer"]
+    assert root.kind is SpanKind.SERVER
+    assert root.parent is not None and root.parent.span_id == int(PARENT_ID, 16)
+    assert root.attributes is not None
+    assert root.attributes["inferplex.request_id"] == "g-1"
+    assert root.attributes["inferplex.model.name"] == "add_sub"
+    assert root.attributes["rpc.system"] == "grpc"

@@ -16,7 +16,7 @@ __all__ = ["Backend", "InstanceSpec", "available_backends", "backend_for", "back
 
 
 def available_backends() -> list[type[Backend]]:
-    from inferplex.backends.cascade import CascadeBackend, RoutingBackend
+    from inferplex.backends.cascade import CascadeBackend, SizeRoutingBackend
     from inferplex.backends.ensemble import EnsembleBackend
     from inferplex.backends.onnxruntime import OnnxRuntimeBackend
     from inferplex.backends.python import PythonBackend
@@ -24,7 +24,7 @@ def available_backends() -> list[type[Backend]]:
     from inferplex.backends.remote import RemoteBackend
 
     found: list[type[Backend]] = [OnnxRuntimeBackend, PyTorchBackend, PythonBackend]
-    found += [EnsembleBackend, CascadeBackend, RoutingBackend, RemoteBackend]
+    found += [EnsembleBackend, CascadeBackend, SizeRoutingBackend, RemoteBackend]
     for entry in entry_points(group="inferplex.backends"):
         found.append(entry.load())
     return found

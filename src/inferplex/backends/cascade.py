@@ -8,7 +8,7 @@ which model answered it.
 - ``backend: "cascade"`` with a ``cascade`` section: the light model runs on the whole batch;
   rows whose confidence (largest softmax probability of ``confidence_output``) is below
   ``threshold`` are sent, together, to the heavy model, whose rows replace the light ones.
-- ``backend: "routing"`` with a ``routing`` section: the batch goes to the model of the first
+- ``backend: "size_routing"`` with a ``routing`` section: the batch goes to the model of the first
   rule whose ``max_dims`` the size of input ``input_name`` fits (a batch holds one input size).
 """
 
@@ -154,32 +154,32 @@ def confidence(scores: np.ndarray, mode: str) -> np.ndarray:
     return 1.0 / np.exp(shifted).sum(axis=1)
 
 
-class RoutingBackend(_Composite):
+class SizeRoutingBackend(_Composite):
     """The batch goes to the model of the first rule its input size fits."""
 
-    names = ("routing",)
+    names = ("size_routing",)
 
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
-        routing = config.routing
+        routing = config.size_routing
         if routing is None:
             raise ConfigError(
-                f"model '{config.name}': backend 'routing' needs a routing section "
+                f"model '{config.name}': backend 'size_routing' needs a size_routing section "
                 "(input_name, rule [ { model_name, max_dims } ])"
             )
-        declared = next((t for t in config.input if t.name == routing.input_name), None)
+        declared = next((t for t in config.input if t.name == size_routing.input_name), None)
         if declared is None:
             names = ", ".join(f"'{t.name}'" for t in config.input) or "none"
             raise ConfigError(
-                f"model '{config.name}': routing.input_name '{routing.input_name}' is not an "
+                f"model '{config.name}': size_routing.input_name '{size_routing.input_name}' is not an "
                 f"input of the model (its inputs: {names})"
             )
         dims = declared.reshape if declared.reshape is not None else declared.dims
         for index, rule in enumerate(routing.rule):
             if rule.max_dims and len(rule.max_dims) != len(dims):
                 raise ConfigError(
-                    f"model '{config.name}': routing.rule[{index}].max_dims "
+                    f"model '{config.name}': size_routing.rule[{index}].max_dims "
                     f"{list(rule.max_dims)} has {len(rule.max_dims)} dims but input "
-                    f"'{routing.input_name}' has {len(dims)} ({list(dims)}"
+                    f"'{size_routing.input_name}' has {len(dims)} ({list(dims)}"
                     f"{', without the batch dimension' if config.batched else ''})"
                 )
         super().__init__(config, instance, routing.answered_by_output)
@@ -187,13 +187,13 @@ class RoutingBackend(_Composite):
 
     def execute(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         routing = self._routing
-        shape = inputs[routing.input_name].shape
+        shape = inputs[size_routing.input_name].shape
         size = shape[1:] if self._batched else shape
         rule = next((r for r in routing.rule if r.accepts(size)), None)
         if rule is None:
             limits = "; ".join(str(list(r.max_dims)) for r in routing.rule)
             raise InvalidInputError(
-                f"model '{self._name}': input '{routing.input_name}' of size {list(size)} fits no "
+                f"model '{self._name}': input '{size_routing.input_name}' of size {list(size)} fits no "
                 f"routing rule (max_dims: {limits})"
             )
         answered_by = self._answered_by

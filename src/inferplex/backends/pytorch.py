@@ -122,8 +122,8 @@ class PyTorchBackend(Backend):
             index = self._results[name]
             if index >= len(values):
                 raise ModelExecutionError(
-                    f"model '{self._name}' returned {len(values)} output(s); output '{name}' "
-                    f"is number {index} of them"
+                    f"model '{self._name}' returned {len(values)} output(s), but output "
+                    f"'{name}' is the one at index {index}"
                 )
             value = values[index]
         if not isinstance(value, self._torch.Tensor):

@@ -222,6 +222,8 @@ def _bench(flags: dict[str, Any]) -> int:
         together=flags["together"],
     )
     if flags["record_metrics"]:
+        if not (flags["metrics_url"] or flags["model_repository"]):
+            raise BenchError("--record-metrics needs --metrics-url HOST:PORT (the metrics port)")
         flags["record_metrics"].write_text("")
     if flags["gate_version"]:
         return uvloop.run(_gate(options, flags))

@@ -7,7 +7,8 @@ times each, with the same workload (addressed by version:
 ``/v2/models/{m}/versions/{v}/infer``), and each case keeps its best round (highest
 throughput): on a shared machine the least disturbed round is the fairest figure, and
 alternating exposes both versions to the same drift. The comparison is
-:func:`~inferplex.benchtool.compare.compare` with the serving version as the baseline. Promotion is Triton's repository load with a configuration override whose
+:func:`~inferplex.benchtool.compare.compare` with the serving version as the baseline.
+Promotion is Triton's repository load with a configuration override whose
 ``version_policy`` serves the candidate only. A server without the repository load API gets
 the promotion printed instead of done.
 """

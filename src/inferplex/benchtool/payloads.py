@@ -63,7 +63,8 @@ def plan_inputs(
     batch_size: int,
     shapes: Mapping[str, tuple[int, ...]],
 ) -> list[TensorPlan]:
-    """The inputs to send, from the metadata, the batch size and the ``--shape`` overrides."""
+    """The inputs to send, from the metadata, the batch size and the ``--shape`` overrides
+    (shapes of inputs the model does not have are for other models of the run)."""
     model = metadata.get("name", "?")
     if max_batch_size > 0 and not 1 <= batch_size <= max_batch_size:
         raise BenchError(
@@ -71,13 +72,6 @@ def plan_inputs(
         )
     if max_batch_size == 0 and batch_size != 1:
         raise BenchError(f"--batch-size: model {model} does not batch (max_batch_size 0)")
-    known = {t["name"] for t in metadata.get("inputs", [])}
-    unknown = sorted(set(shapes) - known)
-    if unknown:
-        raise BenchError(
-            f"--shape: model {model} has no input {', '.join(unknown)} "
-            f"(its inputs: {', '.join(sorted(known))})"
-        )
     plans = []
     for tensor in metadata.get("inputs", []):
         name, datatype = tensor["name"], tensor["datatype"]

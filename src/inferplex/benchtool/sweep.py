@@ -108,7 +108,7 @@ def split_address(url: str) -> tuple[str, int]:
 class _Prepared:
     model: str
     client: InferClient
-    outputs: list[dict[str, Any]]
+    inputs: list[str]
 
 
 async def run(
@@ -138,6 +138,13 @@ async def run(
             except BenchError as exc:
                 compat.model(model, False, str(exc))
                 say(f"{model}: FAILED: {exc}")
+        known = {name for p in prepared for name in p.inputs}
+        unknown = sorted(set(options.shapes) - known)
+        if prepared and unknown:
+            raise BenchError(
+                f"--shape: no model of the run has an input {', '.join(unknown)} "
+                f"(inputs: {', '.join(sorted(known))})"
+            )
         groups = [prepared] if options.together else [[p] for p in prepared]
         levels = options.levels()
         progress = progress or Progress(0, enabled=False)
@@ -198,7 +205,7 @@ async def _prepare(
     for kind in kinds:
         compat.datatype(kind, True)
     compat.model(model, True)
-    return _Prepared(model, client, metadata.get("outputs", []))
+    return _Prepared(model, client, [p.name for p in plans])
 
 
 async def _measure(

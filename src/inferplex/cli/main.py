@@ -83,6 +83,12 @@ def main() -> None:
 @click.option("--max-tensor-elements", type=int, help="Most elements of one input tensor.")
 @click.option("--max-string-bytes", type=int, help="Longest BYTES element accepted.")
 @click.option(
+    "--allow-shared-memory",
+    is_flag=True,
+    default=None,
+    help="Let clients register system shared-memory regions (off by default).",
+)
+@click.option(
     "--model-control-mode",
     type=click.Choice(["none", "poll", "explicit"]),
     help="none (load all, no load/unload API), poll (also rescan the repository), explicit.",

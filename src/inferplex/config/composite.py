@@ -1,8 +1,8 @@
 """Config sections of composite models: models that answer by calling other served models.
 
 ``ensemble_scheduling`` is Triton's (``platform: "ensemble"``): steps that form a DAG through
-the ensemble's tensor names. ``cascade`` and ``routing`` are inferplex's own (backends
-``cascade`` and ``routing``): a light model that answers when it is confident enough, and a
+the ensemble's tensor names. ``cascade`` and ``size_routing`` are inferplex's own
+(backends ``cascade`` and ``size_routing``): a light model that answers when it is confident enough, and a
 choice of model by the size of an input. What only the whole config can check (tensor names,
 the DAG) is checked by the backends when the model loads.
 """
@@ -71,7 +71,7 @@ class Cascade(_Section):
     )
 
 
-class RoutingRule(_Section):
+class SizeRule(_Section):
     """Requests whose routed input fits ``max_dims`` (per dim, -1: any size) go to the rule's
     model; a rule without ``max_dims`` takes every request that reaches it."""
 
@@ -85,19 +85,19 @@ class RoutingRule(_Section):
         )
 
 
-class Routing(_Section):
+class SizeRouting(_Section):
     """Send each request to the first rule whose ``max_dims`` the size of input
     ``input_name`` fits (dims without the batch dimension when the model batches)."""
 
     input_name: str = Field(min_length=1)
-    rule: tuple[RoutingRule, ...] = Field(min_length=1)
+    rule: tuple[SizeRule, ...] = Field(min_length=1)
     answered_by_output: str = Field(
         default="answered_by",
         description="BYTES output naming the model that answered each row, if declared",
     )
 
     @model_validator(mode="after")
-    def _check_rules(self) -> Routing:
+    def _check_rules(self) -> SizeRouting:
         for index, rule in enumerate(self.rule[:-1]):
             if not rule.max_dims:
                 raise ValueError(

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from inferplex.config.composite import Cascade, EnsembleScheduling, Routing
+from inferplex.config.composite import Cascade, EnsembleScheduling, SizeRouting
 from inferplex.config.optimization import Optimization
 from inferplex.core.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
 
@@ -208,7 +208,7 @@ class ModelConfig(_Frozen):
     response_cache: ResponseCache = ResponseCache()
     ensemble_scheduling: EnsembleScheduling | None = None
     cascade: Cascade | None = None
-    routing: Routing | None = None
+    size_routing: SizeRouting | None = None
     parameters: dict[str, str] = Field(default_factory=dict)
     default_model_filename: str = ""
     model_warmup: tuple[ModelWarmup, ...] = ()
@@ -275,9 +275,9 @@ class ModelConfig(_Frozen):
             out["scheduling"] = self.scheduling.model_dump(exclude_none=True)
         if self.ensemble_scheduling is not None:
             out["ensemble_scheduling"] = self.ensemble_scheduling.to_triton_dict()
-        for section in (self.cascade, self.routing):
+        for key, section in (("cascade", self.cascade), ("size_routing", self.size_routing)):
             if section is not None:
-                out[type(section).__name__.lower()] = section.model_dump()
+                out[key] = section.model_dump()
         if self.optimization is not None:
             out["optimization"] = self.optimization.to_triton_dict()
         return out

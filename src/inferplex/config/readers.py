@@ -55,7 +55,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from inferplex.config.composite import Cascade, EnsembleStep, Routing, RoutingRule
+from inferplex.config.composite import Cascade, EnsembleStep, SizeRouting, SizeRule
 from inferplex.config.model_config import (
     DynamicBatching,
     InstanceGroup,
@@ -104,7 +104,8 @@ _OPT_NOT_YET = frozenset(
 # ModelConfig fields that need reading rather than passing on
 _MODEL_MESSAGES = frozenset(
     {"name", "input", "output", "instance_group", "version_policy", "dynamic_batching"}
-    | {"parameters", "scheduling", "response_cache", "ensemble_scheduling", "cascade", "routing"}
+    | {"parameters", "scheduling", "response_cache", "ensemble_scheduling", "cascade"}
+    | {"size_routing"}
     | {"model_warmup", "optimization"}
 )
 _WARMUP_FIELDS = frozenset({"name", "batch_size", "inputs", "count"})
@@ -113,8 +114,8 @@ _WARMUP_INPUT_FIELDS = frozenset(
 )
 _STEP_FIELDS = frozenset(EnsembleStep.model_fields)
 _CASCADE_FIELDS = frozenset(Cascade.model_fields)
-_ROUTING_FIELDS = frozenset(Routing.model_fields)
-_RULE_FIELDS = frozenset(RoutingRule.model_fields)
+_SIZE_ROUTING_FIELDS = frozenset(SizeRouting.model_fields)
+_RULE_FIELDS = frozenset(SizeRule.model_fields)
 _SEQUENCE_BATCHING = "sequence_batching (not supported yet)"
 
 
@@ -228,8 +229,8 @@ class _Reader:
             out["dynamic_batching"] = self.dynamic_batching(f["dynamic_batching"])
         if "ensemble_scheduling" in f:
             out["ensemble_scheduling"] = self.ensemble_scheduling(f["ensemble_scheduling"])
-        if "routing" in f:
-            out["routing"] = self.routing(f["routing"])
+        if "size_routing" in f:
+            out["size_routing"] = self.size_routing(f["size_routing"])
         for section, known in (
             ("scheduling", _SCHEDULING_FIELDS),
             ("response_cache", _CACHE_FIELDS),
@@ -337,13 +338,13 @@ class _Reader:
             steps.append(out)
         return {"step": steps}
 
-    def routing(self, raw: Any) -> dict[str, Any]:
-        f = self.fields(raw, "routing", _ROUTING_FIELDS, _NONE) or {}
+    def size_routing(self, raw: Any) -> dict[str, Any]:
+        f = self.fields(raw, "size_routing", _SIZE_ROUTING_FIELDS, _NONE) or {}
         out = _plain(f, ("rule",))
         if "rule" in f:
             rules = []
             for i, rule in enumerate(_as_list(f["rule"])):
-                g = self.fields(rule, f"routing.rule[{i}]", _RULE_FIELDS, _NONE) or {}
+                g = self.fields(rule, f"size_routing.rule[{i}]", _RULE_FIELDS, _NONE) or {}
                 rules.append(_plain(g, ("max_dims",)))
                 if "max_dims" in g:
                     rules[-1]["max_dims"] = _as_list(g["max_dims"])

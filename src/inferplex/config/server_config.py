@@ -107,6 +107,12 @@ class ServerConfig(BaseSettings):
     max_string_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1, description="longest BYTES element accepted"
     )
+    allow_shared_memory: bool = Field(
+        default=False,
+        description="let clients register system shared-memory regions and pass tensors "
+        "through them (docs/shared_memory.md); off by default: a region lets a client make the "
+        "server read and write that memory",
+    )
     # -- model lifecycle (docs/lifecycle.md) ------------------------------------------------
     model_control_mode: Literal["none", "poll", "explicit"] = Field(
         default="none",

@@ -25,10 +25,11 @@ from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.repository.s3 import S3Repository
 from inferplex.resilience.guard import GuardDefaults, ModelGuards
 from inferplex.routing.table import RouteTable
+from inferplex.shm import SharedMemoryRegistry
 from inferplex.version import __version__
 
 #: Protocol extensions implemented in full (perf_analyzer polls statistics when listed).
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics")
+EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics", "system_shared_memory")
 
 
 class InferenceEngine:
@@ -56,6 +57,8 @@ class InferenceEngine:
         self._routes_reload: asyncio.Task[bool] | None = None
         self._started = False
         self._stopping = False
+        #: regions clients registered (frontends register them; codecs read and write them)
+        self.shared_memory = SharedMemoryRegistry(config.allow_shared_memory)
 
     async def start(self, *, ready: bool = True) -> None:
         """Load the repository. Models that fail are reported in the index, not raised.
@@ -91,6 +94,7 @@ class InferenceEngine:
             self._routes_reload.cancel()
         await self.routes.close()
         await self.lifecycle.stop(drain_timeout)
+        self.shared_memory.close()
 
     # -- health and metadata ----------------------------------------------------------------
     def live(self) -> bool:
@@ -150,6 +154,12 @@ class InferenceEngine:
         return self.registry.config(name)
 
     def model_statistics(self, name: str = "", version: str = "") -> list[dict[str, Any]]:
+        route = self.routes.get(name) if name else None
+        if route is not None:  # the statistics of the models behind the route
+            route.primary(version)  # a route has no versions
+            known = {e.name for e in self.registry.entries()}
+            models = dict.fromkeys(t.model for t in route.members if t.model in known)
+            return [s for model in models for s in self.model_statistics(model)]
         if name:
             served = (
                 [self.registry.route(name, version)]

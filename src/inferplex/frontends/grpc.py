@@ -21,6 +21,7 @@ from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
 from inferplex.protocol.v2.errors import GRPC_STATUS
 from inferplex.security.limits import RequestLimits
+from inferplex.shm import CUDA_UNSUPPORTED
 
 if TYPE_CHECKING:
     from inferplex.config.server_config import ServerConfig
@@ -101,6 +102,12 @@ class GrpcFrontend:
             "RepositoryIndex": self._repository_index,
             "RepositoryModelLoad": self._model_load,
             "RepositoryModelUnload": self._model_unload,
+            "SystemSharedMemoryStatus": self._shm_status,
+            "SystemSharedMemoryRegister": self._shm_register,
+            "SystemSharedMemoryUnregister": self._shm_unregister,
+            "CudaSharedMemoryStatus": self._cuda_shm,
+            "CudaSharedMemoryRegister": self._cuda_shm,
+            "CudaSharedMemoryUnregister": self._cuda_shm,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {}
         # Message classes come from the service descriptor, so they cannot drift from it.
@@ -142,10 +149,28 @@ class GrpcFrontend:
         )
 
     async def _model_infer(self, request: bytes) -> bytes:
-        decoded = codec.decode_infer_request_bytes(request)
+        shm = self.engine.shared_memory
+        decoded = codec.decode_infer_request_bytes(request, shm)
         self._limits.check(decoded)
         response = await self.engine.infer(decoded)
-        return codec.encode_infer_response_bytes(response)
+        return codec.encode_infer_response_bytes(response, decoded, shm)
+
+    # -- system shared memory (docs/shared_memory.md) ----------------------------------------
+    async def _shm_status(self, request: Any) -> Any:
+        return codec.encode_shm_status(self.engine.shared_memory.status(request.name))
+
+    async def _shm_register(self, request: Any) -> Any:
+        self.engine.shared_memory.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def _shm_unregister(self, request: Any) -> Any:
+        self.engine.shared_memory.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def _cuda_shm(self, request: Any) -> Any:
+        raise UnsupportedError(CUDA_UNSUPPORTED)
 
     async def _model_config(self, request: Any) -> Any:
         config = self.engine.model_config(request.name, request.version)

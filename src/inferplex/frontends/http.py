@@ -21,6 +21,10 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     POST /v2/repository/models/{m}/default_version  {"version": "2"}: unversioned requests
     GET  /v2/repository/memory                   memory budget and model footprints
     GET  /v2/routes | /v2/routes/{r}/stats       routes of routing.yaml, their statistics
+    POST /v2/systemsharedmemory/region/{r}/register  {"key", "offset", "byte_size"}
+    POST /v2/systemsharedmemory[/region/{r}]/unregister  one region, or all
+    GET  /v2/systemsharedmemory[/region/{r}]/status      one region, or all
+    *    /v2/cudasharedmemory/...                   501: not supported (docs/shared_memory.md)
 
 Every error body is ``{"error": "<message>"}``; the status of an :class:`InferplexError`
 comes from the one table in ``protocol/v2/errors.py``.
@@ -49,6 +53,7 @@ from inferplex.protocol.v2.rest import (
     parse_header_length,
 )
 from inferplex.security.limits import RequestLimits
+from inferplex.shm import CUDA_UNSUPPORTED
 
 __all__ = ["HttpApp", "create_http_app"]
 
@@ -195,10 +200,11 @@ class HttpApp:
         self, model: str, version: str, body: bytes, header_length: bytes | None
     ) -> Reply:
         length = None if header_length is None else parse_header_length(header_length)
-        request = decode_infer_request(body, length, model, version)
+        shm = self._engine.shared_memory
+        request = decode_infer_request(body, length, model, version, shm)
         self._limits.check(request)
         response = await self._engine.infer(request)
-        payload, json_length = encode_infer_response(response, request)
+        payload, json_length = encode_infer_response(response, request, shm)
         if json_length is None:
             return 200, payload, _JSON
         return (
@@ -276,11 +282,35 @@ class HttpApp:
     async def _repository_memory(self, *_: Any) -> Reply:
         return _json(self._engine.memory())
 
-    async def _routes(self, *_: Any) -> Reply:
+    async def _route_listing(self, *_: Any) -> Reply:
         return _json(self._engine.route_listing())
 
     async def _route_stats(self, route: str, *_: Any) -> Reply:
         return _json(self._engine.route_statistics(route))
+
+    # -- system shared memory (docs/shared_memory.md): the region name comes as ``model`` --
+    async def _shm_register(self, region: str, _version: str, body: bytes, *_: Any) -> Reply:
+        options = _json_object(body, "register")
+        unknown = set(options) - {"key", "offset", "byte_size"}
+        if unknown or type(options.get("key")) is not str or "byte_size" not in options:
+            raise InvalidInputError(
+                'the register request must be {"key": "/object", "offset": 0, "byte_size": N}'
+                f" (offset optional), got {sorted(options)}"
+            )
+        self._engine.shared_memory.register(
+            region, options["key"], options.get("offset", 0), options["byte_size"]
+        )
+        return _EMPTY_OK
+
+    async def _shm_unregister(self, region: str, *_: Any) -> Reply:
+        self._engine.shared_memory.unregister(region)
+        return _EMPTY_OK
+
+    async def _shm_status(self, region: str, *_: Any) -> Reply:
+        return _json(self._engine.shared_memory.status(region))
+
+    async def _cuda_shm(self, *_: Any) -> Reply:
+        raise UnsupportedError(CUDA_UNSUPPORTED)
 
 
 Handler = Callable[[HttpApp, str, str, bytes, bytes | None], Awaitable[Reply]]
@@ -305,7 +335,25 @@ _FIXED: dict[tuple[str, ...], tuple[str, Handler]] = {
     ("models", "stats"): ("GET", HttpApp._model_stats),
     ("repository", "index"): ("POST", HttpApp._repository_index),
     ("repository", "memory"): ("GET", HttpApp._repository_memory),
-    ("routes",): ("GET", HttpApp._routes),
+    ("routes",): ("GET", HttpApp._route_listing),
+    ("systemsharedmemory", "status"): ("GET", HttpApp._shm_status),
+    ("systemsharedmemory", "unregister"): ("POST", HttpApp._shm_unregister),
+    ("cudasharedmemory", "status"): ("GET", HttpApp._cuda_shm),
+    ("cudasharedmemory", "unregister"): ("POST", HttpApp._cuda_shm),
+}
+
+#: /v2/{kind}/region/{r}/{action} -> (method, handler), per kind of shared memory
+_SHM_ACTIONS: dict[str, dict[str, tuple[str, Handler]]] = {
+    "systemsharedmemory": {
+        "register": ("POST", HttpApp._shm_register),
+        "unregister": ("POST", HttpApp._shm_unregister),
+        "status": ("GET", HttpApp._shm_status),
+    },
+    "cudasharedmemory": {
+        "register": ("POST", HttpApp._cuda_shm),
+        "unregister": ("POST", HttpApp._cuda_shm),
+        "status": ("GET", HttpApp._cuda_shm),
+    },
 }
 
 #: the last path segment of /v2/repository/models/{m}/{action} -> (method, handler)
@@ -347,6 +395,10 @@ def _resolve(path: str) -> Route:
                     return action[0], action[1], parts[3], ""
             if count == 4 and parts[1] == "routes" and parts[2] and parts[3] == "stats":
                 return "GET", HttpApp._route_stats, parts[2], ""
+            if count == 5 and parts[1] in _SHM_ACTIONS and parts[2] == "region" and parts[3]:
+                action = _SHM_ACTIONS[parts[1]].get(parts[4])
+                if action is not None:
+                    return action[0], action[1], parts[3], ""
     raise _RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
 
 

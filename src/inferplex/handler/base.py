@@ -6,7 +6,9 @@ dict for the whole request when the model's ``max_batch_size`` is 0), each mappi
 preprocess(data)))``. The defaults make a vectorised numpy handler short: ``preprocess``
 stacks the rows into one array per input, ``postprocess`` passes the result through, so
 ``inference`` gets ``{input name: batch array}`` and may return ``{output name: batch
-array}``. A TorchServe handler that overrides these methods runs as it is.
+array}``. (When a handler keeps BaseHandler's ``handle`` and ``preprocess``, the worker skips
+the split into rows and hands ``inference`` the batch arrays as they arrived.) A TorchServe
+handler that overrides these methods runs as it is.
 """
 
 from __future__ import annotations

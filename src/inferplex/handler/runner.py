@@ -25,7 +25,7 @@ import numpy as np
 
 from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
 from inferplex.handler import triton
-from inferplex.handler.base import Context
+from inferplex.handler.base import BaseHandler, Context
 
 #: the class looked for when the config names none (Triton's name)
 DEFAULT_CLASS = "TritonPythonModel"
@@ -49,6 +49,12 @@ class Runner:
             for t in config.get("output", [])
         }
         self._triton = callable(getattr(handler, "execute", None))
+        cls = type(handler)
+        self._vectorised = (
+            isinstance(handler, BaseHandler)
+            and cls.handle is BaseHandler.handle
+            and cls.preprocess is BaseHandler.preprocess
+        )
         if self._triton:
             if hasattr(handler, "initialize"):
                 handler.initialize(_triton_args(context))
@@ -98,27 +104,34 @@ class Runner:
 
     # -- TorchServe style ----------------------------------------------------------------
     def _run_torchserve(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
-        data = _rows(inputs) if self._batched else [_with_aliases(dict(inputs))]
         handler = self.handler
-        if callable(getattr(handler, "handle", None)):
-            result = handler.handle(data, self.context)
+        if self._vectorised:
+            # BaseHandler's own handle and preprocess would split the batch into rows and
+            # stack them again: hand the batch arrays over as they came
+            rows = len(next(iter(inputs.values()))) if self._batched and inputs else 1
+            result = handler.postprocess(handler.inference(dict(inputs)))
         else:
-            result = data
-            for step in ("preprocess", "inference", "postprocess"):
-                if callable(getattr(handler, step, None)):
-                    result = getattr(handler, step)(result)
-        if isinstance(result, list | tuple):
-            if len(result) != len(data):
-                raise HandlerError(
-                    f"the handler returned a list of {len(result)} items for {len(data)} "
-                    "requests/rows; return one item per row (or a dict of batch arrays)"
-                )
-            items = [self._item(value) for value in result]
-            if not self._batched:
-                return items[0]
-            names = items[0].keys() if items else self._outputs.keys()
-            return {name: _stack(name, [item.get(name) for item in items]) for name in names}
-        return self._item(result)
+            data = _rows(inputs) if self._batched else [_with_aliases(dict(inputs))]
+            rows = len(data)
+            if callable(getattr(handler, "handle", None)):
+                result = handler.handle(data, self.context)
+            else:
+                result = data
+                for step in ("preprocess", "inference", "postprocess"):
+                    if callable(getattr(handler, step, None)):
+                        result = getattr(handler, step)(result)
+        if not isinstance(result, list | tuple):
+            return self._item(result)
+        if len(result) != rows:
+            raise HandlerError(
+                f"the handler returned a list of {len(result)} items for {rows} "
+                "requests/rows; return one item per row (or a dict of batch arrays)"
+            )
+        items = [self._item(value) for value in result]
+        if not self._batched:
+            return items[0]
+        names = items[0].keys() if items else self._outputs.keys()
+        return {name: _stack(name, [item.get(name) for item in items]) for name in names}
 
     def _item(self, value: Any) -> dict[str, Any]:
         """A handler result as output name -> value: a dict keyed by output names, or the
@@ -172,7 +185,14 @@ def _element(value: Any) -> bytes:
     if isinstance(value, bytearray | memoryview | np.bytes_):
         return bytes(value)
     # TorchServe handlers often return JSON-able results for a text output
-    return json.dumps(value.tolist() if isinstance(value, np.ndarray) else value).encode()
+    return json.dumps(value, default=_json_default).encode()
+
+
+def _json_default(value: Any) -> Any:
+    """numpy values inside a handler's JSON-able result."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(f"a {type(value).__name__} cannot be sent as JSON in a BYTES output")
 
 
 def _to_bytes_array(value: Any) -> np.ndarray:
@@ -232,6 +252,8 @@ def _triton_args(context: Context) -> dict[str, str]:
 
 def load_module(path: Path) -> ModuleType:
     """Import the user's model.py; its folder goes on ``sys.path`` for its own imports."""
+    # no __pycache__ written into the model repository (a change a watcher would notice)
+    sys.dont_write_bytecode = True
     sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"inferplex_model_{path.parent.name}", path)
     if spec is None or spec.loader is None:

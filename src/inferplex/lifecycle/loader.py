@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 #: a model parameter (config ``parameters``) that keeps the model from being evicted
 PINNED_PARAMETER = "pinned"
+#: most instances per version the runtime API sets (each is a backend session and a thread)
+MAX_INSTANCES = 64
 
 
 class ModelLoader:
@@ -103,6 +105,7 @@ class ModelLoader:
         first = not entry.versions
         if first:
             entry.state, entry.reason = ModelState.LOADING, ""
+            logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
         try:
             folder_print = await asyncio.to_thread(fingerprint, model_dir)
             entry.fingerprint = folder_print  # a model that failed is retried when it changes
@@ -163,6 +166,7 @@ class ModelLoader:
             ", ".join(map(str, sorted(served))),
             ", ".join(map(str, to_load)),
             sum(footprints.values()),
+            extra=_state(entry),
         )
         await self._retire(replaced)
         try:
@@ -200,7 +204,7 @@ class ModelLoader:
     def _failed(self, entry: ModelEntry, first: bool, reason: str) -> ModelLoadError:
         if first:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
-            logger.error("model '%s' failed to load: %s", entry.name, reason)
+            logger.error("model '%s' failed to load: %s", entry.name, reason, extra=_state(entry))
         else:
             entry.reason = f"reload failed, the previous version(s) go on serving: {reason}"
             logger.error("model '%s': %s", entry.name, entry.reason)
@@ -258,6 +262,7 @@ class ModelLoader:
         versions = list(entry.versions.values())
         if versions:
             entry.state, entry.reason = ModelState.UNLOADING, ""
+            logger.info("model '%s' UNLOADING (%s)", entry.name, reason, extra=_state(entry))
             self.registry.publish(entry, {})  # nothing new reaches the model from here on
             before = rss_bytes()
             await self._retire(versions)
@@ -277,11 +282,13 @@ class ModelLoader:
         versions = [v for e in entries for v in e.versions.values()]
         for entry in entries:
             entry.state = ModelState.UNLOADING
+            logger.info("model '%s' UNLOADING (shutdown)", entry.name, extra=_state(entry))
             self.registry.publish(entry, {})
         await asyncio.gather(*(v.drain(timeout) for v in versions), return_exceptions=True)
         await self._free(versions)
         for entry in entries:
             entry.state, entry.reason, entry.footprints = ModelState.UNAVAILABLE, "unloaded", {}
+            logger.info("model '%s' UNAVAILABLE (unloaded)", entry.name, extra=_state(entry))
 
     async def _retire(self, versions: list[ModelVersion]) -> None:
         """Drain ``versions`` (no longer served), then free them."""
@@ -299,8 +306,10 @@ class ModelLoader:
     async def set_instance_count(self, name: str, count: int) -> None:
         """Run ``count`` instances of every served version of ``name``, without a reload:
         new instances join when created, surplus ones leave when their batch ends."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise InvalidInputError(f"instance 'count' must be an integer >= 1, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCES:
+            raise InvalidInputError(
+                f"instance 'count' must be an integer from 1 to {MAX_INSTANCES}, got {count!r}"
+            )
         entry = self.registry.entry(name)
         async with entry.lock:
             plan = entry.plan
@@ -379,3 +388,8 @@ def _describe(exc: BaseException) -> str:
 def pinned_by_config(config: ModelConfig | None) -> bool:
     """Whether the model's config pins it (``parameters { key: "pinned" value: "true" }``)."""
     return config is not None and config.parameters.get(PINNED_PARAMETER, "").lower() == "true"
+
+
+def _state(entry: ModelEntry) -> dict[str, str]:
+    """The structured fields of a state-change log line (JSON logs show them)."""
+    return {"model": entry.name, "state": entry.state.value}

@@ -72,7 +72,8 @@ class LifecycleManager:
         A model that fails to load is recorded in the index, not raised."""
         self.loader.attach(dispatcher, cache, caller)
         config = self.config
-        names = [p.name for p in await asyncio.to_thread(list_models, config.model_repository)]
+        repository = self.loader.repository
+        names = [p.name for p in await asyncio.to_thread(list_models, repository)]
         for name in names:
             self.registry.add(name)
         wanted = names

@@ -8,6 +8,8 @@ are ours and follow the same convention. docs/observability.md lists every famil
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.stats import Histogram, ModelStats
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
@@ -37,11 +39,16 @@ _DURATIONS = (
 )
 
 #: upper bounds of the batch size histogram (rows per execution)
-BATCH_SIZE_BOUNDS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+BATCH_SIZE_BOUNDS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@lru_cache(maxsize=16)
+def _in_seconds(bounds_ns: tuple[int, ...]) -> tuple[float, ...]:
+    return tuple(b / 1e9 for b in bounds_ns)
 
 
 def _seconds(hist: Histogram) -> HistogramValue:
-    return HistogramValue([b / 1e9 for b in hist.bounds], hist.counts, hist.sum / 1e9)
+    return HistogramValue(_in_seconds(hist.bounds), hist.counts, hist.sum / 1e9)
 
 
 def _batch_sizes(stats: ModelStats) -> HistogramValue:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 Labels = dict[str, str]
@@ -18,7 +19,7 @@ Kind = Literal["counter", "gauge", "histogram"]
 class HistogramValue:
     """One labelled histogram: per-bucket (not cumulative) counts, the last one +Inf."""
 
-    bounds: Sequence[float]
+    bounds: tuple[float, ...]
     counts: Sequence[int]
     sum: float
 
@@ -44,11 +45,18 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _labels(labels: Labels, extra: str = "") -> str:
-    parts = [f'{key}="{_escape(val)}"' for key, val in labels.items()]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
+def _label_text(labels: Labels) -> str:
+    return ",".join(f'{key}="{_escape(val)}"' for key, val in labels.items())
+
+
+def _labels(labels: Labels) -> str:
+    return "{" + _label_text(labels) + "}" if labels else ""
+
+
+@lru_cache(maxsize=16)
+def _le_values(bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """The ``le`` label values of a histogram's buckets, +Inf last (formatted once)."""
+    return (*(_number(b) for b in bounds), "+Inf")
 
 
 def _number(value: float) -> str:
@@ -68,11 +76,13 @@ def render(families: list[Family]) -> bytes:
         for labels, value in family.samples:
             lines.append(f"{family.name}{_labels(labels)} {_number(value)}")
         for labels, hist in family.histograms:
+            text = _label_text(labels)
+            bucket = f'{family.name}_bucket{{{text}{"," if text else ""}le="'
             cumulative = 0
-            for bound, count in zip([*hist.bounds, float("inf")], hist.counts, strict=True):
+            for le, count in zip(_le_values(hist.bounds), hist.counts, strict=True):
                 cumulative += count
-                le = f'le="{_number(bound)}"'
-                lines.append(f"{family.name}_bucket{_labels(labels, le)} {cumulative}")
-            lines.append(f"{family.name}_sum{_labels(labels)} {_number(hist.sum)}")
-            lines.append(f"{family.name}_count{_labels(labels)} {cumulative}")
+                lines.append(f'{bucket}{le}"}} {cumulative}')
+            suffix = f"{{{text}}}" if text else ""
+            lines.append(f"{family.name}_sum{suffix} {_number(hist.sum)}")
+            lines.append(f"{family.name}_count{suffix} {cumulative}")
     return ("\n".join(lines) + "\n").encode()

@@ -121,7 +121,8 @@ class Sampler:
         self.engine = engine
         self.interval = interval
         self.history: deque[Sample] = deque(maxlen=keep)
-        self._totals: dict[int, _Totals] = {}  # by id of the ModelVersion
+        # by (model, version): a reloaded version keeps its statistics object and counters
+        self._totals: dict[VersionId, _Totals] = {}
         self._cores = os.cpu_count() or 1
         self._last = time.monotonic()
         self._cpu = process_cpu_seconds()
@@ -160,7 +161,7 @@ class Sampler:
             system_share = busy / total if total > 0 else 0.0
         self._system = system
         versions: dict[VersionId, VersionPoint] = {}
-        totals: dict[int, _Totals] = {}
+        totals: dict[VersionId, _Totals] = {}
         inflight = 0
         for entry, version in served(self.engine):
             inflight += version.in_flight
@@ -171,11 +172,9 @@ class Sampler:
                 list(stats.request_hist.counts),
                 busy_ns(stats),
             )
-            totals[id(version)] = current
-            before = self._totals.get(id(version))
-            versions[(entry.name, version.version_str)] = _point(
-                entry, version, current, before, window
-            )
+            key = (entry.name, version.version_str)
+            totals[key] = current
+            versions[key] = _point(entry, version, current, self._totals.get(key), window)
         self._totals = totals
         server = ServerPoint(
             min(max(cpu_share, 0.0), 1.0), system_share, process_rss_bytes(), inflight
@@ -196,7 +195,8 @@ def _point(
     before: _Totals | None,
     window: float,
 ) -> VersionPoint:
-    if before is None:  # first sight of this version: its counters start from zero
+    if before is None or current.requests < before.requests or current.busy_ns < before.busy_ns:
+        # first sight of this version, or new counters (a fresh load): they start from zero
         before = _Totals(0, 0, [0] * len(current.latency_counts), 0)
     latency = [a - b for a, b in zip(current.latency_counts, before.latency_counts, strict=True)]
     p50 = histogram_quantile(0.5, latency)

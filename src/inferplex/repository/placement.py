@@ -14,6 +14,7 @@ the GPU, an MLP or a small CNN of a few hundred kB stays on the CPU. A group tha
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.errors import ConfigError
@@ -31,7 +32,9 @@ def model_bytes(model_file: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def auto_kind(config: ModelConfig, group: InstanceGroup, size: int, gpu: bool) -> str:
+def auto_kind(
+    config: ModelConfig, group: InstanceGroup, size: int, gpu: bool
+) -> Literal["KIND_GPU", "KIND_CPU"]:
     """KIND_GPU or KIND_CPU for a KIND_AUTO ``group`` of a model of ``size`` bytes."""
     if not gpu:
         return "KIND_CPU"

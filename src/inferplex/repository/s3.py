@@ -3,7 +3,7 @@ from a local copy.
 
 ``refresh`` (blocking) brings the local copy in line with the bucket: objects new or changed
 since the last sync (by ETag) are downloaded (to a temporary name, then moved into place, so
-a scan never sees half a file), local files whose object is gone are deleted, and each file
+a scan never sees half a file), downloaded files whose object is gone are deleted, and each file
 gets its object's modification time, so the repository's fingerprints do not change on a
 restart. The server syncs once at start; in poll mode before each scan; before an explicit
 load. The copy is an ordinary local repository to everything else.
@@ -100,15 +100,16 @@ class S3Repository:
             self._download(client, relative, target, modified)
             manifest[relative] = etag
             changed = True
-        for path in sorted(self.cache_dir.rglob("*"), reverse=True):
-            relative = path.relative_to(self.cache_dir).as_posix()
-            if path.is_dir():
-                if not any(path.iterdir()):
-                    path.rmdir()
-            elif relative != MANIFEST and relative not in remote:
-                path.unlink()
-                manifest.pop(relative, None)
-                changed = True
+        # only files this sync downloaded are deleted: the cache folder may hold others
+        for relative in sorted(set(manifest) - set(remote)):
+            path = self.cache_dir / relative
+            path.unlink(missing_ok=True)
+            del manifest[relative]
+            changed = True
+            for folder in path.parents:
+                if folder == self.cache_dir or any(folder.iterdir()):
+                    break
+                folder.rmdir()
         if changed:
             self._write_manifest(manifest)
             logger.info("model repository %s synced to %s", self.location.url, self.cache_dir)

@@ -33,6 +33,8 @@ _NO_THRESHOLDS = DegradeConfig()
 
 
 class Route:
+    """Answers one route name from its targets or variants; records per-target statistics."""
+
     def __init__(
         self,
         name: str,
@@ -84,19 +86,19 @@ class Route:
             request.outputs,
             request.parameters,
         )
-        primary = self.shadow.mirror(request) if self.shadow is not None else None
+        shadow = self.shadow
         start = _now()
         try:
             response = await self._serve(routed)
-        except BaseException:
-            self.stats[index].record(False, 0.0)
-            if primary is not None:
-                primary.cancel()
+        except Exception:
+            # no shadow copy either: a request the primary could not answer (often a bad
+            # one) tells nothing about how the shadow compares
+            self.stats[index].record(False, _now() - start)
             raise
         latency = _now() - start
         self.stats[index].record(True, latency)
-        if primary is not None:
-            primary.set_result((response, latency))
+        if shadow is not None:
+            shadow.mirror(request, response, latency)
         if self._policy is not None:
             self._policy.record(index, latency)
             response.parameters = {**response.parameters, VARIANT: target.name}

@@ -1,9 +1,10 @@
 """ShadowMirror: sends a copy of a route's requests to a shadow model, records its latency and
 how far its outputs are from the primary's, and discards its answers.
 
-The shadow runs beside the primary (it starts when the primary does and never delays the
-client's answer); it is bounded (``max_in_flight``; more are skipped, not queued) and its
-failures are counted, never raised. Outputs are compared when both answers are in, for each
+The shadow request starts once the primary has answered, so it never competes with the
+request whose answer the client waits for (it does compete with later requests: shadow
+traffic takes capacity). It is bounded (``max_in_flight``; more are skipped, not queued) and
+its failures are counted, never raised. Outputs are compared when both answers are in, for each
 output both returned with the same shape: the largest absolute difference and the cosine
 similarity of the flattened values (the lowest over the outputs counts for the request).
 Large outputs are compared on a worker thread: the event loop does not compute.
@@ -41,21 +42,17 @@ class ShadowMirror:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def mirror(
-        self, request: InferenceRequest
-    ) -> asyncio.Future[tuple[InferenceResponse, float]] | None:
-        """Start the shadow copy of ``request`` unless it is skipped (None). Returns the future
-        the caller resolves with (primary response, primary latency in s), or cancels when
-        the primary failed."""
+        self, request: InferenceRequest, primary: InferenceResponse, primary_latency: float
+    ) -> None:
+        """Send the shadow copy of ``request``, which the primary answered with ``primary``
+        in ``primary_latency`` seconds, unless it is skipped."""
         config = self.config
         stats = self.stats
         if len(self._tasks) >= config.max_in_flight or (
             config.fraction < 1 and self._rng.random() >= config.fraction
         ):
             stats.skipped += 1
-            return None
-        primary: asyncio.Future[tuple[InferenceResponse, float]] = (
-            asyncio.get_running_loop().create_future()
-        )
+            return
         stats.mirrored += 1
         copy = InferenceRequest(
             config.model,
@@ -65,15 +62,14 @@ class ShadowMirror:
             request.outputs,
             dict(request.parameters),
         )
-        task = asyncio.create_task(self._run(copy, primary), name=f"shadow:{self.route}")
+        task = asyncio.create_task(
+            self._run(copy, primary, primary_latency), name=f"shadow:{self.route}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return primary
 
     async def _run(
-        self,
-        request: InferenceRequest,
-        primary: asyncio.Future[tuple[InferenceResponse, float]],
+        self, request: InferenceRequest, primary: InferenceResponse, primary_latency: float
     ) -> None:
         stats = self.stats
         start = time.perf_counter()
@@ -84,18 +80,8 @@ class ShadowMirror:
             stats.record_error(message)
             logger.debug("route '%s': shadow request failed: %s", self.route, message)
             return
-        latency = time.perf_counter() - start
-        try:
-            primary_response, primary_latency = await primary
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # the mirror closes
-            # the primary failed: nothing to compare with
-            stats.record_latency(latency, None)
-            return
-        stats.record_latency(latency, primary_latency)
-        pairs = _pairs(primary_response, response)
+        stats.record_latency(time.perf_counter() - start, primary_latency)
+        pairs = _pairs(primary, response)
         if pairs is None:
             stats.record_diff(None, None)
             return

@@ -79,10 +79,9 @@ class ShadowStats:
         self.errors += 1
         self.last_error = message
 
-    def record_latency(self, shadow_s: float, primary_s: float | None) -> None:
+    def record_latency(self, shadow_s: float, primary_s: float) -> None:
         self.latencies.append(shadow_s)
-        if primary_s is not None:
-            self.primary_latencies.append(primary_s)
+        self.primary_latencies.append(primary_s)
 
     def record_diff(self, max_abs_diff: float | None, cosine: float | None) -> None:
         """One request compared; None when its outputs could not be compared."""

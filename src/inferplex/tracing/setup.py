@@ -39,6 +39,12 @@ class Tracing:
 
         return TracedHttpApp(app, self.tracer)
 
+    def grpc_interceptor(self) -> Any:
+        """A gRPC server interceptor giving ModelInfer calls a server span."""
+        from inferplex.tracing.grpc import TracingInterceptor
+
+        return TracingInterceptor(self.tracer)
+
     def shutdown(self) -> None:
         TRACING.enabled = False
         self.provider.shutdown()

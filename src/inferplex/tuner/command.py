@@ -175,7 +175,7 @@ def report(result: Any, target_ms: float | None) -> str:
         for point in ranked:
             mark = " *" if point.key in kept else ""
             lines.append(f"  {point.key:28} {point.throughput:>9.1f} {point.p99_ms:>8.3f}{mark}")
-    lines.append("Pareto frontier (throughput vs p99):")
+    lines.append("Pareto frontier (throughput vs p99, rung 0: every candidate measured alike):")
     lines += [f"  {p.key:28} {p.throughput:>9.1f} {p.p99_ms:>8.3f}" for p in result.front]
     target = f" with p99 <= {target_ms:g} ms" if target_ms is not None else ""
     if result.best is None:

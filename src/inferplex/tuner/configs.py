@@ -14,6 +14,7 @@ model), so one server measures a whole rung.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -60,8 +61,11 @@ def read_raw(model_dir: Path) -> tuple[dict[str, Any], Format]:
     return raw, fmt
 
 
-def apply(raw: dict[str, Any], candidate: Candidate, name: str) -> dict[str, Any]:
-    """A copy of ``raw`` configured as ``candidate``, named ``name``."""
+def apply(
+    raw: dict[str, Any], candidate: Candidate, name: str, fmt: Format = "pbtxt"
+) -> dict[str, Any]:
+    """A copy of ``raw`` configured as ``candidate``, named ``name`` (new parameters in the
+    format's usual spelling: a map in YAML, Triton's key/value list in pbtxt)."""
     config = copy.deepcopy(raw)
     config["name"] = name
     config["max_batch_size"] = candidate.max_batch_size
@@ -70,13 +74,15 @@ def apply(raw: dict[str, Any], candidate: Candidate, name: str) -> dict[str, Any
         batching["max_queue_delay_microseconds"] = candidate.queue_delay_us
         config["dynamic_batching"] = batching
     config["instance_group"] = [{"kind": "KIND_CPU", "count": candidate.instances}]
-    _set_parameter(config, THREADS_PARAMETER, str(candidate.threads))
+    _set_parameter(config, THREADS_PARAMETER, str(candidate.threads), fmt)
     return config
 
 
-def _set_parameter(config: dict[str, Any], key: str, value: str) -> None:
+def _set_parameter(config: dict[str, Any], key: str, value: str, fmt: Format) -> None:
     """Set a string parameter in either spelling: a map, or Triton's list of key/value."""
     parameters = config.get("parameters")
+    if parameters is None and fmt == "yaml":
+        parameters = config["parameters"] = {}
     if isinstance(parameters, dict):
         parameters[key] = value
         return
@@ -121,10 +127,10 @@ def materialise(
                 if quantize is None:
                     raise BenchError("--precision int8: no INT8 quantiser is available")
                 link.mkdir(exist_ok=True)
-                quantize(version / filename, link / filename)
+                _quiet(quantize, version / filename, link / filename)
             elif not link.exists():
                 link.symlink_to(version.resolve(), target_is_directory=True)
-        (folder / f"config.{fmt}").write_text(render(apply(raw, candidate, name), fmt))
+        (folder / f"config.{fmt}").write_text(render(apply(raw, candidate, name, fmt), fmt))
         names[candidate] = name
     return names
 
@@ -142,11 +148,20 @@ def write_best(model_dir: Path, candidate: Candidate, quantize: Quantizer | None
         latest = version_folders(model_dir)[-1]
         new = model_dir / str(int(latest.name) + 1)
         new.mkdir()
-        quantize(latest / filename, new / filename)
+        _quiet(quantize, latest / filename, new / filename)
         written.append(new / filename)
-    path.write_text(render(apply(raw, candidate, raw.get("name") or model_dir.name), fmt))
+    path.write_text(render(apply(raw, candidate, raw.get("name") or model_dir.name, fmt), fmt))
     written.append(path)
     return written
+
+
+def _quiet(quantize: Quantizer, source: Path, target: Path) -> None:
+    """Quantise without ONNX Runtime's advice on the root logger, once per candidate."""
+    logging.disable(logging.WARNING)
+    try:
+        quantize(source, target)
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def int8_quantizer() -> tuple[Quantizer | None, str]:

@@ -62,7 +62,7 @@ class TuneResult:
     candidates: list[Candidate]
     rungs: list[Rung]
     points: list[Point]
-    """each candidate's latest (longest) measurement"""
+    """every candidate's rung-0 measurement (the same budget for all)"""
     front: list[Point]
     best: Point | None
     notes: list[str]
@@ -118,19 +118,20 @@ async def tune(
         candidates, measure, options.eta, options.latency_target_ms, options.max_rungs
     )
     progress.close()
-    latest: dict[Candidate, Point] = {}
-    for rung in rungs:
-        latest.update(rung.measured)
-    points = list(latest.values())
-    final = rungs[-1].kept if rungs else []
-    winners = [rungs[-1].measured[c] for c in final]
+    # the frontier compares like with like: rung 0 measured every candidate the same way
+    points = list(rungs[0].measured.values()) if rungs else []
+    # the deepest rung that measured anything decides (a failed last rung falls back)
+    deciding = next((r for r in reversed(rungs) if r.measured), None)
+    winners = [deciding.measured[c] for c in deciding.kept] if deciding else []
     best = best_under(winners, options.latency_target_ms)
-    if best is None and points:
+    if best is None and points and options.latency_target_ms is not None:
         lowest = min(points, key=lambda p: p.p99_ms)
         notes.append(
-            f"no candidate met p99 <= {options.latency_target_ms} ms; the lowest p99 was "
+            f"no candidate met p99 <= {options.latency_target_ms:g} ms; the lowest p99 was "
             f"{lowest.p99_ms:.3f} ms ({lowest.key})"
         )
+    elif not points:
+        notes.append("no candidate could be measured (see the failures above)")
     return TuneResult(candidates, rungs, points, frontier(points), best, notes)
 
 

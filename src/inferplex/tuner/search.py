@@ -5,7 +5,8 @@ categorical (a handful of values per parameter), the figures are noisy on a shar
 and a measurement's precision is bought with time. Successive halving spends that time
 where it matters: every candidate gets a short measurement (rung 0); the best ``1/eta`` of
 them (by :func:`~inferplex.tuner.pareto.score`) are measured again ``eta`` times longer,
-and so on until one is left or the rungs run out. With ``n`` candidates it costs about
+and so on until one is left, which is measured once more at the longest window (its figures
+are the ones reported), or the rungs run out. With ``n`` candidates it costs about
 ``n * (1 + rungs/eta)`` short measurements instead of ``n`` long ones, and a lucky short
 measurement is re-checked before it wins. A Gaussian-process model would need more points
 than such a space has to beat a simple elimination, and an extra dependency.
@@ -34,7 +35,7 @@ class Rung:
 
 
 def rung_count(candidates: int, eta: int) -> int:
-    """Rungs until one candidate is left: ceil(log_eta(n)) + 1."""
+    """Rungs until one candidate is left and measured: ceil(log_eta(n)) + 1."""
     if candidates <= 1:
         return 1
     return math.ceil(math.log(candidates, eta) - 1e-9) + 1
@@ -58,10 +59,10 @@ async def successive_halving(
     for index in range(total):
         measured = await measure(alive, index)
         ranked = sorted(measured, key=lambda c: score(measured[c], target_ms), reverse=True)
-        last = index == total - 1
+        last = index == total - 1 or len(ranked) <= 1
         keep = len(ranked) if last else max(1, math.ceil(len(ranked) / eta))
         rungs.append(Rung(index, measured, ranked[:keep]))
         alive = ranked[:keep]
-        if len(alive) <= 1:
+        if last:
             break
     return rungs

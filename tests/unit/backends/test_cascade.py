@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from inferplex.backends.base import InstanceSpec
-from inferplex.backends.cascade import CascadeBackend, RoutingBackend, confidence
-from inferplex.config.composite import RoutingRule
+from inferplex.backends.cascade import CascadeBackend, SizeRoutingBackend, confidence
+from inferplex.config.composite import SizeRule
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import config_from_dict
 from inferplex.core.types import InferenceRequest, InferenceResponse
@@ -53,11 +53,11 @@ def cascade_raw(**changes: Any) -> dict[str, Any]:
 
 def routing_raw(**changes: Any) -> dict[str, Any]:
     raw: dict[str, Any] = {
-        "backend": "routing",
+        "backend": "size_routing",
         "max_batch_size": 4,
         "input": [{"name": "image", "data_type": "FP32", "dims": [3, -1, -1]}],
         "output": [{"name": "logits", "data_type": "FP32", "dims": [10]}],
-        "routing": {
+        "size_routing": {
             "input_name": "image",
             "rule": [
                 {"model_name": "light_cnn", "max_dims": [-1, 64, 64]},
@@ -69,7 +69,7 @@ def routing_raw(**changes: Any) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if v is not None}
 
 
-def load(backend: type[CascadeBackend | RoutingBackend], raw: dict[str, Any]) -> None:
+def load(backend: type[CascadeBackend | SizeRoutingBackend], raw: dict[str, Any]) -> None:
     config = config_from_dict(raw, "m", "m/config.yaml")
     backend(Path("."), config, SPEC)
 
@@ -85,31 +85,31 @@ def test_confidence_of_logits_and_of_probabilities() -> None:
 
 
 def test_rule_matching() -> None:
-    rule = RoutingRule(model_name="m", max_dims=(-1, 64, 64))
+    rule = SizeRule(model_name="m", max_dims=(-1, 64, 64))
     assert rule.accepts((3, 64, 32)) and rule.accepts((1, 8, 8))
     assert not rule.accepts((3, 65, 64)) and not rule.accepts((3, 64, 128))
-    assert RoutingRule(model_name="any").accepts((3, 4096, 4096))
+    assert SizeRule(model_name="any").accepts((3, 4096, 4096))
 
 
 def test_valid_configs_load_from_both_formats() -> None:
     load(CascadeBackend, cascade_raw())
-    load(RoutingBackend, routing_raw())
+    load(SizeRoutingBackend, routing_raw())
     text = """
-    backend: "routing"
+    backend: "size_routing"
     max_batch_size: 4
     input [ { name: "image" data_type: TYPE_FP32 dims: [ 3, -1, -1 ] } ]
     output [ { name: "logits" data_type: TYPE_FP32 dims: [ 10 ] } ]
-    routing {
+    size_routing {
       input_name: "image"
       rule { model_name: "light_cnn" max_dims: [ -1, 64, 64 ] }
       rule { model_name: "full_cnn" }
     }
     """
     config = config_from_dict(parse_pbtxt(text, "m/config.pbtxt"), "m", "m/config.pbtxt")
-    assert config.routing is not None
-    assert [r.model_name for r in config.routing.rule] == ["light_cnn", "full_cnn"]
-    assert config.routing.rule[0].max_dims == (-1, 64, 64)
-    assert config.to_triton_dict()["routing"]["rule"][1]["model_name"] == "full_cnn"
+    assert config.size_routing is not None
+    assert [r.model_name for r in config.size_routing.rule] == ["light_cnn", "full_cnn"]
+    assert config.size_routing.rule[0].max_dims == (-1, 64, 64)
+    assert config.to_triton_dict()["size_routing"]["rule"][1]["model_name"] == "full_cnn"
 
 
 @pytest.mark.parametrize(
@@ -144,15 +144,15 @@ def test_cascade_section_errors_name_the_field(section: dict[str, Any], message:
 
 
 @pytest.mark.parametrize(
-    ("routing", "message"),
+    ("size_routing", "message"),
     [
         (
             {"input_name": "frame", "rule": [{"model_name": "a"}]},
-            "routing.input_name 'frame' is not an input of the model \\(its inputs: 'image'\\)",
+            "size_routing.input_name 'frame' is not an input of the model \\(its inputs: 'image'\\)",
         ),
         (
             {"input_name": "image", "rule": [{"model_name": "a", "max_dims": [64, 64]}]},
-            r"routing.rule\[0\].max_dims \[64, 64\] has 2 dims but input 'image' has 3",
+            r"size_routing.rule\[0\].max_dims \[64, 64\] has 2 dims but input 'image' has 3",
         ),
         (
             {"input_name": "image", "rule": [{"model_name": "a"}, {"model_name": "b"}]},
@@ -162,14 +162,14 @@ def test_cascade_section_errors_name_the_field(section: dict[str, Any], message:
             {"input_name": "image", "rule": [{"model_name": "a", "max_dims": [3, 0, 8]}]},
             r"rule\[0\].max_dims must be positive or -1",
         ),
-        ({"input_name": "image", "rule": []}, r"routing\.rule: .*at least 1"),
+        ({"input_name": "image", "rule": []}, r"size_routing\.rule: .*at least 1"),
     ],
 )
 def test_routing_config_errors(routing: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load(RoutingBackend, routing_raw(routing=routing))
+        load(SizeRoutingBackend, routing_raw(routing=routing))
 
 
 def test_routing_needs_its_section() -> None:
-    with pytest.raises(ConfigError, match="backend 'routing' needs a routing section"):
-        load(RoutingBackend, routing_raw(routing=None))
+    with pytest.raises(ConfigError, match="backend 'size_routing' needs a size_routing section"):
+        load(SizeRoutingBackend, routing_raw(routing=None))

@@ -19,6 +19,7 @@ from inferplex.config.model_config import ModelConfig
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import config_from_dict, read_model_config
 from inferplex.errors import ConfigError
+from inferplex.protocol.v2.grpc_codec import encode_model_config
 
 CPU_BUILD = ["CPUExecutionProvider"]
 GPU_BUILD = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -232,3 +233,13 @@ def test_a_real_session_gets_the_providers(tmp_path: Path) -> None:
         )
         with pytest.raises(ConfigError, match="OpenVINOExecutionProvider"):
             OnnxRuntimeBackend(path, accelerated, CPU)
+
+
+def test_grpc_model_config_carries_the_accelerators_to_tritonclient() -> None:
+    service_pb2 = pytest.importorskip("tritonclient.grpc.service_pb2")
+    parsed = config_from_dict(parse_pbtxt(TRITON_EXAMPLE, "m/config.pbtxt"), "m", "m/config.pbtxt")
+    wire = encode_model_config(parsed.to_triton_dict()).SerializeToString()
+    theirs = service_pb2.ModelConfigResponse.FromString(wire).config.optimization
+    trt = theirs.execution_accelerators.gpu_execution_accelerator[0]
+    assert trt.name == "tensorrt" and trt.parameters["precision_mode"] == "FP16"
+    assert theirs.execution_accelerators.cpu_execution_accelerator[0].name == "openvino"

@@ -16,11 +16,14 @@ from inferplex.core.datatypes import serialize_bytes
 from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.errors import ModelNotFoundError
 from inferplex.frontends.http import create_http_app
+from inferplex.shm import SharedMemoryRegistry
 
 
 # -- the ASGI app itself, with a fake engine -----------------------------------------------
 class FakeEngine:
     """Just enough engine: an identity model 'echo', and 'boom' that fails unexpectedly."""
+
+    shared_memory = SharedMemoryRegistry(enabled=False)
 
     def live(self) -> bool:
         return True

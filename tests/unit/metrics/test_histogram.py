@@ -32,7 +32,7 @@ def test_stats_observe_successes_queue_waits_and_compute_phases() -> None:
 
 def test_exposition_is_cumulative_and_parses() -> None:
     family = Family("x_seconds", "histogram", "test")
-    family.add_histogram({"model": 'a"b'}, HistogramValue([0.1, 1.0], [1, 0, 2], 5.5))
+    family.add_histogram({"model": 'a"b'}, HistogramValue((0.1, 1.0), [1, 0, 2], 5.5))
     text = render([family]).decode()
     assert 'x_seconds_bucket{model="a\\"b",le="0.1"} 1' in text
     assert 'x_seconds_bucket{model="a\\"b",le="1.0"} 1' in text

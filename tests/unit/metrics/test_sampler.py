@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from inferplex.core.engine import InferenceEngine
+from inferplex.core.stats import ModelStats
 from inferplex.dashboard.data import dashboard_data, load_static
 from inferplex.metrics.sampler import Sampler
 from tests.unit.metrics.conftest import add_sub
@@ -62,3 +63,16 @@ def test_the_page_ships_with_the_package() -> None:
     assert b'<script src="/dashboard/dashboard.js">' in files["index.html"]
     assert b'fetch("/dashboard/data"' in files["dashboard.js"]
     assert all(files.values())
+
+
+async def test_new_counters_after_a_fresh_load_start_a_new_window(
+    engine: InferenceEngine,
+) -> None:
+    sampler = Sampler(engine)
+    await asyncio.gather(*(engine.infer(add_sub()) for _ in range(3)))
+    sampler.sample()
+    version = engine.registry.entry("add_sub").versions[1]
+    version.stats = ModelStats("add_sub", "1")  # what a fresh load of the version starts with
+    await engine.infer(add_sub())
+    point = sampler.sample().versions[("add_sub", "1")]
+    assert point.throughput > 0 and point.p50_ms is not None  # not a negative delta

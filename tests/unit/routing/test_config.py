@@ -72,7 +72,7 @@ def test_sticky_true_uses_the_routing_key_parameter() -> None:
     ],
 )
 def test_mistakes_are_named(route: dict[str, object], message: str) -> None:
-    with pytest.raises(ConfigError, match="routing.yaml: routes.r") as caught:
+    with pytest.raises(ConfigError, match=r"routing\.yaml: routes\.r") as caught:
         parse_routing({"routes": {"r": route}})
     assert message in caught.value.message
 

@@ -147,8 +147,8 @@ async def test_shadow_failures_are_counted_not_raised_and_a_failed_primary_is_no
     await settle()
     shadow = route.statistics()["shadow"]
     assert shadow["errors"] == 1 and "model 's' failed" in shadow["last_error"]
-    assert shadow["compared"] == 0 and shadow["mirrored"] == 2
-    assert shadow["latency_ms"]  # the second shadow answered: it was timed
+    assert shadow["compared"] == 0 and shadow["mirrored"] == 1  # not the failed request
+    assert not shadow["latency_ms"]
 
 
 async def test_shadow_is_bounded_and_closes() -> None:

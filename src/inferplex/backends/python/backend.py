@@ -11,6 +11,7 @@ served models (``inferplex.handler.infer``) come back over the worker's pipe and
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,13 @@ CLASS_PARAMETER = "handler_class"
 TIMEOUT_PARAMETER = "execute_timeout_seconds"
 LOAD_TIMEOUT_PARAMETER = "initialize_timeout_seconds"
 ARENA_PARAMETER = "shm_arena_bytes"
+SLOT_PARAMETER = "compute_slot"
 
 DEFAULT_LOAD_TIMEOUT = 120.0
 
 _instance_numbers = itertools.count()
+
+logger = logging.getLogger(__name__)
 
 
 class PythonBackend(Backend):
@@ -43,6 +47,12 @@ class PythonBackend(Backend):
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
         self._name = config.name
         self._caller: ModelCaller | None = instance.caller
+        # A handler that waits on the models it calls while holding one of the scheduler's
+        # compute slots could starve them of slots (a deadlock with as many instances as
+        # slots). So by default its batches take none, like a pipeline's; its own work runs
+        # in its worker process, bounded by the instance count. A compute-heavy handler that
+        # calls no models can ask for a slot.
+        self.composite = not _flag(config, SLOT_PARAMETER)
         self._timeout = _number(config, TIMEOUT_PARAMETER, 0.0)
         self._load_timeout = _number(config, LOAD_TIMEOUT_PARAMETER, DEFAULT_LOAD_TIMEOUT)
         gpu = instance.kind == "KIND_GPU"
@@ -97,13 +107,18 @@ class PythonBackend(Backend):
                     )
                 self._answer_call(message, base, deadline)
         except WorkerSilent:
+            reason = (
+                f"the handler did not answer within {self._timeout:g} s "
+                f"(parameter {TIMEOUT_PARAMETER})"
+            )
             worker.restart()
+            logger.warning("model '%s': %s; worker process restarted", self._name, reason)
             raise ModelExecutionError(
-                f"model '{self._name}': the handler did not answer within {self._timeout:g} s "
-                f"(parameter {TIMEOUT_PARAMETER}); its worker process was restarted"
+                f"model '{self._name}': {reason}; its worker process was restarted"
             ) from None
         except WorkerGone as exc:
             worker.restart()
+            logger.warning("model '%s': worker process died (%s); restarted", self._name, exc)
             raise ModelExecutionError(
                 f"model '{self._name}': the handler's worker process died while running the "
                 f"request ({exc}); it was restarted"
@@ -146,6 +161,12 @@ class PythonBackend(Backend):
     def close(self) -> None:
         self._worker.stop()
 
+    @classmethod
+    def gpu_available(cls) -> bool:
+        # The handler places its own work (context.device_id); the NVIDIA driver's device
+        # node tells there is a GPU to place it on without loading CUDA in the server.
+        return Path("/dev/nvidiactl").exists()
+
 
 def _number(config: ModelConfig, parameter: str, default: float) -> float:
     value = config.parameters.get(parameter)
@@ -161,3 +182,12 @@ def _number(config: ModelConfig, parameter: str, default: float) -> float:
             f"got '{value}'"
         )
     return number
+
+
+def _flag(config: ModelConfig, parameter: str) -> bool:
+    value = config.parameters.get(parameter, "false").lower()
+    if value not in ("true", "false"):
+        raise ConfigError(
+            f"model '{config.name}': parameter {parameter} must be true or false, got '{value}'"
+        )
+    return value == "true"

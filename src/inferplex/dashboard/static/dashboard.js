@@ -58,12 +58,13 @@ function prepare(canvas) {
 
 function timeAxis(ctx, times, left, right, bottom) {
   ctx.fillStyle = "#4a5562";
-  ctx.textAlign = "center";
   if (!times.length) return;
   const span = Math.max(times[times.length - 1] - times[0], 1);
   for (let k = 0; k <= 4; k += 1) {
     const x = left + ((right - left) * k) / 4;
     const ago = Math.round(span * (1 - k / 4));
+    // the end labels stay inside the canvas
+    ctx.textAlign = k === 0 ? "left" : k === 4 ? "right" : "center";
     ctx.fillText(ago ? `-${ago}s` : "now", x, bottom + 14);
   }
 }
@@ -77,10 +78,10 @@ function lineChart(canvas, times, series) {
   ctx.fillStyle = "#4a5562";
   ctx.textAlign = "right";
   ctx.lineWidth = 1;
-  for (let k = 0; k <= 4; k += 1) {
-    const y = bottom - ((bottom - top) * k) / 4;
+  for (let k = 0; k <= 5; k += 1) {
+    const y = bottom - ((bottom - top) * k) / 5;
     ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(right, y); ctx.stroke();
-    ctx.fillText(fmtNum((max * k) / 4, max < 4 ? 2 : 0), left - 4, y + 4);
+    ctx.fillText(fmtNum((max * k) / 5, max < 5 ? 2 : 0), left - 4, y + 4);
   }
   timeAxis(ctx, times, left, right, bottom);
   const first = times[0], span = Math.max(times[times.length - 1] - first, 1);
@@ -104,7 +105,8 @@ function lineChart(canvas, times, series) {
   canvas.dataset.points = String(drawn);
 }
 
-// rows: [{label, values: [0..1 or null]}]; darker = larger share.
+// rows: [{label, values: [0..1 or null]}]; darker = larger share. The colour follows the
+// square root of the share, so that a few percent still shows.
 function heatmap(canvas, times, rows, emptyText) {
   const ctx = prepare(canvas);
   const left = 110, right = canvas.width - 8, top = 4, bottom = canvas.height - 20;
@@ -125,7 +127,7 @@ function heatmap(canvas, times, rows, emptyText) {
     ctx.fillText(row.label.slice(0, 18), left - 4, top + h * r + h / 2 + 4);
     row.values.forEach((value, i) => {
       if (value === null) ctx.fillStyle = "#eceef1";
-      else ctx.fillStyle = `hsl(214, 70%, ${Math.round(96 - 66 * Math.min(Math.max(value, 0), 1))}%)`;
+      else ctx.fillStyle = `hsl(214, 70%, ${Math.round(96 - 66 * Math.sqrt(Math.min(Math.max(value, 0), 1)))}%)`;
       ctx.fillRect(left + w * i, top + h * r, Math.ceil(w), Math.max(h - 1, 1));
       cells += 1;
     });

@@ -32,8 +32,9 @@ from inferplex.core.types import (
     RequestedOutput,
     Tensor,
 )
-from inferplex.errors import InvalidInputError, UnsupportedError
+from inferplex.errors import InvalidInputError
 from inferplex.protocol.v2 import generated as pb
+from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
 
 #: V2 datatype -> (InferTensorContents field, numpy dtype the field's values decode to).
 #: The narrow integer types travel widened to 32 bits; FP16 has no typed field (raw only).
@@ -53,7 +54,6 @@ TYPED_CONTENTS: dict[str, tuple[str, np.dtype]] = {
 }
 
 _CONTENTS_FIELDS = sorted({field for field, _ in TYPED_CONTENTS.values()})
-_SHARED_MEMORY_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -92,19 +92,18 @@ def fill_parameters(target: Any, params: Parameters) -> None:
 # ---- ModelInferRequest -> InferenceRequest ----
 
 
-def decode_infer_request(msg: Any) -> InferenceRequest:
+def decode_infer_request(msg: Any, shm: SharedMemoryRegistry | None = None) -> InferenceRequest:
     """Turn a ModelInferRequest into an InferenceRequest; InvalidInputError naming the tensor
-    and field when the data does not match the declared datatype and shape."""
+    and field when the data does not match the declared datatype and shape. Tensors that name
+    a shared-memory region are read from / checked against ``shm``."""
     # every field read from a message builds a Python object: each is read once
     raw = msg.raw_input_contents
     tensors = msg.inputs
-    if raw and len(raw) != len(tensors):
-        raise InvalidInputError(
-            f"raw_input_contents has {len(raw)} entries but the request declares "
-            f"{len(tensors)} inputs; send one entry per input, in the order of 'inputs'"
-        )
+    if raw and len(raw) > len(tensors):
+        _raw_count_error(len(raw), len(tensors))
+    entry = 0  # the next raw_input_contents entry: inputs in shared memory have none
     inputs: list[Tensor] = []
-    for index, tensor in enumerate(tensors):
+    for tensor in tensors:
         name = tensor.name
         datatype = tensor.datatype
         dtype = V2_TO_NUMPY.get(datatype)
@@ -119,24 +118,33 @@ def decode_infer_request(msg: Any) -> InferenceRequest:
         params: Parameters = {}
         if tensor.parameters:
             params = parameters_from_proto(tensor.parameters)
-            _refuse_shared_memory(params, "input", name)
+            if REGION in params:
+                data = require(shm).read_input(name, params, datatype, shape)
+                inputs.append(Tensor(name, datatype, shape, data, params))
+                continue
         if raw:
             if tensor.HasField("contents") and tensor.contents.ByteSize():
                 raise InvalidInputError(
                     f"input '{name}': has typed 'contents' although the request uses "
                     "raw_input_contents; use one or the other for all inputs"
                 )
-            data = _decode_raw(raw[index], name, datatype, dtype, shape, index)
+            if entry >= len(raw):
+                _raw_count_error(len(raw), len(tensors))
+            data = _decode_raw(raw[entry], name, datatype, dtype, shape, entry)
+            entry += 1
         else:
             data = _decode_typed(tensor.contents, name, datatype, shape)
         inputs.append(Tensor(name, datatype, shape, data, params))
+    if entry != len(raw):
+        _raw_count_error(len(raw), len(tensors))
 
     outputs: list[RequestedOutput] = []
     for out in msg.outputs:
         requested = RequestedOutput(out.name)
         if out.parameters:
             requested.parameters = parameters_from_proto(out.parameters)
-            _refuse_shared_memory(requested.parameters, "output", requested.name)
+            if REGION in requested.parameters:
+                require(shm).check_output(requested.name, requested.parameters)
         outputs.append(requested)
     parameters = msg.parameters
     return InferenceRequest(
@@ -149,12 +157,11 @@ def decode_infer_request(msg: Any) -> InferenceRequest:
     )
 
 
-def _refuse_shared_memory(params: Parameters, kind: str, name: str) -> None:
-    if any(key in params for key in _SHARED_MEMORY_KEYS):
-        raise UnsupportedError(
-            f"{kind} '{name}': shared-memory tensors are not supported; send the data in "
-            "the request (raw_input_contents or contents) instead"
-        )
+def _raw_count_error(entries: int, inputs: int) -> None:
+    raise InvalidInputError(
+        f"raw_input_contents has {entries} entries but the request declares {inputs} inputs; "
+        "send one entry per input (but those in shared memory), in the order of 'inputs'"
+    )
 
 
 def _decode_raw(
@@ -218,12 +225,49 @@ def _count_message(
 # ---- InferenceResponse -> ModelInferResponse ----
 
 
-def encode_infer_response(response: InferenceResponse) -> Any:
+def encode_infer_response(
+    response: InferenceResponse,
+    request: InferenceRequest | None = None,
+    shm: SharedMemoryRegistry | None = None,
+) -> Any:
     """Turn an InferenceResponse into a ModelInferResponse with every output's data in
-    raw_output_contents (the form perf_analyzer and tritonclient read)."""
+    raw_output_contents (the form perf_analyzer and tritonclient read). An output that the
+    ``request`` directed to a shared-memory region is written there instead; its entry in
+    raw_output_contents stays empty, so the others keep their positions."""
+    targets = _shared_outputs(request)
+    if targets:
+        outputs = []
+        contents = []
+        for tensor in response.outputs:
+            target = targets.get(tensor.name)
+            if target is None:
+                outputs.append(tensor)
+                contents.append(tensor_bytes(tensor))
+            else:
+                written = require(shm).write_output(
+                    tensor.name, target, tensor.datatype, tensor.data
+                )
+                parameters = {**tensor.parameters, **written}
+                outputs.append(
+                    Tensor(tensor.name, tensor.datatype, tensor.shape, tensor.data, parameters)
+                )
+                contents.append(b"")
+        response = InferenceResponse(
+            response.model_name, response.model_version, outputs, response.id, response.parameters
+        )
+        msg = _response_without_data(response)
+        msg.raw_output_contents.extend(contents)
+        return msg
     msg = _response_without_data(response)
     msg.raw_output_contents.extend(tensor_bytes(tensor) for tensor in response.outputs)
     return msg
+
+
+def _shared_outputs(request: InferenceRequest | None) -> dict[str, Parameters]:
+    """The outputs a request directs to shared memory, with their parameters."""
+    if request is None or not request.outputs:
+        return {}
+    return {out.name: out.parameters for out in request.outputs if REGION in out.parameters}
 
 
 def _response_without_data(response: InferenceResponse) -> Any:
@@ -266,7 +310,9 @@ _RAW_OUTPUT_TAG = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, le
 _LAYOUTS_KEPT = 256
 
 
-def decode_infer_request_bytes(data: bytes) -> InferenceRequest:
+def decode_infer_request_bytes(
+    data: bytes, shm: SharedMemoryRegistry | None = None
+) -> InferenceRequest:
     """A serialised ModelInferRequest as an InferenceRequest, like ``decode_infer_request``;
     a message protobuf cannot parse is an InvalidInputError."""
     for layout in _REQUEST_LAYOUTS.get(len(data), ()):
@@ -277,16 +323,22 @@ def decode_infer_request_bytes(data: bytes) -> InferenceRequest:
         message = pb.ModelInferRequest.FromString(data)
     except DecodeError as exc:
         raise InvalidInputError(f"malformed ModelInferRequest: {exc}") from None
-    request = decode_infer_request(message)
+    request = decode_infer_request(message, shm)
     if message.raw_input_contents:
         _remember_layout(data, request)
     return request
 
 
-def encode_infer_response_bytes(response: InferenceResponse) -> bytes:
-    """``encode_infer_response(response).SerializeToString()``, byte for byte."""
-    if response.parameters:
-        return encode_infer_response(response).SerializeToString()
+def encode_infer_response_bytes(
+    response: InferenceResponse,
+    request: InferenceRequest | None = None,
+    shm: SharedMemoryRegistry | None = None,
+) -> bytes:
+    """``encode_infer_response(response, request, shm).SerializeToString()``, byte for byte."""
+    if response.parameters or (
+        request is not None and request.outputs and _shared_outputs(request)
+    ):
+        return encode_infer_response(response, request, shm).SerializeToString()
     key: list[Any] = [response.model_name, response.model_version, response.id]
     outputs = response.outputs
     for tensor in outputs:
@@ -385,8 +437,8 @@ _RESPONSE_LAYOUTS: dict[tuple[Any, ...], tuple[bytes, list[tuple[bytes, int]]]] 
 
 def _remember_layout(data: bytes, request: InferenceRequest) -> None:
     """Keep the layout of a decoded message when its raw contents come last and every input
-    is one of them, in a fixed-size datatype."""
-    if any(tensor.datatype == "BYTES" for tensor in request.inputs):
+    is one of them, in a fixed-size datatype (not in shared memory)."""
+    if any(t.datatype == "BYTES" or REGION in t.parameters for t in request.inputs):
         return
     start = _raw_inputs_start(data)
     if start is None:
@@ -468,3 +520,11 @@ def encode_model_statistics(stats: list[dict[str, Any]]) -> Any:
 def encode_repository_index(index: list[dict[str, Any]]) -> Any:
     """engine.repository_index() -> RepositoryIndexResponse."""
     return _parse({"models": index}, pb.RepositoryIndexResponse())
+
+
+def encode_shm_status(regions: list[dict[str, Any]]) -> Any:
+    """SharedMemoryRegistry.status() -> SystemSharedMemoryStatusResponse."""
+    return _parse(
+        {"regions": {region["name"]: region for region in regions}},
+        pb.SystemSharedMemoryStatusResponse(),
+    )

@@ -32,6 +32,7 @@ from inferplex.protocol.v2.rest_json import (
     strings_to_json,
     unusable_shape,
 )
+from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
 
 __all__ = ["decode_infer_request", "encode_infer_response", "parse_header_length"]
 
@@ -54,12 +55,17 @@ def parse_header_length(value: bytes | str) -> int:
 
 
 def decode_infer_request(
-    body: bytes, header_length: int | None, model_name: str, model_version: str = ""
+    body: bytes,
+    header_length: int | None,
+    model_name: str,
+    model_version: str = "",
+    shm: SharedMemoryRegistry | None = None,
 ) -> InferenceRequest:
     """Decode a V2 REST inference request body into an :class:`InferenceRequest`.
 
     ``header_length`` is the ``Inference-Header-Content-Length`` value, or None when the
     header is absent (the whole body is JSON). The model name and version come from the URL.
+    Tensors that name a shared-memory region are read from / checked against ``shm``.
     """
     size = len(body)
     key = None  # the header's bytes, for the layout cache
@@ -109,12 +115,12 @@ def decode_infer_request(
     inputs: list[Tensor] = []
     offset = header_length
     for index, raw in enumerate(raw_inputs):
-        tensor, offset = _decode_input(raw, index, body, offset, size)
+        tensor, offset = _decode_input(raw, index, body, offset, size, shm)
         inputs.append(tensor)
     _check_claimed(offset, size)
 
     raw_outputs = header.get("outputs")
-    outputs = [] if raw_outputs is None else _decode_outputs(raw_outputs)
+    outputs = [] if raw_outputs is None else _decode_outputs(raw_outputs, shm)
     request = InferenceRequest(model_name, inputs, model_version, request_id, outputs, parameters)
     if key is not None and all("binary_data_size" in t.parameters for t in inputs):
         if len(_LAYOUTS) >= _LAYOUTS_MAX:
@@ -213,7 +219,9 @@ def _binary_array(
         raise unusable_shape(name, shape, exc) from None
 
 
-def _decode_input(raw: Any, index: int, body: bytes, offset: int, size: int) -> tuple[Tensor, int]:
+def _decode_input(
+    raw: Any, index: int, body: bytes, offset: int, size: int, shm: SharedMemoryRegistry | None
+) -> tuple[Tensor, int]:
     """One input tensor; returns it and the offset just past its binary data."""
     if type(raw) is not dict:
         raise InvalidInputError(f"inputs[{index}] must be a JSON object, got {json_type(raw)}")
@@ -235,12 +243,15 @@ def _decode_input(raw: Any, index: int, body: bytes, offset: int, size: int) -> 
         parameters = {}
     elif type(parameters) is not dict:
         _parameters(parameters, "input", name)  # raises, naming the input
-    if "shared_memory_region" in parameters:
-        raise InvalidInputError(
-            f"input '{name}': shared memory inputs are not supported; send the data in 'data' "
-            "or as binary data (parameters.binary_data_size)"
-        )
     data = raw.get("data")
+    if REGION in parameters:
+        if data is not None or "binary_data_size" in parameters:
+            raise InvalidInputError(
+                f"input '{name}' has parameters.{REGION} and also 'data' or "
+                "parameters.binary_data_size; give one"
+            )
+        array = require(shm).read_input(name, parameters, datatype, shape)
+        return Tensor(name, datatype, shape, array, parameters), offset
     binary_size = parameters.get("binary_data_size")
 
     if binary_size is None:
@@ -272,7 +283,7 @@ def _decode_input(raw: Any, index: int, body: bytes, offset: int, size: int) -> 
     return Tensor(name, datatype, shape, array, parameters), end
 
 
-def _decode_outputs(raw_outputs: Any) -> list[RequestedOutput]:
+def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[RequestedOutput]:
     if type(raw_outputs) is not list:
         raise InvalidInputError(
             f"'outputs' must be a list of requested outputs, got {json_type(raw_outputs)}"
@@ -288,13 +299,14 @@ def _decode_outputs(raw_outputs: Any) -> list[RequestedOutput]:
         if parameters is None:
             parameters = {}
         else:
-            _check_output_parameters(parameters, name)
+            _check_output_parameters(parameters, name, shm)
         outputs.append(RequestedOutput(name, parameters))
     return outputs
 
 
-def _check_output_parameters(raw: Any, name: str) -> None:
-    """An output's 'parameters': binary_data a bool; no classification, no shared memory."""
+def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | None) -> None:
+    """An output's 'parameters': binary_data a bool; no classification; a shared-memory
+    region that is registered and large enough."""
     parameters = _parameters(raw, "output", name)
     binary = parameters.get("binary_data", False)
     if not isinstance(binary, bool):
@@ -304,8 +316,8 @@ def _check_output_parameters(raw: Any, name: str) -> None:
         )
     if parameters.get("classification"):
         raise InvalidInputError(f"output '{name}': the classification extension is not supported")
-    if "shared_memory_region" in parameters:
-        raise InvalidInputError(f"output '{name}': shared memory outputs are not supported")
+    if REGION in parameters:
+        require(shm).check_output(name, parameters)
 
 
 def _parameters(raw: Any, owner: str, name: str) -> dict[str, Any]:
@@ -333,12 +345,15 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
 
 
 def encode_infer_response(
-    response: InferenceResponse, request: InferenceRequest
+    response: InferenceResponse,
+    request: InferenceRequest,
+    shm: SharedMemoryRegistry | None = None,
 ) -> tuple[bytes, int | None]:
     """Encode a response as one body; returns it and the JSON header length.
 
     The header length is None for a pure JSON body. Outputs go binary when the request asked
-    for it (the output's ``binary_data``, else the request's ``binary_data_output``).
+    for it (the output's ``binary_data``, else the request's ``binary_data_output``); an output
+    the request directed to a shared-memory region is written there and sent without data.
     """
     binary_default = request.parameters.get("binary_data_output", False)
     requested = {out.name: out.parameters for out in request.outputs} if request.outputs else None
@@ -346,6 +361,19 @@ def encode_infer_response(
     chunks: list[Any] = []
     for tensor in response.outputs:
         parameters = requested.get(tensor.name) if requested else None
+        if parameters and REGION in parameters:
+            written = require(shm).write_output(
+                tensor.name, parameters, tensor.datatype, tensor.data
+            )
+            outputs.append(
+                {
+                    "name": tensor.name,
+                    "datatype": tensor.datatype,
+                    "shape": tensor.shape,
+                    "parameters": written,
+                }
+            )
+            continue
         binary = parameters.get("binary_data", binary_default) if parameters else binary_default
         # a shape tuple is written as a JSON array (numpy integers too, with _DUMPS_OPTIONS)
         if binary:

@@ -136,12 +136,23 @@ def test_close_calls_finalize(
 ) -> None:
     marker = tmp_path / "finalized"
     monkeypatch.setenv("FINALIZED_MARKER", str(marker))
-    backend = PythonBackend(model_file, config(), InstanceSpec())
+    backend = PythonBackend(model_file, config(compute_slot="true"), InstanceSpec())
+    assert not backend.composite  # asked for a compute slot
     run(backend, 0)
     backend.close()
     assert marker.read_text() == "done"
 
 
+def test_handlers_take_no_compute_slot_by_default(backend: PythonBackend) -> None:
+    # they may wait on the models they call: holding a slot then could deadlock
+    assert backend.composite
+
+
 def test_bad_parameters_are_config_errors(model_file: Path) -> None:
     with pytest.raises(ConfigError, match="execute_timeout_seconds must be a non-negative number"):
         PythonBackend(model_file, config(execute_timeout_seconds="soon"), InstanceSpec())
+
+
+def test_nothing_is_written_into_the_model_folder(backend: PythonBackend, model_file: Path) -> None:
+    run(backend, 0)
+    assert sorted(p.name for p in model_file.parent.iterdir()) == ["model.py"]

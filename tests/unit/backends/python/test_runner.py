@@ -58,8 +58,8 @@ class TorchServeStyle(BaseHandler):
     def inference(self, data: list[bytes]) -> list[int]:
         return [len(item) for item in data]
 
-    def postprocess(self, data: list[int]) -> list[dict[str, int]]:
-        return [{"length": n} for n in data]
+    def postprocess(self, data: list[int]) -> list[dict[str, Any]]:
+        return [{"length": np.int64(n), "bits": np.zeros(2, np.uint8)} for n in data]
 
 
 def test_torchserve_rows_carry_the_raw_bytes_and_items_become_json() -> None:
@@ -68,7 +68,8 @@ def test_torchserve_rows_carry_the_raw_bytes_and_items_become_json() -> None:
     raw = np.array([[b"abc"], [b"\x00" * 10]], dtype=object)
     out = runner.run({"RAW": raw}, ["JSON"])["JSON"]
     assert out.shape == (2, 1)
-    assert [json.loads(x) for x in out[:, 0]] == [{"length": 3}, {"length": 10}]
+    decoded = [json.loads(x) for x in out[:, 0]]
+    assert decoded == [{"length": 3, "bits": [0, 0]}, {"length": 10, "bits": [0, 0]}]
 
 
 def test_per_row_scalars_fill_dims_one() -> None:
@@ -175,3 +176,17 @@ def test_find_class_rules() -> None:
         find_class(module, "Nope")
     module.TritonPythonModel = Helper
     assert find_class(module, "") is Helper
+
+
+def test_default_preprocess_with_a_per_row_postprocess() -> None:
+    class Labels(BaseHandler):
+        def inference(self, data: dict[str, np.ndarray]) -> np.ndarray:
+            return data["INPUT0"].argmax(axis=1)
+
+        def postprocess(self, data: np.ndarray) -> list[str]:
+            return [f"class {i}" for i in data]
+
+    ctx = context(outputs=(("LABEL", "TYPE_STRING", [1]),))
+    batch = np.eye(4, dtype=np.float32)[[2, 0, 3]]
+    out = Runner(Labels(), ctx).run({"INPUT0": batch}, ["LABEL"])["LABEL"]
+    assert out.tolist() == [[b"class 2"], [b"class 0"], [b"class 3"]]

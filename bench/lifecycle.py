@@ -1,0 +1,332 @@
+"""Model lifecycle speed: cold loads, new version to serving, throughput during a swap.
+
+    python -m bench.lifecycle [--quick] [--rounds N] [--window S] [--clients N]
+
+1. **Cold load time per example model.** Builds the example repository
+   (``examples/build_models.py``) into a temporary folder, starts the server in
+   ``--model-control-mode explicit`` with nothing loaded and times
+   ``POST /v2/repository/models/{m}/load`` per model (a pipeline after the models it calls),
+   ``--rounds`` times each with an unload in between: median and best, in ms. A load reads
+   the config, creates the instances, runs any warm-up and returns once the model is READY.
+2. **New version to serving (poll mode).** A server polls its repository every
+   ``POLL_SECS``; clients keep sending unversioned requests to add_sub while a new version
+   folder appears (written aside, then renamed into place). The time from the rename to the
+   first answer from the new version, per round; it is bound by the poll period.
+3. **Throughput during a version swap ÷ before.** ``--clients`` closed-loop HTTP
+   binary clients keep a model busy; windows of ``--window`` seconds alternate between
+   nothing happening ("before") and one swap a quarter into the window (the version's file
+   is rewritten, then ``load`` replaces it: the new one loads beside the old, traffic
+   switches, the old drains and is freed). Completed requests per second: in the "before"
+   windows, during each swap itself (from the load request to its answer) and over the
+   whole window holding the swap; interleaved over ``--rounds`` rounds, medians compared.
+   For add_sub (overhead-bound: the swap's own CPU work shows most) and small_cnn
+   (compute-bound). Target of issue 4: during the swap / before >= 0.9.
+
+Prints every figure and writes JSON to bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import payloads
+from bench.loadgen import HttpConnection
+from bench.report import Target, check_targets, number
+from bench.serving import machine_state, write_results
+from inferplex import modelgen
+from tests.support.process import HOST, RunningServer, start_server
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the poll period of part 2: the time to serving is bound by it
+POLL_SECS = 0.2
+#: examples that call other models load after them
+LOAD_ORDER_LAST = ("camera_pipeline", "digits_reader")
+TARGETS = (
+    Target("add_sub throughput during swaps / before", "swap/add_sub/ratio", 0.9, "", True),
+    Target("small_cnn throughput during swaps / before", "swap/small_cnn/ratio", 0.9, "", True),
+)
+
+
+@contextmanager
+def server(repository: Path, log: Path, **settings: str) -> Iterator[RunningServer]:
+    env = {f"INFERPLEX_{k.upper()}": v for k, v in settings.items()}
+    running = start_server(repository, log, env={"INFERPLEX_LOG_LEVEL": "warning", **env})
+    try:
+        yield running
+    finally:
+        code = running.stop()
+        if code != 0:
+            print(f"server exited with {code}:\n{running.log()[-3000:]}", file=sys.stderr)
+
+
+def post(running: RunningServer, path: str, body: dict[str, Any] | None = None) -> None:
+    data = json.dumps(body or {}).encode()
+    request = urllib.request.Request(f"http://{running.http_url}{path}", data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            response.read()
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"{path}: {exc.code} {exc.read().decode(errors='replace')}") from None
+
+
+# -- 1: cold loads ------------------------------------------------------------------------------
+def cold_loads(work: Path, rounds: int, examples: Path | None) -> dict[str, Any]:
+    if examples is None:
+        examples = work / "examples"
+        print("building the example models (examples/build_models.py) ...", flush=True)
+        subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "build_models.py"), "--out", str(examples)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    names = sorted(p.name for p in examples.iterdir() if p.is_dir())
+    names.sort(key=lambda n: n in LOAD_ORDER_LAST)
+    print(f"\n1. cold load time per example model ({rounds} loads each, explicit mode)")
+    results: dict[str, Any] = {}
+    with server(examples, work / "cold.log", model_control_mode="explicit") as running:
+        for name in names:
+            times = []
+            try:
+                for i in range(rounds):
+                    if i:  # each load is cold; the last one stays for the models calling it
+                        post(running, f"/v2/repository/models/{name}/unload")
+                    start = time.perf_counter()
+                    post(running, f"/v2/repository/models/{name}/load")
+                    times.append((time.perf_counter() - start) * 1e3)
+            except RuntimeError as exc:
+                print(f"  {name:22} failed: {exc}")
+                results[name] = {"error": str(exc)}
+                continue
+            size = sum(f.stat().st_size for f in (examples / name).rglob("*") if f.is_file())
+            results[name] = {
+                "median_ms": round(statistics.median(times), 1),
+                "best_ms": round(min(times), 1),
+                "loads": len(times),
+                "bytes_on_disk": size,
+            }
+            print(
+                f"  {name:22} median {statistics.median(times):8.1f} ms   best "
+                f"{min(times):8.1f} ms   ({len(times)} load(s), {size / 1e6:.2f} MB on disk)"
+            )
+    return results
+
+
+# -- clients ------------------------------------------------------------------------------------
+class Traffic:
+    """Closed-loop HTTP binary clients on their own event loop thread, recording when each
+    answer arrived (any failed request ends the run with its error)."""
+
+    def __init__(self, running: RunningServer, model: str, inputs: payloads.Arrays, clients: int):
+        self._request = payloads.http_binary_request(
+            running.http_url, model, inputs, list(_outputs(model))
+        )
+        self._port = running.http_port
+        self._clients = clients
+        self.done: list[float] = []
+        self._stop = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+
+    async def _run(self) -> None:
+        try:
+            await asyncio.gather(*(self._client() for _ in range(self._clients)))
+        except BaseException as exc:  # reported by stop()
+            self._error = exc
+
+    async def _client(self) -> None:
+        connection = await HttpConnection.open(HOST, self._port)
+        clock = time.perf_counter
+        while not self._stop:
+            await connection.send(self._request)
+            self.done.append(clock())
+        await connection.close()
+
+    def count(self, start: float, end: float) -> int:
+        return sum(1 for t in self.done if start <= t < end)
+
+    def stop(self) -> None:
+        self._stop = True
+        self._thread.join(30)
+        if self._error is not None:
+            raise self._error
+
+
+def _outputs(model: str) -> tuple[str, ...]:
+    return ("OUTPUT0", "OUTPUT1") if model == "add_sub" else ("logits",)
+
+
+class VersionProbe:
+    """A client that asks, over and over, which version serves unversioned requests."""
+
+    def __init__(self, running: RunningServer, inputs: payloads.Arrays) -> None:
+        self._url = f"http://{running.http_url}/v2/models/add_sub/infer"
+        body = {
+            "inputs": [
+                {"name": n, "shape": list(a.shape), "datatype": "FP32", "data": a.ravel().tolist()}
+                for n, a in inputs.items()
+            ]
+        }
+        self._body = json.dumps(body).encode()
+
+    def version(self) -> str:
+        request = urllib.request.Request(
+            self._url, data=self._body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return str(json.load(response)["model_version"])
+
+
+# -- 2: new version to serving ------------------------------------------------------------------
+def new_version_to_serving(work: Path, rounds: int) -> dict[str, Any]:
+    repo = work / "poll"
+    path = modelgen.add_sub(repo)
+    modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    inputs = _add_sub_inputs()
+    print(f"\n2. new version appearing -> serving (poll mode, every {POLL_SECS} s)")
+    times = []
+    with server(
+        repo, work / "poll.log", model_control_mode="poll", repository_poll_secs=str(POLL_SECS)
+    ) as running:
+        probe = VersionProbe(running, inputs)
+        for version in range(2, rounds + 2):
+            staging = work / "staging"
+            modelgen.add_sub(staging, version=version)
+            start = time.perf_counter()
+            os.rename(staging / "add_sub" / str(version), repo / "add_sub" / str(version))
+            while probe.version() != str(version):
+                if time.perf_counter() - start > 60:
+                    raise TimeoutError(f"version {version} not served after 60 s")
+            times.append((time.perf_counter() - start) * 1e3)
+            print(f"  version {version}: serving after {times[-1]:7.1f} ms")
+    result = {
+        "poll_secs": POLL_SECS,
+        "median_ms": round(statistics.median(times), 1),
+        "max_ms": round(max(times), 1),
+        "rounds_ms": [round(t, 1) for t in times],
+    }
+    print(
+        f"  median {result['median_ms']} ms, max {result['max_ms']} ms "
+        f"(poll period {POLL_SECS * 1e3:.0f} ms)"
+    )
+    return result
+
+
+# -- 3: throughput during swaps -----------------------------------------------------------------
+def swaps(work: Path, model: str, rounds: int, window: float, clients: int) -> dict[str, Any]:
+    repo = work / f"swap_{model}"
+    if model == "add_sub":
+        path = modelgen.add_sub(repo)
+        inputs = _add_sub_inputs()
+    else:
+        path = modelgen.small_cnn(repo)
+        inputs = {"image": np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)}
+    modelgen.write_config(
+        repo / model, modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
+    )
+    data = path.read_bytes()
+    print(f"\n3. {model}: throughput during version swaps / before ({clients} clients)")
+    before: list[float] = []
+    during: list[float] = []  # from the load request to its answer
+    windows: list[float] = []  # the whole window holding the swap
+    swap_ms: list[float] = []
+    with server(repo, work / f"swap_{model}.log", model_control_mode="explicit") as running:
+        post(running, f"/v2/repository/models/{model}/load")
+        traffic = Traffic(running, model, inputs, clients)
+        try:
+            time.sleep(1.0)  # warm-up: connections open, batch sizes settle
+            for _ in range(rounds):
+                start = time.perf_counter()
+                time.sleep(window)
+                before.append(traffic.count(start, time.perf_counter()) / window)
+                start = time.perf_counter()
+                time.sleep(window / 4)
+                path.write_bytes(data)  # a new file: the load replaces the version
+                began = time.perf_counter()
+                post(running, f"/v2/repository/models/{model}/load")
+                ended = time.perf_counter()
+                swap_ms.append((ended - began) * 1e3)
+                time.sleep(max(0.0, start + window - time.perf_counter()))
+                end = time.perf_counter()
+                during.append(traffic.count(began, ended) / (ended - began))
+                windows.append(traffic.count(start, end) / (end - start))
+        finally:
+            traffic.stop()
+    base = statistics.median(before)
+    ratio = statistics.median(during) / base
+    window_ratio = statistics.median(windows) / base
+    print(
+        f"  before {base:8.1f} req/s   during the swap {statistics.median(during):8.1f} req/s"
+        f" (ratio {ratio:.3f})   {window:g} s window holding it "
+        f"{statistics.median(windows):8.1f} req/s (ratio {window_ratio:.3f})   "
+        f"swap {statistics.median(swap_ms):.1f} ms median"
+    )
+    return {
+        "before_rps": [round(r, 1) for r in before],
+        "during_rps": [round(r, 1) for r in during],
+        "window_rps": [round(r, 1) for r in windows],
+        "ratio": round(ratio, 3),
+        "window_ratio": round(window_ratio, 3),
+        "swap_ms": [round(t, 1) for t in swap_ms],
+    }
+
+
+def _add_sub_inputs() -> payloads.Arrays:
+    return {
+        "INPUT0": np.arange(16, dtype=np.float32).reshape(1, 16),
+        "INPUT1": np.ones((1, 16), dtype=np.float32),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--window", type=float, default=3.0, help="seconds per window")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="one short round of each part")
+    parser.add_argument(
+        "--examples",
+        type=Path,
+        help="an example repository built already (python examples/build_models.py --out DIR); "
+        "default: build one in a temporary folder",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.window = 1, 1.5
+    state = machine_state()
+    with tempfile.TemporaryDirectory(prefix="bench-lifecycle-") as folder:
+        work = Path(folder)
+        results: dict[str, Any] = {
+            "cold_load": cold_loads(work, args.rounds, args.examples),
+            "new_version": new_version_to_serving(work, args.rounds),
+            "swap": {
+                model: swaps(work, model, args.rounds, args.window, args.clients)
+                for model in ("add_sub", "small_cnn")
+            },
+        }
+    flat = {f"swap/{m}/ratio": r["ratio"] for m, r in results["swap"].items()}
+    outcomes = check_targets(TARGETS, flat)
+    print(f"\nnew version -> serving: median {number(results['new_version']['median_ms'])} ms")
+    settings = {**vars(args), "examples": str(args.examples or "")}
+    write_results("lifecycle", {**results, "targets": outcomes, "args": settings}, state)
+
+
+if __name__ == "__main__":
+    main()

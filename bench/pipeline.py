@@ -1,0 +1,160 @@
+"""The camera-frame pipeline end to end beside its branches alone, in one run.
+
+    python -m bench.pipeline [--rounds N] [--duration S] [--warmup S] [--quick]
+
+Builds the example's models (``examples/build_models.py``: face_detect -> face_embed beside
+object_classify and behaviour_classify, one intra-op thread each) and, beside the
+``camera_pipeline`` ensemble, a ``face_branch`` ensemble of the first two steps alone, then
+serves them in one server. One client sends one 128x128 frame at a time (closed loop,
+concurrency 1, HTTP binary) to each case, the cases round-robin over ``--rounds`` rounds, and
+each keeps its round with the lowest p50. Printed: p50/p99 per case, the pipeline's p50
+against the slowest branch alone and against the sum of the branches (what running the steps
+one after the other costs). Issue 5's target: pipeline p50 <= 1.2 x the slowest branch.
+The answers of the pipeline are checked against the four models run in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import payloads
+from bench.loadgen import measure, open_http
+from bench.overhead import Timing
+from bench.report import Target, check_targets
+from bench.serving import (
+    Check,
+    latency_figures,
+    machine_state,
+    output_check,
+    reference,
+    serve,
+    write_results,
+)
+from examples.build_models import CAMERA_STEPS, build_camera_pipeline, write_ensemble
+from inferplex import modelgen
+from tests.support.process import HOST
+
+PIPELINE = "camera_pipeline"
+FACE_BRANCH = "face_branch"
+#: each branch of the pipeline as one served model (the face branch is an ensemble itself)
+BRANCHES = (FACE_BRANCH, "object_classify", "behaviour_classify")
+CASES = (PIPELINE, *BRANCHES)
+TARGET = Target("pipeline p50 / slowest branch p50", "ratio_slowest", 1.2, "x")
+
+
+def build(repo: Path) -> None:
+    build_camera_pipeline(repo, PIPELINE)
+    write_ensemble(repo, FACE_BRANCH, CAMERA_STEPS[:2])
+
+
+def expected(repo: Path, frame: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
+    """Each case's answer from in-process ONNX Runtime, the steps chained by hand."""
+
+    def run(model: str, image: np.ndarray) -> np.ndarray:
+        path = repo / model / "1" / modelgen.MODEL_FILENAME
+        return next(iter(reference(path, {"image": image}).values()))
+
+    face = run("face_detect", frame)
+    embedding = run("face_embed", face)
+    objects = run("object_classify", frame)
+    behaviour = run("behaviour_classify", frame)
+    return {
+        PIPELINE: {"face_embedding": embedding, "objects": objects, "behaviour": behaviour},
+        FACE_BRANCH: {"face_embedding": embedding},
+        "object_classify": {"logits": objects},
+        "behaviour_classify": {"logits": behaviour},
+    }
+
+
+async def run_case(port: int, request: bytes, check: Check, timing: Timing) -> dict[str, Any]:
+    (connection,) = await open_http(HOST, port, 1)
+    try:
+        check(payloads.decode_http_response(*await connection.send(request)))
+        result = await measure([partial(connection.send, request)], timing.duration, timing.warmup)
+        check(payloads.decode_http_response(*await connection.send(request)))
+    finally:
+        await connection.close()
+    return latency_figures(result)
+
+
+async def run(repo: Path, rounds: int, timing: Timing) -> dict[str, dict[str, Any]]:
+    frame = np.random.default_rng(0).random((1, 3, 128, 128), dtype=np.float32)
+    answers = expected(repo, frame)
+    best: dict[str, dict[str, Any]] = {}
+    p50s: dict[str, list[float]] = {case: [] for case in CASES}
+    with serve(repo, repo / "server.log", {}, list(CASES)) as served:
+        port = served.server.http_port
+        for round_number in range(rounds):
+            for case in CASES:
+                inputs = {"frame" if case in (PIPELINE, FACE_BRANCH) else "image": frame}
+                request = payloads.http_binary_request(
+                    f"{HOST}:{port}", case, inputs, list(answers[case])
+                )
+                check = output_check(answers[case], case, atol=1e-4)
+                figures = await run_case(port, request, check, timing)
+                p50s[case].append(figures["p50_ms"])
+                if case not in best or figures["p50_ms"] < best[case]["p50_ms"]:
+                    best[case] = figures
+            print(f"round {round_number + 1}/{rounds} done", flush=True)
+    for case in CASES:
+        best[case]["round_p50s"] = p50s[case]
+    return best
+
+
+def report(best: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    slowest = max(BRANCHES, key=lambda b: best[b]["p50_ms"])
+    total = sum(best[b]["p50_ms"] for b in BRANCHES)
+    pipeline = best[PIPELINE]["p50_ms"]
+    print("\ncamera frame FP32 [1,3,128,128], one client, HTTP binary (best round by p50)")
+    print(f"{'case':20} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8}   round p50s")
+    for case in CASES:
+        figures = best[case]
+        print(
+            f"{case:20} {figures['p50_ms']:>8.3f} {figures['p99_ms']:>8.3f} "
+            f"{figures['rate']:>8.1f}   {figures['round_p50s']}"
+        )
+    flat = {
+        "slowest_branch": slowest,
+        "sum_of_branches_ms": round(total, 3),
+        "ratio_slowest": round(pipeline / best[slowest]["p50_ms"], 3),
+        "ratio_sum": round(pipeline / total, 3),
+    }
+    print(
+        f"\npipeline p50 {pipeline:.3f} ms; slowest branch ({slowest}) "
+        f"{best[slowest]['p50_ms']:.3f} ms: ratio {flat['ratio_slowest']:.3f}; sum of the "
+        f"branches {total:.3f} ms: ratio {flat['ratio_sum']:.3f}"
+    )
+    flat["targets"] = check_targets([TARGET], flat)
+    return flat
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=3.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--quick", action="store_true", help="one short round")
+    args = parser.parse_args()
+    rounds, timing = args.rounds, Timing(args.duration, args.warmup)
+    if args.quick:
+        rounds, timing = 1, Timing(1.0, 0.3)
+    before = machine_state()
+    with tempfile.TemporaryDirectory() as folder:
+        repo = Path(folder)
+        build(repo)
+        best = asyncio.run(run(repo, rounds, timing))
+    summary = report(best)
+    options = {"rounds": rounds, "duration": timing.duration, "warmup": timing.warmup}
+    path = write_results("pipeline", {"options": options, "cases": best, **summary}, before)
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""``inferplex bench``, ``tune`` and ``heatmap`` against real servers, for a few seconds each.
+
+The session server (tests/conftest.py) serves the test repository: every V2 datatype through
+an identity model, add_sub, and a broken model. The version gate, the scheduling A/B and the
+tuner start servers of their own (the bench's launcher). Figures are never asserted: the
+regression gate is driven both ways with a doctored baseline.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from inferplex import modelgen
+from inferplex.benchtool.compat import CompatLog
+from inferplex.benchtool.control import HttpApi
+from inferplex.benchtool.launch import launch
+from inferplex.cli.main import main
+from inferplex.config.readers import read_model_config
+from inferplex.core.datatypes import V2_DATATYPES
+from tests.support.process import RunningServer
+
+IDENTITIES = ",".join(f"identity_{d.lower()}" for d in sorted(V2_DATATYPES))
+#: the shortest measurement: no warm-up, one window of 0.1 s
+QUICK = ["--warmup", "0", "--window", "0.1", "--max-windows", "1", "--stable-windows", "1"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    "protocol",
+    [["--protocol", "http", "--binary"], ["--protocol", "http", "--json"], ["--protocol", "grpc"]],
+)
+def test_bench_every_datatype_and_report_what_failed(
+    server: RunningServer, tmp_path: Path, protocol: list[str]
+) -> None:
+    url = server.grpc_url if "grpc" in protocol else server.http_url
+    out = tmp_path / "bench.json"
+    result = invoke(
+        "bench", "--url", url, *protocol, "--model", f"{IDENTITIES},broken",
+        "--shape", "INPUT0:1,4", *QUICK, "--json-out", str(out),
+        "--compat-out", str(tmp_path / "compat.json"),
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output  # the broken model fails the run
+    report = json.loads(out.read_text())
+    assert len(report["results"]) == len(V2_DATATYPES)
+    assert all(r["latency"]["requests"] > 0 for r in report["results"])
+    assert all(r["server"]["requests"] > 0 for r in report["results"])
+    compat = report["compat"]
+    expected = {f"{side} {d}" for d in V2_DATATYPES for side in ("input", "output")}
+    assert set(compat["datatypes"]["worked"]) == expected
+    assert list(compat["models"]["failed"]) == ["broken"]
+    assert "UNAVAILABLE" in compat["models"]["failed"]["broken"]
+    assert json.loads((tmp_path / "compat.json").read_text())["compat"] == compat
+    assert "FAIL    broken" in result.output and "identity_bytes" in result.output
+
+
+def test_rate_sweep_with_outputs_recorded_metrics_and_heatmap(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    result = invoke(
+        "bench", "--url", server.http_url, "--model", "add_sub", "--rate", "50,100",
+        "--warmup", "0.1", "--window", "0.3", "--max-windows", "2",
+        "--csv-out", str(tmp_path / "b.csv"), "--plot", str(tmp_path / "b.png"),
+        "--record-metrics", str(metrics), "--metrics-url", server.metrics_url,
+        "--record-interval", "0.2",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "50/s" in result.output and "100/s" in result.output
+    assert len((tmp_path / "b.csv").read_text().splitlines()) == 3
+    assert (tmp_path / "b.png").read_bytes().startswith(PNG)
+    assert len(metrics.read_text().splitlines()) >= 3
+    heat = tmp_path / "heat.png"
+    result = invoke("heatmap", "--input", str(metrics), "--out", str(heat))
+    assert result.exit_code == 0, result.output
+    assert heat.read_bytes().startswith(PNG) and heat.stat().st_size > 10_000
+
+
+def test_compare_passes_within_the_threshold_and_fails_on_a_regression(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    baseline = tmp_path / "baseline.json"
+    common = ["bench", "--url", server.grpc_url, "--protocol", "grpc", "--model", "add_sub"]
+    common += ["--concurrency", "1,2", *QUICK]
+    assert invoke(*common, "--json-out", str(baseline)).exit_code == 0
+    passed = invoke(*common, "--compare", str(baseline), "--threshold", "1000000",
+                    "--compat-out", str(tmp_path / "pass.json"))  # fmt: skip
+    assert passed.exit_code == 0, passed.output
+    assert "compare: 2 cases, threshold ±1e+06%: PASS" in passed.output
+    # a baseline 100 times faster than anything this server does: every case regressed
+    document = json.loads(baseline.read_text())
+    for case in document["results"]:
+        case["latency"]["throughput"] *= 100
+        for figure in ("p50_ms", "p90_ms", "p95_ms", "p99_ms"):
+            case["latency"][figure] /= 100
+    doctored = tmp_path / "doctored.json"
+    doctored.write_text(json.dumps(document))
+    failed = invoke(*common, "--compare", str(doctored), "--compat-out", str(tmp_path / "f.json"))
+    assert failed.exit_code == 1, failed.output
+    assert "REGRESSION   add_sub/grpc/concurrency=2/b1 throughput" in failed.output
+    comparison = json.loads((tmp_path / "f.json").read_text())["comparison"]
+    assert not comparison["passed"] and comparison["cases_compared"] == 2
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """add_sub with versions 1 and 2, both served (version_policy all)."""
+    repo = tmp_path_factory.mktemp("two_versions")
+    for version in (1, 2):
+        path = modelgen.add_sub(repo, version=version)
+    config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
+    config["version_policy"] = {"all": {}}
+    modelgen.write_config(repo / "add_sub", config)
+    return repo
+
+
+def test_version_gate_promotes_a_passing_version(two_versions: Path) -> None:
+    args = ["--model-control-mode", "explicit", "--load-model", "*"]
+    with launch(two_versions, args) as served:
+        api = HttpApi(served.http, CompatLog())
+        assert api.model_metadata("add_sub")["versions"] == ["1", "2"]
+        result = invoke(
+            "bench", "--url", served.http, "--model", "add_sub", "--gate-version", "2",
+            "--gate-rounds", "1", "--threshold", "1000000", *QUICK,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "version 2 promoted" in result.output
+        assert api.model_metadata("add_sub")["versions"] == ["2"]
+
+
+def test_scheduling_policies_side_by_side(two_versions: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ab.json"
+    result = invoke(
+        "bench", "--model-repository", str(two_versions), "--policies", "round_robin,priority",
+        "--model", "add_sub", "--concurrency", "2", *QUICK, "--json-out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "side by side" in result.output
+    assert "round_robin req/s" in result.output and "priority req/s" in result.output
+    document = json.loads(out.read_text())
+    assert list(document["policies"]) == ["round_robin", "priority"]
+
+
+def test_tune_a_small_space_writes_the_best_and_resumes(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    path = modelgen.add_sub(repo)
+    modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    results = tmp_path / "tune.jsonl"
+    args = [
+        "tune", "--model-repository", str(repo), "--model", "add_sub",
+        "--max-batch-size", "1,8", "--eta", "2", "--concurrency", "4",
+        "--warmup", "0", "--window", "0.15", "--windows", "2", "--results", str(results),
+    ]  # fmt: skip
+    result = invoke(*args, "--write")
+    assert result.exit_code == 0, result.output
+    assert "2 candidates, 2 rungs" in result.output and "Pareto frontier" in result.output
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(line["rung"], "throughput" in line) for line in lines] == [
+        (0, True),
+        (0, True),
+        (1, True),
+    ]
+    best = lines[-1]["candidate"]
+    config = read_model_config(repo / "add_sub")
+    assert config is not None and config.max_batch_size == best["max_batch_size"]
+    assert config.parameters["intra_op_thread_count"] == "1"
+    again = invoke(*args)  # everything is in the results file: nothing is measured again
+    assert again.exit_code == 0, again.output
+    assert "resumed: 3 measurements" in again.output
+    assert len(results.read_text().splitlines()) == 3
