@@ -181,7 +181,7 @@ async def throughput(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threshold", type=float, default=0.99)
+    parser.add_argument("--threshold", type=float, default=0.95)
     parser.add_argument("--rows", type=int, default=16, help="digits per request")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)

@@ -1,6 +1,7 @@
 """Model lifecycle speed: cold loads, new version to serving, throughput during a swap.
 
     python -m bench.lifecycle [--quick] [--rounds N] [--window S] [--clients N]
+                              [--examples DIR] [--parts cold,poll,swap]
 
 1. **Cold load time per example model.** Builds the example repository
    (``examples/build_models.py``) into a temporary folder, starts the server in
@@ -302,6 +303,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="one short round of each part")
     parser.add_argument(
+        "--parts", default="cold,poll,swap", help="which parts to run (comma-separated)"
+    )
+    parser.add_argument(
         "--examples",
         type=Path,
         help="an example repository built already (python examples/build_models.py --out DIR); "
@@ -313,17 +317,22 @@ def main() -> None:
     state = machine_state()
     with tempfile.TemporaryDirectory(prefix="bench-lifecycle-") as folder:
         work = Path(folder)
-        results: dict[str, Any] = {
-            "cold_load": cold_loads(work, args.rounds, args.examples),
-            "new_version": new_version_to_serving(work, args.rounds),
-            "swap": {
+        parts = set(args.parts.split(","))
+        results: dict[str, Any] = {}
+        if "cold" in parts:
+            results["cold_load"] = cold_loads(work, args.rounds, args.examples)
+        if "poll" in parts:
+            results["new_version"] = new_version_to_serving(work, args.rounds)
+        if "swap" in parts:
+            results["swap"] = {
                 model: swaps(work, model, args.rounds, args.window, args.clients)
                 for model in ("add_sub", "small_cnn")
-            },
-        }
-    flat = {f"swap/{m}/ratio": r["ratio"] for m, r in results["swap"].items()}
-    outcomes = check_targets(TARGETS, flat)
-    print(f"\nnew version -> serving: median {number(results['new_version']['median_ms'])} ms")
+            }
+    flat = {f"swap/{m}/ratio": r["ratio"] for m, r in results.get("swap", {}).items()}
+    outcomes = check_targets(TARGETS, flat) if flat else []
+    if "new_version" in results:
+        median = number(results["new_version"]["median_ms"])
+        print(f"\nnew version -> serving: median {median} ms")
     settings = {**vars(args), "examples": str(args.examples or "")}
     write_results("lifecycle", {**results, "targets": outcomes, "args": settings}, state)
 

@@ -39,7 +39,7 @@ from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.handler.base import Context
-from inferplex.handler.runner import Runner
+from inferplex.handler.runner import Runner, find_class, load_module
 
 HANDLER = """
 from inferplex.handler import BaseHandler
@@ -119,7 +119,8 @@ async def run(args: argparse.Namespace) -> None:
             feeds = {"INPUT0": a, "INPUT1": a}
             config = python_config(dims)
             context = Context(config.name, "1", str(repo), config.to_triton_dict(), "bench")
-            runner = Runner(_handler_class(repo / config.name / "1" / "model.py")(), context)
+            handler = find_class(load_module(repo / config.name / "1" / "model.py"), "")()
+            runner = Runner(handler, context)
             worker = PythonBackend(repo / config.name / "1" / "model.py", config, InstanceSpec())
             onnx = OnnxRuntimeBackend(
                 repo / f"add_sub_{dims}" / "1" / "model.onnx",
@@ -173,12 +174,6 @@ def report(best: dict[tuple[int, str], tuple[float, float]]) -> None:
         hop = worker - thread
         print(f"  worker process hop: +{hop:.1f} µs ({worker / thread:.1f}x the handler alone)")
         print(f"  engine python / engine onnx: {python / onnx:.2f}x (+{python - onnx:.1f} µs)")
-
-
-def _handler_class(path: Path) -> type:
-    from inferplex.handler.runner import find_class, load_module
-
-    return find_class(load_module(path), "")  # type: ignore[return-value]
 
 
 def main() -> None:

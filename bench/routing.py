@@ -9,7 +9,9 @@ client sends one request at a time (closed loop, HTTP binary) to each case, the 
 round-robin over ``--rounds`` rounds, and each keeps its round with the lowest p50. Printed:
 p50/p99 and the server's CPU time per request per case, each as a ratio to ``add_sub``
 direct. The shadow doubles the model work by design: its CPU ratio shows that; its latency
-ratio shows what the client pays for it (nothing, ideally).
+ratio shows what the client pays for it (nothing, ideally). Then the same cases in-process
+(``engine.infer`` in a loop, no sockets): CPU microseconds per call and what each adds to
+the direct call, the least noisy figure of the cost in Python.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,8 @@ from bench import payloads
 from bench.loadgen import measure, open_http
 from bench.overhead import Timing
 from bench.serving import Served, latency_figures, machine_state, serve, write_results
-from inferplex import modelgen
+from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
+from inferplex.core.engine import InferenceEngine
 from tests.support.process import HOST
 
 DIRECT = "add_sub"
@@ -88,7 +92,30 @@ async def run(repo: Path, rounds: int, timing: Timing) -> dict[str, dict[str, An
     return best
 
 
-def report(best: dict[str, dict[str, Any]]) -> dict[str, Any]:
+async def in_process(repo: Path, rounds: int, calls: int) -> dict[str, float]:
+    """Median CPU microseconds (every thread of this process) per ``engine.infer`` call per
+    case, no sockets: what the route, the guard and the shadow add in Python. CPU time is
+    far less disturbed by other processes than wall time."""
+    x = np.arange(16, dtype=np.float32)[None]
+    inputs = [Tensor("INPUT0", "FP32", x.shape, x), Tensor("INPUT1", "FP32", x.shape, x)]
+    engine = InferenceEngine(ServerConfig(model_repository=repo))
+    await engine.start()
+    per_round: dict[str, list[float]] = {case: [] for case in CASES}
+    try:
+        for _ in range(rounds):
+            for case in CASES:
+                for _ in range(50):  # warm-up
+                    await engine.infer(InferenceRequest(case, inputs))
+                start = time.process_time()
+                for _ in range(calls):
+                    await engine.infer(InferenceRequest(case, inputs))
+                per_round[case].append((time.process_time() - start) / calls * 1e6)
+    finally:
+        await engine.stop()
+    return {case: round(float(np.median(values)), 1) for case, values in per_round.items()}
+
+
+def report(best: dict[str, dict[str, Any]], local: dict[str, float]) -> dict[str, Any]:
     base = best[DIRECT]
     print("\nadd_sub FP32 [1,16], one client, HTTP binary (best round by p50)")
     print(
@@ -105,7 +132,14 @@ def report(best: dict[str, dict[str, Any]]) -> dict[str, Any]:
             f"{case:16} {f['p50_ms']:>8.3f} {f['p99_ms']:>8.3f} {f['rate']:>8.1f} "
             f"{f['server_cpu_us']:>8.1f} {p50_ratio:>7.3f} {cpu_ratio:>7.3f}"
         )
-    return {"ratios_to_direct": ratios}
+    print("\nin-process engine.infer, one caller: CPU us per call (median of the rounds)")
+    print(f"{'case':16} {'CPU us':>8} {'ratio':>7} {'added us':>9}")
+    for case in CASES:
+        print(
+            f"{case:16} {local[case]:>8.1f} {local[case] / local[DIRECT]:>7.3f} "
+            f"{local[case] - local[DIRECT]:>9.1f}"
+        )
+    return {"ratios_to_direct": ratios, "in_process_us_per_call": local}
 
 
 def main() -> None:
@@ -123,7 +157,8 @@ def main() -> None:
         repo = Path(folder)
         build(repo)
         best = asyncio.run(run(repo, rounds, timing))
-    summary = report(best)
+        local = asyncio.run(in_process(repo, max(rounds, 3), 300 if args.quick else 2000))
+    summary = report(best, local)
     options = {"rounds": rounds, "duration": timing.duration, "warmup": timing.warmup}
     write_results("routing", {"options": options, "cases": best, **summary}, before)
 

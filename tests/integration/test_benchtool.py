@@ -56,6 +56,8 @@ def test_bench_every_datatype_and_report_what_failed(
     expected = {f"{side} {d}" for d in V2_DATATYPES for side in ("input", "output")}
     assert set(compat["datatypes"]["worked"]) == expected
     assert list(compat["models"]["failed"]) == ["broken"]
+    ready = "grpc ServerReady" if "grpc" in protocol else "http GET /v2/health/ready"
+    assert ready in compat["endpoints"]["worked"]
     assert "UNAVAILABLE" in compat["models"]["failed"]["broken"]
     assert json.loads((tmp_path / "compat.json").read_text())["compat"] == compat
     assert "FAIL    broken" in result.output and "identity_bytes" in result.output
@@ -148,29 +150,31 @@ def test_scheduling_policies_side_by_side(two_versions: Path, tmp_path: Path) ->
     assert list(document["policies"]) == ["round_robin", "priority"]
 
 
-def test_tune_a_small_space_writes_the_best_and_resumes(tmp_path: Path) -> None:
+def test_tune_two_models_together_writes_the_best_and_resumes(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    path = modelgen.add_sub(repo)
-    modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    for name in ("add_sub", "add_sub_b"):
+        path = modelgen.add_sub(repo, name=name)
+        modelgen.write_config(repo / name, modelgen.model_config(path, max_batch_size=8))
     results = tmp_path / "tune.jsonl"
     args = [
-        "tune", "--model-repository", str(repo), "--model", "add_sub",
-        "--max-batch-size", "1,8", "--eta", "2", "--concurrency", "4",
+        "tune", "--model-repository", str(repo), "--model", "add_sub,add_sub_b",
+        "--max-batch-size", "1,8", "--eta", "2", "--concurrency", "2",
         "--warmup", "0", "--window", "0.15", "--windows", "2", "--results", str(results),
     ]  # fmt: skip
     result = invoke(*args, "--write")
     assert result.exit_code == 0, result.output
     assert "2 candidates, 2 rungs" in result.output and "Pareto frontier" in result.output
     lines = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [(line["rung"], "throughput" in line) for line in lines] == [
-        (0, True),
-        (0, True),
-        (1, True),
+    assert [(line["rung"], sorted(line["per_model"])) for line in lines] == [
+        (0, ["add_sub", "add_sub_b"]),
+        (0, ["add_sub", "add_sub_b"]),
+        (1, ["add_sub", "add_sub_b"]),
     ]
     best = lines[-1]["candidate"]
-    config = read_model_config(repo / "add_sub")
-    assert config is not None and config.max_batch_size == best["max_batch_size"]
-    assert config.parameters["intra_op_thread_count"] == "1"
+    for name in ("add_sub", "add_sub_b"):
+        config = read_model_config(repo / name)
+        assert config is not None and config.max_batch_size == best["max_batch_size"]
+        assert config.parameters["intra_op_thread_count"] == "1"
     again = invoke(*args)  # everything is in the results file: nothing is measured again
     assert again.exit_code == 0, again.output
     assert "resumed: 3 measurements" in again.output

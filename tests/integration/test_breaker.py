@@ -26,6 +26,10 @@ def build_repository(repo: Path) -> Path:
     config = modelgen.model_config(path)
     config["parameters"] = {"request_timeout_ms": "200"}
     modelgen.write_config(repo / "late", config, fmt="yaml")
+    path = modelgen.reshape(repo, name="misconfigured")
+    config = modelgen.model_config(path)
+    config["parameters"] = {"breaker_failures": "many"}
+    modelgen.write_config(repo / "misconfigured", config, fmt="yaml")
     return repo
 
 
@@ -110,3 +114,10 @@ def test_request_timeout_answers_504_and_expired_requests_leave_the_queue(
     short = dict(body, parameters={"timeout": 50_000})
     reply = requests.post(f"http://{server.http_url}/v2/models/late/infer", json=short)
     assert reply.status_code == 504 and "within 50 ms" in reply.json()["error"]
+
+
+def test_a_malformed_setting_fails_the_load_with_its_reason(server: RunningServer) -> None:
+    index = requests.post(f"http://{server.http_url}/v2/repository/index").json()
+    (entry,) = [m for m in index if m["name"] == "misconfigured"]
+    assert entry["state"] == "UNAVAILABLE"
+    assert "parameter breaker_failures must be an integer >= 0, got 'many'" in entry["reason"]

@@ -153,6 +153,14 @@ async def test_reload_loads_beside_and_a_failing_version_leaves_the_old_serving(
         assert await served_version(engine) == "2"
 
         remove_version(tmp_path, 3)
+        break_version(tmp_path, 1)  # an older version breaks: nothing changes at all
+        with pytest.raises(ModelLoadError, match="version 1: .*INVALID_PROTOBUF"):
+            await engine.load_model("add_sub", {})
+        assert engine.registry.entry("add_sub").versions[1] is v1
+        assert "version 1: " in index(engine)[("add_sub", "1")][1]
+        add_version(tmp_path, 1)
+        await engine.load_model("add_sub", {})
+        v1 = engine.registry.entry("add_sub").versions[1]
         add_version(tmp_path, 2)  # rewritten: version 2 is replaced, version 1 kept
         old = engine.registry.entry("add_sub").versions[2]
         await engine.load_model("add_sub", {})

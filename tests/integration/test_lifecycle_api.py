@@ -37,7 +37,7 @@ def serve(repo: Path, tmp_path: Path, **env: str) -> RunningServer:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def explicit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("repository")
     add_model(repo)
     break_version(repo, 1, "broken")
@@ -75,15 +75,15 @@ BAD_JSON = {"parameters": {"config": "{not json"}}
     ],
 )
 def test_http_error_paths(
-    server: RunningServer, path: str, body: Any, status: int, fragment: str
+    explicit: RunningServer, path: str, body: Any, status: int, fragment: str
 ) -> None:
-    response = http_post(server, path, body)
+    response = http_post(explicit, path, body)
     assert response.status_code == status, response.text
     assert fragment in response.json()["error"]
 
 
-def test_grpc_error_paths(server: RunningServer) -> None:
-    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+def test_grpc_error_paths(explicit: RunningServer) -> None:
+    with grpcclient.InferenceServerClient(explicit.grpc_url) as client:
         status, message = grpc_status(lambda: client.load_model("nope"))
         assert status == "StatusCode.NOT_FOUND" and "not in the model repository" in message
         status, message = grpc_status(lambda: client.load_model("broken"))
@@ -99,14 +99,14 @@ def test_grpc_error_paths(server: RunningServer) -> None:
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
-def test_load_and_unload_with_triton_clients(server: RunningServer, transport: str) -> None:
+def test_load_and_unload_with_triton_clients(explicit: RunningServer, transport: str) -> None:
     module = httpclient if transport == "http" else grpcclient
-    url = server.http_url if transport == "http" else server.grpc_url
+    url = explicit.http_url if transport == "http" else explicit.grpc_url
     client = module.InferenceServerClient(url)
     try:
         client.load_model("add_sub")
         assert client.is_model_ready("add_sub")
-        config = json.dumps(add_sub_config(server.repository, max_batch_size=4))
+        config = json.dumps(add_sub_config(explicit.repository, max_batch_size=4))
         client.load_model("add_sub", config=config)
         if transport == "http":
             assert client.get_model_config("add_sub")["max_batch_size"] == 4
@@ -130,39 +130,36 @@ def _index(client: Any, transport: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_runtime_management_over_http(server: RunningServer) -> None:
-    repo = server.repository
+def test_runtime_management_over_http(explicit: RunningServer) -> None:
+    repo = explicit.repository
     add_version(repo, 2)
     config = add_sub_config(repo, version_policy={"all": {}})
-    assert http_post(server, "/v2/repository/models/add_sub/load", {
+    assert http_post(explicit, "/v2/repository/models/add_sub/load", {
         "parameters": {"config": json.dumps(config)}
     }).status_code == 200  # fmt: skip
-    with httpclient.InferenceServerClient(server.http_url) as client:
+    with httpclient.InferenceServerClient(explicit.http_url) as client:
         assert client.get_model_metadata("add_sub")["versions"] == ["1", "2"]
         assert _infer_http(client).get_response()["model_version"] == "2"
-        response = http_post(server, "/v2/repository/models/add_sub/default_version", {
+        response = http_post(explicit, "/v2/repository/models/add_sub/default_version", {
             "version": "1"
         })  # fmt: skip
         assert response.status_code == 200, response.text
         assert _infer_http(client).get_response()["model_version"] == "1"
-        response = http_post(server, "/v2/repository/models/add_sub/instances", {"count": 2})
+        response = http_post(explicit, "/v2/repository/models/add_sub/instances", {"count": 2})
         assert response.status_code == 200, response.text
         assert _infer_http(client).get_response()["model_version"] == "1"
-    memory = requests.get(f"http://{server.http_url}/v2/repository/memory", timeout=10).json()
+    memory = requests.get(f"http://{explicit.http_url}/v2/repository/memory", timeout=10).json()
     (model,) = [m for m in memory["models"] if m["name"] == "add_sub"]
     assert set(model["versions"]) == {"1", "2"} and memory["rss"] > 0
     remove_version(repo, 2)
-    assert http_post(server, "/v2/repository/models/add_sub/unload").status_code == 200
+    assert http_post(explicit, "/v2/repository/models/add_sub/unload").status_code == 200
 
 
-def test_control_refused_in_mode_none(server: RunningServer, tmp_path: Path) -> None:
-    none_mode = serve(server.repository, tmp_path, model_control_mode="none")
-    try:
-        response = http_post(none_mode, "/v2/repository/models/add_sub/unload")
-        assert response.status_code == 503
-        assert "--model-control-mode explicit" in response.json()["error"]
-    finally:
-        none_mode.stop()
+def test_control_refused_in_mode_none(server: RunningServer) -> None:
+    # the session's server (tests/conftest.py) runs in the default mode none
+    response = http_post(server, "/v2/repository/models/add_sub/unload")
+    assert response.status_code == 503
+    assert "--model-control-mode explicit" in response.json()["error"]
 
 
 def _infer_http(client: Any) -> Any:

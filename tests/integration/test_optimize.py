@@ -77,20 +77,20 @@ def test_conv_model_is_promoted_and_served(tmp_path: Path) -> None:
 
 
 def test_tiny_mlp_is_not_promoted(tmp_path: Path) -> None:
-    from sklearn.datasets import load_digits
-
     repo = tmp_path / "repo"
-    modelgen.digits_mlp(repo, name="mlp")
-    features, labels = load_digits(return_X_y=True)
-    np.savez(tmp_path / "eval.npz", pixels=features[:200], labels=labels[:200])
+    modelgen.mlp(repo, name="mlp", features=16, hidden=(32, 32))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "eval.npz", features=rng.standard_normal((64, 16)).astype(np.float32))
 
     result = run_optimize(
         "--model-repository", str(repo), "--model", "mlp", "--int8", "--fp16",
-        "--eval", str(tmp_path / "eval.npz"), "--min-speedup", "1000", *QUICK,
+        "--eval", str(tmp_path / "eval.npz"), "--task", "classification",
+        "--min-speedup", "1000", *QUICK,
     )  # fmt: skip
     assert result.returncode == 3, result.stdout + result.stderr
     assert "MatMul-heavy graph" in result.stdout
-    assert "not promoted: int8-dynamic: not enough faster than FP32" in result.stdout
+    assert "not promoted: int8-dynamic: " in result.stdout
+    assert "than FP32 at batch 8" in result.stdout  # "slower than" or "not enough faster than"
     assert sorted(p.name for p in (repo / "mlp").iterdir()) == [
         "1",
         "optimize_report.json",
@@ -99,8 +99,10 @@ def test_tiny_mlp_is_not_promoted(tmp_path: Path) -> None:
     report = json.loads((repo / "mlp" / "optimize_report.json").read_text())
     assert report["promoted"] is None and report["task"] == "classification"
     assert [c["name"] for c in report["candidates"]] == ["int8-dynamic", "fp16"]
+    int8, _ = report["candidates"]
+    assert int8["size_ratio"] < 0.8  # the Gemm layers were quantised (tiny: scales weigh)
     for candidate in report["candidates"]:
-        assert candidate["accuracy"]["parent_accuracy"] > 0.9
+        assert candidate["accuracy"]["top1_agreement"] > 0.8
         assert any("needed >= 1000.00x" in f for f in candidate["failures"])
 
 

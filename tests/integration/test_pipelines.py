@@ -299,3 +299,38 @@ async def test_the_camera_example_pipeline(tmp_path: Path) -> None:
         assert config.instance_group[0].count == 8  # composite default: requests overlap
     finally:
         await engine.stop()
+
+
+SLOW_PIPE = """
+platform: "ensemble"
+input [ { name: "x" data_type: TYPE_FP32 dims: [-1] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [-1] } ]
+ensemble_scheduling { step [
+  { model_name: "slow"
+    input_map { key: "INPUT0" value: "x" } output_map { key: "OUTPUT0" value: "s" } },
+  { model_name: "half"
+    input_map { key: "INPUT0" value: "s" } output_map { key: "OUTPUT0" value: "y" } }
+] }
+"""
+
+
+async def test_shutdown_lets_pipelines_in_flight_finish(tmp_path: Path) -> None:
+    """The step models keep serving until the pipelines calling them have drained."""
+    for path in (
+        modelgen.slow(tmp_path, seconds=0.3),
+        modelgen.scale(tmp_path, "half", 0.5, dims=()),
+    ):
+        modelgen.write_config(path.parent.parent, modelgen.model_config(path))
+    (tmp_path / "pipe" / "1").mkdir(parents=True)
+    (tmp_path / "pipe" / "config.pbtxt").write_text(SLOW_PIPE)
+    engine = InferenceEngine(ServerConfig(model_repository=tmp_path))
+    await engine.start()
+    x = np.array([2.0, 4.0], dtype=np.float32)
+    pending = asyncio.create_task(infer(engine, InferenceRequest("pipe", [tensor("x", x)])))
+    slow = engine.registry.route("slow")
+    deadline = asyncio.get_running_loop().time() + 30
+    while slow.idle and not pending.done():  # until step 1 runs on the slow model
+        assert asyncio.get_running_loop().time() < deadline, "the slow step never started"
+        await asyncio.sleep(0.005)
+    await engine.stop()
+    np.testing.assert_array_equal((await pending)["y"], x * 0.5)

@@ -15,6 +15,7 @@ import pytest
 from examples.build_models import digits_reader
 from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
 from inferplex.core.engine import InferenceEngine
+from inferplex.errors import ModelExecutionError
 from tests.support.process import RunningServer, start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -239,3 +240,32 @@ async def test_handlers_waiting_on_calls_do_not_starve_the_models_they_call(
         await engine.stop()
     for answer in answers:
         np.testing.assert_array_equal(answer.outputs[0].data, np.full((1, 16), 20.0))
+
+
+CALLS_MISSING = """
+from inferplex.handler import BaseHandler, ModelCallError, infer
+
+class Handler(BaseHandler):
+    def inference(self, data):
+        try:
+            infer("no_such_model", {"X": data["INPUT0"]})
+        except ModelCallError as exc:
+            raise RuntimeError(f"call failed with {exc.code}: {exc.message}") from None
+"""
+
+
+async def test_a_failing_call_reports_the_servers_error_to_the_handler(tmp_path: Path) -> None:
+    python_model(tmp_path, "py_calls_missing", CALLS_MISSING)
+    engine = InferenceEngine(ServerConfig(model_repository=tmp_path))
+    await engine.start()
+    a = np.ones((1, 16), np.float32)
+    request = InferenceRequest(
+        "py_calls_missing",
+        [Tensor("INPUT0", "FP32", a.shape, a), Tensor("INPUT1", "FP32", a.shape, a)],
+    )
+    try:
+        with pytest.raises(ModelExecutionError) as caught:
+            await engine.infer(request)
+    finally:
+        await engine.stop()
+    assert "call failed with not_found: unknown model 'no_such_model'" in caught.value.message

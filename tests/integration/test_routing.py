@@ -54,7 +54,11 @@ def build_repository(repo: Path) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = build_repository(tmp_path_factory.mktemp("routing_repository"))
-    running = start_server(repo, tmp_path_factory.mktemp("routing_server") / "server.log")
+    running = start_server(
+        repo,
+        tmp_path_factory.mktemp("routing_server") / "server.log",
+        env={"INFERPLEX_ROUTING_HEADER": "X-User"},
+    )
     yield running
     assert running.stop() == 0, running.log()
 
@@ -113,6 +117,25 @@ def test_sticky_routing_key(http: requests.Session, server: RunningServer) -> No
             seen.setdefault(f"user-{key}", set()).add(reply.json()["model_version"])
     assert all(len(versions) == 1 for versions in seen.values()), seen
     assert set.union(*seen.values()) == {"1", "2"}
+
+
+def test_sticky_http_header(http: requests.Session, server: RunningServer) -> None:
+    def version(key: str, **parameters: Any) -> str:
+        reply = http.post(
+            url(server, "/v2/models/ab/infer"),
+            json=add_sub_body(**parameters),
+            headers={"x-user": key},
+        )
+        assert reply.status_code == 200, reply.text
+        return reply.json()["model_version"]
+
+    by_key = {f"u{i}": version(f"u{i}") for i in range(24)}
+    assert all(version(key) == v for key, v in by_key.items())
+    assert set(by_key.values()) == {"1", "2"}
+    # the header stands for the routing_key parameter, which wins when both are given
+    one = next(k for k, v in by_key.items() if v == "1")
+    two = next(k for k, v in by_key.items() if v == "2")
+    assert version(one, routing_key=two) == "2"
 
 
 def test_shadow_latency_and_difference_are_recorded(
@@ -188,5 +211,7 @@ def test_variant_parameter_over_grpc(server: RunningServer) -> None:
         variant = result.get_response().parameters["variant"].string_param
         assert variant in {"full", "fast"}
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), [3, 4])
+        assert client.get_model_metadata("tiered").name == "tiered"
+        assert client.is_model_ready("tiered")
     finally:
         client.close()

@@ -6,6 +6,7 @@ runs without the flag)."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,9 +223,17 @@ def test_unregistered_region_is_an_invalid_argument(
 
 def test_cuda_shared_memory_is_unsupported(client: tuple[Any, Any]) -> None:
     _, triton = client
-    message = error_of(lambda: triton.get_cuda_shared_memory_status())
+    message = error_of(
+        lambda: triton.register_cuda_shared_memory("c", base64.b64encode(b"h"), 0, 64)
+    )
     assert "CUDA shared memory is not supported" in message
     assert "501" in message or "UNIMPLEMENTED" in message
+    # none registered: listing and unregistering all work, as perf_analyzer does first
+    status = triton.get_cuda_shared_memory_status()
+    assert (status if isinstance(status, list) else list(status.regions)) == []
+    triton.unregister_cuda_shared_memory()
+    message = error_of(lambda: triton.get_cuda_shared_memory_status("c"))
+    assert "404" in message or "NOT_FOUND" in message
 
 
 def test_the_extension_is_advertised(shm_server: RunningServer) -> None:

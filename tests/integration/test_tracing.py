@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -81,6 +84,45 @@ def test_tracing_is_off_by_default(repository: Path) -> None:
         response = post(server, BODY, traceparent=f"00-{TRACE_ID}-{PARENT_ID}-01")
         assert response.status_code == 200
         assert "traceparent" not in response.headers
+
+
+class _Collector(BaseHTTPRequestHandler):
+    """A minimal OTLP/HTTP trace receiver: keeps the span names of every export."""
+
+    names: list[str] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        export = ExportTraceServiceRequest.FromString(body)
+        for resource in export.resource_spans:
+            for scope in resource.scope_spans:
+                self.names.extend(span.name for span in scope.spans)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_spans_go_to_an_otlp_http_endpoint(repository: Path) -> None:
+    # before the traced server below, which switches tracing on for the whole process
+    receiver = HTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=receiver.serve_forever, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"http://127.0.0.1:{receiver.server_port}/v1/traces"
+        settings = config(repository, 1.0).model_copy(update={"trace_endpoint": endpoint})
+        with Server(settings) as server:
+            assert post(server, BODY).status_code == 200
+        # stopping the server flushed the batch exporter
+        assert sorted(_Collector.names) == sorted(
+            ["POST /v2/models/add_sub/infer", "receive", "queue", "execute", "response"]
+        )
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
 
 
 def test_a_request_gets_a_server_span_with_its_phases_in_the_callers_trace(

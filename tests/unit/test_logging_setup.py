@@ -6,9 +6,12 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from inferplex.cli.main import main
 from inferplex.logging_setup import configure_logging
 
 
@@ -58,3 +61,13 @@ def test_plain_lines_and_levels() -> None:
 def test_a_bad_level_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="log level must be one of debug, info"):
         configure_logging("loud")
+
+
+def test_the_cli_refuses_a_bad_level_from_the_environment(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["serve", "--model-repository", str(tmp_path)],
+        env={"INFERPLEX_LOG_LEVEL": "loud"},
+    )
+    assert result.exit_code == 2
+    assert "error: log_level: log level must be one of" in result.output

@@ -6,6 +6,7 @@ Built-in backends are listed here; third-party ones register a Backend subclass 
 
 from __future__ import annotations
 
+import functools
 from importlib.metadata import entry_points
 
 from inferplex.backends.base import Backend, InstanceSpec
@@ -25,9 +26,16 @@ def available_backends() -> list[type[Backend]]:
 
     found: list[type[Backend]] = [OnnxRuntimeBackend, PyTorchBackend, PythonBackend]
     found += [EnsembleBackend, CascadeBackend, SizeRoutingBackend, RemoteBackend]
-    for entry in entry_points(group="inferplex.backends"):
-        found.append(entry.load())
+    found += _plugin_backends()
     return found
+
+
+@functools.cache
+def _plugin_backends() -> tuple[type[Backend], ...]:
+    """Third-party backends, read once per process: reading the entry points scans every
+    installed distribution, tens of ms of GIL-holding work that would slow every model load
+    (and the requests served meanwhile)."""
+    return tuple(entry.load() for entry in entry_points(group="inferplex.backends"))
 
 
 def backend_for(config: ModelConfig) -> type[Backend]:

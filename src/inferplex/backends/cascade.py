@@ -166,12 +166,12 @@ class SizeRoutingBackend(_Composite):
                 f"model '{config.name}': backend 'size_routing' needs a size_routing section "
                 "(input_name, rule [ { model_name, max_dims } ])"
             )
-        declared = next((t for t in config.input if t.name == size_routing.input_name), None)
+        declared = next((t for t in config.input if t.name == routing.input_name), None)
         if declared is None:
             names = ", ".join(f"'{t.name}'" for t in config.input) or "none"
             raise ConfigError(
-                f"model '{config.name}': size_routing.input_name '{size_routing.input_name}' is not an "
-                f"input of the model (its inputs: {names})"
+                f"model '{config.name}': size_routing.input_name '{routing.input_name}' is not "
+                f"an input of the model (its inputs: {names})"
             )
         dims = declared.reshape if declared.reshape is not None else declared.dims
         for index, rule in enumerate(routing.rule):
@@ -179,7 +179,7 @@ class SizeRoutingBackend(_Composite):
                 raise ConfigError(
                     f"model '{config.name}': size_routing.rule[{index}].max_dims "
                     f"{list(rule.max_dims)} has {len(rule.max_dims)} dims but input "
-                    f"'{size_routing.input_name}' has {len(dims)} ({list(dims)}"
+                    f"'{routing.input_name}' has {len(dims)} ({list(dims)}"
                     f"{', without the batch dimension' if config.batched else ''})"
                 )
         super().__init__(config, instance, routing.answered_by_output)
@@ -187,14 +187,14 @@ class SizeRoutingBackend(_Composite):
 
     def execute(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         routing = self._routing
-        shape = inputs[size_routing.input_name].shape
+        shape = inputs[routing.input_name].shape
         size = shape[1:] if self._batched else shape
         rule = next((r for r in routing.rule if r.accepts(size)), None)
         if rule is None:
             limits = "; ".join(str(list(r.max_dims)) for r in routing.rule)
             raise InvalidInputError(
-                f"model '{self._name}': input '{size_routing.input_name}' of size {list(size)} fits no "
-                f"routing rule (max_dims: {limits})"
+                f"model '{self._name}': input '{routing.input_name}' of size {list(size)} fits "
+                f"no size_routing rule (max_dims: {limits})"
             )
         answered_by = self._answered_by
         wanted = [o for o in outputs if o != answered_by]

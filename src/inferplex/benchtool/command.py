@@ -221,6 +221,7 @@ def _bench(flags: dict[str, Any]) -> int:
         stable_count=flags["stable_windows"],
         together=flags["together"],
     )
+    options.check()
     if flags["record_metrics"]:
         if not (flags["metrics_url"] or flags["model_repository"]):
             raise BenchError("--record-metrics needs --metrics-url HOST:PORT (the metrics port)")
@@ -231,7 +232,6 @@ def _bench(flags: dict[str, Any]) -> int:
         return uvloop.run(_launched(options, flags))
     if flags["policies"]:
         raise BenchError("--policies needs --model-repository (the bench launches each server)")
-    options.check()
     with _recording(flags, flags["metrics_url"]):
         report = uvloop.run(_run(options))
     return _finish_run(report, flags, "")
@@ -279,11 +279,9 @@ async def _launched(options: Any, flags: dict[str, Any]) -> int:
     if not policies:
         with launch(repository, server_args) as server:
             run_options = dataclasses.replace(options, url=server.address(options.protocol))
-            run_options.check()
             with _recording(flags, server.metrics):
                 report = await run(run_options, _bar("bench"), _say)
         return _finish_run(report, flags, "")
-    options.check()
     reports = await run_policies(
         repository,
         policies,
@@ -352,7 +350,6 @@ async def _gate(options: Any, flags: dict[str, Any]) -> int:
         raise BenchError(
             "--gate-version works against a running server (--url), not a launched one"
         )
-    options.check()
     with _recording(flags, flags["metrics_url"]):
         result = await version_gate(
             options,

@@ -8,6 +8,7 @@ which protocol asked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -59,6 +60,11 @@ class ServerApi(ABC):
     @abstractmethod
     def model_config(self, model: str, version: str = "") -> dict[str, Any]:
         """The configuration in Triton's JSON field names (as ``/v2/models/{m}/config``)."""
+
+    @abstractmethod
+    def health(self, models: list[str]) -> None:
+        """Call the liveness, readiness and model readiness endpoints, for the compatibility
+        report only: their outcomes are recorded, never raised."""
 
     def close(self) -> None:  # noqa: B027 -- only the gRPC channel needs closing
         """Release the connection (nothing to do for HTTP)."""
@@ -125,6 +131,13 @@ class HttpApi(ServerApi):
         if config is not None:
             body["parameters"] = {"config": json.dumps(config)}
         self._call("/v2/repository/models/{m}/load", f"/v2/repository/models/{model}/load", body)
+
+    def health(self, models: list[str]) -> None:
+        routes = [("/v2/health/live", "/v2/health/live"), ("/v2/health/ready", "/v2/health/ready")]
+        routes += [("/v2/models/{m}/ready", f"/v2/models/{m}/ready") for m in models]
+        for route, path in routes:
+            with contextlib.suppress(BenchError):  # the outcome is recorded by _call
+                self._call(route, path)
 
 
 def _error_message(body: bytes) -> str:
@@ -269,6 +282,25 @@ class GrpcApi(ServerApi):
         if config is not None:
             request.parameters["config"].string_param = json.dumps(config)
         self._call("RepositoryModelLoad", request, pb.RepositoryModelLoadResponse)
+
+    def health(self, models: list[str]) -> None:
+        from inferplex.protocol.v2 import generated as pb
+
+        calls = [
+            ("ServerLive", pb.ServerLiveRequest(), pb.ServerLiveResponse, "live"),
+            ("ServerReady", pb.ServerReadyRequest(), pb.ServerReadyResponse, "ready"),
+        ]
+        calls += [
+            ("ModelReady", pb.ModelReadyRequest(name=m), pb.ModelReadyResponse, "ready")
+            for m in models
+        ]
+        for rpc, request, response, field in calls:
+            try:
+                answer = self._call(rpc, request, response)
+            except BenchError:
+                continue  # recorded by _call
+            if not getattr(answer, field):
+                self.compat.endpoint(f"grpc {rpc}", False, f"answered {field}: false")
 
 
 def server_api(protocol: str, address: str, compat: CompatLog) -> ServerApi:

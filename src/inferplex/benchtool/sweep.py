@@ -129,6 +129,7 @@ async def run(
     prepared: list[_Prepared] = []
     try:
         report.target["server"] = api.server_metadata()
+        await asyncio.to_thread(api.health, options.models)
         statistics = "statistics" in report.target["server"].get("extensions", [])
         if not statistics:
             say("the server does not advertise the statistics extension: no server breakdown")

@@ -111,6 +111,7 @@ def main() -> None:
     help="Local copy of an s3:// model repository.",
 )
 @click.option("--s3-endpoint-url", help="S3-compatible endpoint for s3:// repositories.")
+@click.option("--routing-header", help="HTTP header used as routing_key (sticky routes).")
 @click.option(
     "--breaker-failures", type=int, help="Consecutive failures that open a model's breaker."
 )
@@ -136,7 +137,11 @@ def serve(**options: Any) -> None:
             field = ".".join(str(p) for p in error["loc"])
             click.echo(f"error: {field}: {error['msg']}", err=True)
         sys.exit(2)
-    configure_logging(config.log_level, config.log_format)
+    try:
+        configure_logging(config.log_level, config.log_format)
+    except ValueError as exc:  # INFERPLEX_LOG_LEVEL is not checked by the flag's choices
+        click.echo(f"error: log_level: {exc}", err=True)
+        sys.exit(2)
     from inferplex.server import Server  # the server's imports are heavy; after flag parsing
 
     uvloop.run(Server(config).serve_forever())

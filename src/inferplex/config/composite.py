@@ -2,9 +2,9 @@
 
 ``ensemble_scheduling`` is Triton's (``platform: "ensemble"``): steps that form a DAG through
 the ensemble's tensor names. ``cascade`` and ``size_routing`` are inferplex's own
-(backends ``cascade`` and ``size_routing``): a light model that answers when it is confident enough, and a
-choice of model by the size of an input. What only the whole config can check (tensor names,
-the DAG) is checked by the backends when the model loads.
+(backends ``cascade`` and ``size_routing``): a light model that answers when it is confident
+enough, and a choice of model by the size of an input. What only the whole config can check
+(tensor names, the DAG) is checked by the backends when the model loads.
 """
 
 from __future__ import annotations

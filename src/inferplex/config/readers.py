@@ -414,7 +414,7 @@ class _Reader:
                 self.error(path, f"key {_show(key)} is given twice")
             else:
                 seen.add(key)
-                entries.append((key, value, f"{path}[{key}]"))
+                entries.append((key, value, f"{path}[{_key_text(key)}]"))
         return entries
 
     def parameter_value(self, raw: Any, path: str) -> str:
@@ -472,6 +472,12 @@ def _describe(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
+def _key_text(key: int | str) -> str:
+    """A map key as shown in a message: quoted when it holds line breaks or control characters,
+    so every message stays one line per problem."""
+    return repr(key) if isinstance(key, str) and not key.isprintable() else str(key)
+
+
 def _file_path(loc: Sequence[int | str]) -> str:
     """ModelConfig's error location as the path of the field in the file."""
     text = ""
@@ -480,7 +486,7 @@ def _file_path(loc: Sequence[int | str]) -> str:
         if item == "[key]":
             text += ".key"
         elif isinstance(item, int) or previous in ("parameters", "priority_queue_policy"):
-            text += f"[{item}]"
+            text += f"[{_key_text(item)}]"
         else:
             if previous == "version_policy":  # ModelConfig flattens the oneof
                 item = {"num_versions": "latest.num_versions", "versions": "specific.versions"}.get(

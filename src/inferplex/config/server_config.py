@@ -32,7 +32,10 @@ class ServerConfig(BaseSettings):
         default=256 * 1024 * 1024, ge=1, description="gRPC receive/send message size limit"
     )
     intra_op_threads: int = Field(
-        default=0, ge=0, description="threads per ONNX Runtime session; 0 divides the cores"
+        default=0,
+        ge=0,
+        description="intra-op threads per model instance (ONNX Runtime, torch); 0 divides "
+        "the cores",
     )
     scheduling_policy: Literal["round_robin", "priority", "adaptive"] = Field(
         default="priority",
@@ -155,6 +158,11 @@ class ServerConfig(BaseSettings):
     s3_endpoint_url: str = Field(
         default="", description="S3-compatible endpoint (MinIO, Ceph, ...); empty = AWS"
     )
+    routing_header: str = Field(
+        default="",
+        description="HTTP header whose value becomes the request parameter routing_key (sticky "
+        "routes), e.g. x-user-id; empty = none",
+    )
     breaker_failures: int = Field(
         default=0,
         ge=0,
@@ -178,8 +186,8 @@ class ServerConfig(BaseSettings):
         default=0.0,
         ge=0.0,
         le=1.0,
-        description="share of requests traced with OpenTelemetry (0 = tracing off; a sampled "
-        "W3C traceparent from the client is always followed); needs the 'tracing' extra",
+        description="share of requests traced with OpenTelemetry (0 = tracing off; when on, a "
+        "client's W3C traceparent sampling decision is followed); needs the 'tracing' extra",
     )
     trace_exporter: Literal["otlp", "console"] = Field(
         default="otlp", description="where spans go: OTLP over HTTP, or the console"

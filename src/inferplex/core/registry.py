@@ -187,10 +187,6 @@ class ModelRegistry:
                 )
         return rows
 
-    @property
-    def all_ready(self) -> bool:
-        return all(e.state is ModelState.READY for e in self._entries.values())
-
 
 def scheduling_policy(config: ModelConfig) -> ModelPolicy:
     """How the model takes part in cross-model scheduling, from its config."""

@@ -7,6 +7,7 @@ from importlib import resources
 from typing import Any
 
 from inferplex.core.engine import InferenceEngine
+from inferplex.metrics.process import GpuReading
 from inferplex.metrics.sampler import Sampler, VersionPoint
 
 #: dashboard file name -> content type
@@ -25,14 +26,26 @@ def load_static() -> dict[str, bytes]:
     return {name: (folder / name).read_bytes() for name in STATIC_FILES}
 
 
-def dashboard_data(engine: InferenceEngine, sampler: Sampler) -> dict[str, Any]:
-    """The JSON document of ``GET /dashboard/data``."""
+def dashboard_data(
+    engine: InferenceEngine, sampler: Sampler, gpus: list[GpuReading] | None = None
+) -> dict[str, Any]:
+    """The JSON document of ``GET /dashboard/data``; ``gpus`` are NVML's readings now."""
     history = list(sampler.history)
     times = [round(s.time, 3) for s in history]
     server = {
         "name": engine.config.server_name,
         "interval_s": sampler.interval,
         "ready": engine.ready(),
+        "gpus": [
+            {
+                "index": gpu.index,
+                "uuid": gpu.uuid,
+                "utilization": gpu.utilization,
+                "memory_used": gpu.memory_used,
+                "memory_total": gpu.memory_total,
+            }
+            for gpu in gpus or []
+        ],
         "series": {
             "cpu": [s.server.cpu for s in history],
             "system_cpu": [s.server.system_cpu for s in history],

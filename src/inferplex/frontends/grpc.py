@@ -21,7 +21,7 @@ from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
 from inferplex.protocol.v2.errors import GRPC_STATUS
 from inferplex.security.limits import RequestLimits
-from inferplex.shm import CUDA_UNSUPPORTED
+from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 
 if TYPE_CHECKING:
     from inferplex.config.server_config import ServerConfig
@@ -105,9 +105,9 @@ class GrpcFrontend:
             "SystemSharedMemoryStatus": self._shm_status,
             "SystemSharedMemoryRegister": self._shm_register,
             "SystemSharedMemoryUnregister": self._shm_unregister,
-            "CudaSharedMemoryStatus": self._cuda_shm,
-            "CudaSharedMemoryRegister": self._cuda_shm,
-            "CudaSharedMemoryUnregister": self._cuda_shm,
+            "CudaSharedMemoryStatus": self._cuda_shm_status,
+            "CudaSharedMemoryRegister": self._cuda_shm_register,
+            "CudaSharedMemoryUnregister": self._cuda_shm_unregister,
         }
         handlers: dict[str, grpc.RpcMethodHandler] = {}
         # Message classes come from the service descriptor, so they cannot drift from it.
@@ -169,8 +169,15 @@ class GrpcFrontend:
         self.engine.shared_memory.unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
-    async def _cuda_shm(self, request: Any) -> Any:
+    async def _cuda_shm_register(self, request: Any) -> Any:
         raise UnsupportedError(CUDA_UNSUPPORTED)
+
+    async def _cuda_shm_status(self, request: Any) -> Any:
+        cuda_status(request.name)  # none registered: all is empty, one is not found
+        return pb.CudaSharedMemoryStatusResponse()
+
+    async def _cuda_shm_unregister(self, request: Any) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()  # nothing can have been registered
 
     async def _model_config(self, request: Any) -> Any:
         config = self.engine.model_config(request.name, request.version)

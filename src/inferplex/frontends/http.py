@@ -24,7 +24,8 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     POST /v2/systemsharedmemory/region/{r}/register  {"key", "offset", "byte_size"}
     POST /v2/systemsharedmemory[/region/{r}]/unregister  one region, or all
     GET  /v2/systemsharedmemory[/region/{r}]/status      one region, or all
-    *    /v2/cudasharedmemory/...                   501: not supported (docs/shared_memory.md)
+    POST /v2/cudasharedmemory/region/{r}/register   501: not supported (docs/shared_memory.md)
+    GET|POST /v2/cudasharedmemory[/region/{r}]/status|unregister: none registered
 
 Every error body is ``{"error": "<message>"}``; the status of an :class:`InferplexError`
 comes from the one table in ``protocol/v2/errors.py``.
@@ -52,8 +53,9 @@ from inferplex.protocol.v2.rest import (
     encode_infer_response,
     parse_header_length,
 )
+from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.limits import RequestLimits
-from inferplex.shm import CUDA_UNSUPPORTED
+from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 
 __all__ = ["HttpApp", "create_http_app"]
 
@@ -100,6 +102,8 @@ class HttpApp:
         # paths seen before and where they lead: a client sends the same few paths again
         # and again; bounded, since paths are the client's choice
         self._routes: dict[str, Route] = {}
+        # an HTTP header whose value becomes the request parameter routing_key (sticky routes)
+        self._routing_header = config.routing_header.lower().encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -125,7 +129,13 @@ class HttpApp:
                 body, header_length = await self._read(scope, receive)
             else:
                 body, header_length = b"", None
-            status, payload, headers = await handler(self, model, version, body, header_length)
+            if self._routing_header and handler is HttpApp._infer:
+                key = _header(scope, self._routing_header)
+                status, payload, headers = await self._infer(
+                    model, version, body, header_length, key
+                )
+            else:
+                status, payload, headers = await handler(self, model, version, body, header_length)
         except InferplexError as exc:
             status, payload, headers = HTTP_STATUS[exc.code], _error(exc.message), _JSON
         except _RouteError as exc:
@@ -197,11 +207,18 @@ class HttpApp:
 
     # -- handlers: (model, version, body, raw Inference-Header-Content-Length) -> Reply -------
     async def _infer(
-        self, model: str, version: str, body: bytes, header_length: bytes | None
+        self,
+        model: str,
+        version: str,
+        body: bytes,
+        header_length: bytes | None,
+        routing_key: str | None = None,
     ) -> Reply:
         length = None if header_length is None else parse_header_length(header_length)
         shm = self._engine.shared_memory
         request = decode_infer_request(body, length, model, version, shm)
+        if routing_key is not None and ROUTING_KEY not in request.parameters:
+            request.parameters = {**request.parameters, ROUTING_KEY: routing_key}
         self._limits.check(request)
         response = await self._engine.infer(request)
         payload, json_length = encode_infer_response(response, request, shm)
@@ -309,8 +326,14 @@ class HttpApp:
     async def _shm_status(self, region: str, *_: Any) -> Reply:
         return _json(self._engine.shared_memory.status(region))
 
-    async def _cuda_shm(self, *_: Any) -> Reply:
+    async def _cuda_shm_register(self, *_: Any) -> Reply:
         raise UnsupportedError(CUDA_UNSUPPORTED)
+
+    async def _cuda_shm_status(self, region: str, *_: Any) -> Reply:
+        return _json(cuda_status(region))
+
+    async def _cuda_shm_unregister(self, *_: Any) -> Reply:
+        return _EMPTY_OK  # nothing can have been registered
 
 
 Handler = Callable[[HttpApp, str, str, bytes, bytes | None], Awaitable[Reply]]
@@ -338,8 +361,8 @@ _FIXED: dict[tuple[str, ...], tuple[str, Handler]] = {
     ("routes",): ("GET", HttpApp._route_listing),
     ("systemsharedmemory", "status"): ("GET", HttpApp._shm_status),
     ("systemsharedmemory", "unregister"): ("POST", HttpApp._shm_unregister),
-    ("cudasharedmemory", "status"): ("GET", HttpApp._cuda_shm),
-    ("cudasharedmemory", "unregister"): ("POST", HttpApp._cuda_shm),
+    ("cudasharedmemory", "status"): ("GET", HttpApp._cuda_shm_status),
+    ("cudasharedmemory", "unregister"): ("POST", HttpApp._cuda_shm_unregister),
 }
 
 #: /v2/{kind}/region/{r}/{action} -> (method, handler), per kind of shared memory
@@ -350,9 +373,9 @@ _SHM_ACTIONS: dict[str, dict[str, tuple[str, Handler]]] = {
         "status": ("GET", HttpApp._shm_status),
     },
     "cudasharedmemory": {
-        "register": ("POST", HttpApp._cuda_shm),
-        "unregister": ("POST", HttpApp._cuda_shm),
-        "status": ("GET", HttpApp._cuda_shm),
+        "register": ("POST", HttpApp._cuda_shm_register),
+        "unregister": ("POST", HttpApp._cuda_shm_unregister),
+        "status": ("GET", HttpApp._cuda_shm_status),
     },
 }
 
@@ -411,6 +434,13 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
 
 
 def _json(document: Any) -> Reply:

@@ -27,8 +27,8 @@ from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
 from inferplex.handler import triton
 from inferplex.handler.base import BaseHandler, Context
 
-#: the class looked for when the config names none (Triton's name)
-DEFAULT_CLASS = "TritonPythonModel"
+#: the classes looked for when the config names none (Triton's name first)
+DEFAULT_CLASSES = ("TritonPythonModel", "Handler")
 
 
 class HandlerError(Exception):
@@ -265,8 +265,9 @@ def load_module(path: Path) -> ModuleType:
 
 
 def find_class(module: ModuleType, name: str) -> Callable[[], Any]:
-    """The handler class: ``name`` if given, else TritonPythonModel, else the one class the
-    module itself defines that has execute, handle or inference (TorchServe's rule)."""
+    """The handler class: ``name`` if given, else TritonPythonModel or Handler, else the one
+    class the module itself defines that has execute, handle or inference (TorchServe's
+    rule)."""
     if name:
         found = getattr(module, name, None)
         if not inspect.isclass(found):
@@ -274,8 +275,10 @@ def find_class(module: ModuleType, name: str) -> Callable[[], Any]:
                 f"model.py defines no class '{name}' (config parameter handler_class)"
             )
         return found
-    if inspect.isclass(getattr(module, DEFAULT_CLASS, None)):
-        return getattr(module, DEFAULT_CLASS)
+    for default in DEFAULT_CLASSES:
+        found = getattr(module, default, None)
+        if inspect.isclass(found):
+            return found
     candidates = [
         cls
         for _, cls in inspect.getmembers(module, inspect.isclass)
@@ -285,8 +288,8 @@ def find_class(module: ModuleType, name: str) -> Callable[[], Any]:
     if len(candidates) != 1:
         found_names = ", ".join(c.__name__ for c in candidates) or "none"
         raise HandlerError(
-            f"model.py must define class {DEFAULT_CLASS}, or exactly one class with execute, "
-            f"handle or inference (found: {found_names}); or name one in the config parameter "
-            "handler_class"
+            f"model.py must define a class {' or '.join(DEFAULT_CLASSES)}, or exactly one class "
+            f"with execute, handle or inference (found: {found_names}); or name one in the "
+            "config parameter handler_class"
         )
     return candidates[0]

@@ -99,10 +99,16 @@ class ModelLoader:
             if pinned is not None:
                 entry.pinned = pinned
             async with self._load_lock:
-                await self._load(entry, model_dir, override)
+                replaced = await self._load(entry, model_dir, override)
+            # the replaced versions drain without holding up the loads of other models
+            await self._retire(replaced)
 
-    async def _load(self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None) -> None:
+    async def _load(
+        self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None
+    ) -> list[ModelVersion]:
+        """Load what changed and switch to it; returns the versions no longer served."""
         first = not entry.versions
+        entry.failed = {}
         if first:
             entry.state, entry.reason = ModelState.LOADING, ""
             logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
@@ -130,11 +136,11 @@ class ModelLoader:
             entry.instance_count = None  # a new config sets the instance count again
         to_load = sorted(set(plan.version_files) - set(keep))
         if not to_load and set(keep) == set(entry.versions):
-            entry.state, entry.reason, entry.failed = ModelState.READY, "", {}
-            return
+            entry.state, entry.reason = ModelState.READY, ""
+            return []
         estimate = sum(entry.footprints.get(v) or facts[v][1] for v in to_load)
         try:
-            await self.make_room(entry, estimate)
+            await self._make_room(entry, estimate)
         except InsufficientMemoryError as exc:
             self._failed(entry, first, exc.message)
             raise
@@ -155,7 +161,6 @@ class ModelLoader:
         entry.config, entry.plan = plan.config, plan
         entry.version_fingerprints = {v: facts[v][0] for v in served}
         entry.footprints = {v: entry.footprints[v] for v in keep} | footprints
-        entry.failed = {}
         if first:
             entry.last_used = time.monotonic()
         self.registry.publish(entry, served)  # the switch: new requests go to ``served``
@@ -168,11 +173,11 @@ class ModelLoader:
             sum(footprints.values()),
             extra=_state(entry),
         )
-        await self._retire(replaced)
         try:
-            await self.make_room(entry, 0)  # the measured footprint may be above the estimate
+            await self._make_room(entry, 0)  # the measured footprint may be above the estimate
         except InsufficientMemoryError as exc:
             logger.warning("model '%s' is loaded but over the memory limit: %s", entry.name, exc)
+        return replaced
 
     async def _load_version(
         self, entry: ModelEntry, plan: ModelPlan, version: int, warmup: list[InferenceRequest]
@@ -211,7 +216,7 @@ class ModelLoader:
         return ModelLoadError(f"failed to load model '{entry.name}': {reason}")
 
     # -- memory -------------------------------------------------------------------------------
-    async def make_room(self, entry: ModelEntry, needed: int) -> None:
+    async def _make_room(self, entry: ModelEntry, needed: int) -> None:
         """Evict idle models (least recently used first) until ``needed`` more bytes fit into
         the memory limit; InsufficientMemoryError when even that cannot make room."""
         if not self.memory_limit:
@@ -277,14 +282,19 @@ class ModelLoader:
         entry.footprints, entry.failed = {}, {}
 
     async def unload_all(self, timeout: float | None = None) -> None:
-        """Shutdown: every model drains (up to ``timeout``), then everything is freed."""
+        """Shutdown: every model drains (up to ``timeout``), then everything is freed.
+        Composite models (pipelines, cascades) drain first: their requests in flight still
+        call the models they are made of."""
         entries = [e for e in self.registry.entries() if e.versions]
         versions = [v for e in entries for v in e.versions.values()]
-        for entry in entries:
-            entry.state = ModelState.UNLOADING
-            logger.info("model '%s' UNLOADING (shutdown)", entry.name, extra=_state(entry))
-            self.registry.publish(entry, {})
-        await asyncio.gather(*(v.drain(timeout) for v in versions), return_exceptions=True)
+        for composite in (True, False):
+            stage = [e for e in entries if _composite(e) is composite]
+            for entry in stage:
+                entry.state = ModelState.UNLOADING
+                logger.info("model '%s' UNLOADING (shutdown)", entry.name, extra=_state(entry))
+                self.registry.publish(entry, {})
+            draining = [v.drain(timeout) for e in stage for v in e.versions.values()]
+            await asyncio.gather(*draining, return_exceptions=True)
         await self._free(versions)
         for entry in entries:
             entry.state, entry.reason, entry.footprints = ModelState.UNAVAILABLE, "unloaded", {}
@@ -353,6 +363,10 @@ def _create_backends(
             backend.close()
         raise
     return backends
+
+
+def _composite(entry: ModelEntry) -> bool:
+    return any(v.composite for v in entry.versions.values())
 
 
 def _close_versions(versions: list[ModelVersion]) -> None:

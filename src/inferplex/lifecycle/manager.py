@@ -79,6 +79,11 @@ class LifecycleManager:
         wanted = names
         if config.model_control_mode == "explicit":
             wanted = names if "*" in config.load_model else list(config.load_model)
+        elif config.load_model:
+            logger.warning(
+                "--load-model is for --model-control-mode explicit; in mode %s every model loads",
+                config.model_control_mode,
+            )
         for name in wanted:
             try:
                 await self.loader.load(name)
@@ -99,9 +104,12 @@ class LifecycleManager:
         """Stop the background work, then drain and free every model."""
         if self.poller is not None:
             await self.poller.stop()
+        background = [*self._on_demand.values()]
         if self._idle_task is not None:
-            self._idle_task.cancel()
-            await asyncio.gather(self._idle_task, return_exceptions=True)
+            background.append(self._idle_task)
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         await self.loader.unload_all(drain_timeout)
 
     # -- poll mode ----------------------------------------------------------------------------
@@ -227,6 +235,13 @@ class LifecycleManager:
             timeout = self.config.load_on_demand_timeout_secs
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this request itself was cancelled
+                raise ModelNotReadyError(  # the load was: the server is stopping
+                    f"model '{name}' was not loaded: the server is shutting down"
+                ) from None
             except TimeoutError:
                 raise ModelNotReadyError(
                     f"model '{name}' is still loading after {timeout:g} s "

@@ -55,7 +55,8 @@ class MetricsApp:
         if path in ("/dashboard", "/dashboard/"):
             return 200, self._static["index.html"], STATIC_FILES["index.html"]
         if path == "/dashboard/data":
-            return 200, orjson.dumps(dashboard_data(self.engine, self.sampler)), _JSON
+            document = dashboard_data(self.engine, self.sampler, self.collector.gpus.read())
+            return 200, orjson.dumps(document), _JSON
         name = path.removeprefix("/dashboard/")
         if name in STATIC_FILES and name != path:
             return 200, self._static[name], STATIC_FILES[name]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import onnx
+from onnx import numpy_helper
 from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 from inferplex.errors import InvalidInputError
@@ -26,6 +27,8 @@ StaticFormat = Literal["qoperator", "qdq"]
 
 #: ops whose weights dynamic quantisation turns into integer ops (Gather: embedding tables)
 DYNAMIC_OPS = ("MatMul", "Attention", "Gather", "EmbedLayerNormalization", "Conv")
+#: metadata key that marks a model as prepared for quantisation
+PREPROCESSED_KEY = "onnx.quant.pre_process"
 #: ops that carry the weights of a convolution graph
 CONV_OPS = frozenset({"Conv", "ConvTranspose"})
 #: ops that carry the weights of a MatMul-heavy graph (Transformers, MLPs)
@@ -80,12 +83,52 @@ def preprocess(source: Path, target: Path) -> None:
     knows every tensor's type. (ONNX Runtime's ``quant_pre_process`` does the same plus a
     symbolic shape inference that needs sympy and fails on common Transformer exports.)"""
     optimize_graph(source, target, extended=False)
-    onnx.shape_inference.infer_shapes_path(str(target), str(target))
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(target)))
+    # the mark ONNX Runtime's quantiser looks for (else it logs a warning to pre-process)
+    onnx.helper.set_model_props(model, {PREPROCESSED_KEY: "onnxruntime.quant"})
+    onnx.save(model, str(target))
+
+
+def gemm_to_matmul(model: onnx.ModelProto) -> int:
+    """Rewrite each plain Gemm on a weight (torch's Linear on 2-D inputs) as MatMul + Add, in
+    place, since ONNX Runtime's dynamic quantiser has no integer Gemm; returns how many."""
+    initializers = {t.name: t for t in model.graph.initializer}
+    nodes: list[onnx.NodeProto] = []
+    rewritten = 0
+    for node in model.graph.node:
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        plain = attributes.get("alpha", 1.0) == 1.0 and attributes.get("beta", 1.0) == 1.0
+        if (
+            node.op_type != "Gemm"
+            or node.input[1] not in initializers
+            or not plain
+            or (attributes.get("transA", 0))
+        ):
+            nodes.append(node)
+            continue
+        weight_name = node.input[1]
+        if attributes.get("transB", 0):
+            weight = numpy_helper.to_array(initializers[weight_name]).T
+            weight_name = f"{node.input[1]}_transposed_{rewritten}"
+            model.graph.initializer.append(numpy_helper.from_array(weight.copy(), weight_name))
+        has_bias = len(node.input) > 2 and node.input[2]
+        product = f"{node.output[0]}_matmul" if has_bias else node.output[0]
+        nodes.append(onnx.helper.make_node("MatMul", [node.input[0], weight_name], [product]))
+        if has_bias:
+            nodes.append(onnx.helper.make_node("Add", [product, node.input[2]], [node.output[0]]))
+        rewritten += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return rewritten
 
 
 def quantize_dynamic_int8(source: Path, target: Path) -> None:
     """Weights to signed 8-bit per channel, embedding tables included; activations at run
-    time."""
+    time. Gemm layers are first rewritten as MatMul so that they are quantised too."""
+    model = onnx.load(str(source))
+    if gemm_to_matmul(model):
+        onnx.save(model, str(target))
+        source = target  # the quantiser reads the whole file before it writes
     quantize_dynamic(
         str(source),
         str(target),

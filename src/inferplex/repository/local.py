@@ -14,6 +14,7 @@ from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.config.readers import complete_config, read_model_config
 from inferplex.errors import ConfigError
 from inferplex.repository.placement import auto_kind, model_bytes
+from inferplex.resilience.guard import check_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ def plan_model(
         config = config.model_copy(update={"instance_group": (group,)})
     gpu = backend.gpu_available()
     size = model_bytes(files[max(files)]) if gpu else 0  # only KIND_AUTO on a GPU asks
+    check_parameters(config)  # breaker and timeout parameters (resilience/guard.py)
     instances = _instances(config, server_intra_op_threads, gpu, size)
     return ModelPlan(config, backend, files, instances)
 

@@ -98,7 +98,15 @@ class ModelGuard:
             timeout_us = min(timeout_us, own)
         elif own is None:
             # the queue expires it too, rather than running it after the client was answered
-            request.parameters = {**parameters, "timeout": timeout_us}
+            # (a copy: the caller may send its request object again, elsewhere)
+            request = InferenceRequest(
+                request.model_name,
+                request.inputs,
+                request.model_version,
+                request.id,
+                request.outputs,
+                {**parameters, "timeout": timeout_us},
+            )
         try:
             async with asyncio.timeout(timeout_us * 1e-6):
                 return await served.infer(request)
@@ -157,6 +165,14 @@ class ModelGuards:
         if breaker is None and not timeout_ms:
             return None
         return ModelGuard(config, breaker, timeout_ms, self._clock)
+
+
+def check_parameters(config: ModelConfig) -> None:
+    """ConfigError when the model's breaker or timeout parameters are malformed, so that a
+    bad value fails the model's load instead of its requests."""
+    _parameter(config, BREAKER_FAILURES, int, 0)
+    _parameter(config, BREAKER_COOLDOWN, float, 0.0)
+    _parameter(config, REQUEST_TIMEOUT, float, 0.0)
 
 
 def _parameter(config: ModelConfig, key: str, kind: type[int] | type[float], default: Any) -> Any:

@@ -189,7 +189,7 @@ def read_routing(repository: Path) -> RoutingFile | None:
         return None
     try:
         raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read it: {exc}") from None
     return parse_routing(raw, str(path))
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from inferplex.core.types import InferenceRequest, InferenceResponse
-from inferplex.errors import InferplexError, ModelNotFoundError
+from inferplex.errors import InferplexError, InvalidInputError, ModelNotFoundError
 from inferplex.routing.config import DegradeConfig, RouteConfig, TargetConfig
 from inferplex.routing.pick import WeightedPicker
 from inferplex.routing.shadow import ShadowMirror
@@ -24,6 +24,8 @@ BreakerOpen = Callable[[str], bool]
 
 #: request parameter: false keeps a variants route on its first variant
 ALLOW_DEGRADED = "allow_degraded"
+#: request parameter: a variants route's latency target (p99, ms) for this request
+LATENCY_TARGET = "latency_target_ms"
 #: response parameter naming the variant that answered
 VARIANT = "variant"
 
@@ -109,9 +111,12 @@ class Route:
             key = parameters.get(self._sticky) if self._sticky and parameters else None
             return self._picker.pick(None if key is None else str(key))
         assert self._policy is not None
-        if parameters and parameters.get(ALLOW_DEGRADED) is False:
-            return 0
-        index, reason = self._policy.choose(self._load)
+        target = None
+        if parameters:
+            if parameters.get(ALLOW_DEGRADED) is False:
+                return 0
+            target = _latency_target(parameters.get(LATENCY_TARGET))
+        index, reason = self._policy.choose(self._load, target)
         if index:
             self.degraded += 1
             self.last_degrade_reason = reason
@@ -190,6 +195,17 @@ class Route:
             f"'{self.name}' is a route: it has no versions of its own (send the request "
             f"without a version, or to one of its targets directly: {targets})"
         )
+
+
+def _latency_target(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise InvalidInputError(
+            f"request parameter '{LATENCY_TARGET}' must be a positive number of "
+            f"milliseconds, got {value!r}"
+        )
+    return float(value)
 
 
 def _target_dict(target: TargetConfig, weighted: bool) -> dict[str, Any]:

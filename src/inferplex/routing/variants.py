@@ -5,7 +5,8 @@ The variants are tried in the route's order; the first one that is not overloade
 and when all are, the last (fastest) one does. A variant is overloaded when, per the route's
 ``degrade`` section, its queue holds ``max_queue`` requests or more, its p99 latency over
 the last ``window_s`` seconds (measured on the requests this route sent it, with at least
-``min_samples`` of them) is above ``p99_ms``, or its circuit breaker is open. Without recent
+``min_samples`` of them) is above ``p99_ms`` (or the request's own ``latency_target_ms``), or
+its circuit breaker is open. Without recent
 samples the p99 does not count, so traffic returns to the primary after a slow spell and
 measures it again. A request with the parameter ``allow_degraded: false`` always goes to
 the first variant.
@@ -73,30 +74,34 @@ class DegradePolicy:
         self.windows = [LatencyWindow(config.window_s, config.min_samples) for _ in range(variants)]
         self._clock = clock
 
-    def choose(self, load: Callable[[int], VariantLoad]) -> tuple[int, str]:
-        """(index of the variant to use, why the ones before it were passed over)."""
+    def choose(
+        self, load: Callable[[int], VariantLoad], p99_ms: float | None = None
+    ) -> tuple[int, str]:
+        """(index of the variant to use, why the ones before it were passed over).
+        ``p99_ms`` replaces the configured latency target (a request's own)."""
         last = len(self.windows) - 1
         reasons: list[str] = []
         for index in range(last):
-            reason = self.overloaded(index, load(index))
+            reason = self.overloaded(index, load(index), p99_ms)
             if reason is None:
                 return index, "; ".join(reasons)
             reasons.append(reason)
         return last, "; ".join(reasons)
 
-    def overloaded(self, index: int, load: VariantLoad) -> str | None:
+    def overloaded(self, index: int, load: VariantLoad, p99_ms: float | None = None) -> str | None:
         """Why variant ``index`` should not answer now, or None."""
         config = self.config
+        target = config.p99_ms if p99_ms is None else p99_ms
         if load.queued is None:
             return "not ready"
         if config.when_breaker_open and load.breaker_open:
             return "circuit breaker open"
         if config.max_queue and load.queued >= config.max_queue:
             return f"queue {load.queued} >= {config.max_queue}"
-        if config.p99_ms:
+        if target:
             p99 = self.windows[index].p99_ms(self._clock())
-            if p99 is not None and p99 > config.p99_ms:
-                return f"p99 {p99:.1f} ms > {config.p99_ms:g} ms"
+            if p99 is not None and p99 > target:
+                return f"p99 {p99:.1f} ms > {target:g} ms"
         return None
 
     def record(self, index: int, latency_s: float) -> None:

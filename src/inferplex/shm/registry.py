@@ -39,13 +39,21 @@ from inferplex.errors import (
     UnsupportedError,
 )
 
-__all__ = ["CUDA_UNSUPPORTED", "FLAG", "REGION", "Region", "SharedMemoryRegistry", "require"]
+__all__ = [
+    "CUDA_UNSUPPORTED",
+    "FLAG",
+    "REGION",
+    "Region",
+    "SharedMemoryRegistry",
+    "cuda_status",
+    "require",
+]
 
 #: where Linux keeps POSIX shared-memory objects
 SHM_DIR = Path("/dev/shm")
 #: the server flag that turns registration on
 FLAG = "--allow-shared-memory"
-#: the answer to every CUDA shared-memory request
+#: the answer to a CUDA shared-memory registration
 CUDA_UNSUPPORTED = (
     "CUDA shared memory is not supported by this server (it would need a GPU and CUDA IPC "
     "handles, which inferplex does not implement); use system shared memory instead"
@@ -240,6 +248,15 @@ class SharedMemoryRegistry:
             self._check_enabled()
             raise InvalidInputError(f"{what}: no shared memory region '{name}' is registered")
         return region, offset, byte_size
+
+
+def cuda_status(name: str = "") -> list[dict[str, Any]]:
+    """CUDA shared memory: no region is ever registered (registering answers
+    CUDA_UNSUPPORTED), so the status of all is empty and of one, not found. Listing and
+    unregistering all succeed, as clients such as perf_analyzer do both before they start."""
+    if name:
+        raise RegionNotFoundError(f"no CUDA shared memory region '{name}': {CUDA_UNSUPPORTED}")
+    return []
 
 
 def require(registry: SharedMemoryRegistry | None) -> SharedMemoryRegistry:

@@ -30,7 +30,13 @@ def _words(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
     required=True,
     type=click.Path(path_type=Path, exists=True, file_okay=False),
 )
-@click.option("--model", required=True, help="The model to tune (a folder of the repository).")
+@click.option(
+    "--model",
+    "models",
+    required=True,
+    multiple=True,
+    help="Model(s) to tune (folders of the repository); several are tuned together.",
+)
 @click.option(
     "--max-batch-size", callback=_ints, help="Values to try, e.g. 1,8,32 (default: the model's)."
 )
@@ -64,7 +70,7 @@ def _words(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
     type=int,
     default=8,
     show_default=True,
-    help="Closed-loop clients while measuring.",
+    help="Closed-loop clients per model while measuring.",
 )
 @click.option("--batch-size", type=int, default=1, show_default=True, help="Rows per request.")
 @click.option(
@@ -101,7 +107,8 @@ def _words(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
     "--write", is_flag=True, help="Save the best configuration into the model's config file."
 )
 def tune(**flags: Any) -> None:
-    """Search max batch size, queue delay, instances, threads and precision for a model.
+    """Search max batch size, queue delay, instances, threads and precision for a model, or
+    for several models sharing the machine (loaded together; one setting for all).
 
     Successive halving: every candidate is measured briefly, the best third again for longer,
     and so on. Prints every measurement, the throughput-vs-p99 Pareto frontier and the best
@@ -131,7 +138,7 @@ def _tune(flags: dict[str, Any]) -> int:
     )
     options = TuneOptions(
         repository=flags["model_repository"],
-        model=flags["model"],
+        models=[m for item in flags["models"] for m in item.split(",") if m.strip()],
         space=space,
         protocol=flags["protocol"],
         concurrency=flags["concurrency"],
@@ -157,9 +164,9 @@ def _tune(flags: dict[str, Any]) -> int:
         from inferplex.tuner.configs import int8_quantizer, write_best
 
         quantize, _ = int8_quantizer()
-        model_dir = options.repository / options.model
-        for path in write_best(model_dir, result.best.data, quantize):
-            click.echo(f"wrote {path}")
+        for model in options.models:
+            for path in write_best(options.repository / model, result.best.data, quantize):
+                click.echo(f"wrote {path}")
     return 0
 
 

@@ -164,10 +164,53 @@ def _quiet(quantize: Quantizer, source: Path, target: Path) -> None:
         logging.disable(logging.NOTSET)
 
 
-def int8_quantizer() -> tuple[Quantizer | None, str]:
-    """The INT8 quantiser of ``inferplex optimize`` when installed, else None and why."""
+class Int8Quantizer:
+    """INT8 copies of ONNX models with ``inferplex optimize``'s method choice: static
+    quantisation for convolution graphs (calibrated on synthetic inputs: the tuner measures
+    speed; check accuracy with ``inferplex optimize --eval``), dynamic for MatMul-heavy ones."""
+
+    CALIBRATION_ROWS = 32
+
+    def __init__(self) -> None:
+        from inferplex.optimize import data, quantize
+
+        self._data = data
+        self._quantize = quantize
+
+    def refusal(self, source: Path) -> str | None:
+        """Why this model cannot be quantised usefully, or None."""
+        import onnx
+
+        from inferplex.errors import InvalidInputError
+
+        try:
+            self._quantize.choose_method(onnx.load(str(source), load_external_data=False))
+        except InvalidInputError as exc:
+            return exc.message
+        return None
+
+    def __call__(self, source: Path, target: Path) -> None:
+        import onnx
+
+        model = onnx.load(str(source), load_external_data=False)
+        if self._quantize.choose_method(model).method == "static":
+            rows = self._data.synthetic(self._data.input_specs(model), self.CALIBRATION_ROWS)
+            self._quantize.quantize_static_int8(source, target, rows)
+        else:
+            self._quantize.quantize_dynamic_int8(source, target)
+
+
+def int8_quantizer() -> tuple[Int8Quantizer | None, str]:
+    """The INT8 quantiser when ``inferplex optimize`` is installed, else None and why."""
     try:
-        from inferplex.optimize.quantize import quantize_dynamic_int8
+        quantizer = Int8Quantizer()
     except ImportError as exc:
         return None, f"INT8 skipped: inferplex.optimize is not available ({exc})"
-    return quantize_dynamic_int8, "INT8 by dynamic quantisation (inferplex optimize)"
+    return quantizer, "INT8 with inferplex optimize's method choice (static or dynamic)"
+
+
+def model_file(model_dir: Path) -> Path:
+    """The latest version's model file."""
+    raw, _ = read_raw(model_dir)
+    filename = raw.get("default_model_filename") or MODEL_FILENAME
+    return version_folders(model_dir)[-1] / filename

@@ -1,5 +1,11 @@
 """A tune run: successive halving where each rung's candidates are served by one launched
-server (a copy of the model per candidate) and measured with the bench engine."""
+server (a copy of the model(s) per candidate) and measured with the bench engine.
+
+Several models are tuned *together*, as they will share the machine: a candidate's settings
+apply to every model of the set, their loads run at the same time (the bench's
+``--together``), and a candidate's figures are the models' summed throughput and their worst
+p99.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from inferplex.benchtool import BenchError
 from inferplex.benchtool.launch import launch
 from inferplex.benchtool.progress import Progress
 from inferplex.benchtool.sweep import BenchOptions, run
-from inferplex.tuner.configs import int8_quantizer, materialise, read_raw
+from inferplex.tuner.configs import Quantizer, int8_quantizer, materialise, model_file, read_raw
 from inferplex.tuner.journal import Journal
 from inferplex.tuner.pareto import Point, best_under, frontier
 from inferplex.tuner.search import Rung, rung_count, successive_halving
@@ -25,10 +31,11 @@ class TuneOptions:
     """The ``inferplex tune`` flags."""
 
     repository: Path
-    model: str
+    models: list[str]
     space: SearchSpace
     protocol: str = "http"
     concurrency: int = 8
+    """closed-loop clients per model"""
     batch_size: int = 1
     warmup: float = 0.5
     window: float = 1.0
@@ -41,6 +48,11 @@ class TuneOptions:
     results: Path | None = None
     seed: int = 0
     server_args: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The model set's name in the results file."""
+        return "+".join(self.models)
 
     def workload(self) -> dict[str, Any]:
         """What makes two measurements comparable (the results file's reuse rule)."""
@@ -73,21 +85,23 @@ async def tune(
     progress: Progress | None = None,
     say: Callable[[str], None] = lambda line: None,
 ) -> TuneResult:
-    model_dir = options.repository / options.model
-    if not model_dir.is_dir():
-        raise BenchError(f"--model: no folder {model_dir}")
-    raw, _ = read_raw(model_dir)
-    default_batch = int(raw.get("max_batch_size", 0))
-    options.space.check(model_batches=default_batch > 0)
+    default_batch = _check_models(options)
     notes: list[str] = []
     quantize = None
     if "int8" in options.space.precision:
         quantize, note = int8_quantizer()
+        refusals = [
+            f"{model}: {reason}"
+            for model in options.models
+            if quantize is not None
+            and (reason := quantize.refusal(model_file(options.repository / model)))
+        ]
+        if refusals:
+            quantize, note = None, "INT8 skipped: " + "; ".join(refusals)
         notes.append(note)
         if quantize is None:
-            options.space.precision = [p for p in options.space.precision if p != "int8"] or [
-                "fp32"
-            ]
+            kept = [p for p in options.space.precision if p != "int8"]
+            options.space.precision = kept or ["fp32"]
     candidates = sample(
         options.space.candidates(default_batch), options.max_candidates, options.seed
     )
@@ -95,23 +109,23 @@ async def tune(
     if journal.resumed:
         notes.append(f"resumed: {journal.resumed} measurements read from {options.results}")
     progress = progress or Progress(0, enabled=False)
-    rungs_planned = rung_count(len(candidates), options.eta)
+    planned = rung_count(len(candidates), options.eta)
     if options.max_rungs > 0:
-        rungs_planned = min(rungs_planned, options.max_rungs)
-    progress.total = sum(
-        max(1, -(-len(candidates) // options.eta**r)) for r in range(rungs_planned)
-    )
+        planned = min(planned, options.max_rungs)
+    progress.total = sum(max(1, -(-len(candidates) // options.eta**r)) for r in range(planned))
 
     async def measure(alive: Sequence[Candidate], rung: int) -> dict[Candidate, Point]:
-        todo = [c for c in alive if journal.get(options.model, c.key, rung) is None]
+        todo = [c for c in alive if journal.get(options.label, c.key, rung) is None]
         if todo:
-            await _measure_rung(options, model_dir, todo, rung, quantize, journal, progress, say)
+            await _measure_rung(options, todo, rung, quantize, journal, progress, say)
         progress.update(progress.done + len(alive) - len(todo))
         points = {}
         for candidate in alive:
-            line = journal.get(options.model, candidate.key, rung)
+            line = journal.get(options.label, candidate.key, rung)
             if line is not None and not line.get("error"):
-                points[candidate] = _point(candidate, line)
+                points[candidate] = Point(
+                    candidate.key, float(line["throughput"]), float(line["p99_ms"]), candidate
+                )
         return points
 
     rungs = await successive_halving(
@@ -135,28 +149,46 @@ async def tune(
     return TuneResult(candidates, rungs, points, frontier(points), best, notes)
 
 
-def _point(candidate: Candidate, line: dict[str, Any]) -> Point:
-    return Point(candidate.key, float(line["throughput"]), float(line["p99_ms"]), candidate)
+def _check_models(options: TuneOptions) -> int:
+    """BenchError for a missing model or a set that cannot share one batch setting; returns
+    the default max batch size (the smallest of the set)."""
+    if not options.models:
+        raise BenchError("--model: give the model(s) to tune")
+    batches = []
+    for model in options.models:
+        model_dir = options.repository / model
+        if not model_dir.is_dir():
+            raise BenchError(f"--model: no folder {model_dir}")
+        raw, _ = read_raw(model_dir)
+        batches.append(int(raw.get("max_batch_size", 0)))
+    if len({b > 0 for b in batches}) > 1:
+        raise BenchError(
+            "--model: tuned together, the models must all batch (max_batch_size > 0) or none"
+        )
+    options.space.check(model_batches=batches[0] > 0)
+    return min(batches)
 
 
 async def _measure_rung(
     options: TuneOptions,
-    model_dir: Path,
     todo: list[Candidate],
     rung: int,
-    quantize: Any,
+    quantize: Quantizer | None,
     journal: Journal,
     progress: Progress,
     say: Callable[[str], None],
 ) -> None:
     window = options.window * options.eta**rung
     with tempfile.TemporaryDirectory(prefix="inferplex-tune-") as folder:
-        names = materialise(model_dir, todo, Path(folder), quantize)
+        served = {
+            model: materialise(options.repository / model, todo, Path(folder), quantize)
+            for model in options.models
+        }
         with launch(Path(folder), options.server_args) as server:
             for candidate in todo:
                 bench = BenchOptions(
                     url=server.address(options.protocol),
-                    models=[names[candidate]],
+                    models=[served[model][candidate] for model in options.models],
                     protocol=options.protocol,
                     concurrency=[options.concurrency],
                     batch_size=options.batch_size,
@@ -164,27 +196,34 @@ async def _measure_rung(
                     window=window,
                     max_windows=options.windows,
                     stable_count=options.windows,
+                    together=True,
                 )
                 line: dict[str, Any] = {
-                    "model": options.model,
+                    "model": options.label,
                     "candidate_key": candidate.key,
                     "candidate": candidate.to_dict(),
                     "rung": rung,
                     "seconds": window * options.windows,
                 }
                 report = await run(bench)
-                if report.results:
-                    result = report.results[0]
-                    line.update(
-                        throughput=result.throughput,
-                        p50_ms=result.latency["p50_ms"],
-                        p99_ms=result.latency["p99_ms"],
-                        server_batch_size=(result.server or {}).get("batch_size"),
-                    )
-                else:
-                    reasons = report.compat["models"]["failed"] or report.compat["models"]["partly"]
-                    line["error"] = next(iter(reasons.values()), "no result")
+                failed = {**report.compat["models"]["failed"], **report.compat["models"]["partly"]}
+                if failed or len(report.results) != len(options.models):
+                    line["error"] = "; ".join(f"{m}: {e}" for m, e in failed.items()) or "no result"
                     say(f"{candidate.key}: FAILED: {line['error']}")
+                else:
+                    line.update(
+                        throughput=sum(r.throughput for r in report.results),
+                        p50_ms=max(r.latency["p50_ms"] for r in report.results),
+                        p99_ms=max(r.latency["p99_ms"] for r in report.results),
+                        per_model={
+                            model: {
+                                "throughput": r.throughput,
+                                "p99_ms": r.latency["p99_ms"],
+                                "server_batch_size": (r.server or {}).get("batch_size"),
+                            }
+                            for model, r in zip(options.models, report.results, strict=True)
+                        },
+                    )
                 journal.add(line)
                 progress.update(
                     progress.done + 1,

@@ -144,11 +144,11 @@ def test_cascade_section_errors_name_the_field(section: dict[str, Any], message:
 
 
 @pytest.mark.parametrize(
-    ("size_routing", "message"),
+    ("routing", "message"),
     [
         (
             {"input_name": "frame", "rule": [{"model_name": "a"}]},
-            "size_routing.input_name 'frame' is not an input of the model \\(its inputs: 'image'\\)",
+            r"size_routing.input_name 'frame' is not an input of the model \(its inputs: 'image'",
         ),
         (
             {"input_name": "image", "rule": [{"model_name": "a", "max_dims": [64, 64]}]},
@@ -167,9 +167,9 @@ def test_cascade_section_errors_name_the_field(section: dict[str, Any], message:
 )
 def test_routing_config_errors(routing: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load(SizeRoutingBackend, routing_raw(routing=routing))
+        load(SizeRoutingBackend, routing_raw(size_routing=routing))
 
 
 def test_routing_needs_its_section() -> None:
     with pytest.raises(ConfigError, match="backend 'size_routing' needs a size_routing section"):
-        load(SizeRoutingBackend, routing_raw(routing=None))
+        load(SizeRoutingBackend, routing_raw(size_routing=None))

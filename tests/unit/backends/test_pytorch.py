@@ -20,6 +20,7 @@ from inferplex.config import ModelConfig  # noqa: E402
 from inferplex.core.datatypes import V2_TO_NUMPY  # noqa: E402
 from inferplex.errors import ConfigError, ModelExecutionError  # noqa: E402
 from inferplex.repository.local import plan_model  # noqa: E402
+from inferplex.security.encryption import encrypt_file, generate_key, parse_key  # noqa: E402
 from tests.support import torch_models as tm  # noqa: E402
 
 CPU = InstanceSpec(intra_op_threads=1)
@@ -197,3 +198,14 @@ def test_repository_plan_picks_the_backend(tmp_path: Path) -> None:
         max_batch_size=8,
     )  # fmt: skip
     assert plan_model(exported).version_files[1].name == "model.pt2"
+
+
+def test_encrypted_models_load_from_memory(
+    add_sub_pt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = generate_key()
+    monkeypatch.setenv("INFERPLEX_MODEL_KEY", key)
+    path = tmp_path / "model.pt"
+    encrypt_file(add_sub_pt, path, parse_key(key, "test"))
+    backend = PyTorchBackend(path, config(["a", "b"], ["s", "d"]), CPU)
+    np.testing.assert_array_equal(run(backend, ["s"], a=A, b=B)["s"], A + B)

@@ -35,7 +35,8 @@ def test_bytes_serialisation_round_trips(items: list[bytes]) -> None:
     ("data", "count", "fragment"),
     [
         (b"\x05\x00\x00\x00abc", 1, "declares 5 bytes"),
-        (b"\x01\x00", 1, "ends after 0 of 1"),
+        (b"\x01\x00", 1, "1 BYTES elements need at least 4 bytes of data, got 2"),
+        (b"\x02\x00\x00\x00ab\x00\x00", 2, "ends after 1 of 2"),
         (b"\x01\x00\x00\x00ab", 1, "1 bytes left over"),
     ],
 )

@@ -56,6 +56,7 @@ async def test_dashboard_data_aligns_every_series_on_the_sample_times(
         assert len(values) == 2, name
     assert version["series"]["throughput"][0] > 0
     assert len(data["server"]["series"]["rss"]) == 2
+    assert data["server"]["gpus"] == []  # none given: a CPU machine
 
 
 def test_the_page_ships_with_the_package() -> None:

@@ -121,9 +121,11 @@ async def test_request_timeout_answers_deadline_exceeded_and_sets_the_queue_time
     with pytest.raises(DeadlineExceededError, match="within 20 ms"):
         await guard.infer(served, InferenceRequest("m", [], parameters={"timeout": 10**9}))  # type: ignore[arg-type]
     served.hang = False
-    response = await guard.infer(served, InferenceRequest("m", [], parameters={"x": 1}))  # type: ignore[arg-type]
+    request = InferenceRequest("m", [], parameters={"x": 1})
+    response = await guard.infer(served, request)  # type: ignore[arg-type]
     assert response.model_name == "m"
     assert served.seen[-1] == {"x": 1, "timeout": 20_000}
+    assert request.parameters == {"x": 1}  # the caller's request is left as it was
 
 
 async def test_timeouts_do_not_trip_the_breaker() -> None:

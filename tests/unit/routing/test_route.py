@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
-from inferplex.errors import ModelExecutionError, ModelNotFoundError, ModelNotReadyError
+from inferplex.errors import (
+    InvalidInputError,
+    ModelExecutionError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+)
 from inferplex.routing.config import parse_routing
 from inferplex.routing.route import Route
 
@@ -232,3 +237,23 @@ async def test_readiness_and_primary() -> None:
         raise ModelNotFoundError(f"unknown model '{model}'")
 
     assert not split.ready("", unknown)
+
+
+async def test_a_request_may_set_its_own_latency_target() -> None:
+    clock = Clock()
+    models = Models()
+    route = make(
+        models,
+        {"variants": [{"model": "f32"}, {"model": "i8"}], "degrade": {"min_samples": 3}},
+        clock,
+    )
+    policy = route._policy
+    assert policy is not None
+    for _ in range(3):
+        policy.record(0, 0.010)  # the primary's p99 is 10 ms
+    clock.now = 1.0
+    assert (await route.infer(request())).model_name == "f32"  # no target configured
+    assert (await route.infer(request(latency_target_ms=5))).model_name == "i8"
+    assert (await route.infer(request(latency_target_ms=50.0))).model_name == "f32"
+    with pytest.raises(InvalidInputError, match="'latency_target_ms' must be a positive number"):
+        await route.infer(request(latency_target_ms="fast"))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
 from inferplex import modelgen
 from inferplex.config.readers import read_model_config
 from inferplex.repository.local import plan_model
-from inferplex.tuner.configs import apply, materialise, read_raw, write_best
+from inferplex.tuner.configs import apply, int8_quantizer, materialise, read_raw, write_best
 from inferplex.tuner.space import Candidate
 
 
@@ -59,3 +62,21 @@ def test_materialise_links_the_versions_under_candidate_names(tmp_path: Path) ->
         assert (folder / "1").is_symlink() and (folder / "2" / "model.onnx").is_file()
         config = read_model_config(folder)
         assert config is not None and config.name == name
+
+
+def test_int8_quantizer_refuses_a_model_without_weights_and_quantizes_an_mlp(
+    tmp_path: Path,
+) -> None:
+    quantize, note = int8_quantizer()
+    assert quantize is not None, note
+    add_sub = modelgen.add_sub(tmp_path)
+    assert "nothing for INT8 to speed up" in (quantize.refusal(add_sub) or "")
+    mlp = modelgen.mlp(tmp_path, features=16, hidden=(16, 16), classes=4)
+    assert quantize.refusal(mlp) is None
+    target = tmp_path / "int8.onnx"
+    quantize(mlp, target)
+    ops = {node.op_type for node in onnx.load(str(target)).graph.node}
+    assert "DynamicQuantizeLinear" in ops or "MatMulInteger" in ops, ops
+    session = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    (output,) = session.run(None, {"features": np.ones((2, 16), dtype=np.float32)})[:1]
+    assert output.shape == (2, 4)

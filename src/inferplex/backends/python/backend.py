@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
-from inferplex.backends.python.process import WorkerGone, WorkerProcess, WorkerSilent, worker_env
+from inferplex.backends.python.process import (
+    WorkerFailed,
+    WorkerGone,
+    WorkerProcess,
+    WorkerSilent,
+    worker_env,
+)
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.datatypes import v2_datatype
 from inferplex.core.types import InferenceRequest, RequestedOutput, Tensor
@@ -77,7 +83,7 @@ class PythonBackend(Backend):
     def _start(self) -> None:
         try:
             self._worker.wait_ready(self._load_timeout)
-        except RuntimeError as exc:
+        except WorkerFailed as exc:
             raise ModelExecutionError(f"model '{self._name}': initialize failed: {exc}") from None
         except WorkerGone as exc:
             raise ModelExecutionError(

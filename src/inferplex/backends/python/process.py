@@ -29,6 +29,10 @@ class WorkerSilent(Exception):
     """The worker did not answer before the deadline."""
 
 
+class WorkerFailed(Exception):
+    """The handler could not be loaded; the message is the worker's reason."""
+
+
 class WorkerProcess:
     """One worker process with its pipe and arena. The arena outlives restarts."""
 
@@ -56,8 +60,7 @@ class WorkerProcess:
 
     def wait_ready(self, timeout: float) -> None:
         """Until the worker has loaded the model (a dead idle worker is started again first).
-        WorkerGone / WorkerSilent, or RuntimeError with the handler's reason if its
-        initialisation failed."""
+        WorkerGone, WorkerSilent, or WorkerFailed if loading the handler failed."""
         if self._process is None or (self._ready and self._process.poll() is not None):
             self.start()
         if self._ready:
@@ -65,7 +68,7 @@ class WorkerProcess:
         message = self.receive(time.monotonic() + timeout)
         if message[0] == "failed":
             self.kill()
-            raise RuntimeError(message[1])
+            raise WorkerFailed(message[1])
         self._ready = True
 
     def send(self, message: Message) -> None:

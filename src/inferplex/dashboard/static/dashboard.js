@@ -193,6 +193,11 @@ function render(data) {
   document.getElementById("server-cpu").textContent = fmtPct(last(server.series.cpu));
   document.getElementById("server-rss").textContent = fmtBytes(last(server.series.rss));
   document.getElementById("server-inflight").textContent = fmtNum(last(server.series.inflight), 0);
+  const gpus = document.getElementById("server-gpus");
+  gpus.hidden = !server.gpus.length;
+  gpus.textContent = server.gpus.map((g) =>
+    `GPU${g.index} ${fmtPct(g.utilization)} ${fmtBytes(g.memory_used)} / ${fmtBytes(g.memory_total)}`,
+  ).join(" · ");
   renderTable(data);
   const rows = versionRows(data);
   const times = data.time;

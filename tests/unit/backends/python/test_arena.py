@@ -7,6 +7,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from inferplex.handler.arena import ALIGNMENT, Arena
 
@@ -86,3 +89,38 @@ def test_a_header_past_the_file_is_refused(pair: tuple[Arena, Arena]) -> None:
     _, worker = pair
     with pytest.raises(ValueError, match="past its size"):
         worker.read([("x", "<f4", (10,), 1 << 20, 40)], copy=False)
+
+
+def _bytes_array(items: list[bytes]) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+_arrays = st.one_of(
+    hnp.arrays(
+        st.sampled_from(["<f4", "<i8", "|u1", "|b1", ">f8", "<f2"]),
+        hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5),
+    ),
+    st.lists(st.binary(max_size=40), max_size=6).map(_bytes_array),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tensors=st.dictionaries(st.text(min_size=1, max_size=5), _arrays, max_size=4),
+       start=st.integers(0, 5000))  # fmt: skip
+def test_any_tensors_round_trip(tensors: dict[str, np.ndarray], start: int) -> None:
+    server = Arena.create(256)
+    worker = Arena(os.dup(server.fd))
+    try:
+        headers, end = server.write(tensors, start)
+        assert all(h[3] >= start and h[3] % ALIGNMENT == 0 for h in headers)
+        out = worker.read(headers, copy=True)
+        assert out.keys() == tensors.keys()
+        for name, array in tensors.items():
+            assert out[name].shape == array.shape
+            np.testing.assert_array_equal(out[name], array)
+        assert end == Arena.end(headers, start)
+    finally:
+        server.close()
+        worker.close()

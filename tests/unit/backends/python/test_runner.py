@@ -160,22 +160,28 @@ def test_bls_outside_a_served_model_says_so() -> None:
 def test_find_class_rules() -> None:
     module = types.ModuleType("user_model")
 
-    class Handler(BaseHandler):
+    class MyHandler(BaseHandler):
         pass
 
     class Helper:
         pass
 
-    for cls in (Handler, Helper):
+    for cls in (MyHandler, Helper):
         cls.__module__ = module.__name__
         setattr(module, cls.__name__, cls)
     module.BaseHandler = BaseHandler  # imported names do not count
-    assert find_class(module, "") is Handler
+    assert find_class(module, "") is MyHandler  # the one class with handle
     assert find_class(module, "Helper") is Helper
     with pytest.raises(HandlerError, match="no class 'Nope'"):
         find_class(module, "Nope")
-    module.TritonPythonModel = Helper
+    module.Handler = Helper
     assert find_class(module, "") is Helper
+    module.TritonPythonModel = BaseHandler
+    assert find_class(module, "") is BaseHandler
+    del module.Handler, module.TritonPythonModel
+    module.Other = type("Other", (BaseHandler,), {"__module__": module.__name__})
+    with pytest.raises(HandlerError, match="found: MyHandler, Other"):
+        find_class(module, "")
 
 
 def test_default_preprocess_with_a_per_row_postprocess() -> None:

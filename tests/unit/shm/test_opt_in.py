@@ -1,0 +1,24 @@
+"""Shared-memory registration is opt-in: off by default, on with --allow-shared-memory or
+INFERPLEX_ALLOW_SHARED_MEMORY."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inferplex.cli.main import serve
+from inferplex.config.server_config import ServerConfig
+from inferplex.core.engine import EXTENSIONS, InferenceEngine
+
+
+def test_off_by_default_on_by_flag_or_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("INFERPLEX_ALLOW_SHARED_MEMORY", raising=False)
+    assert not InferenceEngine(ServerConfig(model_repository=tmp_path)).shared_memory.enabled
+    flag = next(p for p in serve.params if p.name == "allow_shared_memory")
+    assert "--allow-shared-memory" in flag.opts
+    monkeypatch.setenv("INFERPLEX_ALLOW_SHARED_MEMORY", "true")
+    assert InferenceEngine(ServerConfig(model_repository=tmp_path)).shared_memory.enabled
+    assert "system_shared_memory" in EXTENSIONS
