@@ -19,7 +19,8 @@
    is rewritten, then ``load`` replaces it: the new one loads beside the old, traffic
    switches, the old drains and is freed). Completed requests per second: in the "before"
    windows, during each swap itself (from the load request to its answer) and over the
-   whole window holding the swap; interleaved over ``--rounds`` rounds, medians compared.
+   whole window holding the swap; interleaved over ``--rounds`` rounds: the median of each
+   round's ratio to the "before" window next to it.
    For add_sub (overhead-bound: the swap's own CPU work shows most) and small_cnn
    (compute-bound). Target of issue 4: during the swap / before >= 0.9.
 
@@ -271,8 +272,10 @@ def swaps(work: Path, model: str, rounds: int, window: float, clients: int) -> d
         finally:
             traffic.stop()
     base = statistics.median(before)
-    ratio = statistics.median(during) / base
-    window_ratio = statistics.median(windows) / base
+    # each round's swap against the "before" window next to it: the neighbours' load drifts
+    # less between adjacent windows than over the whole run
+    ratio = statistics.median(d / b for d, b in zip(during, before, strict=True))
+    window_ratio = statistics.median(w / b for w, b in zip(windows, before, strict=True))
     print(
         f"  before {base:8.1f} req/s   during the swap {statistics.median(during):8.1f} req/s"
         f" (ratio {ratio:.3f})   {window:g} s window holding it "

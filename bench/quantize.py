@@ -122,6 +122,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--round-seconds", type=float, default=0.5)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (0: all cores)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="cpu",
+        help="cpu (default): thread CPU time per call, steady on a shared machine (1 thread)",
+    )
     parser.add_argument("--quick", action="store_true", help="3 rounds of 0.1 s")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
@@ -144,6 +150,7 @@ def main() -> None:
                 "rounds": rounds,
                 "round_s": round_s,
                 "threads": args.threads,
+                "clock": args.clock,
                 "report_dir": data / f"{name}-report",
             }
         )

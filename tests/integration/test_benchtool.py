@@ -8,6 +8,7 @@ regression gate is driven both ways with a doctored baseline.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from click.testing import CliRunner, Result
 from inferplex import modelgen
 from inferplex.benchtool.compat import CompatLog
 from inferplex.benchtool.control import HttpApi
+from inferplex.benchtool.gate import watch
 from inferplex.benchtool.launch import launch
+from inferplex.benchtool.sweep import BenchOptions
 from inferplex.cli.main import main
 from inferplex.config.readers import read_model_config
 from inferplex.core.datatypes import V2_DATATYPES
@@ -135,6 +138,27 @@ def test_version_gate_promotes_a_passing_version(two_versions: Path) -> None:
         assert result.exit_code == 0, result.output
         assert "version 2 promoted" in result.output
         assert api.model_metadata("add_sub")["versions"] == ["2"]
+
+
+async def test_gate_watch_gates_a_version_as_the_server_loads_it(tmp_path: Path) -> None:
+    repo, staging = tmp_path / "repo", tmp_path / "staging"
+    path = modelgen.add_sub(repo, version=1)
+    config = modelgen.model_config(path, max_batch_size=8)
+    config["version_policy"] = {"latest": {"num_versions": 2}}
+    modelgen.write_config(repo / "add_sub", config)
+    poll = ["--model-control-mode", "poll", "--repository-poll-secs", "0.2"]
+    with launch(repo, poll) as served:
+        options = BenchOptions(
+            url=served.http, models=["add_sub"], concurrency=[1], warmup=0, window=0.1,
+            max_windows=1, stable_count=1,
+        )  # fmt: skip
+        task = asyncio.create_task(watch(options, threshold=1e6, rounds=1, interval=0.2, count=1))
+        await asyncio.sleep(0)  # the watch reads the served versions before its first poll
+        modelgen.add_sub(staging, version=2)
+        (staging / "add_sub" / "2").rename(repo / "add_sub" / "2")  # appears at once, whole
+        (result,) = await asyncio.wait_for(task, timeout=120)
+        assert (result.serving, result.candidate, result.promoted) == ("1", "2", True)
+        assert HttpApi(served.http, CompatLog()).model_metadata("add_sub")["versions"] == ["2"]
 
 
 def test_scheduling_policies_side_by_side(two_versions: Path, tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ import numpy as np
 import orjson
 import pytest
 
+from inferplex import modelgen
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
+from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.errors import (
     ConfigError,
     InvalidInputError,
@@ -154,7 +156,7 @@ async def test_reload_loads_beside_and_a_failing_version_leaves_the_old_serving(
 
         remove_version(tmp_path, 3)
         break_version(tmp_path, 1)  # an older version breaks: nothing changes at all
-        with pytest.raises(ModelLoadError, match="version 1: .*INVALID_PROTOBUF"):
+        with pytest.raises(ModelLoadError, match=r"version 1: .*INVALID_PROTOBUF"):
             await engine.load_model("add_sub", {})
         assert engine.registry.entry("add_sub").versions[1] is v1
         assert "version 1: " in index(engine)[("add_sub", "1")][1]
@@ -340,3 +342,35 @@ async def test_load_on_demand_and_idle_unload(tmp_path: Path) -> None:
         break_version(tmp_path, 1, "broken")
         with pytest.raises(ModelNotReadyError, match="could not be loaded on demand"):
             await engine.infer(add_sub_request("broken"))
+
+
+async def test_on_demand_wait_is_bounded_and_the_index_shows_loading(tmp_path: Path) -> None:
+    path = modelgen.slow(tmp_path, seconds=0.5)
+    config = modelgen.model_config(path, max_batch_size=8)
+    config["model_warmup"] = [  # the load takes as long as one run of the model
+        {
+            "name": "one",
+            "batch_size": 1,
+            "inputs": [
+                {
+                    "key": "INPUT0",
+                    "value": {"data_type": "TYPE_FP32", "dims": [1], "zero_data": True},
+                }
+            ],
+        }
+    ]
+    modelgen.write_config(tmp_path / "slow", config)
+    settings = {
+        "model_control_mode": "explicit",
+        "load_on_demand": True,
+        "load_on_demand_timeout_secs": 0.05,
+    }
+    data = np.zeros((1, 1), dtype=np.float32)
+    request = InferenceRequest("slow", [Tensor("INPUT0", "FP32", data.shape, data)])
+    async with running(tmp_path, **settings) as engine:
+        with pytest.raises(ModelNotReadyError, match=r"still loading after 0.05 s"):
+            await engine.infer(request)
+        assert index(engine)[("slow", "")] == ("LOADING", "")
+        await eventually(lambda: index(engine).get(("slow", "1")) == ("READY", ""))
+        response = await engine.infer(request)
+        assert response.model_version == "1"

@@ -256,6 +256,8 @@ def test_ensemble_over_http_and_grpc(served: RunningServer) -> None:
         "double",
     ]
     grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    grpc_config = grpc.get_model_config("pipe", as_json=True)["config"]
+    assert len(grpc_config["ensemble_scheduling"]["step"]) == 3  # perf_analyzer reads these
     rows = np.array([[0.1, 0, 0, 0]], dtype=np.float32)
     grpc_input = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
     grpc_input.set_data_from_numpy(rows)
@@ -318,7 +320,7 @@ async def test_shutdown_lets_pipelines_in_flight_finish(tmp_path: Path) -> None:
     """The step models keep serving until the pipelines calling them have drained."""
     for path in (
         modelgen.slow(tmp_path, seconds=0.3),
-        modelgen.scale(tmp_path, "half", 0.5, dims=()),
+        modelgen.scale(tmp_path, "half", factor=0.5, dims=()),
     ):
         modelgen.write_config(path.parent.parent, modelgen.model_config(path))
     (tmp_path / "pipe" / "1").mkdir(parents=True)

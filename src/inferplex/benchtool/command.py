@@ -169,6 +169,24 @@ def _names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     help="Version gate: the version to compare with (default: highest other).",
 )
 @click.option(
+    "--gate-watch",
+    is_flag=True,
+    help="Version gate: poll the served versions and gate each new one as it loads.",
+)
+@click.option(
+    "--gate-watch-count",
+    type=int,
+    default=0,
+    help="With --gate-watch: stop after this many gates (0 = run until interrupted).",
+)
+@click.option(
+    "--poll-interval",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="With --gate-watch: seconds between polls of the model's versions.",
+)
+@click.option(
     "--gate-rounds",
     type=int,
     default=2,
@@ -226,7 +244,7 @@ def _bench(flags: dict[str, Any]) -> int:
         if not (flags["metrics_url"] or flags["model_repository"]):
             raise BenchError("--record-metrics needs --metrics-url HOST:PORT (the metrics port)")
         flags["record_metrics"].write_text("")
-    if flags["gate_version"]:
+    if flags["gate_version"] or flags["gate_watch"]:
         return uvloop.run(_gate(options, flags))
     if flags["model_repository"]:
         return uvloop.run(_launched(options, flags))
@@ -343,38 +361,63 @@ def _tagged(path: Path, tag: str) -> Path:
 
 
 async def _gate(options: Any, flags: dict[str, Any]) -> int:
-    from inferplex.benchtool.gate import version_gate
-    from inferplex.benchtool.output import table
+    """``--gate-version V`` once, or ``--gate-watch``: every new version as it appears."""
+    from inferplex.benchtool.gate import version_gate, watch
 
     if flags["model_repository"] or flags["policies"]:
         raise BenchError(
-            "--gate-version works against a running server (--url), not a launched one"
+            "the version gate works against a running server (--url), not a launched one"
         )
     with _recording(flags, flags["metrics_url"]):
-        result = await version_gate(
-            options,
-            flags["gate_version"],
-            flags["serving_version"],
-            flags["threshold"],
-            flags["promote"],
-            flags["gate_rounds"],
-            _bar,
-            _say,
-        )
+        if flags["gate_watch"]:
+            results = await watch(
+                options,
+                flags["threshold"],
+                flags["promote"],
+                flags["gate_rounds"],
+                flags["poll_interval"],
+                flags["gate_watch_count"],
+                _bar,
+                _say,
+            )
+        else:
+            results = [
+                await version_gate(
+                    options,
+                    flags["gate_version"],
+                    flags["serving_version"],
+                    flags["threshold"],
+                    flags["promote"],
+                    flags["gate_rounds"],
+                    _bar,
+                    _say,
+                )
+            ]
+    for result in results:
+        _print_gate(result)
+    if flags["json_out"]:
+        documents = [
+            {
+                "model": r.model,
+                "serving": r.serving_report.to_dict(),
+                "candidate": r.candidate_report.to_dict(),
+                "comparison": r.comparison.to_dict(),
+                "promoted": r.promoted,
+                "note": r.note,
+            }
+            for r in results
+        ]
+        document = documents if flags["gate_watch"] else documents[0]
+        flags["json_out"].write_text(json.dumps(document, indent=2) + "\n")
+    return 0 if all(r.ok for r in results) else EXIT_REGRESSION
+
+
+def _print_gate(result: Any) -> None:
+    from inferplex.benchtool.output import table
+
     click.echo(f"serving version {result.serving}")
     click.echo(table(result.serving_report.results))
     click.echo(f"candidate version {result.candidate}")
     click.echo(table(result.candidate_report.results))
     click.echo(result.comparison.format())
     click.echo(result.note)
-    if flags["json_out"]:
-        document = {
-            "model": result.model,
-            "serving": result.serving_report.to_dict(),
-            "candidate": result.candidate_report.to_dict(),
-            "comparison": result.comparison.to_dict(),
-            "promoted": result.promoted,
-            "note": result.note,
-        }
-        flags["json_out"].write_text(json.dumps(document, indent=2) + "\n")
-    return 0 if result.ok else EXIT_REGRESSION

@@ -9,12 +9,15 @@ throughput): on a shared machine the least disturbed round is the fairest figure
 alternating exposes both versions to the same drift. The comparison is
 :func:`~inferplex.benchtool.compare.compare` with the serving version as the baseline.
 Promotion is Triton's repository load with a configuration override whose
-``version_policy`` serves the candidate only. A server without the repository load API gets
-the promotion printed instead of done.
+``version_policy`` serves the candidate only; a regressed candidate gets the serving version
+pinned the same way. A server without the repository load API gets the action printed
+instead of done. :func:`watch` gates every version that appears while it polls (a new
+version folder in a repository served in poll mode).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,12 +90,20 @@ async def version_gate(
         reports = {version: best_rounds(done) for version, done in runs.items()}
         comparison = compare(reports[serving], reports[candidate], threshold)
         ok = comparison.passed
-        if not comparison.passed:
-            promoted, note = False, f"version {candidate} NOT promoted: it regressed"
-        elif not promote:
-            promoted, note = False, f"version {candidate} passed (promotion not asked)"
+        if not promote:
+            verdict = "passed" if comparison.passed else "regressed"
+            promoted, note = False, f"version {candidate} {verdict} (promotion not asked)"
+        elif not comparison.passed:
+            # the server may already route unversioned requests to the newest version
+            # (version_policy latest): keep the serving one instead
+            done, why, _ = _serve_only(api, model, serving)
+            promoted = False
+            note = f"version {candidate} NOT promoted: it regressed; " + (
+                f"{model} pinned to version {serving}" if done else why
+            )
         else:
-            promoted, note, ok = _promote(api, model, candidate)
+            promoted, why, ok = _serve_only(api, model, candidate)
+            note = f"version {candidate} promoted: {model} now serves it alone" if promoted else why
     finally:
         api.close()
     return GateResult(
@@ -124,10 +135,11 @@ def _version_order(version: str) -> tuple[int, str]:
     return (int(version), "") if version.isdigit() else (-1, version)
 
 
-def _promote(api: ServerApi, model: str, candidate: str) -> tuple[bool, str, bool]:
-    """(promoted, note, ok): a server without the load API is not a failure; a refused
-    load is."""
-    policy = {"specific": {"versions": [int(candidate) if candidate.isdigit() else candidate]}}
+def _serve_only(api: ServerApi, model: str, version: str) -> tuple[bool, str, bool]:
+    """Load ``model`` with a version_policy serving ``version`` only: (done, why not, ok).
+    A server without the load API is not a failure (the action is printed); a refused load
+    is."""
+    policy = {"specific": {"versions": [int(version) if version.isdigit() else version]}}
     try:
         config = api.model_config(model)
         config["version_policy"] = policy
@@ -135,11 +147,59 @@ def _promote(api: ServerApi, model: str, candidate: str) -> tuple[bool, str, boo
     except Unsupported as exc:
         return (
             False,
-            f"version {candidate} passed; the server has no repository load API ({exc}): "
-            f"promote it by setting {model}'s version_policy to specific {{ versions: "
-            f"[{candidate}] }} (or making it the latest)",
+            f"the server has no repository load API ({exc}): serve version {version} alone "
+            f"by setting {model}'s version_policy to specific {{ versions: [{version}] }}",
             True,
         )
     except BenchError as exc:
-        return False, f"version {candidate} passed but the promotion failed: {exc}", False
-    return True, f"version {candidate} promoted: {model} now serves it alone", True
+        return False, f"loading {model} with version {version} alone failed: {exc}", False
+    return True, "", True
+
+
+async def watch(
+    options: BenchOptions,
+    threshold: float = 5.0,
+    promote: bool = True,
+    rounds: int = 2,
+    interval: float = 5.0,
+    count: int = 0,
+    progress: Callable[[str], Progress] | None = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> list[GateResult]:
+    """Poll the model's served versions every ``interval`` seconds and gate each version
+    that appears above the ones seen before (hot reload: a new version folder in a polled
+    repository); stop after ``count`` gates (0 = never)."""
+    if len(options.models) != 1:
+        raise BenchError("--gate-watch: give exactly one --model")
+    if interval <= 0:
+        raise BenchError(f"--poll-interval: expected seconds > 0, got {interval}")
+    model = options.models[0]
+    host, port = split_address(options.url)
+    api = server_api(options.protocol, f"{host}:{port}", CompatLog())
+    results: list[GateResult] = []
+    try:
+        seen = set(_versions(api, model))
+        say(f"{model}: watching for versions above {max(seen, key=_version_order, default='-')}")
+        while not count or len(results) < count:
+            await asyncio.sleep(interval)  # polling a remote server: nothing to wait on
+            versions = _versions(api, model)
+            newest = max(seen, key=_version_order, default="")
+            fresh = [v for v in versions if _version_order(v) > _version_order(newest)]
+            seen.update(versions)
+            if not fresh:
+                continue
+            candidate = max(fresh, key=_version_order)
+            say(f"{model}: version {candidate} appeared")
+            results.append(
+                await version_gate(
+                    options, candidate, "", threshold, promote, rounds, progress, say
+                )
+            )
+            say(results[-1].note)
+    finally:
+        api.close()
+    return results
+
+
+def _versions(api: ServerApi, model: str) -> list[str]:
+    return [str(v) for v in api.model_metadata(model).get("versions", [])]

@@ -24,8 +24,9 @@ from inferplex.benchtool.stats import Window, is_stable
 
 Mode = Literal["concurrency", "rate"]
 
-#: open loop: requests in flight beyond which new sends are skipped (and counted)
-MAX_IN_FLIGHT = 2048
+#: open loop: requests in flight beyond which new sends are skipped (and counted); over HTTP
+#: each one holds a connection, so this also bounds the open sockets (a 1024 fd limit is common)
+MAX_IN_FLIGHT = 512
 #: seconds a stopping stream waits for its requests in flight
 DRAIN_SECONDS = 30.0
 

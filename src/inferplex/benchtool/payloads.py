@@ -4,8 +4,8 @@ The bench drives models it knows nothing about, so it reads each input's name, d
 shape from ``/v2/models/{m}`` (or gRPC ``ModelMetadata``). The batch dimension (the first
 ``-1`` of a model whose ``max_batch_size`` is above 0) becomes ``--batch-size``; any other
 variable dimension must be given with ``--shape NAME:d0,d1,...`` (the full shape sent,
-batch dimension included), as with perf_analyzer. Values are random but tame (floats in
-[0, 1), small integers, short ASCII strings) so index-like inputs stay in range.
+batch dimension included, unlike perf_analyzer's ``--shape``). Values are random but tame
+(floats in [0, 1), small integers, short ASCII strings) so index-like inputs stay in range.
 
 Encodings: HTTP JSON, HTTP binary (Triton's binary tensor extension, outputs asked in
 binary) and gRPC ``ModelInferRequest`` with ``raw_input_contents``.

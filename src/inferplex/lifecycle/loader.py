@@ -286,16 +286,16 @@ class ModelLoader:
         Composite models (pipelines, cascades) drain first: their requests in flight still
         call the models they are made of."""
         entries = [e for e in self.registry.entries() if e.versions]
-        versions = [v for e in entries for v in e.versions.values()]
+        served = {e.name: list(e.versions.values()) for e in entries}  # publish() empties them
         for composite in (True, False):
-            stage = [e for e in entries if _composite(e) is composite]
+            stage = [e for e in entries if any(v.composite for v in served[e.name]) is composite]
             for entry in stage:
                 entry.state = ModelState.UNLOADING
                 logger.info("model '%s' UNLOADING (shutdown)", entry.name, extra=_state(entry))
                 self.registry.publish(entry, {})
-            draining = [v.drain(timeout) for e in stage for v in e.versions.values()]
+            draining = [v.drain(timeout) for e in stage for v in served[e.name]]
             await asyncio.gather(*draining, return_exceptions=True)
-        await self._free(versions)
+        await self._free([v for versions in served.values() for v in versions])
         for entry in entries:
             entry.state, entry.reason, entry.footprints = ModelState.UNAVAILABLE, "unloaded", {}
             logger.info("model '%s' UNAVAILABLE (unloaded)", entry.name, extra=_state(entry))
@@ -363,10 +363,6 @@ def _create_backends(
             backend.close()
         raise
     return backends
-
-
-def _composite(entry: ModelEntry) -> bool:
-    return any(v.composite for v in entry.versions.values())
 
 
 def _close_versions(versions: list[ModelVersion]) -> None:

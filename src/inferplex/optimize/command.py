@@ -70,6 +70,14 @@ NOT_PROMOTED = 3
 @click.option("--round-seconds", type=float, default=0.25, show_default=True)
 @click.option("--threads", type=int, default=0, help="Intra-op threads (0: ONNX Runtime's).")
 @click.option(
+    "--clock",
+    type=click.Choice(["wall", "cpu"]),
+    default="wall",
+    show_default=True,
+    help="Time per call: elapsed, or the thread's CPU time (steadier on a shared machine; "
+    "needs --threads 1).",
+)
+@click.option(
     "--min-speedup",
     type=float,
     default=1.0,

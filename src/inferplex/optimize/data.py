@@ -81,6 +81,14 @@ class DataSet:
         for start in range(0, self.rows, size):
             yield {name: array[start : start + size] for name, array in self.inputs.items()}
 
+    def whole_batches(self, size: int) -> DataSet:
+        """The rows cut (or repeated) to a multiple of ``size``: for models whose batch
+        dimension is fixed, which cannot run a shorter last batch."""
+        rows = max(size, self.rows - self.rows % size)
+        index = np.arange(rows) % self.rows
+        labels = None if self.labels is None else self.labels[index]
+        return DataSet({k: a[index] for k, a in self.inputs.items()}, labels, self.source)
+
     def feed(self, size: int) -> dict[str, np.ndarray]:
         """A feed of exactly ``size`` rows: the first rows, repeated when there are fewer."""
         index = np.arange(size) % self.rows

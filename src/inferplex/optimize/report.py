@@ -11,6 +11,7 @@ from inferplex.optimize.measure import Agreement, Timing
 from inferplex.optimize.promotion import Thresholds, speedup
 
 REPORT_STEM = "optimize_report"
+_CLOCKS = {"wall": "wall-clock time per call", "cpu": "thread CPU time per call"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Report:
     machine: dict[str, Any]
     rounds: int
     threads: int
+    clock: str = "wall"
     candidates: list[CandidateReport] = field(default_factory=list)
     promoted: str | None = None
     new_version: int | None = None
@@ -95,6 +97,7 @@ class Report:
             "machine": self.machine,
             "rounds": self.rounds,
             "threads": self.threads,
+            "clock": self.clock,
             "noise": {str(b): round(s, 4) for b, s in self.noise().items()},
             "candidates": [_candidate_dict(c) for c in self.candidates],
             "promoted": self.promoted,
@@ -111,7 +114,7 @@ class Report:
             f"machine: {self.machine.get('cpu')}, {self.machine.get('cpus')} CPUs, onnxruntime "
             f"{self.machine.get('onnxruntime')}, load average {self.machine.get('load_before')}"
             f" -> {self.machine.get('load_after')}; {self.rounds} interleaved rounds, "
-            f"{self.threads or 'default'} threads",
+            f"{self.threads or 'default'} threads, {_CLOCKS[self.clock]}",
             "noise (spread of the FP32 per-round medians): "
             + ", ".join(f"batch {b}: {s:.0%}" for b, s in self.noise().items()),
             f"evaluation: {self.evaluation}; task {self.task}",
@@ -176,7 +179,8 @@ class Report:
             f"- parent: `{self.parent_file}`, {_mb(self.parent_size_bytes)}",
             f"- evaluation: {self.evaluation} (task {self.task})",
             f"- calibration: {self.calibration or 'none'}",
-            f"- machine: {json.dumps(self.machine)}; {self.rounds} interleaved rounds",
+            f"- machine: {json.dumps(self.machine)}; {self.rounds} interleaved rounds, "
+            f"{self.threads or 'default'} threads, {_CLOCKS[self.clock]}",
             "- noise: " + ", ".join(f"batch {b}: {s:.0%}" for b, s in self.noise().items()),
             "",
             *("| " + " | ".join(r) + " |" for r in rows),

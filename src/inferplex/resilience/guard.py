@@ -29,6 +29,7 @@ from inferplex.config.model_config import ModelConfig
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.errors import ConfigError, DeadlineExceededError, ErrorCode, InferplexError
 from inferplex.resilience.breaker import BreakerSettings, CircuitBreaker
+from inferplex.resilience.deadlines import Deadlines
 
 if TYPE_CHECKING:
     from inferplex.core.model import ModelVersion
@@ -64,6 +65,7 @@ class ModelGuard:
         self.breaker = breaker
         self.timeout_ms = timeout_ms
         self._clock = clock
+        self._deadlines: Deadlines | None = None  # on the loop of the first timed request
 
     async def infer(self, served: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         breaker = self.breaker
@@ -107,15 +109,23 @@ class ModelGuard:
                 request.outputs,
                 {**parameters, "timeout": timeout_us},
             )
+        deadlines = self._deadlines
+        if deadlines is None:
+            deadlines = self._deadlines = Deadlines(asyncio.get_running_loop())
+        deadline = deadlines.start(timeout_us * 1e-6)
         try:
-            async with asyncio.timeout(timeout_us * 1e-6):
-                return await served.infer(request)
-        except TimeoutError:
+            response = await served.infer(request)
+        except asyncio.CancelledError:
+            if not deadlines.expired(deadline):
+                raise
             raise DeadlineExceededError(
                 f"model '{self.config.name}': no answer within {timeout_us / 1e3:g} ms "
                 f"(model parameter {REQUEST_TIMEOUT} {self.timeout_ms:g} ms, or the request's "
                 "'timeout' parameter)"
             ) from None
+        finally:
+            deadlines.finish(deadline)
+        return response
 
 
 class ModelGuards:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inferplex.benchtool.stats import Window, is_stable, merge, summarize
@@ -34,6 +34,7 @@ def test_summary_needs_a_positive_duration() -> None:
         summarize([1], seconds=0)
 
 
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=10**10), min_size=1, max_size=200))
 def test_percentiles_are_ordered(latencies: list[int]) -> None:
     s = summarize(latencies, 1.0)

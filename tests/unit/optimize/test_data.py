@@ -83,3 +83,11 @@ def test_calibration_reader_rewinds(specs: list) -> None:
     assert sizes == [2, 2, 1]
     reader.rewind()
     assert reader.get_next() is not None
+
+
+def test_whole_batches_for_a_fixed_batch_dimension(specs: list) -> None:
+    data = synthetic(specs, 5)
+    data = type(data)(data.inputs, np.arange(5), data.source)
+    cut = data.whole_batches(2)
+    assert cut.rows == 4 and cut.labels is not None and cut.labels.tolist() == [0, 1, 2, 3]
+    assert data.whole_batches(8).rows == 8

@@ -1,0 +1,74 @@
+"""The Python API on tiny models, in-process (speed thresholds off: tests never depend on
+timing)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inferplex import modelgen
+from inferplex.errors import ConfigError, InvalidInputError, ModelNotFoundError
+from inferplex.optimize.api import OptimizeOptions, optimize
+from inferplex.optimize.promotion import Thresholds
+
+FAST = {"rounds": 1, "round_s": 0.001, "threads": 1, "batch_size": 4, "clock": "cpu"}
+ANY_SPEED = Thresholds(min_speedup=0.0, min_cosine=0.9)
+
+
+def mlp_repo(tmp_path: Path, config: dict | None = None) -> Path:
+    repo = tmp_path / "repo"
+    path = modelgen.mlp(repo, features=8, hidden=(16,))
+    modelgen.write_config(repo / "mlp", config or modelgen.model_config(path, max_batch_size=2))
+    return repo
+
+
+def test_graph_variant_is_promoted_and_batch_bounded_by_config(tmp_path: Path) -> None:
+    repo = mlp_repo(tmp_path)
+    options = OptimizeOptions(int8=False, graph=True, thresholds=ANY_SPEED, **FAST)
+    result = optimize(repo, "mlp", options=options)
+    assert result.promoted and result.version == 2
+    assert result.model_path == repo / "mlp" / "2" / "model.onnx"
+    assert result.report.promoted == "fp32+graph"
+    assert result.report.batch_sizes == [1, 2]  # max_batch_size 2 bounds --batch-size 4
+    assert result.report.evaluation.startswith("synthetic random inputs")
+    assert [p.name for p in result.report_paths] == ["optimize_report.json", "optimize_report.md"]
+
+
+def test_version_policy_that_would_not_serve_it_is_noted(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    path = modelgen.mlp(repo, features=8, hidden=(16,))
+    config = modelgen.model_config(path, max_batch_size=2)
+    config["version_policy"] = {"specific": {"versions": [1]}}
+    modelgen.write_config(repo / "mlp", config)
+    options = OptimizeOptions(thresholds=ANY_SPEED, **FAST)
+    result = optimize(repo, "mlp", options=options)
+    assert result.version == 2
+    assert any("does not serve version 2" in note for note in result.report.notes)
+
+
+def test_missing_model_version_and_wrong_platform(tmp_path: Path) -> None:
+    repo = mlp_repo(tmp_path)
+    with pytest.raises(ModelNotFoundError, match="no model 'other'"):
+        optimize(repo, "other")
+    with pytest.raises(ModelNotFoundError, match=r"no version 7 \(found \[1\]\)"):
+        optimize(repo, "mlp", 7)
+    (repo / "torchy" / "1").mkdir(parents=True)
+    (repo / "torchy" / "config.pbtxt").write_text('platform: "pytorch_libtorch"\n')
+    with pytest.raises(ConfigError, match="only ONNX models can be optimised"):
+        optimize(repo, "torchy")
+
+
+def test_bad_options_and_outputs(tmp_path: Path) -> None:
+    repo = mlp_repo(tmp_path)
+    with pytest.raises(InvalidInputError, match="nothing to do"):
+        optimize(repo, "mlp", options=OptimizeOptions(int8=False))
+    with pytest.raises(InvalidInputError, match="clock 'cpu' needs threads 1"):
+        optimize(repo, "mlp", options=OptimizeOptions(clock="cpu", threads=2))
+    with pytest.raises(InvalidInputError, match="rounds must be at least 1"):
+        optimize(repo, "mlp", options=OptimizeOptions(rounds=0))
+    with pytest.raises(InvalidInputError, match=r"output 'nope' .* expected one of \['logits'\]"):
+        optimize(repo, "mlp", options=OptimizeOptions(output="nope"))
+    np.savez(tmp_path / "eval.npz", wrong=np.zeros((2, 8)))
+    with pytest.raises(InvalidInputError, match=r"no array for input\(s\) \['features'\]"):
+        optimize(repo, "mlp", options=OptimizeOptions(evaluation=tmp_path / "eval.npz"))
+    assert sorted(p.name for p in (repo / "mlp").iterdir()) == ["1", "config.pbtxt"]
