@@ -186,8 +186,9 @@ def test_negative_dimension_names_input() -> None:
 @pytest.mark.parametrize(
     ("buffer", "words"),
     [
-        (struct.pack("<I", 1) + b"a", "ends after 1 of 2"),
-        (struct.pack("<I", 9) + b"a", "declares 9 bytes"),
+        (struct.pack("<I", 1) + b"a", "need at least 8 bytes of data, got 5"),
+        (struct.pack("<I", 1) + b"a\0\0\0", "ends after 1 of 2"),
+        (struct.pack("<I", 9) + b"abcd", "declares 9 bytes"),
         (raw_bytes(sample("BYTES", (2,))) + b"!", "left over"),
     ],
 )

@@ -85,7 +85,7 @@ def _request(data: np.ndarray, datatype: str) -> InferenceRequest:
 def test_limits_on_elements_and_string_lengths() -> None:
     limits = RequestLimits(max_tensor_elements=8, max_string_bytes=4)
     limits.check(_request(np.zeros(8, np.float32), "FP32"))
-    with pytest.raises(PayloadTooLargeError, match="'INPUT0' has 9 elements.*limit of 8"):
+    with pytest.raises(PayloadTooLargeError, match=r"'INPUT0' has 9 elements.*limit of 8"):
         limits.check(_request(np.zeros(9, np.float32), "FP32"))
     limits.check(_request(np.array([b"abcd"], dtype=object), "BYTES"))
     with pytest.raises(PayloadTooLargeError, match="element of 5 bytes"):
