@@ -55,7 +55,7 @@ def digits_split(seed: int = 0) -> DigitsSplit:
 
 
 def train_digits_cnn(
-    repo: Path, name: str = "digits_cnn", version: int = 1, epochs: int = 4, seed: int = 0
+    repo: Path, name: str = "digits_cnn", version: int = 1, epochs: int = 3, seed: int = 0
 ) -> tuple[Path, DigitsSplit, float]:
     """Train, export and configure the digits CNN; returns its path, the data and the test
     accuracy torch measured."""
@@ -64,18 +64,20 @@ def train_digits_cnn(
 
     torch.manual_seed(seed)
     data = digits_split(seed)
+    # Wide enough that the convolutions, not per-node overhead, dominate at batch 32 (INT8
+    # gains nothing on 16-32-64 channels: measured 0.7-0.9x on the development machine).
     network = nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1),
+        nn.Conv2d(1, 32, 3, padding=1),
         nn.ReLU(),
         nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1),
+        nn.Conv2d(32, 128, 3, padding=1),
         nn.ReLU(),
         nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1),
+        nn.Conv2d(128, 128, 3, padding=1),
         nn.ReLU(),
         nn.MaxPool2d(2),
         nn.Flatten(),
-        nn.Linear(64 * (DIGITS_SIZE // 8) ** 2, 10),
+        nn.Linear(128 * (DIGITS_SIZE // 8) ** 2, 10),
     )
     optimizer = torch.optim.Adam(network.parameters(), lr=3e-3)
     images = torch.from_numpy(data.train_images)

@@ -26,6 +26,8 @@ from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedO
 from inferplex.errors import ConfigError, InferplexError, InvalidInputError, ModelExecutionError
 
 logger = logging.getLogger(__name__)
+#: (model, unused steps) already warned about
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()
 
 
 @dataclass(frozen=True)
@@ -107,17 +109,17 @@ class EnsembleGraph:
                     f"(the steps make: {', '.join(sorted(self.producer)) or 'nothing'})"
                 )
         _check_acyclic(name, steps, self.producer)
-        self.name = name
         self.steps = steps
         self._plans: dict[tuple[str, ...], Plan] = {}
         used = {s.number for s in self.plan(tuple(t.name for t in config.output)).steps}
-        for step in steps:
-            if step.number not in used:
-                logger.warning(
-                    "model '%s': %s makes nothing the ensemble's outputs need; it never runs",
-                    name,
-                    step.label,
-                )
+        unused = [s.label for s in steps if s.number not in used]
+        if unused and (name, tuple(unused)) not in _WARNED:  # once, not once per instance
+            _WARNED.add((name, tuple(unused)))
+            logger.warning(
+                "model '%s': %s make(s) nothing the ensemble's outputs need and never run",
+                name,
+                ", ".join(unused),
+            )
 
     def plan(self, wanted: Sequence[str]) -> Plan:
         """The steps needed for the ensemble outputs ``wanted``, in the configured order."""

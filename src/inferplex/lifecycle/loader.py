@@ -113,15 +113,15 @@ class ModelLoader:
             entry.state, entry.reason = ModelState.LOADING, ""
             logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
         try:
-            folder_print = await asyncio.to_thread(fingerprint, model_dir)
-            entry.fingerprint = folder_print  # a model that failed is retried when it changes
-            plan = await asyncio.to_thread(plan_model, model_dir, self._intra_op_threads, override)
-            if first:
-                entry.config = plan.config
-            facts = await asyncio.to_thread(_version_facts, plan)
-            warmup = await asyncio.to_thread(warmup_requests, plan.config, model_dir)
+            # a model that failed is tried again when its files change
+            entry.fingerprint = await asyncio.to_thread(fingerprint, model_dir)
+            plan, facts, warmup = await asyncio.to_thread(
+                _read, model_dir, self._intra_op_threads, override
+            )
         except Exception as exc:
             raise self._failed(entry, first, _describe(exc)) from None
+        if first:
+            entry.config = plan.config
         same = (
             entry.plan is not None
             and entry.config == plan.config
@@ -377,15 +377,21 @@ def _close_instances(instances: list[ModelInstance]) -> None:
     release_free_memory()
 
 
-def _version_facts(plan: ModelPlan) -> dict[int, tuple[str, int]]:
-    """Each version's fingerprint and size on disk (the least its footprint can be)."""
-    return {
+def _read(
+    model_dir: Path, intra_op_threads: int, override: ModelConfig | None
+) -> tuple[ModelPlan, dict[int, tuple[str, int]], list[InferenceRequest]]:
+    """Everything a load reads from the repository, in one trip to a worker thread: the plan,
+    each version's fingerprint and size on disk (the least its footprint can be), and the
+    warm-up requests."""
+    plan = plan_model(model_dir, intra_op_threads, override)
+    facts = {
         v: (
             fingerprint(path.parent),
             sum(p.stat().st_size for p in path.parent.rglob("*") if p.is_file()),
         )
         for v, path in plan.version_files.items()
     }
+    return plan, facts, warmup_requests(plan.config, model_dir)
 
 
 def _describe(exc: BaseException) -> str:

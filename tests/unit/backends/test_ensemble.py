@@ -240,3 +240,16 @@ def test_a_failing_step_cancels_the_rest() -> None:
         ):
             running.result(10)
     assert caller.submitted[1][1].cancelled()
+
+
+def test_a_step_nothing_needs_is_reported_and_never_planned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    steps = [
+        step("a", {"i": "frame"}, {"o": "embedding"}),
+        step("b", {"i": "frame"}, {"o": "objects"}),
+        step("idle", {"i": "frame"}, {"o": "unused"}),
+    ]
+    graph = EnsembleGraph(camera(ensemble_scheduling={"step": steps}))
+    assert "step 3 'idle' make(s) nothing the ensemble's outputs need" in caplog.text
+    assert [s.model for s in graph.plan(["embedding", "objects"]).steps] == ["a", "b"]
