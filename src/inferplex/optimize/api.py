@@ -25,13 +25,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.readers import read_model_config
 from inferplex.errors import ConfigError, InvalidInputError, ModelNotFoundError
 from inferplex.optimize import measure
-from inferplex.optimize.data import DataSet, input_specs, load_npz, load_npz_dir, synthetic
+from inferplex.optimize.data import (
+    DataSet,
+    InputSpec,
+    input_specs,
+    load_npz,
+    load_npz_dir,
+    synthetic,
+)
 from inferplex.optimize.fp16 import convert_fp16
 from inferplex.optimize.graph import optimize_graph
 from inferplex.optimize.promotion import Task, Thresholds, failures, resolve_task
@@ -42,7 +51,7 @@ from inferplex.optimize.quantize import (
     quantize_dynamic_int8,
     quantize_static_int8,
 )
-from inferplex.optimize.report import CandidateReport, Report
+from inferplex.optimize.report import REPORT_STEM, CandidateReport, Report
 
 ONNX_FILENAME = "model.onnx"
 #: rows of synthetic input made up when no data set is given
@@ -126,7 +135,6 @@ def optimize(
     batches = _batch_sizes(specs, parent.config, options.batch_size)
     if not all(spec.batchable for spec in specs):
         evaluation = evaluation.whole_batches(batches[0])
-    machine = measure.machine()
     report = Report(
         model=model,
         parent_version=parent.version,
@@ -136,12 +144,7 @@ def optimize(
         evaluation=_describe(evaluation, calibration),
         calibration=calibration.source if calibration else None,
         thresholds=options.thresholds,
-        machine={
-            "cpu": machine["cpu"],
-            "cpus": machine["cpus"],
-            "onnxruntime": machine["onnxruntime"],
-            "load_before": machine["load_average_1m"],
-        },
+        machine=measure.machine(),
         rounds=options.rounds,
         threads=options.threads,
         clock=options.clock,
@@ -153,15 +156,18 @@ def optimize(
         report.machine["load_after"] = round(os.getloadavg()[0], 2)
         best = _best(report.candidates, max(batches))
         if best is None:
-            folder = options.report_dir or parent.model_dir
-            return OptimizeResult(report, None, None, report.save(folder))
-        new_version = max(parent.versions) + 1
-        report.promoted, report.new_version = best.name, new_version
-        _check_policy(report, parent, new_version)
-        source = next(path for name, path, _ in built if name == best.name)
-        model_path = _write_version(parent, new_version, source, report)
-    paths = report.save(options.report_dir) if options.report_dir else []
-    return OptimizeResult(report, new_version, model_path, [*paths, *_report_files(model_path)])
+            paths = report.save(parent.model_dir)
+            new_version, model_path = None, None
+        else:
+            new_version = max(parent.versions) + 1
+            report.promoted, report.new_version = best.name, new_version
+            _check_policy(report, parent, new_version)
+            source = next(path for name, path, _ in built if name == best.name)
+            model_path = _write_version(parent, new_version, source, report)
+            paths = sorted(model_path.parent.glob(f"{REPORT_STEM}.*"))
+    if options.report_dir:
+        paths += report.save(options.report_dir)
+    return OptimizeResult(report, new_version, model_path, paths)
 
 
 # --------------------------------------------------------------------------- steps
@@ -203,7 +209,7 @@ def _find_parent(repository: Path, model: str, version: int | None) -> _Parent:
     return _Parent(model_dir, chosen, path, config, versions)
 
 
-def _load_data(path: Path | None, specs: list, what: str) -> DataSet | None:
+def _load_data(path: Path | None, specs: list[InputSpec], what: str) -> DataSet | None:
     if path is None:
         return None
     return load_npz_dir(path, specs, what) if path.is_dir() else load_npz([path], specs, what)
@@ -235,7 +241,7 @@ def _output_name(proto: onnx.ModelProto, wanted: str | None) -> str:
     return wanted
 
 
-def _batch_sizes(specs: list, config: ModelConfig | None, wanted: int) -> list[int]:
+def _batch_sizes(specs: list[InputSpec], config: ModelConfig | None, wanted: int) -> list[int]:
     """1 and the throughput batch when every input is batchable (bounded by the config's
     max_batch_size); otherwise the model's fixed first dimension."""
     if all(spec.batchable for spec in specs):
@@ -347,9 +353,8 @@ def _measure(
         )
 
 
-def _runner(session: object, feed: dict) -> Callable[[], object]:
-    run = session.run  # type: ignore[attr-defined]
-    return lambda: run(None, feed)
+def _runner(session: ort.InferenceSession, feed: dict[str, np.ndarray]) -> Callable[[], object]:
+    return lambda: session.run(None, feed)
 
 
 def _best(candidates: list[CandidateReport], batch: int) -> CandidateReport | None:
@@ -377,7 +382,3 @@ def _write_version(parent: _Parent, version: int, source: Path, report: Report) 
     final = parent.model_dir / str(version)
     staging.rename(final)
     return final / parent.path.name
-
-
-def _report_files(model_path: Path) -> list[Path]:
-    return sorted(model_path.parent.glob("optimize_report.*"))

@@ -112,7 +112,7 @@ class Report:
             f"optimize {self.model} version {self.parent_version} ({self.parent_file}, "
             f"{_mb(self.parent_size_bytes)})",
             f"machine: {self.machine.get('cpu')}, {self.machine.get('cpus')} CPUs, onnxruntime "
-            f"{self.machine.get('onnxruntime')}, load average {self.machine.get('load_before')}"
+            f"{self.machine.get('onnxruntime')}, load average {self.machine.get('load_average_1m')}"
             f" -> {self.machine.get('load_after')}; {self.rounds} interleaved rounds, "
             f"{self.threads or 'default'} threads, {_CLOCKS[self.clock]}",
             "noise (spread of the FP32 per-round medians): "

@@ -1,0 +1,1 @@
+"""Model lifecycle: loading, reloading and unloading models while serving (docs/lifecycle.md)."""
