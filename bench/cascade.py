@@ -77,6 +77,10 @@ def build(repo: Path, threshold: float, epochs: int) -> dict[str, Path]:
             {"name": "label", "data_type": "TYPE_INT64", "dims": [1]},
             {"name": "answered_by", "data_type": "TYPE_STRING", "dims": [1]},
         ],
+        # two instances, not the composite default of 8: while both wait on their models,
+        # arriving requests queue up and the next batch carries them all, so the light and the
+        # heavy model are called once for many requests instead of once per request
+        "instance_group": [{"kind": "KIND_CPU", "count": 2}],
         "dynamic_batching": {},
         "cascade": {
             "light_model": LIGHT,

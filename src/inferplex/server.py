@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import socket
@@ -36,12 +37,32 @@ from inferplex.security.tokens import TokenAuth
 logger = logging.getLogger(__name__)
 
 
+#: seconds a closing TLS connection waits for the peer's close_notify
+TLS_SHUTDOWN_TIMEOUT_S = 1.0
+
+
 class _EmbeddedUvicorn(uvicorn.Server):
     """uvicorn without its own signal handling: the Server owns shutdown order."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if not self.config.is_ssl:
+            await super().startup(sockets)
+            return
+        # A TLS connection closing at shutdown waits for the peer's close_notify, by default
+        # up to 30 s, and uvicorn waits for every connection: bound that wait. uvicorn does not
+        # pass the setting on, so its create_server call gets it for this start-up only.
+        loop = asyncio.get_running_loop()
+        loop.create_server = functools.partial(  # type: ignore[method-assign]
+            loop.create_server, ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT_S
+        )
+        try:
+            await super().startup(sockets)
+        finally:
+            del loop.create_server
 
 
 def _listen(host: str, port: int) -> socket.socket:

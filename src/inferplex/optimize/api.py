@@ -249,7 +249,8 @@ def _batch_sizes(specs: list[InputSpec], config: ModelConfig | None, wanted: int
             wanted = min(wanted, config.max_batch_size)
         return sorted({1, wanted})
     first = {spec.shape[0] for spec in specs if spec.shape}
-    return [int(first.pop())] if len(first) == 1 and None not in first else [1]
+    fixed = [dim for dim in first if dim is not None]
+    return fixed if len(first) == 1 and fixed else [1]
 
 
 def _build(

@@ -121,7 +121,7 @@ class Report:
         ]
         if self.calibration:
             lines.append(f"calibration: {self.calibration}")
-        header = f"{'variant':<22} {'size':>18}"
+        header = f"{'variant':<27} {'size':>18}"
         for batch in self.batch_sizes:
             header += f" {_column(batch):>22}"
         header += f" {'accuracy':>30}"
@@ -130,7 +130,7 @@ class Report:
             lines.append(self._parent_row())
         for candidate in self.candidates:
             size = f"{_mb(candidate.size_bytes):>9} ({candidate.size_ratio:>4.0%})"
-            row = f"{candidate.name:<22} {size}"
+            row = f"{candidate.name:<27} {size}"
             for batch in self.batch_sizes:
                 timing = candidate.timings[batch][1]
                 row += f" {_figure(timing):>13} ({candidate.speedup(batch):>5.2f}x)"
@@ -146,7 +146,7 @@ class Report:
         return "\n".join(lines)
 
     def _parent_row(self) -> str:
-        row = f"{'fp32 (parent)':<22} {_mb(self.parent_size_bytes):>9} {'(100%)':>7}"
+        row = f"{'fp32 (parent)':<27} {_mb(self.parent_size_bytes):>9} {'(100%)':>7}"
         for batch in self.batch_sizes:
             timing = self.candidates[0].timings[batch][0]
             row += f" {_figure(timing):>13} {'':>8}"

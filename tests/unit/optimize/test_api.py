@@ -72,3 +72,30 @@ def test_bad_options_and_outputs(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match=r"no array for input\(s\) \['features'\]"):
         optimize(repo, "mlp", options=OptimizeOptions(evaluation=tmp_path / "eval.npz"))
     assert sorted(p.name for p in (repo / "mlp").iterdir()) == ["1", "config.pbtxt"]
+
+
+def test_fixed_batch_dimension_is_timed_at_that_shape(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "fixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", modelgen.OPSET)])
+    model.ir_version = modelgen.IR_VERSION
+    (tmp_path / "repo" / "fixed" / "1").mkdir(parents=True)
+    onnx_path = tmp_path / "repo" / "fixed" / "1" / "model.onnx"
+    onnx_path.write_bytes(model.SerializeToString())
+    np.savez(tmp_path / "eval.npz", x=np.ones((5, 4), np.float32))
+    options = OptimizeOptions(
+        evaluation=tmp_path / "eval.npz",
+        thresholds=ANY_SPEED,
+        **FAST,  # type: ignore[arg-type]
+    )
+    result = optimize(tmp_path / "repo", "fixed", options=options)
+    assert result.report.batch_sizes == [2]
+    assert result.report.candidates[0].accuracy.rows == 4  # 5 rows cut to whole batches of 2
