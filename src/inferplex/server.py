@@ -26,6 +26,7 @@ from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.frontends.http import create_http_app
+from inferplex.frontends.uvicorn_protocol import OneWriteHttpToolsProtocol
 from inferplex.metrics.app import MetricsApp, create_metrics_app
 from inferplex.security.encryption import load_key, use_key
 from inferplex.security.grpc_guard import GrpcGuard
@@ -205,7 +206,7 @@ class Server:
     ) -> int:
         uv_config = uvicorn.Config(
             app,
-            http="httptools",
+            http=OneWriteHttpToolsProtocol,
             loop="none",
             lifespan="off",
             access_log=False,
@@ -213,6 +214,10 @@ class Server:
             timeout_graceful_shutdown=30,
             limit_concurrency=None,
             h11_max_incomplete_event_size=None,
+            # no X-Forwarded-* rewriting, Server or Date headers: per-request work nobody reads
+            proxy_headers=False,
+            server_header=False,
+            date_header=False,
             **(tls or {}),
         )
         server = _EmbeddedUvicorn(uv_config)
