@@ -175,7 +175,7 @@ async def throughput(
                 result = await measure(calls, timing.duration, timing.warmup)
             finally:
                 for connection in connections:
-                    await connection.close()
+                    connection.close()
             figures = {"digits_per_s": round(result.rate * rows, 1)}
             figures["p50_ms"] = round(result.percentile_ms(50), 3)
             if model not in best or figures["digits_per_s"] > best[model]["digits_per_s"]:

@@ -159,7 +159,7 @@ class Traffic:
         while not self._stop:
             await connection.send(self._request)
             self.done.append(clock())
-        await connection.close()
+        connection.close()
 
     def count(self, start: float, end: float) -> int:
         return sum(1 for t in self.done if start <= t < end)

@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from bench.payloads import BadResponse, header_value
+from inferplex.benchtool.clients import HttpConnection
 
 #: One request: sends it and returns what is needed to check the answer.
 Call = Callable[[], Awaitable[Any]]
@@ -178,77 +178,6 @@ async def _run_for(tasks: list[asyncio.Task[None]], seconds: float) -> None:
         task.result()
 
 
-class HttpConnection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection that sends pre-encoded requests.
-
-    A bare protocol rather than asyncio streams: it costs the client about half the CPU
-    per request, which on 2 cores is CPU the server gets back.
-    """
-
-    def __init__(self) -> None:
-        self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
-        self._head_size = 0  # 0 while the response head is incomplete
-        self._total = 0
-        self._waiter: asyncio.Future[tuple[bytes, bytes]] | None = None
-
-    @classmethod
-    async def open(cls, host: str, port: int) -> HttpConnection:
-        _, connection = await asyncio.get_running_loop().create_connection(cls, host, port)
-        return connection
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
-        self._transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        if not self._head_size:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            self._head_size = end + 4
-            length = header_value(bytes(buffer[:end]), b"content-length")
-            self._total = self._head_size + int(length or 0)
-        if len(buffer) >= self._total and self._waiter is not None:
-            head, body = (
-                bytes(buffer[: self._head_size]),
-                bytes(buffer[self._head_size : self._total]),
-            )
-            del buffer[: self._total]
-            self._head_size = 0
-            self._waiter.set_result((head, body))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(ConnectionError(f"the server closed the connection ({exc})"))
-
-    async def send(self, request: bytes) -> tuple[bytes, bytes]:
-        """Send one request; returns the response head and body.
-
-        Anything but 200 raises BadResponse, so a failing server cannot look fast.
-        """
-        if self._transport is None:
-            raise ConnectionError("not connected")
-        self._waiter = asyncio.get_running_loop().create_future()
-        self._transport.write(request)
-        head, body = await self._waiter
-        if not head.startswith(b"HTTP/1.1 200"):
-            status = head.split(b"\r\n", 1)[0].decode(errors="replace")
-            raise BadResponse(f"{status}: {body[:300].decode(errors='replace')}")
-        return head, body
-
-    @property
-    def is_open(self) -> bool:
-        """False once either side closed the connection (the server closes idle ones)."""
-        return self._transport is not None and not self._transport.is_closing()
-
-    async def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-
-
 async def open_http(host: str, port: int, count: int) -> list[HttpConnection]:
     return [await HttpConnection.open(host, port) for _ in range(count)]
 
@@ -280,7 +209,7 @@ class HttpPool:
 
     async def close(self) -> None:
         for connection in self._all:
-            await connection.close()
+            connection.close()
 
 
 def grpc_infer(target: str) -> tuple[Any, Callable[[bytes], Awaitable[bytes]]]:

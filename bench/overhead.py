@@ -100,7 +100,7 @@ async def http_load(
         return result
     finally:
         for connection in connections:
-            await connection.close()
+            connection.close()
 
 
 async def grpc_load(

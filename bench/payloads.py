@@ -13,13 +13,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import orjson
 
+from inferplex.benchtool.clients import RequestFailed
 from inferplex.core.datatypes import V2_TO_NUMPY, v2_datatype
 
 Arrays = Mapping[str, np.ndarray]
 
 
-class BadResponse(Exception):
-    """The server answered, but not with a correct inference response."""
+#: the server answered, but not with a correct inference response
+BadResponse = RequestFailed
 
 
 def http_request(host: str, path: str, body: bytes, headers: Mapping[str, str]) -> bytes:

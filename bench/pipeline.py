@@ -99,7 +99,7 @@ async def interleaved(
             checks[case](payloads.decode_http_response(*await connection.send(requests[case])))
     finally:
         for connection in connections.values():
-            await connection.close()
+            connection.close()
     seconds = timing.duration
     return {
         case: latency_figures(Measurement(seconds, values)) for case, values in latencies.items()

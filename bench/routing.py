@@ -67,7 +67,7 @@ async def run_case(served: Served, request: bytes, timing: Timing) -> dict[str, 
             [partial(connection.send, request)], timing.duration, timing.warmup, served.cpu
         )
     finally:
-        await connection.close()
+        connection.close()
     figures = latency_figures(result)
     figures["server_cpu_us"] = result.summary()["server_cpu_us_per_request"]
     return figures

@@ -133,7 +133,7 @@ class Load:
                 # nginx ends a client connection after `keepalive_requests` answers, saying
                 # so in the last one; a client must not send on that connection again.
                 if header_value(head, b"connection") == b"close":
-                    await connection.close()
+                    connection.close()
                     connection = None
             except ConnectionError as error:
                 # A kept-alive connection that nginx closed without answering (an old worker
@@ -148,10 +148,10 @@ class Load:
             except (BadResponse, OSError) as error:
                 self.failures.append(Failure(kind, time.monotonic(), repr(error)))
                 if connection is not None:
-                    await connection.close()
+                    connection.close()
                 connection = None
         if connection is not None:
-            await connection.close()
+            connection.close()
 
     async def _grpc_client(
         self,

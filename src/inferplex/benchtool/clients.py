@@ -28,6 +28,10 @@ class RequestFailed(BenchError):
     """The server answered an inference request with an error."""
 
 
+class ConnectionClosed(RequestFailed, ConnectionError):
+    """The connection ended before the answer came (a client may resend on a new one)."""
+
+
 class HttpConnection(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection sending pre-encoded requests."""
 
@@ -66,7 +70,9 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(RequestFailed(f"the server closed the connection ({exc})"))
+            self._waiter.set_exception(
+                ConnectionClosed(f"the server closed the connection ({exc})")
+            )
 
     @property
     def is_open(self) -> bool:
@@ -76,7 +82,7 @@ class HttpConnection(asyncio.Protocol):
     async def send(self, request: bytes) -> tuple[bytes, bytes]:
         """Send one request; returns the response head and body (RequestFailed unless 200)."""
         if self._transport is None:
-            raise RequestFailed("not connected")
+            raise ConnectionClosed("not connected")
         self._waiter = asyncio.get_running_loop().create_future()
         self._transport.write(request)
         head, body = await self._waiter
