@@ -96,9 +96,13 @@ def traffic(server: RunningServer) -> Iterator[None]:
         inputs = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
         for tensor in inputs:
             tensor.set_data_from_numpy(a)
-        while not stop.wait(0.02):
-            client.infer("add_sub", inputs)
-        client.close()
+        try:
+            while not stop.wait(0.02):
+                client.infer("add_sub", inputs)
+        finally:
+            # closed in the thread that made it: tritonclient's gevent pool must not be
+            # collected later in another thread
+            client.close()
 
     thread = threading.Thread(target=send, daemon=True)
     thread.start()
