@@ -36,9 +36,11 @@ from bench.overhead import (
     Case,
     Results,
     Timing,
+    add_round_options,
     grpc_load,
     http_load,
     inprocess_session,
+    round_options,
     run_rounds,
 )
 from bench.report import Target, check_targets, number
@@ -246,10 +248,7 @@ def print_report(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="dynamic batching on vs off")
-    parser.add_argument("--duration", type=float, default=3.0, help="seconds per case and round")
-    parser.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case")
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    add_round_options(parser, duration=3.0, warmup=0.5, rounds=3)
     parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per instance")
     parser.add_argument("--layers", type=int, default=72, help="hidden layers of the MLP")
@@ -258,10 +257,8 @@ def main() -> None:
         help="candidate max_queue_delay_microseconds, comma-separated (0: dynamic_batching {})",
     )  # fmt: skip
     args = parser.parse_args()
-    timing, rounds = Timing(args.duration, args.warmup), args.rounds
-    probe_timing = Timing(1.0, 0.3)
-    if args.quick:
-        timing, rounds, probe_timing = Timing(0.5, 0.2), 1, Timing(0.5, 0.2)
+    rounds, timing = round_options(args, quick=Timing(0.5, 0.2))
+    probe_timing = Timing(0.5, 0.2) if args.quick else Timing(1.0, 0.3)
     before = machine_state()
 
     with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp:

@@ -36,7 +36,7 @@ from sklearn.model_selection import train_test_split
 
 from bench import payloads
 from bench.loadgen import measure, open_http
-from bench.overhead import Timing
+from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
 from bench.serving import machine_state, reference, serve, write_results
 from inferplex import modelgen
@@ -188,15 +188,10 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.95)
     parser.add_argument("--rows", type=int, default=16, help="digits per request")
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--duration", type=float, default=3.0)
-    parser.add_argument("--warmup", type=float, default=1.0)
+    add_round_options(parser, duration=3.0, warmup=1.0, rounds=3)
     parser.add_argument("--epochs", type=int, default=200, help="training epochs per MLP")
-    parser.add_argument("--quick", action="store_true", help="one short round")
     args = parser.parse_args()
-    rounds, timing = args.rounds, Timing(args.duration, args.warmup)
-    if args.quick:
-        rounds, timing = 1, Timing(1.0, 0.3)
+    rounds, timing = round_options(args, quick=Timing(1.0, 0.3))
     before = machine_state()
     x, y = held_out()
     with tempfile.TemporaryDirectory() as folder:

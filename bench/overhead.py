@@ -60,6 +60,26 @@ class Timing:
     warmup: float
 
 
+def add_round_options(
+    parser: argparse.ArgumentParser, duration: float, warmup: float, rounds: int
+) -> None:
+    """The options every round-based benchmark takes: --duration, --warmup, --rounds, --quick."""
+    parser.add_argument(
+        "--duration", type=float, default=duration, help="seconds per case and round"
+    )
+    parser.add_argument("--warmup", type=float, default=warmup, help="seconds before measuring")
+    parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds per case")
+    parser.add_argument("--quick", action="store_true", help="one short round, a smoke run")
+
+
+def round_options(args: argparse.Namespace, quick: Timing) -> tuple[int, Timing]:
+    """(rounds, timing) from ``add_round_options``' flags; ``--quick`` means one round of
+    ``quick``."""
+    if args.quick:
+        return 1, quick
+    return args.rounds, Timing(args.duration, args.warmup)
+
+
 def build_repository(repo: Path) -> Path:
     """add_sub and small_cnn, batched and dynamically batched as a user would serve them;
     returns the small_cnn model file."""
@@ -197,19 +217,13 @@ def figures(results: Results) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="served vs in-process overhead")
-    parser.add_argument("--duration", type=float, default=1.5, help="seconds per case and round")
-    parser.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per case")
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    add_round_options(parser, duration=1.5, warmup=0.5, rounds=5)
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count() or 1,
         help="intra-op threads of the server's sessions and of the in-process session",
     )  # fmt: skip
     args = parser.parse_args()
-    timing = Timing(args.duration, args.warmup)
-    rounds = args.rounds
-    if args.quick:
-        timing, rounds = Timing(0.5, 0.2), 1
+    rounds, timing = round_options(args, quick=Timing(0.5, 0.2))
 
     load_before = os.getloadavg()[0]
     if load_before > 0.5:

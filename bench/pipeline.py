@@ -28,7 +28,7 @@ import numpy as np
 
 from bench import payloads
 from bench.loadgen import Measurement, open_http
-from bench.overhead import Timing
+from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
 from bench.serving import (
     Check,
@@ -165,14 +165,9 @@ def report(best: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--duration", type=float, default=3.0)
-    parser.add_argument("--warmup", type=float, default=1.0)
-    parser.add_argument("--quick", action="store_true", help="one short round")
+    add_round_options(parser, duration=3.0, warmup=1.0, rounds=3)
     args = parser.parse_args()
-    rounds, timing = args.rounds, Timing(args.duration, args.warmup)
-    if args.quick:
-        rounds, timing = 1, Timing(1.0, 0.3)
+    rounds, timing = round_options(args, quick=Timing(1.0, 0.3))
     before = machine_state()
     with tempfile.TemporaryDirectory() as folder:
         repo = Path(folder)

@@ -32,7 +32,15 @@ import uvloop
 
 from bench import payloads
 from bench.loadgen import Measurement
-from bench.overhead import Timing, build_repository, grpc_load, http_load, inprocess_session
+from bench.overhead import (
+    Timing,
+    add_round_options,
+    build_repository,
+    grpc_load,
+    http_load,
+    inprocess_session,
+    round_options,
+)
 from tests.deploy.cluster import Nginx, start_nginx, start_replica
 from tests.support.process import RunningServer
 
@@ -129,18 +137,13 @@ def report(best: dict[str, Measurement]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="1 vs 3 replicas behind nginx")
-    parser.add_argument("--duration", type=float, default=1.5, help="seconds per case and round")
-    parser.add_argument("--warmup", type=float, default=0.5, help="seconds before measuring")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case")
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    add_round_options(parser, duration=1.5, warmup=0.5, rounds=3)
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count() or 1,
         help="intra-op threads of each replica's sessions",
     )  # fmt: skip
     args = parser.parse_args()
-    timing, rounds = Timing(args.duration, args.warmup), args.rounds
-    if args.quick:
-        timing, rounds = Timing(0.5, 0.2), 1
+    rounds, timing = round_options(args, quick=Timing(0.5, 0.2))
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
     env = {"INFERPLEX_INTRA_OP_THREADS": str(args.threads), "INFERPLEX_LOG_LEVEL": "warning"}
     with tempfile.TemporaryDirectory(prefix="inferplex-scale-out-") as tmp:
