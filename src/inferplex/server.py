@@ -7,17 +7,14 @@ tests, in a background thread of its own (``with Server(config) as server: ...``
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import signal
 import socket
+import ssl
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
-import uvicorn
 import uvloop
 from pydantic import SecretStr
 
@@ -26,44 +23,15 @@ from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.frontends.http import create_http_app
-from inferplex.frontends.uvicorn_protocol import OneWriteHttpToolsProtocol
+from inferplex.frontends.http_server import HttpServer
 from inferplex.metrics.app import MetricsApp, create_metrics_app
 from inferplex.security.encryption import load_key, use_key
 from inferplex.security.grpc_guard import GrpcGuard
-from inferplex.security.http_guard import HttpGuard
-from inferplex.security.tls import grpc_credentials
-from inferplex.security.tls import uvicorn_options as tls_options
+from inferplex.security.http_guard import HttpGuard, Surface
+from inferplex.security.tls import grpc_credentials, server_ssl_context
 from inferplex.security.tokens import TokenAuth
 
 logger = logging.getLogger(__name__)
-
-
-#: seconds a closing TLS connection waits for the peer's close_notify
-TLS_SHUTDOWN_TIMEOUT_S = 1.0
-
-
-class _EmbeddedUvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the Server owns shutdown order."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        if not self.config.is_ssl:
-            await super().startup(sockets)
-            return
-        # A TLS connection closing at shutdown waits for the peer's close_notify, by default
-        # up to 30 s, and uvicorn waits for every connection: bound that wait. uvicorn does not
-        # pass the setting on, so its create_server call gets it for this start-up only.
-        loop = asyncio.get_running_loop()
-        loop.create_server = functools.partial(  # type: ignore[method-assign]
-            loop.create_server, ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT_S
-        )
-        try:
-            await super().startup(sockets)
-        finally:
-            del loop.create_server
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -99,7 +67,7 @@ class Server:
         self.grpc_port = 0
         self.metrics_port = 0
         self.management_port = 0
-        self._uvicorns: list[tuple[_EmbeddedUvicorn, asyncio.Task[None]]] = []
+        self._http_servers: list[HttpServer] = []
         self._grpc: GrpcFrontend | None = None
         self._metrics: MetricsApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -114,7 +82,7 @@ class Server:
         await self.engine.start(ready=False)
         self._start_tracing()
         auth = TokenAuth(_secret(config.inference_token), _secret(config.management_token))
-        tls = tls_options(config.tls_cert_file, config.tls_key_file, config.tls_client_ca)
+        tls = server_ssl_context(config.tls_cert_file, config.tls_key_file, config.tls_client_ca)
         scheme = "https" if tls else "http"
         management = ""  # where the management API listens when it has its own port
         if config.enable_http:
@@ -127,14 +95,11 @@ class Server:
                 host = config.management_host or config.host
                 management_sock = _listen(host, config.management_port)
                 management = f"{scheme}://{_address(management_sock)}"
+            surface: Surface = "inference" if management_sock else "all"
             self.http_port = await self._serve_asgi(
-                HttpGuard(
-                    app,
-                    auth,
-                    surface="inference" if management_sock else "all",
-                    elsewhere=management,
-                    max_header_bytes=config.max_header_bytes,
-                ),
+                HttpGuard(app, auth, surface=surface, elsewhere=management)
+                if auth.enabled or management_sock is not None
+                else app,  # nothing to guard: no cost per request
                 http_sock,
                 tls,
             )
@@ -145,7 +110,6 @@ class Server:
                         auth,
                         surface="management",
                         elsewhere=f"{scheme}://{_address(http_sock)}",
-                        max_header_bytes=config.max_header_bytes,
                     ),
                     management_sock,
                     tls,
@@ -202,32 +166,17 @@ class Server:
         )
 
     async def _serve_asgi(
-        self, app: Any, sock: socket.socket, tls: dict[str, Any] | None = None
+        self, app: Any, sock: socket.socket, tls: ssl.SSLContext | None = None
     ) -> int:
-        uv_config = uvicorn.Config(
+        server = HttpServer(
             app,
-            http=OneWriteHttpToolsProtocol,
-            loop="none",
-            lifespan="off",
-            access_log=False,
-            log_level="warning",
-            timeout_graceful_shutdown=30,
-            limit_concurrency=None,
-            h11_max_incomplete_event_size=None,
-            # no X-Forwarded-* rewriting, Server or Date headers: per-request work nobody reads
-            proxy_headers=False,
-            server_header=False,
-            date_header=False,
-            **(tls or {}),
+            max_body_bytes=self.config.max_request_bytes,
+            max_header_bytes=self.config.max_header_bytes,
+            ssl_context=tls,
         )
-        server = _EmbeddedUvicorn(uv_config)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            if task.done():
-                task.result()  # raises what stopped it
-            await asyncio.sleep(0.005)
-        self._uvicorns.append((server, task))
-        return sock.getsockname()[1]
+        await server.start(sock)
+        self._http_servers.append(server)
+        return int(sock.getsockname()[1])
 
     async def stop(self, grace: float = 30.0) -> None:
         """Graceful: readiness goes false, in-flight requests finish, then everything stops."""
@@ -237,13 +186,11 @@ class Server:
             # readiness is false but every listener still serves, so load balancers move
             # traffic away before connections are refused
             await asyncio.sleep(self.config.drain_delay_s)
-        for server, _ in self._uvicorns:
-            server.should_exit = True
-        pending: list[Any] = [task for _, task in self._uvicorns]
+        pending: list[Any] = [server.stop(grace) for server in self._http_servers]
         if self._grpc is not None:
             pending.append(self._grpc.stop(grace))
         await asyncio.gather(*pending, return_exceptions=True)
-        self._uvicorns.clear()
+        self._http_servers.clear()
         if self._metrics is not None:
             self._metrics.close()
         await self.engine.stop(grace)

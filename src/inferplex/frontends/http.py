@@ -1,8 +1,8 @@
 """The V2 HTTP/REST frontend: a raw ASGI 3 application with its own small router.
 
-No web framework: DESIGN.md measured raw ASGI on uvicorn + uvloop + httptools at half the CPU
-of Starlette per request. The path is split once and matched by a few comparisons; each
-response is one bytes object sent as a single ``http.response.start`` plus one
+No web framework: DESIGN.md measured raw ASGI at half the CPU of Starlette per request
+(:mod:`inferplex.frontends.http_server` serves it). The path is split once and matched by a
+few comparisons; each response is one bytes object sent as a single ``http.response.start`` plus one
 ``http.response.body`` (one write on the socket, see COMPAT.md's latency trap).
 
 Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Any
 
 import grpc
 
@@ -26,15 +25,22 @@ def _files(cert: Path | None, key: Path | None, client_ca: Path | None) -> bool:
     return True
 
 
-def uvicorn_options(cert: Path | None, key: Path | None, client_ca: Path | None) -> dict[str, Any]:
-    """uvicorn.Config keyword arguments for HTTPS ({} when TLS is off)."""
+def server_ssl_context(
+    cert: Path | None, key: Path | None, client_ca: Path | None
+) -> ssl.SSLContext | None:
+    """The HTTPS listeners' TLS context (None when TLS is off); with ``client_ca``, clients
+    must present a certificate signed by it."""
     if not _files(cert, key, client_ca):
-        return {}
-    options: dict[str, Any] = {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
-    if client_ca is not None:
-        options["ssl_ca_certs"] = str(client_ca)
-        options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
-    return options
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(str(cert), str(key))
+        if client_ca is not None:
+            context.load_verify_locations(str(client_ca))
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"TLS files could not be used: {exc}") from None
+    return context
 
 
 def grpc_credentials(
