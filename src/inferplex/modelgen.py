@@ -163,9 +163,7 @@ def digits_mlp(
     x_train, x_test, y_train, y_test = train_test_split(
         features, labels, test_size=0.25, random_state=seed, stratify=labels
     )
-    classifier = MLPClassifier(
-        hidden_layer_sizes=tuple(hidden), max_iter=epochs, random_state=seed
-    )
+    classifier = MLPClassifier(hidden_layer_sizes=tuple(hidden), max_iter=epochs, random_state=seed)
     with warnings.catch_warnings():
         # stopping after ``epochs`` when asked to is not worth a warning
         warnings.simplefilter("ignore", ConvergenceWarning)

@@ -274,4 +274,3 @@ def test_encrypted_model_serves_with_the_key_and_fails_clearly_without(tmp_path:
         assert "wrong model key" in entry["reason"]
     finally:
         server.stop_thread()
-
