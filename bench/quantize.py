@@ -119,8 +119,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     parser.add_argument("--work", type=Path, help="folder for the models (reused if present)")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--round-seconds", type=float, default=0.5)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--round-seconds", type=float, default=0.3)
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (0: all cores)")
     parser.add_argument(
         "--clock",

@@ -25,7 +25,6 @@ from inferplex.errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
-    UnsupportedError,
 )
 from tests.support.lifecycle import (
     add_model,
@@ -192,7 +191,8 @@ async def test_config_override_reloads_every_version(tmp_path: Path) -> None:
         ({"config": 5}, InvalidInputError, "must be a string holding a JSON"),
         ({"config": '{"max_batch_size": -1}'}, ConfigError, "max_batch_size"),
         ({"config": '{"name": "other"}'}, ConfigError, "its folder is 'add_sub'"),
-        ({"file:1/model.onnx": b"x"}, UnsupportedError, "file overrides are not supported"),
+        ({"file:1/model.onnx": b"x"}, InvalidInputError, "'config' is required with file"),
+        ({"file:1/../x": b"x"}, InvalidInputError, "must stay inside the model folder"),
         ({"colour": "red"}, InvalidInputError, "unknown load parameter 'colour'"),
         ({"pinned": "yes"}, InvalidInputError, "'pinned' must be true or false"),
     ],

@@ -24,8 +24,10 @@ class ModelCaller(Protocol):
         """The response, or the InferplexError the served model raised."""
         ...
 
-    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
-        """Start the request and return at once; the future holds what ``infer`` returns."""
+    def submit(self, request: InferenceRequest, precedence: int = 0) -> Future[InferenceResponse]:
+        """Start the request and return at once; the future holds what ``infer`` returns.
+        ``precedence`` > 0 marks a pipeline step: among ready steps, a larger one starts first
+        when compute slots are scarce (docs/pipelines.md)."""
         ...
 
 

@@ -51,6 +51,9 @@ class Plan:
 
     steps: tuple[Step, ...]
     requested: dict[int, tuple[str, ...]]  # step number -> the step outputs asked for
+    #: step number -> the longest chain of plan steps from it to the end (itself included):
+    #: the dispatcher starts the ready step with the longest chain first
+    precedence: dict[int, int]
 
 
 class EnsembleGraph:
@@ -146,7 +149,26 @@ class EnsembleGraph:
         requested = {
             s.number: tuple(o for o, t in s.outputs.items() if t in needed) for s in chosen
         }
-        return Plan(chosen, requested)
+        return Plan(chosen, requested, _chain_lengths(chosen))
+
+
+def _chain_lengths(steps: tuple[Step, ...]) -> dict[int, int]:
+    """Per step, the most steps on a path from it through the steps that read what it makes
+    (acyclic, checked at load): 1 for a step nothing in ``steps`` reads."""
+    readers = {
+        s.number: [r for r in steps if any(t in s.outputs.values() for _, t in r.inputs)]
+        for s in steps
+    }
+    lengths: dict[int, int] = {}
+
+    def length(step: Step) -> int:
+        if step.number not in lengths:
+            lengths[step.number] = 1 + max((length(r) for r in readers[step.number]), default=0)
+        return lengths[step.number]
+
+    for step in steps:
+        length(step)
+    return lengths
 
 
 def _check_acyclic(name: str, steps: list[Step], producer: dict[str, Step]) -> None:
@@ -229,7 +251,7 @@ class EnsembleBackend(Backend):
             feeds.append(Tensor(step_input, tensor.datatype, tensor.shape, tensor.data))
         wanted = [RequestedOutput(o) for o in plan.requested[step.number]]
         request = InferenceRequest(step.model, feeds, step.version, outputs=wanted)
-        return self._caller.submit(request)
+        return self._caller.submit(request, plan.precedence[step.number])
 
     def _missing(self, blocked: list[Step], tensors: dict[str, Tensor]) -> InvalidInputError:
         """The error for steps that cannot start: some read an (optional) ensemble input the

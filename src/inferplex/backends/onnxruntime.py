@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,9 @@ from inferplex.backends.ort_providers import session_providers
 from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import ConfigError, InvalidInputError
 from inferplex.security.encryption import model_source
+from inferplex.threadprio import call_at_lower_priority
+
+logger = logging.getLogger(__name__)
 
 #: model parameter (ONNX Runtime's own session config key) that lets intra-op threads spin
 SPINNING_PARAMETER = "session.intra_op.allow_spinning"
@@ -49,9 +53,18 @@ class OnnxRuntimeBackend(Backend):
         options.log_severity_level = 3
         options.add_session_config_entry(SPINNING_PARAMETER, _spinning(config))
         providers = session_providers(config, instance, ort.get_available_providers())
-        self._session = ort.InferenceSession(
-            model_source(model_path), sess_options=options, providers=providers
+        # The session creates its intra-op thread pool now, and threads inherit the nice value
+        # of their creator: made in a thread at the model's priority, the pool runs at it too.
+        self._session, reason = call_at_lower_priority(
+            config.scheduling.nice if instance.intra_op_threads != 1 else 0,
+            lambda: ort.InferenceSession(
+                model_source(model_path), sess_options=options, providers=providers
+            ),
         )
+        if reason is not None:
+            logger.warning(
+                "model '%s': intra-op threads keep the server's priority: %s", config.name, reason
+            )
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }

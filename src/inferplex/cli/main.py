@@ -100,6 +100,8 @@ def main() -> None:
     help="Model to load at start in explicit mode (repeatable; '*' = all).",
 )
 @click.option("--memory-limit", help="Host memory for loaded models, e.g. 2GiB (0 = no limit).")
+@click.option("--gpu-memory-limit", help="GPU memory for models per GPU, e.g. 0=8GiB,1=4GiB.")
+@click.option("--load-nice", type=int, help="Nice steps below serving for load work (0-19).")
 @click.option("--load-on-demand", is_flag=True, default=None, help="Load models on first request.")
 @click.option(
     "--load-on-demand-timeout-secs", type=float, help="How long a request waits for that load."
@@ -142,9 +144,14 @@ def serve(**options: Any) -> None:
     except ValueError as exc:  # INFERPLEX_LOG_LEVEL is not checked by the flag's choices
         click.echo(f"error: log_level: {exc}", err=True)
         sys.exit(2)
+    from inferplex.errors import ConfigError
     from inferplex.server import Server  # the server's imports are heavy; after flag parsing
 
-    uvloop.run(Server(config).serve_forever())
+    try:
+        uvloop.run(Server(config).serve_forever())
+    except ConfigError as exc:  # a setting only checkable at start (e.g. a GPU not there)
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(2)
 
 
 @main.command()

@@ -111,6 +111,14 @@ class Scheduling(_Frozen):
         description="learn execution time per batch size online and pick the batch size and "
         "queue delay that maximise throughput while holding slo_p99_ms",
     )
+    nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description="nice steps below the server that the model's compute threads run at "
+        "(Linux): under CPU contention the kernel serves the other models' threads first; "
+        "0 = the server's priority",
+    )
 
     @model_validator(mode="after")
     def _adaptive_needs_target(self) -> Scheduling:

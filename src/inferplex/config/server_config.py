@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ByteSize, DirectoryPath, Field, FilePath, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    ByteSize,
+    DirectoryPath,
+    Field,
+    FilePath,
+    NonNegativeInt,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class ServerConfig(BaseSettings):
@@ -135,6 +145,20 @@ class ServerConfig(BaseSettings):
         description="bytes of host memory the loaded models may take (e.g. 2GiB); loading past "
         "it evicts idle models, least recently used first; 0 = no limit",
     )
+    gpu_memory_limit: Annotated[dict[NonNegativeInt, ByteSize], NoDecode] = Field(
+        default_factory=dict,
+        description="bytes of GPU memory the models on each GPU may take, as GPU=SIZE pairs "
+        "(e.g. 0=8GiB,1=4GiB); loading past one evicts idle models on that GPU, least recently "
+        "used first; no effect without a GPU",
+    )
+    load_nice: int = Field(
+        default=19,
+        ge=0,
+        le=19,
+        description="how many nice steps below the server the threads that read, plan and "
+        "free models during a load run (Linux), so a load beside serving yields the cores to "
+        "it; 0 = the server's priority",
+    )
     load_on_demand: bool = Field(
         default=False, description="a request to a known but unloaded model loads it"
     )
@@ -148,8 +172,9 @@ class ServerConfig(BaseSettings):
     )
     # -- remote repositories, resilience (docs/routing.md) ---------------------------------
     model_repository_url: str = Field(
-        default="", description="s3://bucket/prefix the repository is synced from (set from "
-        "model_repository when that is an s3:// URL)"
+        default="",
+        description="s3://bucket/prefix the repository is synced from (set from "
+        "model_repository when that is an s3:// URL)",
     )
     model_repository_cache: Path | None = Field(
         default=None,
@@ -198,6 +223,25 @@ class ServerConfig(BaseSettings):
         "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
     )
     server_name: str = "inferplex"
+
+    @field_validator("gpu_memory_limit", mode="before")
+    @classmethod
+    def _device_sizes(cls, value: Any) -> Any:
+        """``0=8GiB,1=4GiB`` (flag or environment; a JSON object too) -> {"0": "8GiB",
+        "1": "4GiB"}; pydantic then checks each GPU number and size."""
+        if not isinstance(value, str):
+            return value
+        if value.lstrip().startswith("{"):
+            return json.loads(value)
+        sizes: dict[str, str] = {}
+        for pair in filter(None, (p.strip() for p in value.split(","))):
+            device, equals, size = (part.strip() for part in pair.partition("="))
+            if not equals or not device or not size:
+                raise ValueError(f"'{pair}' is not GPU=SIZE (expected e.g. 0=8GiB,1=4GiB)")
+            if device in sizes:
+                raise ValueError(f"GPU {device} is given twice")
+            sizes[device] = size
+        return sizes
 
     @model_validator(mode="before")
     @classmethod

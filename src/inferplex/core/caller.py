@@ -7,6 +7,7 @@ import concurrent.futures
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from inferplex.core.dispatcher import STEP_PRECEDENCE
 from inferplex.core.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Coroutine[Any, Any, InferenceResponse]]
@@ -19,9 +20,19 @@ class EngineCaller:
         self._infer = infer
         self._loop = loop
 
-    def submit(self, request: InferenceRequest) -> concurrent.futures.Future[InferenceResponse]:
-        """Start the request without waiting: pipelines run independent steps at once."""
-        return asyncio.run_coroutine_threadsafe(self._infer(request), self._loop)
+    def submit(
+        self, request: InferenceRequest, precedence: int = 0
+    ) -> concurrent.futures.Future[InferenceResponse]:
+        """Start the request without waiting: pipelines run independent steps at once.
+        ``precedence`` (a pipeline step's chain of steps still ahead) is passed to the
+        dispatcher; see :data:`~inferplex.core.dispatcher.STEP_PRECEDENCE`."""
+        coroutine = self._step(request, precedence) if precedence else self._infer(request)
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    async def _step(self, request: InferenceRequest, precedence: int) -> InferenceResponse:
+        # the task runs in its own copy of the context: the value reaches only this request
+        STEP_PRECEDENCE.set(precedence)
+        return await self._infer(request)
 
     def infer(self, request: InferenceRequest, timeout: float | None = None) -> InferenceResponse:
         future = self.submit(request)

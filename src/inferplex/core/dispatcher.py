@@ -5,6 +5,11 @@ finishes, a timer fires) one ``_pump`` runs on the event loop: it expires timed-
 then, while the scheduler grants a slot, starts the ready batch of the model it picks on an
 idle instance of that model, and finally arms the timer for the next moment a queue needs
 attention (a queue delay or a deadline). Arrivals in one loop iteration share one pump.
+
+Pipeline steps: when the scheduler picks a model whose queue holds a pipeline step, the ready
+step with the longest chain of steps still ahead of it (its *precedence*, set by the
+ensemble) starts instead, so a pipeline's critical path is not held up behind its short
+branches while compute slots are scarce (docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from inferplex.core.scheduler import ModelPolicy, Scheduler, Ticket
@@ -21,12 +27,17 @@ if TYPE_CHECKING:
 
 _now = time.perf_counter
 
+#: the precedence of the pipeline step being requested in this context (0: not a step); set
+#: by the engine's caller for the ensemble's step requests, read when the request is queued
+STEP_PRECEDENCE: ContextVar[int] = ContextVar("inferplex_step_precedence", default=0)
+
 
 class Dispatcher:
     def __init__(self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop) -> None:
         self.scheduler = scheduler
         self._loop = loop
         self._versions: dict[str, ModelVersion] = {}
+        self._policies: dict[str, ModelPolicy] = {}
         self._pending: set[ModelVersion] = set()  # versions that may have queued requests
         self._pump_queued = False
         self._timer: asyncio.TimerHandle | None = None
@@ -35,10 +46,12 @@ class Dispatcher:
     def add(self, version: ModelVersion, policy: ModelPolicy) -> None:
         self.scheduler.register(version.key, policy)
         self._versions[version.key] = version
+        self._policies[version.key] = policy
 
     def remove(self, version: ModelVersion) -> None:
         """Forget a drained version (nothing of it queued or running)."""
         self._versions.pop(version.key, None)
+        self._policies.pop(version.key, None)
         self._pending.discard(version)
         self.scheduler.unregister(version.key)
 
@@ -109,6 +122,9 @@ class Dispatcher:
                 refused = scheduler.running < scheduler.slots
                 break
             version = self._versions[key]
+            if version.precedence:
+                version = self._critical_step(version, ready)
+                key = version.key
             batch = version.queue.next_batch(now, True)
             if batch is None:  # cannot happen after a due wakeup; never spin on it
                 break
@@ -116,6 +132,20 @@ class Dispatcher:
         pending = self._pending = {v for v in active if v.queue.pending_requests}
         if pending or refused or self._timer is not None:
             self._arm(now, scheduler.reservation_lifts() if refused else None)
+
+    def _critical_step(self, picked: ModelVersion, ready: list[str]) -> ModelVersion:
+        """The ready pipeline step to start in the slot granted to ``picked`` (a step too): the
+        one with the highest precedence. Only a step that the scheduler could have picked as
+        well takes the slot: no rate-limiter resources, a weight no lower than ``picked``'s."""
+        best = picked
+        weight = self._policies[picked.key].weight
+        for key in ready:
+            version = self._versions[key]
+            if version.precedence > best.precedence:
+                policy = self._policies[key]
+                if not policy.resources and policy.weight >= weight:
+                    best = version
+        return best
 
     @staticmethod
     def _launch_composite(version: ModelVersion, now: float) -> None:

@@ -53,9 +53,7 @@ class FifoQueue:
             return []
         expired = [r for r in self._queue if r.deadline is not None and r.deadline <= now]
         if expired:
-            self._queue = deque(
-                r for r in self._queue if r.deadline is None or r.deadline > now
-            )
+            self._queue = deque(r for r in self._queue if r.deadline is None or r.deadline > now)
             self._timed -= len(expired)
         return expired
 

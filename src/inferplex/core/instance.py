@@ -4,7 +4,8 @@ The dispatcher hands a batch to an idle instance; the worker runs it and answers
 ``call_soon_threadsafe`` per batch. The event loop never runs model code (DESIGN.md: a
 dedicated thread fed by a queue is cheaper than ``run_in_executor``). What the worker runs and
 what answers on the loop are fixed when the instance is made, so handing over a batch
-allocates nothing but the job itself.
+allocates nothing but the job itself. A model configured with ``scheduling { nice: N }``
+gets a worker thread N nice steps below the server (:mod:`inferplex.threadprio`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inferplex.backends.base import Backend
+from inferplex.threadprio import lower_thread_priority
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +38,10 @@ class ModelInstance:
         loop: asyncio.AbstractEventLoop,
         work: Work,
         done: Done,
+        nice: int = 0,
     ) -> None:
         self.label = label
+        self.nice = nice
         self._backend = backend
         self._loop = loop
         self._work_fn = work
@@ -51,6 +55,11 @@ class ModelInstance:
         self._queue.put(job)
 
     def _work(self) -> None:
+        # the worker runs the backend's compute (all of it with one intra-op thread), so its
+        # priority is the model's share of a contended core
+        reason = lower_thread_priority(self.nice)
+        if reason is not None:
+            logger.warning("instance %s keeps the server's priority: %s", self.label, reason)
         call_soon = self._loop.call_soon_threadsafe
         get = self._queue.get
         work, done, backend = self._work_fn, self._done, self._backend

@@ -17,6 +17,7 @@ from inferplex.core.adaptive import AdaptiveBatching
 from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
 from inferplex.core.cache import ResponseCache
 from inferplex.core.datatypes import to_bytes_elements
+from inferplex.core.dispatcher import STEP_PRECEDENCE
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.fifo import FifoQueue
 from inferplex.core.instance import ModelInstance
@@ -101,7 +102,9 @@ class ModelVersion:
         else:
             self.queue = FifoQueue()
         self.instances = [
-            ModelInstance(f"{self.key}#{i}", backend, loop, self._run, self._done)
+            ModelInstance(
+                f"{self.key}#{i}", backend, loop, self._run, self._done, config.scheduling.nice
+            )
             for i, backend in enumerate(backends)
         ]
         self.idle = list(self.instances)
@@ -112,6 +115,8 @@ class ModelVersion:
         self._retire_done: asyncio.Future[list[ModelInstance]] | None = None
         #: only waits on other served models: its batches take no scheduler slot
         self.composite = bool(backends) and all(b.composite for b in backends)
+        #: the highest pipeline-step precedence among the queued requests (0: none queued)
+        self.precedence = 0
         self._validator = RequestValidator(config)
         self._batched = config.batched
         # per output: (datatype, the shape it is reshaped to for the client, or None)
@@ -206,6 +211,9 @@ class ModelVersion:
             payload.trace = trace
         pending = PendingRequest(rows, shape_key, arrival, priority, timeout_us, payload)
         self.queue.submit(pending, arrival)
+        precedence = STEP_PRECEDENCE.get()
+        if precedence > self.precedence:
+            self.precedence = precedence
         self._dispatcher.arrived(self, pending.deadline)
         return future
 
@@ -214,6 +222,8 @@ class ModelVersion:
         """Run ``batch`` on an idle instance (the dispatcher checked there is one)."""
         instance = self.idle.pop()
         instance.run((batch, ticket, instance))
+        if not self.queue.pending_requests:
+            self.precedence = 0
 
     def _run(self, backend: Backend, job: _Job) -> _Result:
         """Runs in the instance's worker thread: concatenate, execute, split. Everything here
@@ -319,6 +329,8 @@ class ModelVersion:
                 future.set_result(answer)
 
     def fail_expired(self, requests: list[PendingRequest]) -> None:
+        if not self.queue.pending_requests:
+            self.precedence = 0
         for request in requests:
             self._answer(
                 request,
@@ -365,7 +377,9 @@ class ModelVersion:
         for backend in backends:
             label = f"{self.key}#{self._instances_made}"
             self._instances_made += 1
-            instance = ModelInstance(label, backend, self._loop, self._run, self._done)
+            instance = ModelInstance(
+                label, backend, self._loop, self._run, self._done, self.config.scheduling.nice
+            )
             self.instances.append(instance)
             self.idle.append(instance)
         self._dispatcher.wake()

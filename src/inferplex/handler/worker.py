@@ -1,4 +1,5 @@
-"""The worker process that runs one instance of a Python model.
+"""The worker process that runs one instance of a Python model (or of an isolated model's
+backend, when the init message names a ``loader``).
 
     python -m inferplex.handler.worker CONNECTION_FD ARENA_FD
 
@@ -6,7 +7,8 @@ The server starts it with a socket (``multiprocessing.connection`` framing) and 
 arena's file descriptor. Messages are small tuples; tensors stay in the arena:
 
   server -> worker  ("init", {...})                         then "ready" or ("failed", why)
-                    ("run", headers, output names)          then ("done", headers) or ("error", why)
+                    ("run", headers, output names)          then ("done", headers) or
+                                                            ("error", why, error code)
                     ("result", headers) | ("error", code, message)   answers to a worker's call
                     ("stop",)
   worker -> server  ("infer", model, version, headers, output names, timeout)   a call (BLS)
@@ -17,14 +19,19 @@ server says stop or goes away.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
+
+from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import bls
 from inferplex.handler.arena import Arena
 from inferplex.handler.base import Context
@@ -39,6 +46,18 @@ def describe(exc: BaseException, model_dir: str) -> str:
             where = f" ({Path(frame.filename).name} line {frame.lineno}, in {frame.name})"
     text = str(exc) or "(no message)"
     return f"{type(exc).__name__}: {text}{where}"
+
+
+class Loaded(Protocol):
+    """What a loader returns: a model that runs batches (a handler's ``Runner``)."""
+
+    def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        """One batch: input name -> array in, the requested outputs out."""
+        ...
+
+    def finalize(self) -> None:
+        """The worker is about to exit."""
+        ...
 
 
 def load(init: dict[str, Any]) -> Runner:
@@ -57,12 +76,24 @@ def load(init: dict[str, Any]) -> Runner:
     return Runner(handler, context)
 
 
+def loader(init: dict[str, Any]) -> Callable[[dict[str, Any]], Loaded]:
+    """A handler's ``load``, unless ``init`` names another loader as ``"module:function"``
+    (an isolated model's backend); imported only then, so a handler's worker starts fast."""
+    target = init.get("loader")
+    if not target:
+        return load
+    module, _, name = target.partition(":")
+    found: Callable[[dict[str, Any]], Loaded] = getattr(importlib.import_module(module), name)
+    return found
+
+
 def serve(connection: Connection, arena: Arena) -> int:
     """The worker's life: initialise, then run batches until told to stop."""
     _, init = connection.recv()
     model_dir = str(Path(init["model_file"]).parent)
+    runner: Loaded
     try:
-        runner = load(init)
+        runner = loader(init)(init)
     except Exception as exc:
         traceback.print_exc()
         connection.send(("failed", describe(exc, model_dir)))
@@ -83,9 +114,11 @@ def serve(connection: Connection, arena: Arena) -> int:
         try:
             results = runner.run(arena.read(headers, copy=False), outputs)
             reply: tuple[Any, ...] = ("done", arena.write(results, base)[0])
+        except InferplexError as exc:  # a clear message with its code (a bad input, say)
+            reply = ("error", exc.message, exc.code.value)
         except Exception as exc:
             traceback.print_exc()
-            reply = ("error", describe(exc, model_dir))
+            reply = ("error", describe(exc, model_dir), ErrorCode.INTERNAL.value)
         finally:
             link.end()
         connection.send(reply)

@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from inferplex.backends import Backend
@@ -34,6 +35,9 @@ from inferplex.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
 )
+from inferplex.lifecycle.background import BackgroundWork
+from inferplex.lifecycle.file_override import OverrideFolders, remove_folder
+from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import Resident, choose_evictions, release_free_memory, rss_bytes
 from inferplex.lifecycle.warmup import run_warmup, warmup_requests
 from inferplex.repository.local import ModelPlan, fingerprint, plan_model
@@ -56,11 +60,19 @@ class ModelLoader:
         repository: Path,
         intra_op_threads: int = 0,
         memory_limit: int = 0,
+        gpu_memory: GpuMemory | None = None,
+        load_nice: int = 0,
     ) -> None:
         self.registry = registry
         self.repository = repository
         self.memory_limit = memory_limit
+        #: per-GPU budgets (--gpu-memory-limit); inactive without limits or a GPU
+        self.gpu = gpu_memory or GpuMemory({})
+        #: temporary folders of models loaded from a load request's file overrides
+        self.overrides = OverrideFolders()
         self._intra_op_threads = intra_op_threads
+        #: reading, planning and freeing models yield the cores to serving (background.py)
+        self._background = BackgroundWork(load_nice)
         self._load_lock = asyncio.Lock()
         self._dispatcher: Dispatcher | None = None
         self._cache: ResponseCache | None = None
@@ -84,13 +96,18 @@ class ModelLoader:
         return self.repository / name
 
     async def load(
-        self, name: str, override: ModelConfig | None = None, pinned: bool | None = None
+        self,
+        name: str,
+        override: ModelConfig | None = None,
+        pinned: bool | None = None,
+        source: Path | None = None,
     ) -> None:
         """Load ``name`` from the repository, or reload it if it is loaded (only new or
         changed versions load; unchanged ones keep serving). ModelLoadError with the reason
-        when it fails (the versions serving before go on serving)."""
-        model_dir = self.model_dir(name)
-        if not await asyncio.to_thread(model_dir.is_dir):
+        when it fails (the versions serving before go on serving). ``source``: an override
+        folder (file_override.py) to load from instead of the repository."""
+        model_dir = source or self.model_dir(name)
+        if source is None and not await asyncio.to_thread(model_dir.is_dir):
             raise ModelNotFoundError(
                 f"model '{name}' is not in the model repository {self.repository}"
             )
@@ -100,8 +117,11 @@ class ModelLoader:
                 entry.pinned = pinned
             async with self._load_lock:
                 replaced = await self._load(entry, model_dir, override)
+            stale = self.overrides.adopt(name, source)
             # the replaced versions drain without holding up the loads of other models
             await self._retire(replaced)
+            if stale is not None:  # the override folder the replaced versions came from
+                await asyncio.to_thread(remove_folder, stale)
 
     async def _load(
         self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None
@@ -113,9 +133,12 @@ class ModelLoader:
             entry.state, entry.reason = ModelState.LOADING, ""
             logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
         try:
-            # a model that failed is tried again when its files change
-            entry.fingerprint = await asyncio.to_thread(fingerprint, model_dir)
-            plan, facts, warmup = await asyncio.to_thread(
+            # a model that failed is tried again when its files change; poll mode compares
+            # the repository's folder, also for a model loaded from file overrides
+            entry.fingerprint = await self._background.run(
+                fingerprint, self.repository / entry.name
+            )
+            plan, facts, warmup = await self._background.run(
                 _read, model_dir, self._intra_op_threads, override
             )
         except Exception as exc:
@@ -139,8 +162,12 @@ class ModelLoader:
             entry.state, entry.reason = ModelState.READY, ""
             return []
         estimate = sum(entry.footprints.get(v) or facts[v][1] for v in to_load)
+        sizes = {v: facts[v][1] for v in to_load}
+        gpu_estimate = self.gpu.estimate(
+            entry.name, to_load, sizes, _specs(plan, entry.instance_count)
+        )
         try:
-            await self._make_room(entry, estimate)
+            await self._make_room(entry, estimate, gpu_estimate)
         except InsufficientMemoryError as exc:
             self._failed(entry, first, exc.message)
             raise
@@ -164,6 +191,7 @@ class ModelLoader:
         if first:
             entry.last_used = time.monotonic()
         self.registry.publish(entry, served)  # the switch: new requests go to ``served``
+        self.gpu.publish(entry.name, served, loaded)
         entry.state, entry.reason = ModelState.READY, ""
         logger.info(
             "model '%s' READY (versions %s; loaded %s, %d bytes)",
@@ -188,7 +216,10 @@ class ModelLoader:
         assert dispatcher is not None, "attach() comes first"
         path = plan.version_files[version]
         specs = _specs(plan, entry.instance_count)
-        before = rss_bytes()
+        # RSS sums the worker processes too: milliseconds of /proc reading, off the loop
+        before = await self._background.run(rss_bytes)
+        gpu_before = self.gpu.before(specs)
+        # at the server's priority: the intra-op threads made here inherit it (background.py)
         backends = await asyncio.to_thread(_create_backends, plan, path, specs, self._caller)
         key = f"{entry.name}/{version}"
         if entry.generation > 1:
@@ -204,7 +235,8 @@ class ModelLoader:
         except BaseException:
             await self._retire([served])
             raise
-        return served, rss_bytes() - before
+        self.gpu.measured(entry.name, version, gpu_before)
+        return served, await self._background.run(rss_bytes) - before
 
     def _failed(self, entry: ModelEntry, first: bool, reason: str) -> ModelLoadError:
         if first:
@@ -216,21 +248,26 @@ class ModelLoader:
         return ModelLoadError(f"failed to load model '{entry.name}': {reason}")
 
     # -- memory -------------------------------------------------------------------------------
-    async def _make_room(self, entry: ModelEntry, needed: int) -> None:
+    async def _make_room(
+        self, entry: ModelEntry, needed: int, gpu_needed: Mapping[int, int] | None = None
+    ) -> None:
         """Evict idle models (least recently used first) until ``needed`` more bytes fit into
-        the memory limit; InsufficientMemoryError when even that cannot make room."""
-        if not self.memory_limit:
-            return
+        the memory limit and ``gpu_needed`` (GPU -> bytes) into each GPU's limit;
+        InsufficientMemoryError, with nothing evicted, when even that cannot make room."""
         while True:
-            victims = choose_evictions(
-                self.memory_limit, needed, self._residents(entry), entry.name
-            )
+            residents = self._residents(entry)
+            victims, budget = [], "--memory-limit"
+            if self.memory_limit:
+                victims = choose_evictions(self.memory_limit, needed, residents, entry.name)
+            gpu_victims, gpu_budget = self.gpu.evictions(gpu_needed or {}, residents, entry.name)
+            if not victims:
+                victims, budget = gpu_victims, gpu_budget
             if not victims:
                 return
             victim = self.registry.entry(victims[0].name)
             async with victim.lock:  # free: only unlocked models are evictable
                 await self.unload_locked(
-                    victim, f"evicted to make room for '{entry.name}' (--memory-limit)"
+                    victim, f"evicted to make room for '{entry.name}' ({budget})"
                 )
 
     def _residents(self, loading: ModelEntry) -> list[Resident]:
@@ -269,17 +306,19 @@ class ModelLoader:
             entry.state, entry.reason = ModelState.UNLOADING, ""
             logger.info("model '%s' UNLOADING (%s)", entry.name, reason, extra=_state(entry))
             self.registry.publish(entry, {})  # nothing new reaches the model from here on
-            before = rss_bytes()
+            before = await self._background.run(rss_bytes)
             await self._retire(versions)
             logger.info(
                 "model '%s' unloaded (%s): RSS %d -> %d bytes",
                 entry.name,
                 reason,
                 before,
-                rss_bytes(),
+                await self._background.run(rss_bytes),
             )
         entry.state, entry.reason = ModelState.UNAVAILABLE, reason
         entry.footprints, entry.failed = {}, {}
+        self.gpu.release(entry.name)
+        await self.overrides.release(entry.name)
 
     async def unload_all(self, timeout: float | None = None) -> None:
         """Shutdown: every model drains (up to ``timeout``), then everything is freed.
@@ -298,7 +337,10 @@ class ModelLoader:
         await self._free([v for versions in served.values() for v in versions])
         for entry in entries:
             entry.state, entry.reason, entry.footprints = ModelState.UNAVAILABLE, "unloaded", {}
+            self.gpu.release(entry.name)
+            await self.overrides.release(entry.name)
             logger.info("model '%s' UNAVAILABLE (unloaded)", entry.name, extra=_state(entry))
+        self._background.close()
 
     async def _retire(self, versions: list[ModelVersion]) -> None:
         """Drain ``versions`` (no longer served), then free them."""
@@ -310,7 +352,7 @@ class ModelLoader:
         if self._dispatcher is not None:
             for version in versions:
                 self._dispatcher.remove(version)
-        await asyncio.to_thread(_close_versions, versions)
+        await self._background.run(_close_versions, versions)
 
     # -- runtime management -------------------------------------------------------------------
     async def set_instance_count(self, name: str, count: int) -> None:
@@ -336,7 +378,7 @@ class ModelLoader:
                     served.add_instances(backends)
                 elif count < have:
                     retired = await served.retire_instances(have - count)
-                    await asyncio.to_thread(_close_instances, retired)
+                    await self._background.run(_close_instances, retired)
             entry.instance_count = count
         logger.info("model '%s' runs %d instance(s) per version", name, count)
 

@@ -7,7 +7,7 @@
 
 Independent of the mode: ``load_on_demand`` loads a known model when a request needs it,
 ``idle_unload_secs`` unloads models nobody asked for that long (scale to zero), and
-``memory_limit`` evicts idle models when a load needs room.
+``memory_limit`` / ``gpu_memory_limit`` evict idle models when a load needs room.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from inferplex.errors import (
     ModelControlDisabledError,
     ModelNotFoundError,
     ModelNotReadyError,
-    UnsupportedError,
 )
+from inferplex.lifecycle.file_override import FILE_PREFIX, is_file_parameter, override_files
+from inferplex.lifecycle.gpu_memory import GpuMemory, open_probe
 from inferplex.lifecycle.loader import ModelLoader, pinned_by_config
 from inferplex.lifecycle.memory import rss_bytes
 from inferplex.lifecycle.poller import RepositoryPoller, Snapshot, diff
@@ -43,8 +44,9 @@ from inferplex.repository.local import list_models, scan_repository
 
 logger = logging.getLogger(__name__)
 
-#: load request parameters understood (Triton's ``config``; ours: ``pinned``)
-LOAD_PARAMETERS = ("config", "pinned")
+#: load request parameters understood (Triton's ``config`` and ``file:<path>``; ours:
+#: ``pinned``)
+LOAD_PARAMETERS = ("config", f"{FILE_PREFIX}<version>/<file>", "pinned")
 UNLOAD_PARAMETERS = ("unload_dependents",)
 
 
@@ -55,7 +57,12 @@ class LifecycleManager:
         self.config = config
         self.registry = registry
         self.loader = ModelLoader(
-            registry, config.model_repository, config.intra_op_threads, int(config.memory_limit)
+            registry,
+            config.model_repository,
+            config.intra_op_threads,
+            int(config.memory_limit),
+            GpuMemory(config.gpu_memory_limit),
+            config.load_nice,
         )
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository
@@ -69,7 +76,12 @@ class LifecycleManager:
         self, dispatcher: Dispatcher, cache: ResponseCache | None, caller: ModelCaller | None
     ) -> None:
         """Load what the control mode says; start polling and idle unloading as configured.
-        A model that fails to load is recorded in the index, not raised."""
+        A model that fails to load is recorded in the index, not raised; a GPU memory limit
+        for a GPU that is not there is (ConfigError)."""
+        gpu = self.loader.gpu
+        if gpu.limits:
+            gpu.probe = await asyncio.to_thread(open_probe)
+            await asyncio.to_thread(gpu.check_devices)
         self.loader.attach(dispatcher, cache, caller)
         config = self.config
         repository = self.loader.repository
@@ -115,7 +127,13 @@ class LifecycleManager:
     # -- poll mode ----------------------------------------------------------------------------
     async def apply_snapshot(self, on_disk: Snapshot) -> None:
         """Bring the served models in line with the repository as scanned."""
-        known = {e.name: e.fingerprint for e in self.registry.entries()}
+        # a model loaded from file overrides alone is not the repository's to remove
+        overrides = self.loader.overrides
+        known = {
+            e.name: e.fingerprint
+            for e in self.registry.entries()
+            if e.name in on_disk or overrides.source(e.name) is None
+        }
         changes = diff(on_disk, known)
         if changes:
             logger.info(
@@ -135,15 +153,11 @@ class LifecycleManager:
     # -- the management API -------------------------------------------------------------------
     async def load(self, name: str, parameters: Mapping[str, Any]) -> None:
         """The repository API's load (Triton's): ``config`` (a JSON model configuration)
-        replaces the config file for this load; ``pinned`` (bool) keeps it from eviction."""
+        replaces the config file for this load; ``file:<version>/<file>`` parameters replace
+        the model's folder (file_override.py); ``pinned`` (bool) keeps it from eviction."""
         self._require_control("load", name)
         for key in parameters:
-            if key.startswith("file:"):
-                raise UnsupportedError(
-                    f"load parameter '{key}': file overrides are not supported; put the "
-                    "model files into the repository and load again"
-                )
-            if key not in LOAD_PARAMETERS:
+            if key not in LOAD_PARAMETERS and not is_file_parameter(key):
                 raise InvalidInputError(
                     f"unknown load parameter '{key}', expected one of: {', '.join(LOAD_PARAMETERS)}"
                 )
@@ -153,7 +167,23 @@ class LifecycleManager:
                 f"load parameter 'pinned' must be true or false, got {pinned!r}"
             )
         override = _config_override(name, parameters.get("config"))
-        await self.loader.load(name, override, pinned)
+        files = override_files(parameters)
+        if not files:
+            await self.loader.load(name, override, pinned)
+            return
+        if override is None:
+            raise InvalidInputError(
+                f"load parameter 'config' is required with file overrides ('{FILE_PREFIX}"
+                f"{next(iter(files))}'): the model loads from the given files only, and they "
+                "need a model configuration"
+            )
+        self.loader.model_dir(name)  # the name must be a valid folder name before it is one
+        source = await asyncio.to_thread(self.loader.overrides.write, name, files)
+        logger.info("model '%s': loading from %d override file(s) in %s", name, len(files), source)
+        try:
+            await self.loader.load(name, override, pinned, source)
+        finally:
+            await self.loader.overrides.discard(name, source)
 
     async def unload(self, name: str, parameters: Mapping[str, Any]) -> None:
         """The repository API's unload; ``unload_dependents`` is accepted for Triton's clients
@@ -214,6 +244,7 @@ class LifecycleManager:
             "used": sum(m["bytes"] for m in models),
             "rss": rss_bytes(),
             "models": models,
+            "gpus": self.loader.gpu.report(),
         }
 
     # -- on demand and idle -------------------------------------------------------------------

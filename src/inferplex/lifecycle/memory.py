@@ -1,10 +1,11 @@
 """Host memory of loaded models, in bytes: measuring footprints, returning freed memory to
 the system, and choosing which idle models to evict when a load would pass the budget.
 
-A model's footprint is the growth of the process's resident set (RSS) while its instances
-are created and warmed up, measured with every other load held off by one lock, and never
-less than the size of its files. The budget counts these footprints, not the whole
-process (the interpreter and the server's own memory are not the models').
+A model's footprint is the growth of the resident set (RSS) of the process and its worker
+processes while its instances are created and warmed up, measured with every other load
+held off by one lock, and never less than the size of its files. The budget counts these
+footprints, not the whole process (the interpreter and the server's own memory are not the
+models').
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -25,8 +27,34 @@ _PROCESS = psutil.Process()
 
 
 def rss_bytes() -> int:
-    """The resident set size of this process."""
-    return int(_PROCESS.memory_info().rss)
+    """The resident set size of this process and its child processes: the worker processes
+    of Python models and of models isolated in a process hold model memory too."""
+    total = _PROCESS.memory_info().rss
+    for pid in _descendants():
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:  # it ended meanwhile
+            continue
+    return int(total)
+
+
+def _descendants() -> list[int]:
+    """This process's children, grandchildren, ... Linux lists each thread's children in
+    /proc (CONFIG_PROC_CHILDREN): reading those is cheap, while psutil's ``children()``
+    reads every process of the machine (milliseconds of GIL-holding Python per call, which
+    a load beside serving takes from the event loop)."""
+    try:
+        found, todo = [], [_PROCESS.pid]
+        while todo:
+            pid = todo.pop()
+            for task in os.scandir(f"/proc/{pid}/task"):
+                with open(f"{task.path}/children") as file:
+                    todo.extend(int(child) for child in file.read().split())
+            if pid != _PROCESS.pid:
+                found.append(pid)
+        return found
+    except FileNotFoundError:  # not Linux, a kernel without the file, or a child that ended
+        return [child.pid for child in _PROCESS.children(recursive=True)]
 
 
 def _load_libc() -> ctypes.CDLL | None:
@@ -67,11 +95,16 @@ class Resident:
 
 
 def choose_evictions(
-    limit: int, needed: int, loaded: Iterable[Resident], model: str
+    limit: int,
+    needed: int,
+    loaded: Iterable[Resident],
+    model: str,
+    budget: str = "--memory-limit",
 ) -> list[Resident]:
     """The least recently used evictable models to unload so that ``needed`` more bytes fit
     into ``limit`` next to everything loaded; [] when they already fit.
-    InsufficientMemoryError, naming what holds the memory, when no choice makes room."""
+    InsufficientMemoryError, naming what holds the memory and the ``budget``, when no
+    choice makes room."""
     residents = list(loaded)
     used = sum(r.footprint for r in residents)
     if used + needed <= limit:
@@ -86,6 +119,6 @@ def choose_evictions(
     held = ", ".join(f"'{r.name}' {r.footprint} B ({r.why_kept})" for r in kept) or "nothing"
     raise InsufficientMemoryError(
         f"cannot load model '{model}': it needs about {needed} bytes but the memory limit is "
-        f"{limit} bytes (--memory-limit) and, after evicting every idle model, {used} bytes "
+        f"{limit} bytes ({budget}) and, after evicting every idle model, {used} bytes "
         f"stay in use by models that cannot be evicted: {held}"
     )

@@ -47,6 +47,7 @@ from inferplex.optimize.promotion import Task, Thresholds, failures, resolve_tas
 from inferplex.optimize.quantize import (
     StaticFormat,
     choose_method,
+    match_annotations,
     preprocess,
     quantize_dynamic_int8,
     quantize_static_int8,
@@ -290,6 +291,7 @@ def _build(
             quantize_dynamic_int8(prepared, target)
             name = "int8-dynamic"
             reason += "; S8 per-channel weights, embedding tables included"
+        match_annotations(target, proto)
         built.append((name, target, reason))
     if options.fp16:
         log("FP16")

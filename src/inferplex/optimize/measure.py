@@ -3,8 +3,9 @@
 
 The machine may be shared and noisy, so the variants are timed in alternating order within each
 round (ABC, CBA, ABC, ...): anything that slows the machine for a while slows every variant
-alike, and the medians over all calls are compared. The spread of the parent's per-round medians
-is reported as the noise of the run.
+alike. A speedup is the median over rounds of the per-round ratio of medians: the two sides of
+each ratio ran back to back, and one disturbed round moves the median little. The spread of the
+parent's per-round medians is reported as the noise of the run.
 """
 
 from __future__ import annotations
@@ -18,13 +19,20 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from inferplex.backends.onnxruntime import SPINNING_PARAMETER
 from inferplex.optimize.data import DataSet
 
 
 def open_session(path: Path, threads: int = 0) -> ort.InferenceSession:
-    """An ONNX Runtime CPU session as the server's backend opens one (all optimisations on)."""
+    """An ONNX Runtime CPU session as the server's backend opens one (all optimisations on,
+    operators run one after another, idle intra-op threads not spinning), so the parent and its
+    variants are timed as they would be served."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry(SPINNING_PARAMETER, "0")
     options.log_severity_level = 3
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
@@ -57,6 +65,16 @@ class Timing:
         """(max - min) / median of the per-round medians: the noise seen across rounds."""
         rounds = self.round_medians_s
         return (max(rounds) - min(rounds)) / float(np.median(rounds))
+
+
+def speedup(parent: Timing, candidate: Timing) -> float:
+    """How many times faster the candidate is (> 1: faster): the median over rounds of the
+    parent's round median / the candidate's round median. Both were timed in the same rounds
+    (``time_interleaved``), so a slow spell of the machine sits on both sides of a ratio."""
+    if len(parent.round_medians_s) != len(candidate.round_medians_s):
+        raise ValueError("parent and candidate were not timed in the same rounds")
+    ratios = [p / c for p, c in zip(parent.round_medians_s, candidate.round_medians_s, strict=True)]
+    return float(np.median(ratios))
 
 
 def time_interleaved(

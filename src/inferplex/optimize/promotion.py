@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from inferplex.optimize.measure import Agreement, Timing
+from inferplex.optimize.measure import Agreement, Timing, speedup
 
 Task = Literal["auto", "classification", "embedding"]
 
@@ -16,11 +16,11 @@ Task = Literal["auto", "classification", "embedding"]
 class Thresholds:
     """What a candidate must reach to be promoted.
 
-    ``min_speedup``: parent time / candidate time at every measured batch size (1.0: never
-    slower). Accuracy, by task: with labels, at most ``max_accuracy_drop`` (0.01 = one point)
-    below the parent; a classifier without labels agrees with the parent's top-1 on at least
-    ``min_agreement`` of the rows; an embedder's mean cosine similarity is at least
-    ``min_cosine``."""
+    ``min_speedup``: parent time / candidate time (``measure.speedup``) at every measured
+    batch size (1.0: never slower). Accuracy, by task: with labels, at most
+    ``max_accuracy_drop`` (0.01 = one point) below the parent; a classifier without labels
+    agrees with the parent's top-1 on at least ``min_agreement`` of the rows; an embedder's
+    mean cosine similarity is at least ``min_cosine``."""
 
     min_speedup: float = 1.0
     max_accuracy_drop: float = 0.01
@@ -33,11 +33,6 @@ def resolve_task(task: Task, has_labels: bool) -> Literal["classification", "emb
     if task == "auto":
         return "classification" if has_labels else "embedding"
     return task
-
-
-def speedup(parent: Timing, candidate: Timing) -> float:
-    """How many times faster the candidate is (median per call; > 1 is faster)."""
-    return parent.median_s / candidate.median_s
 
 
 def failures(

@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inferplex.optimize.measure import Agreement, Timing
-from inferplex.optimize.promotion import Thresholds, speedup
+from inferplex.optimize.measure import Agreement, Timing, speedup
+from inferplex.optimize.promotion import Thresholds
 
 REPORT_STEM = "optimize_report"
 _CLOCKS = {"wall": "wall-clock time per call", "cpu": "thread CPU time per call"}
@@ -35,12 +35,11 @@ class CandidateReport:
         return speedup(parent, candidate)
 
     def throughput_ratio(self, batch: int) -> float:
-        parent, candidate = self.timings[batch]
-        return candidate.items_per_s / parent.items_per_s
+        """Candidate items/s over parent items/s: at one batch size, the speedup."""
+        return self.speedup(batch)
 
     def latency_ratio(self, batch: int) -> float:
-        parent, candidate = self.timings[batch]
-        return candidate.median_s / parent.median_s
+        return 1.0 / self.speedup(batch)
 
 
 @dataclass

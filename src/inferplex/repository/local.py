@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferplex.backends import Backend, InstanceSpec, backend_for, backend_for_file
+from inferplex.backends.isolated import served_backend
 from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.config.readers import complete_config, read_model_config
 from inferplex.errors import ConfigError
@@ -136,7 +137,7 @@ def plan_model(
     size = model_bytes(files[max(files)]) if gpu else 0  # only KIND_AUTO on a GPU asks
     check_parameters(config)  # breaker and timeout parameters (resilience/guard.py)
     instances = _instances(config, server_intra_op_threads, gpu, size)
-    return ModelPlan(config, backend, files, instances)
+    return ModelPlan(config, served_backend(backend, config), files, instances)
 
 
 def _instances(

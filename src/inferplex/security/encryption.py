@@ -67,6 +67,11 @@ def use_key(key: bytes | None) -> None:
     _process_key = key
 
 
+def process_key() -> bytes | None:
+    """The key ``use_key`` set (worker processes of isolated models get it from the server)."""
+    return _process_key
+
+
 def encrypt_bytes(plain: bytes, key: bytes) -> bytes:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 

@@ -120,6 +120,19 @@ def test_graph_plans_only_the_steps_an_output_needs() -> None:
     ]
 
 
+def test_each_step_knows_the_longest_chain_it_starts() -> None:
+    chain = [
+        step("a", {"i": "frame"}, {"o": "x"}),
+        step("b", {"i": "x"}, {"o": "y"}),
+        step("c", {"i": "y", "j": "frame"}, {"o": "embedding"}),
+        step("d", {"i": "x"}, {"o": "objects"}),
+    ]
+    graph = EnsembleGraph(camera(ensemble_scheduling={"step": chain}))
+    assert graph.plan(["embedding", "objects"]).precedence == {1: 3, 2: 2, 3: 1, 4: 1}
+    # counted within the plan: without "c" wanted, "b" is not planned and "a" heads two steps
+    assert graph.plan(["objects"]).precedence == {1: 2, 4: 1}
+
+
 @pytest.mark.parametrize(
     ("steps", "message"),
     [
@@ -181,10 +194,12 @@ class ScriptedCaller:
 
     def __init__(self) -> None:
         self.submitted: list[tuple[InferenceRequest, Future[InferenceResponse]]] = []
+        self.precedence: dict[str, int] = {}  # model -> the precedence it was submitted with
 
-    def submit(self, request: InferenceRequest) -> Future[InferenceResponse]:
+    def submit(self, request: InferenceRequest, precedence: int = 0) -> Future[InferenceResponse]:
         future: Future[InferenceResponse] = Future()
         self.submitted.append((request, future))
+        self.precedence[request.model_name] = precedence
         return future
 
     def infer(self, request: InferenceRequest, timeout: float | None = None) -> InferenceResponse:
@@ -224,6 +239,8 @@ def test_independent_steps_are_submitted_together() -> None:
         caller.answer(1, "logits", 3.0)
         out = running.result(10)
     assert out["embedding"][0, 0] == 2.0 and out["objects"][0, 0] == 3.0
+    # the face detector heads the longest chain: the dispatcher starts it first
+    assert caller.precedence == {"face_detect": 2, "objects": 1, "face_embed": 1}
 
 
 def test_a_failing_step_cancels_the_rest() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from inferplex.backends.base import Backend
 from inferplex.config import ModelConfig
+from inferplex.core.caller import EngineCaller
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
 from inferplex.core.registry import scheduling_policy
@@ -141,3 +142,64 @@ async def test_slots_bound_concurrent_batches_across_models(make_rig) -> None:
         rig.gate.release()
     await asyncio.gather(*tasks)
     assert sorted(rig.log) == ["a:1", "b:1", "c:1"]
+
+
+async def pipeline_steps(rig: Rig, steps: dict[str, int]) -> list[asyncio.Future]:
+    """Submit one request per model the way an ensemble does (EngineCaller, from a worker
+    thread), with the given step precedence (0: a plain request)."""
+    loop = asyncio.get_running_loop()
+
+    async def infer(request: InferenceRequest):
+        return await rig.versions[request.model_name].infer(request)
+
+    caller = EngineCaller(infer, loop)
+    futures = await asyncio.to_thread(
+        lambda: [caller.submit(request(m, 1), p) for m, p in steps.items()]
+    )
+    return [asyncio.wrap_future(f) for f in futures]
+
+
+@pytest.mark.parametrize(
+    ("steps", "order"),
+    [
+        # the scheduler alone would start "a" (tie, key order): the longer chain goes first
+        ({"a": 1, "b": 2}, ["z:1", "b:1", "a:1"]),
+        ({"a": 1, "b": 1}, ["z:1", "a:1", "b:1"]),
+        # a plain request the scheduler picked keeps its slot: precedence orders steps only
+        ({"a": 0, "b": 2}, ["z:1", "a:1", "b:1"]),
+    ],
+)
+async def test_the_pipeline_step_with_the_longest_chain_starts_first(
+    make_rig, steps: dict[str, int], order: list[str]
+) -> None:
+    rig = make_rig("priority", 1, [config("a"), config("b"), config("z")])
+    busy = rig.infer("z", 1)
+    await rig.wait_running(1)
+    waiting = await pipeline_steps(rig, steps)
+    await settle()
+    for _ in range(3):
+        rig.gate.release()
+    await asyncio.gather(busy, *waiting)
+    assert rig.log == order
+    assert all(v.precedence == 0 for v in rig.versions.values())  # nothing queued any more
+
+
+async def test_a_step_swaps_in_only_where_the_scheduler_could_have_picked_it(make_rig) -> None:
+    # "b" holds rate-limiter tokens: the dispatcher leaves those decisions to the scheduler
+    limited = ModelConfig.model_validate(
+        {
+            **config("b").model_dump(exclude_unset=True),
+            "instance_group": [
+                {"count": 1, "rate_limiter": {"resources": [{"name": "r", "count": 1}]}}
+            ],
+        }
+    )
+    rig = make_rig("priority", 1, [config("a"), limited, config("z")])
+    busy = rig.infer("z", 1)
+    await rig.wait_running(1)
+    waiting = await pipeline_steps(rig, {"a": 1, "b": 2})
+    await settle()
+    for _ in range(3):
+        rig.gate.release()
+    await asyncio.gather(busy, *waiting)
+    assert rig.log == ["z:1", "a:1", "b:1"]

@@ -46,3 +46,25 @@ def test_a_clear_error_when_eviction_cannot_make_room() -> None:
 def test_rss_and_trim() -> None:
     assert rss_bytes() > 0
     assert isinstance(release_free_memory(), bool)
+
+
+def test_rss_counts_child_processes() -> None:
+    """Worker processes hold model memory too; they are found without scanning every
+    process of the machine (memory._descendants)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from inferplex.lifecycle.memory import _descendants
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        assert child.pid in _descendants()
+        assert set(_descendants()) == {p.pid for p in psutil.Process().children(recursive=True)}
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(30)

@@ -1,5 +1,5 @@
-"""The server's side of one handler worker process: starting it, talking to it with
-deadlines, telling how it ended, and replacing it."""
+"""The server's side of one worker process (a Python model's handler, or an isolated model's
+backend): starting it, talking to it with deadlines, telling how it ended, and replacing it."""
 
 from __future__ import annotations
 
@@ -43,6 +43,11 @@ class WorkerProcess:
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
         self._ready = False
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of the running worker; None while none is started."""
+        return None if self._process is None else self._process.pid
 
     def start(self) -> None:
         """Start a worker and send it the model to load; ``wait_ready`` waits for it."""
