@@ -312,6 +312,10 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
 
 class _Cycle:
     """ASGI ``receive`` and ``send`` for one request."""
@@ -493,5 +497,12 @@ class HttpServer:
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
             connection.close()
+        # A TLS connection's close waits for the peer's close_notify; a peer that never sends
+        # it must hold neither this stop nor the event loop's close: abort what is left.
+        deadline = self.loop.time() + TLS_SHUTDOWN_TIMEOUT_S
+        while self.connections and self.loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self.connections):
+            connection.abort()
         if self._server is not None:
             await self._server.wait_closed()

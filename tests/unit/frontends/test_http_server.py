@@ -246,3 +246,52 @@ async def test_stop_finishes_requests_in_flight_and_refuses_new_connections(
     status, headers, _ = split(await slow)
     await stopping
     assert status == 200 and headers[b"connection"] == b"close"
+
+
+def test_a_tls_peer_that_never_closes_holds_neither_stop_nor_the_loop_s_close(
+    tmp_path: Any,
+) -> None:
+    """A TLS close waits for the peer's close_notify. With a client that keeps its socket open
+    and never reads, the server's stop must still end, and so must closing the event loop
+    (uvloop's close runs the loop until every handle is closed)."""
+    import ssl
+    import threading
+
+    import uvloop
+
+    from inferplex.security.tls import server_ssl_context
+    from tests.support.certs import make_certificates
+
+    certs = make_certificates(tmp_path)
+    client = ssl.create_default_context(cafile=str(certs.ca))
+    held: list[socket.socket] = []
+
+    def request_and_hold(port: int) -> bytes:
+        tls = client.wrap_socket(socket.create_connection((HOST, port)), server_hostname=HOST)
+        held.append(tls)
+        tls.sendall(post("/a", b"x"))
+        return tls.recv(4096)
+
+    async def serve_one_request() -> None:
+        sock = socket.socket()
+        sock.bind((HOST, 0))
+        sock.listen(4)
+        sock.setblocking(False)
+        tls = server_ssl_context(certs.server_cert, certs.server_key, None)
+        server = HttpServer(EchoApp(), max_body_bytes=1000, ssl_context=tls)
+        await server.start(sock)
+        answer = await asyncio.to_thread(request_and_hold, sock.getsockname()[1])
+        assert answer.startswith(b"HTTP/1.1 200")
+        await asyncio.wait_for(server.stop(30.0), 10)
+        assert not server.connections
+
+    loop = uvloop.new_event_loop()
+    try:
+        loop.run_until_complete(serve_one_request())
+        closing = threading.Thread(target=loop.close, daemon=True)
+        closing.start()
+        closing.join(10)
+        assert not closing.is_alive(), "the event loop's close hangs on a TLS connection"
+    finally:
+        for sock in held:
+            sock.close()
