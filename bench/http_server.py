@@ -187,7 +187,7 @@ def main() -> None:
         config = modelgen.model_config(
             path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
         )
-        modelgen.write_config(repo, config)
+        modelgen.write_config(path.parent.parent, config)
         children = [Child(kind, repo) for kind in SERVERS]
         try:
             import uvloop

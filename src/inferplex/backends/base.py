@@ -45,8 +45,8 @@ class InstanceSpec:
 class Backend(abc.ABC):
     """One loaded instance of one model version.
 
-    ``execute`` is called from the instance's dedicated worker thread, never from the event
-    loop, and never concurrently on the same object.
+    ``execute`` is called from the instance's dedicated worker thread, never concurrently on
+    the same object; on the event loop only where ``runs_inline`` says it may be.
     """
 
     #: names accepted in config ``backend`` (first is canonical) and ``platform``
@@ -57,6 +57,9 @@ class Backend(abc.ABC):
     #: a backend that only waits on other served models (through ``InstanceSpec.caller``)
     #: takes no compute slot of the scheduler: holding one while waiting could deadlock
     composite: bool = False
+    #: ``execute`` may run on the event loop when its measured time is tiny (the server's
+    #: ``inline_execution_us``): it computes in this process and never blocks on anything else
+    runs_inline: bool = False
 
     @abc.abstractmethod
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:

@@ -65,6 +65,8 @@ class OnnxRuntimeBackend(Backend):
             logger.warning(
                 "model '%s': intra-op threads keep the server's priority: %s", config.name, reason
             )
+        # on the CPU a run is plain computation; a GPU run also waits on the device
+        self.runs_inline = self._session.get_providers() == ["CPUExecutionProvider"]
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }

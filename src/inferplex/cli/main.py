@@ -58,6 +58,11 @@ def main() -> None:
 )
 @click.option("--max-concurrent-batches", type=int, help="Batches running at once (0 = cores).")
 @click.option(
+    "--inline-execution-us",
+    type=float,
+    help="Batches measured under this many µs run on the event loop (0 = never).",
+)
+@click.option(
     "--drain-delay-s", type=float, help="On SIGTERM, seconds to serve with readiness false."
 )
 @click.option("--cache-size", type=int, help="Response cache size in bytes (0 = off).")

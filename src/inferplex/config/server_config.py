@@ -41,6 +41,14 @@ class ServerConfig(BaseSettings):
     max_grpc_message_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="gRPC receive/send message size limit"
     )
+    inline_execution_us: float = Field(
+        default=40.0,
+        ge=0,
+        description="a batch whose measured execution time is at most this many microseconds "
+        "runs on the event loop instead of handing it to the instance's thread (a hand-over "
+        "and back costs more than such a batch; CPU ONNX Runtime models with fixed shapes "
+        "only); 0 = always hand over",
+    )
     intra_op_threads: int = Field(
         default=0,
         ge=0,

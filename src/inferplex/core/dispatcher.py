@@ -33,8 +33,13 @@ STEP_PRECEDENCE: ContextVar[int] = ContextVar("inferplex_step_precedence", defau
 
 
 class Dispatcher:
-    def __init__(self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop, inline_execution_s: float = 0.0
+    ) -> None:
         self.scheduler = scheduler
+        #: batches measured to run within this many seconds may run on the event loop
+        #: (``ModelVersion.launch``)
+        self.inline_execution_s = inline_execution_s
         self._loop = loop
         self._versions: dict[str, ModelVersion] = {}
         self._policies: dict[str, ModelPolicy] = {}

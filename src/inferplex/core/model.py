@@ -108,6 +108,15 @@ class ModelVersion:
             for i, backend in enumerate(backends)
         ]
         self.idle = list(self.instances)
+        #: batches may run on the event loop (``launch``): every instance can, the inputs have
+        #: fixed shapes (so the time per batch size is stable) and the model keeps the
+        #: server's priority
+        self._inline = (
+            bool(backends)
+            and all(b.runs_inline for b in backends)
+            and config.scheduling.nice == 0
+            and all(-1 not in tensor.dims for tensor in config.input)
+        )
         self._instances_made = len(self.instances)
         # instance count changes: instances still to take out of service as their batch ends
         self._retire_wanted = 0
@@ -219,11 +228,22 @@ class ModelVersion:
 
     # -- batches: called by the dispatcher -------------------------------------------------------
     def launch(self, batch: Batch, ticket: Ticket | None) -> None:
-        """Run ``batch`` on an idle instance (the dispatcher checked there is one)."""
+        """Run ``batch`` on an idle instance (the dispatcher checked there is one): on the
+        event loop when it is measured to take less than the hand-over to the instance's
+        thread and back, else in that thread."""
         instance = self.idle.pop()
-        instance.run((batch, ticket, instance))
+        if self._runs_inline(batch.rows):
+            instance.run_inline((batch, ticket, instance))
+        else:
+            instance.run((batch, ticket, instance))
         if not self.queue.pending_requests:
             self.precedence = 0
+
+    def _runs_inline(self, rows: int) -> bool:
+        if not self._inline:
+            return False
+        estimate = self.estimator.estimate(rows)
+        return estimate is not None and estimate <= self._dispatcher.inline_execution_s
 
     def _run(self, backend: Backend, job: _Job) -> _Result:
         """Runs in the instance's worker thread: concatenate, execute, split. Everything here
