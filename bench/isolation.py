@@ -25,11 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager as ContextManager
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import numpy as np
 import psutil
 
 from bench import payloads
+from bench.lifecycle import server
 from bench.loadgen import Measurement
 from bench.overhead import (
     Case,
@@ -50,7 +50,7 @@ from bench.overhead import (
 )
 from bench.serving import machine_state, write_results
 from inferplex import modelgen
-from tests.support.process import HOST, RunningServer, start_server
+from tests.support.process import HOST, RunningServer
 
 MIB = 1 << 20
 ISOLATED = {"key": "isolation", "value": {"string_value": "process"}}
@@ -98,16 +98,9 @@ def add_copy(repo: Path, source: str, name: str, config: dict[str, Any], isolate
     modelgen.write_config(repo / name, fields)
 
 
-@contextmanager
-def served(repo: Path, log: Path) -> Iterator[RunningServer]:
-    env = {"INFERPLEX_MODEL_CONTROL_MODE": "explicit", "INFERPLEX_LOG_LEVEL": "warning"}
-    running = start_server(repo, log, env=env)
-    try:
-        yield running
-    finally:
-        code = running.stop()
-        if code != 0:
-            print(f"server exited with {code}:\n{running.log()[-3000:]}", file=sys.stderr)
+def explicit_server(repo: Path, log: Path) -> ContextManager[RunningServer]:
+    """The real server with nothing loaded at start (each part loads what it measures)."""
+    return server(repo, log, model_control_mode="explicit")
 
 
 def post(running: RunningServer, path: str, body: bytes = b"{}") -> dict[str, Any]:
@@ -139,7 +132,8 @@ def memory(work: Path, cycles: int) -> dict[str, Any]:
     rows: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     with ExitStack() as stack:
         servers = {
-            mode: stack.enter_context(served(repo, work / f"memory-{mode}.log")) for mode in modes
+            mode: stack.enter_context(explicit_server(repo, work / f"memory-{mode}.log"))
+            for mode in modes
         }
         start = {mode: tree_rss(s.process.pid) for mode, s in servers.items()}
         for _ in range(cycles):
@@ -215,7 +209,7 @@ def overhead(work: Path, rounds: int, timing: Timing) -> dict[str, Any]:
         modelgen.write_config(repo / model, config)
         add_copy(repo, model, f"{model}_isolated", config, isolated=True)
     print(f"\n2. per-request overhead, HTTP binary, {rounds} interleaved round(s)")
-    with served(repo, work / "overhead.log") as running:
+    with explicit_server(repo, work / "overhead.log") as running:
         for model in ("add_sub", "add_sub_isolated", "small_cnn", "small_cnn_isolated"):
             post(running, f"/v2/repository/models/{model}/load")
         results = uvloop.run(run_rounds(overhead_cases(running, cnn), rounds, timing))
