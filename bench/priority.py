@@ -12,8 +12,11 @@ alone (a burst while ``high`` is idle):
 
 - ``priority``: each model 2 instances x 1 intra-op thread, slots = cores (the default
   ``--max-concurrent-batches``), ``--scheduling-policy priority`` with ``scheduling { weight: 8 }``
-  for ``high`` and 1 for ``low``;
-- ``round_robin``: the same with ``--scheduling-policy round_robin``;
+  for ``high`` and ``scheduling { weight: 1 nice: 10 }`` for ``low``: what the README tells
+  users to configure for a background model that floods the server (the policy decides which
+  batch starts; once both models' batches run, ``nice`` decides who gets the contended cores);
+- ``priority-nice0``: the same without ``nice`` (the policy alone);
+- ``round_robin``: ``priority-nice0`` with ``--scheduling-policy round_robin``;
 - ``pooled-threads``: ``priority`` again, but each model 1 instance with 2 threads (every
   execution may use every core: the server's default threads for one instance);
 - ``static``: a static split, each model 1 instance with 1 thread and no shared limit
@@ -39,6 +42,8 @@ from bench.serving import Layout, machine_state, serve, write_results
 
 HIGH, LOW = "high", "low"
 HIGH_WEIGHT = 8
+#: ``scheduling { nice }`` of the background model where a setup configures it
+LOW_NICE = 10
 
 
 @dataclass(frozen=True)
@@ -49,11 +54,13 @@ class Setup:
     instances: int
     threads: int
     slots: int = 0  # --max-concurrent-batches; 0: the server's default (cores)
+    low_nice: int = 0  # scheduling { nice } of the low model
 
     def layouts(self) -> dict[str, Layout]:
+        low = {"weight": 1, "nice": self.low_nice} if self.low_nice else {"weight": 1}
         return {
-            name: Layout(8, {}, self.instances, self.threads, {"weight": weight})
-            for name, weight in ((HIGH, HIGH_WEIGHT), (LOW, 1))
+            HIGH: Layout(8, {}, self.instances, self.threads, {"weight": HIGH_WEIGHT}),
+            LOW: Layout(8, {}, self.instances, self.threads, low),
         }
 
     def env(self) -> dict[str, str]:
@@ -64,13 +71,15 @@ class Setup:
 
     def describe(self) -> str:
         slots = f"{self.slots} slots" if self.slots else "slots = cores"
-        return f"{self.instances} inst x {self.threads} thr, {slots}, {self.policy}"
+        nice = f", {LOW} nice {self.low_nice}" if self.low_nice else ""
+        return f"{self.instances} inst x {self.threads} thr, {slots}, {self.policy}{nice}"
 
 
 SETUPS = {
-    "priority": Setup("priority", 2, 1),
+    "priority": Setup("priority", 2, 1, low_nice=LOW_NICE),
+    "priority-nice0": Setup("priority", 2, 1),
     "round_robin": Setup("round_robin", 2, 1),
-    "pooled-threads": Setup("priority", 1, 2),
+    "pooled-threads": Setup("priority", 1, 2, low_nice=LOW_NICE),
     "static": Setup("priority", 1, 1, slots=64),
 }
 

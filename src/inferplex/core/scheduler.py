@@ -51,16 +51,23 @@ asks for more of a resource than its explicit total could never run and is refus
     important active model never waits behind a machine full of less important batches. With a
     single slot there is nothing to reserve without idling the whole machine, so the rule is off.
 
+    The policy only decides which batch *starts*: once batches of two models run, the operating
+    system shares the cores between their threads (and the server's own). A model that floods
+    the server beside one whose latency matters is configured with ``scheduling { nice: N }``
+    (:mod:`inferplex.threadprio`), so its running batches yield the contended cores as well.
+
 ``adaptive``
     Like ``priority``, but the effective weight of a model with a latency target
     (:attr:`ModelPolicy.slo_p99_ms`) follows its measured p99: the end-to-end latencies reported
-    to ``finish`` over a sliding window (the last 256 requests within the last 5 s). At most every
-    50 ms per model: a p99 above the target multiplies the effective weight by 1.25 (up to 16x
-    the base weight); a p99 under 70 % of the target decays it by 0.9 back toward the base
-    weight; in between it holds. Models without a target keep their base weight. Models missing
-    their target also get the slot reservation: while a recently active model misses its
-    target, every model that is not missing its own, whatever its weight, counts as lower, so a
-    slot stays free for the models in trouble.
+    to ``finish`` over a sliding window (the last 256 requests within the last 5 s). The policy
+    aims at 90 % of the target, not the target itself: the window's p99 trails the latencies
+    now, and a p99 that only reacts once over the target spends the time it takes to come back
+    down above it. At most every 50 ms per model: a p99 above the aim multiplies the effective
+    weight by 1.25 (up to 16x the base weight); a p99 under 70 % of the target decays it by 0.9
+    back toward the base weight; in between it holds. Models without a target keep their base
+    weight. Models above their aim (*missing* it) also get the slot reservation: while a
+    recently active model misses its aim, every model that is not missing its own, whatever its
+    weight, counts as lower, so a slot stays free for the models in trouble.
 
 Ties (equal virtual times) go to Triton's rate-limiter rule: the smaller
 ``executions x max(resource_priority, 1)``, so a ``resource_priority`` of 2 gets half the
@@ -87,7 +94,9 @@ LATENCY_WINDOW = 256
 LATENCY_HORIZON_S = 5.0
 #: adaptive: seconds between two weight adjustments of one model
 ADJUST_INTERVAL_S = 0.05
-#: adaptive: effective weight x RAISE while missing the target, bounded by MAX_BOOST x base
+#: adaptive: the p99 the policy steers to, as a fraction of the target (headroom for the lag)
+AIM = 0.9
+#: adaptive: effective weight x RAISE while above the aim, bounded by MAX_BOOST x base
 RAISE = 1.25
 MAX_BOOST = 16.0
 #: adaptive: below WELL_UNDER x target the boost decays by DECAY per adjustment, down to 1
@@ -147,7 +156,7 @@ class _ModelState:
         self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.latency_times: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.boost = 1.0  # adaptive: effective weight / base weight
-        self.missing = False  # adaptive: p99 above the target at the last adjustment
+        self.missing = False  # adaptive: p99 above the aim at the last adjustment
         self.last_adjust = -math.inf
         self.configure(policy, needs)
 
@@ -505,7 +514,7 @@ class Scheduler:
         if p99 is None:
             return
         state.last_adjust = now
-        state.missing = p99 > target
+        state.missing = p99 > AIM * target
         if state.missing:
             state.set_boost(min(state.boost * RAISE, MAX_BOOST))
         elif p99 < WELL_UNDER * target:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplex.core.scheduler import MAX_BOOST, ModelPolicy, Policy, Scheduler, Ticket
+from inferplex.core.scheduler import AIM, MAX_BOOST, ModelPolicy, Policy, Scheduler, Ticket
 from inferplex.errors import ConfigError
 
 
@@ -239,6 +239,21 @@ def test_adaptive_raises_the_share_of_a_model_missing_its_target_then_decays_bac
     assert before["slo"]["effective_weight"] == 1.0
     simulate(sched, costs, 17.0, start=14.0, latency=fast.__getitem__)
     assert shares(before, sched.snapshot())["slo"] == pytest.approx(1 / 3, abs=0.02)
+
+
+def test_adaptive_steers_to_headroom_under_the_target() -> None:
+    target_ms = 10.0
+    sched = scheduler("adaptive", 2, slo=ModelPolicy(slo_p99_ms=target_ms), other=1.0)
+    near = (AIM + (1 - AIM) / 2) * target_ms / 1000  # under the target, above the aim
+    sched.finish(sched.start("slo", 0.0), 0.1, [near])
+    assert sched.snapshot()["slo"]["effective_weight"] > 1.0
+    sched.note_arrival("slo", 0.1)
+    sched.start("other", 0.1)
+    assert sched.pick(["other"], 0.2) is None  # above the aim: the reservation holds a slot
+
+    calm = scheduler("adaptive", 2, slo=ModelPolicy(slo_p99_ms=target_ms), other=1.0)
+    calm.finish(calm.start("slo", 0.0), 0.1, [0.99 * AIM * target_ms / 1000])
+    assert calm.snapshot()["slo"]["effective_weight"] == 1.0
 
 
 def test_priority_policy_ignores_latency_targets() -> None:
