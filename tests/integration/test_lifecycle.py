@@ -26,6 +26,7 @@ from inferplex.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
 )
+from inferplex.repository.local import fingerprint
 from tests.support.lifecycle import (
     add_model,
     add_sub_config,
@@ -221,6 +222,8 @@ async def test_unknown_and_broken_models(tmp_path: Path) -> None:
             await engine.load_model("broken", {})
         state, reason = index(engine)[("broken", "")]
         assert state == "UNAVAILABLE" and reason
+        # recorded although the read failed: poll mode tries it again only when it changes
+        assert engine.registry.entry("broken").fingerprint == fingerprint(tmp_path / "broken")
 
 
 # -- warm-up ------------------------------------------------------------------------------------

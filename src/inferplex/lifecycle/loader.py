@@ -135,14 +135,14 @@ class ModelLoader:
         try:
             # a model that failed is tried again when its files change; poll mode compares
             # the repository's folder, also for a model loaded from file overrides
-            entry.fingerprint = await self._background.run(
-                fingerprint, self.repository / entry.name
+            entry.fingerprint, read = await self._background.run(
+                _read, model_dir, self.repository / entry.name, self._intra_op_threads, override
             )
-            plan, facts, warmup = await self._background.run(
-                _read, model_dir, self._intra_op_threads, override
-            )
+            if isinstance(read, Exception):
+                raise read
         except Exception as exc:
             raise self._failed(entry, first, _describe(exc)) from None
+        plan, facts, warmup = read
         if first:
             entry.config = plan.config
         same = (
@@ -216,11 +216,13 @@ class ModelLoader:
         assert dispatcher is not None, "attach() comes first"
         path = plan.version_files[version]
         specs = _specs(plan, entry.instance_count)
-        # RSS sums the worker processes too: milliseconds of /proc reading, off the loop
-        before = await self._background.run(rss_bytes)
         gpu_before = self.gpu.before(specs)
-        # at the server's priority: the intra-op threads made here inherit it (background.py)
-        backends = await asyncio.to_thread(_create_backends, plan, path, specs, self._caller)
+        # at the server's priority: the intra-op threads made here inherit it (background.py).
+        # One trip to a thread: beside busy serving, each trip costs the event loop a forced
+        # GIL hand-over (bench/lifecycle.py, docs/lifecycle.md)
+        before, backends, after = await asyncio.to_thread(
+            _create_measured, plan, path, specs, self._caller
+        )
         key = f"{entry.name}/{version}"
         if entry.generation > 1:
             key += f"@{entry.generation}"
@@ -236,7 +238,9 @@ class ModelLoader:
             await self._retire([served])
             raise
         self.gpu.measured(entry.name, version, gpu_before)
-        return served, await self._background.run(rss_bytes) - before
+        if warmup:  # its first runs allocate too
+            after = await self._background.run(rss_bytes)
+        return served, after - before
 
     def _failed(self, entry: ModelEntry, first: bool, reason: str) -> ModelLoadError:
         if first:
@@ -391,6 +395,16 @@ def _specs(plan: ModelPlan, count: int | None) -> list[InstanceSpec]:
     return (specs + [specs[-1]] * count)[:count]
 
 
+def _create_measured(
+    plan: ModelPlan, path: Path, specs: list[InstanceSpec], caller: ModelCaller | None
+) -> tuple[int, list[Backend], int]:
+    """The instances, with the process's RSS (worker processes included: /proc reading)
+    right before and after they were made."""
+    before = rss_bytes()
+    backends = _create_backends(plan, path, specs, caller)
+    return before, backends, rss_bytes()
+
+
 def _create_backends(
     plan: ModelPlan, path: Path, specs: list[InstanceSpec], caller: ModelCaller | None
 ) -> list[Backend]:
@@ -419,21 +433,29 @@ def _close_instances(instances: list[ModelInstance]) -> None:
     release_free_memory()
 
 
+_Read = tuple[ModelPlan, dict[int, tuple[str, int]], list[InferenceRequest]]
+
+
 def _read(
-    model_dir: Path, intra_op_threads: int, override: ModelConfig | None
-) -> tuple[ModelPlan, dict[int, tuple[str, int]], list[InferenceRequest]]:
-    """Everything a load reads from the repository, in one trip to a worker thread: the plan,
-    each version's fingerprint and size on disk (the least its footprint can be), and the
-    warm-up requests."""
-    plan = plan_model(model_dir, intra_op_threads, override)
-    facts = {
-        v: (
-            fingerprint(path.parent),
-            sum(p.stat().st_size for p in path.parent.rglob("*") if p.is_file()),
-        )
-        for v, path in plan.version_files.items()
-    }
-    return plan, facts, warmup_requests(plan.config, model_dir)
+    model_dir: Path, folder: Path, intra_op_threads: int, override: ModelConfig | None
+) -> tuple[str, _Read | Exception]:
+    """Everything a load reads from the repository, in one trip to a worker thread: the
+    fingerprint of the model's ``folder`` in the repository, then the plan, each version's
+    fingerprint and size on disk (the least its footprint can be) and the warm-up requests,
+    or why they could not be read (the fingerprint is kept either way)."""
+    folder_fingerprint = fingerprint(folder)
+    try:
+        plan = plan_model(model_dir, intra_op_threads, override)
+        facts = {
+            v: (
+                fingerprint(path.parent),
+                sum(p.stat().st_size for p in path.parent.rglob("*") if p.is_file()),
+            )
+            for v, path in plan.version_files.items()
+        }
+        return folder_fingerprint, (plan, facts, warmup_requests(plan.config, model_dir))
+    except Exception as exc:  # raised on the loop, after the fingerprint is recorded
+        return folder_fingerprint, exc
 
 
 def _describe(exc: BaseException) -> str:
