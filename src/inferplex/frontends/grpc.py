@@ -3,6 +3,9 @@
 Generic method handlers (no generated servicer) with each message class's own
 ``FromString`` / ``SerializeToString`` (ModelInfer: the codec's own wire functions), on the
 event loop the HTTP server runs on: the cheapest Python gRPC stack measured (DESIGN.md).
+``python -m bench.grpc_floor`` sets it beside a bare grpc.aio server; HTTP/2 window and frame
+options, ``grpc.optimization_target``, GRPC_POLL_STRATEGY=poll and the sync ``grpc.server``
+handing calls to the loop were measured side by side as well: none was cheaper (issue 2).
 Every RPC is translate -> engine -> translate; errors go through THE table in
 protocol/v2/errors.py.
 """
