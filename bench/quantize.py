@@ -6,7 +6,8 @@
 
 Four models, each optimised by the real optimiser (``inferplex.optimize.api.optimize``, default
 promotion rule), which builds the variant(s), then times them interleaved with the FP32 parent
-in one run (medians) and compares their outputs on an evaluation set:
+in one run (speedup: the median of per-round paired ratios) and compares their outputs on an
+evaluation set:
 
 - ``minilm``: the MiniLM sentence embedder (examples/export_minilm.py), dynamic INT8; 128
   sentences, batch 1 and 32; cosine similarity to the FP32 embeddings.

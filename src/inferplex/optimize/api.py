@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -42,6 +42,7 @@ from inferplex.optimize.data import (
     synthetic,
 )
 from inferplex.optimize.fp16 import convert_fp16
+from inferplex.optimize.fp32_layers import SHALLOW_CONVS
 from inferplex.optimize.graph import optimize_graph
 from inferplex.optimize.promotion import Task, Thresholds, failures, resolve_task
 from inferplex.optimize.quantize import (
@@ -53,6 +54,7 @@ from inferplex.optimize.quantize import (
     quantize_static_int8,
 )
 from inferplex.optimize.report import REPORT_STEM, CandidateReport, Report
+from inferplex.repository.local import plan_model
 
 ONNX_FILENAME = "model.onnx"
 #: rows of synthetic input made up when no data set is given
@@ -76,6 +78,7 @@ class OptimizeOptions:
     batch_size: int = 32
     rounds: int = 7
     round_s: float = 0.25
+    #: intra-op threads of every session timed; 0: as many as the server gives the model
     threads: int = 0
     #: "wall": elapsed time per call; "cpu": the calling thread's CPU time per call, which
     #: other processes on a shared machine barely disturb (needs threads=1, where ONNX Runtime
@@ -123,6 +126,7 @@ def optimize(
     options = options or OptimizeOptions()
     _check_options(options)
     parent = _find_parent(repository, model, version)
+    options = replace(options, threads=_served_threads(parent, options.threads))
     proto = onnx.load(str(parent.path), load_external_data=False)
     specs = input_specs(proto)
     calibration = _load_data(options.calibration, specs, "calibration set")
@@ -180,6 +184,8 @@ def _check_options(options: OptimizeOptions) -> None:
     for name in ("batch_size", "rounds", "calibration_batch_size"):
         if getattr(options, name) < 1:
             raise InvalidInputError(f"{name} must be at least 1, got {getattr(options, name)}")
+    if options.threads < 0:
+        raise InvalidInputError(f"threads must be 0 (as served) or more, got {options.threads}")
     if options.clock == "cpu" and options.threads != 1:
         raise InvalidInputError(
             f"clock 'cpu' needs threads 1 (got {options.threads}): with more, ONNX Runtime "
@@ -208,6 +214,15 @@ def _find_parent(repository: Path, model: str, version: int | None) -> _Parent:
     if not path.is_file():
         raise ConfigError(f"model '{model}' version {chosen} has no file '{filename}'")
     return _Parent(model_dir, chosen, path, config, versions)
+
+
+def _served_threads(parent: _Parent, wanted: int) -> int:
+    """``wanted``, or for 0 the intra-op threads the server gives each instance of the model
+    by default (its ``intra_op_thread_count`` parameter, else the cores divided among its
+    instances): the figures then hold for the model as served."""
+    if wanted:
+        return wanted
+    return plan_model(parent.model_dir).instances[0].intra_op_threads
 
 
 def _load_data(path: Path | None, specs: list[InputSpec], what: str) -> DataSet | None:
@@ -281,11 +296,13 @@ def _build(
                     "or folder) or use method 'dynamic'"
                 )
             log(f"static INT8 ({options.static_format}), calibrating on {calibration.rows} rows")
-            quantize_static_int8(
+            kept = quantize_static_int8(
                 prepared, target, calibration, options.static_format, options.calibration_batch_size
             )
             name = f"int8-static-{options.static_format}"
             reason += f"; U8 activations, S8 per-channel weights, {options.static_format}"
+            if kept:
+                reason += f"; left in FP32: {', '.join(kept)} ({SHALLOW_CONVS})"
         else:
             log("dynamic INT8")
             quantize_dynamic_int8(prepared, target)

@@ -68,7 +68,12 @@ NOT_PROMOTED = 3
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Throughput batch.")
 @click.option("--rounds", type=int, default=7, show_default=True, help="Interleaved rounds.")
 @click.option("--round-seconds", type=float, default=0.25, show_default=True)
-@click.option("--threads", type=int, default=0, help="Intra-op threads (0: ONNX Runtime's).")
+@click.option(
+    "--threads",
+    type=int,
+    default=0,
+    help="Intra-op threads of every session timed (0: as many as the server gives the model).",
+)
 @click.option(
     "--clock",
     type=click.Choice(["wall", "cpu"]),

@@ -20,6 +20,7 @@ from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, q
 
 from inferplex.errors import InvalidInputError
 from inferplex.optimize.data import CalibrationReader, DataSet
+from inferplex.optimize.fp32_layers import keep_shallow_convs_fp32
 from inferplex.optimize.graph import optimize_graph
 
 Method = Literal["dynamic", "static"]
@@ -166,10 +167,18 @@ def quantize_static_int8(
     calibration: DataSet,
     fmt: StaticFormat = "qoperator",
     batch_size: int = 16,
-) -> None:
+) -> list[str]:
     """Activations to unsigned 8-bit with ranges from the calibration set (min/max), weights
     to signed 8-bit per channel; ``fmt`` picks integer operators (QLinearConv, ...) or
-    QuantizeLinear/DequantizeLinear pairs that ONNX Runtime fuses at load."""
+    QuantizeLinear/DequantizeLinear pairs that ONNX Runtime fuses at load. Convolutions too
+    shallow for the integer kernels stay FP32 (``fp32_layers``): returns the names of the
+    nodes left in FP32."""
+    model = onnx.load(str(source))
+    kept = keep_shallow_convs_fp32(model)
+    if kept:
+        del model.graph.value_info[:]  # the rewrite made some stale
+        onnx.save(onnx.shape_inference.infer_shapes(model), str(target))
+        source = target  # the quantiser reads the whole file before it writes
     quantize_static(
         str(source),
         str(target),
@@ -178,5 +187,7 @@ def quantize_static_int8(
         activation_type=QuantType.QUInt8,
         weight_type=QuantType.QInt8,
         per_channel=True,
+        nodes_to_exclude=kept,
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
+    return kept

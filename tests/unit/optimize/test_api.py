@@ -46,6 +46,18 @@ def test_version_policy_that_would_not_serve_it_is_noted(tmp_path: Path) -> None
     assert any("does not serve version 2" in note for note in result.report.notes)
 
 
+def test_threads_default_to_what_the_server_gives_the_model(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    path = modelgen.mlp(repo, features=8, hidden=(16,))
+    config = modelgen.model_config(path, max_batch_size=2)
+    config["parameters"] = {"key": "intra_op_thread_count", "value": {"string_value": "3"}}
+    modelgen.write_config(repo / "mlp", config)
+    fast = {**FAST, "threads": 0, "clock": "wall"}
+    result = optimize(repo, "mlp", options=OptimizeOptions(thresholds=ANY_SPEED, **fast))
+    assert result.report.threads == 3
+    assert "3 threads" in result.report.to_text()
+
+
 def test_missing_model_version_and_wrong_platform(tmp_path: Path) -> None:
     repo = mlp_repo(tmp_path)
     with pytest.raises(ModelNotFoundError, match="no model 'other'"):
@@ -64,6 +76,8 @@ def test_bad_options_and_outputs(tmp_path: Path) -> None:
         optimize(repo, "mlp", options=OptimizeOptions(int8=False))
     with pytest.raises(InvalidInputError, match="clock 'cpu' needs threads 1"):
         optimize(repo, "mlp", options=OptimizeOptions(clock="cpu", threads=2))
+    with pytest.raises(InvalidInputError, match=r"threads must be 0 \(as served\) or more"):
+        optimize(repo, "mlp", options=OptimizeOptions(threads=-1))
     with pytest.raises(InvalidInputError, match="rounds must be at least 1"):
         optimize(repo, "mlp", options=OptimizeOptions(rounds=0))
     with pytest.raises(InvalidInputError, match=r"output 'nope' .* expected one of \['logits'\]"):

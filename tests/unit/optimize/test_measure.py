@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from inferplex.optimize.measure import agreement, time_interleaved
+from inferplex.optimize.measure import Timing, agreement, speedup, time_interleaved
 
 
 class FakeClock:
@@ -40,6 +40,29 @@ def test_interleaved_rounds_alternate_and_give_medians() -> None:
     assert result["b"].items_per_s == pytest.approx(200)
     assert result["a"].calls == 12
     assert result["a"].spread == pytest.approx(0.0)
+
+
+def rounds_of(*medians_ms: float) -> Timing:
+    medians = tuple(ms / 1e3 for ms in medians_ms)
+    return Timing(32, float(np.median(medians)), max(medians), len(medians), medians)
+
+
+def test_speedup_pairs_the_rounds() -> None:
+    # round 2 ran on a slowed machine for both sides; round 3 only for the candidate
+    parent = rounds_of(10.0, 40.0, 10.0, 10.0, 10.0)
+    candidate = rounds_of(5.0, 20.0, 20.0, 4.0, 5.0)
+    assert speedup(parent, candidate) == pytest.approx(2.0)
+    assert parent.median_s / candidate.median_s == pytest.approx(2.0)
+    # unpaired medians would be misled by a slow spell that hit one side more often
+    slow_parent = rounds_of(10.0, 10.0, 30.0, 30.0, 30.0)
+    slow_candidate = rounds_of(5.0, 5.0, 15.0, 15.0, 5.0)
+    assert speedup(slow_parent, slow_candidate) == pytest.approx(2.0)
+    assert slow_parent.median_s / slow_candidate.median_s == pytest.approx(6.0)
+
+
+def test_speedup_needs_the_same_rounds() -> None:
+    with pytest.raises(ValueError, match="same rounds"):
+        speedup(rounds_of(1.0, 1.0), rounds_of(1.0, 1.0, 1.0))
 
 
 def test_agreement_of_classifier_outputs() -> None:

@@ -8,7 +8,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from inferplex import modelgen
 from inferplex.errors import InvalidInputError
-from inferplex.optimize.quantize import choose_method, gemm_to_matmul, weighted_ops
+from inferplex.optimize.quantize import (
+    choose_method,
+    gemm_to_matmul,
+    match_annotations,
+    preprocess,
+    weighted_ops,
+)
 
 
 def test_convolution_graph_gets_static(tmp_path: Path) -> None:
@@ -42,6 +48,19 @@ def test_graph_without_weights_is_a_clear_error(tmp_path: Path) -> None:
     model = onnx.load(str(modelgen.add_sub(tmp_path)))
     with pytest.raises(InvalidInputError, match="nothing for INT8 to speed up"):
         choose_method(model)
+
+
+def test_annotations_of_the_preprocessing_are_dropped(tmp_path: Path) -> None:
+    parent_path = modelgen.small_cnn(tmp_path, image_size=16, widths=(4, 8))
+    prepared = tmp_path / "prepared.onnx"
+    preprocess(parent_path, prepared)
+    annotations = list(onnx.load(str(prepared)).graph.value_info)
+    assert len(annotations) > 1
+    parent = onnx.load(str(parent_path))
+    parent.graph.value_info.append(annotations[0])  # one the parent has too: kept
+    assert match_annotations(prepared, parent) == len(annotations) - 1
+    assert list(onnx.load(str(prepared)).graph.value_info) == annotations[:1]
+    assert match_annotations(prepared, parent) == 0
 
 
 @pytest.mark.parametrize("trans_b", [0, 1])
