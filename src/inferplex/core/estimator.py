@@ -14,11 +14,19 @@ class ExecutionEstimator:
             raise ValueError("smoothing must be in (0, 1]")
         self._smoothing = smoothing
         self._means: dict[int, float] = {}
+        self._provisional: set[int] = set()  # sizes seen once: their mean is that one run
         self._line: tuple[float, float] | None = None  # (fixed seconds, seconds per row)
 
     def observe(self, rows: int, seconds: float) -> None:
         mean = self._means.get(rows)
-        self._means[rows] = seconds if mean is None else mean + self._smoothing * (seconds - mean)
+        if mean is None or rows in self._provisional:
+            # a size's first run pays one-time costs (allocation, kernel choice): often many
+            # times a usual run, it would hold the mean up for dozens of batches, so the
+            # second run replaces it instead of blending with it
+            self._provisional.symmetric_difference_update((rows,))
+            self._means[rows] = seconds
+        else:
+            self._means[rows] = mean + self._smoothing * (seconds - mean)
         self._line = None
 
     def estimate(self, rows: int) -> float | None:
