@@ -50,7 +50,7 @@ def failures(
         if ratio < thresholds.min_speedup:
             slower = "slower than" if ratio < 1 else "not enough faster than"
             reasons.append(
-                f"{slower} FP32 at batch {batch}: {ratio:.2f}x the speed "
+                f"{slower} FP32 at batch {batch}: {ratio:.3f}x the speed "
                 f"({candidate.median_s * 1e3:.3f} ms vs {parent.median_s * 1e3:.3f} ms; "
                 f"needed >= {thresholds.min_speedup:.2f}x)"
             )

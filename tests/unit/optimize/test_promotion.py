@@ -26,7 +26,7 @@ def test_slower_at_any_batch_size_is_not_promoted() -> None:
     timings = {1: (timing(1, 1.0), timing(1, 1.25)), 32: FAST[32]}
     reasons = failures(timings, agreement(), "embedding", Thresholds())
     assert len(reasons) == 1
-    assert reasons[0].startswith("slower than FP32 at batch 1: 0.80x")
+    assert reasons[0].startswith("slower than FP32 at batch 1: 0.800x")
 
 
 def test_speed_threshold_is_settable() -> None:
@@ -70,3 +70,9 @@ def test_embedder_needs_cosine() -> None:
 )
 def test_task_resolution(task: str, labels: bool, expected: str) -> None:
     assert resolve_task(task, labels) == expected  # type: ignore[arg-type]
+
+
+def test_a_ratio_just_under_the_threshold_does_not_print_as_the_threshold() -> None:
+    timings = {1: (timing(1, 1.0), timing(1, 1.005))}
+    reasons = failures(timings, agreement(), "embedding", Thresholds())
+    assert "0.995x the speed" in reasons[0] and "needed >= 1.00x" in reasons[0]
