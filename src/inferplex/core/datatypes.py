@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,30 @@ def element_count(shape: tuple[int, ...] | list[int]) -> int:
     for dim in shape:
         count *= dim
     return count
+
+
+def reshape_input(array: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``array`` in ``shape``; InvalidInputError naming the input when it does not fit."""
+    try:
+        return array.reshape(shape)
+    except ValueError as exc:
+        raise unusable_shape(name, shape, exc) from None
+
+
+def unusable_shape(name: str, shape: tuple[int, ...], exc: ValueError) -> InvalidInputError:
+    return InvalidInputError(f"input '{name}': shape {list(shape)} is not usable: {exc}")
+
+
+def view_input(
+    buffer: Any, dtype: np.dtype, shape: tuple[int, ...], name: str, offset: int = 0
+) -> np.ndarray:
+    """A read-only view of ``buffer`` from ``offset`` in ``shape`` (its size was checked);
+    InvalidInputError naming the input when numpy cannot make the shape (e.g. dims whose
+    product overflows beside a zero dim)."""
+    try:
+        return np.ndarray(shape, dtype, buffer, offset)
+    except ValueError as exc:
+        raise unusable_shape(name, shape, exc) from None
 
 
 _LENGTH = struct.Struct("<I")

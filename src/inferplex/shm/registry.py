@@ -31,7 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.core.datatypes import V2_TO_NUMPY, deserialize_bytes, serialize_bytes
+from inferplex.core.datatypes import (
+    V2_TO_NUMPY,
+    deserialize_bytes,
+    reshape_input,
+    serialize_bytes,
+)
 from inferplex.errors import (
     InvalidInputError,
     PermissionDeniedError,
@@ -156,9 +161,8 @@ class SharedMemoryRegistry:
         count = prod(shape)
         if datatype == "BYTES":
             with memoryview(region.buffer) as view:
-                return deserialize_bytes(view[start : start + byte_size], count, name).reshape(
-                    shape
-                )
+                elements = deserialize_bytes(view[start : start + byte_size], count, name)
+                return reshape_input(elements, shape, name)
         dtype = V2_TO_NUMPY[datatype]
         expected = count * dtype.itemsize
         if byte_size != expected:
@@ -167,7 +171,7 @@ class SharedMemoryRegistry:
                 f"needs {expected} bytes"
             )
         if not count:
-            return np.empty(shape, dtype)
+            return reshape_input(np.empty(0, dtype), shape, name)
         # frombuffer holds an export of the mapping, so unregistering cannot unmap it while
         # the tensor is in use (an ndarray made with buffer= would not)
         array = np.frombuffer(region.buffer, dtype, count, start).reshape(shape)

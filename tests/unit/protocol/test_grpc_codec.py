@@ -523,3 +523,15 @@ def test_repository_index() -> None:
         ("add_sub", "1", "READY", ""),
         ("broken", "", "UNAVAILABLE", "bad dims"),
     ]
+
+
+# found by the fuzz test: no elements, but dims whose product numpy cannot represent
+HUGE_EMPTY = (0, 6340, 11884951, 122406104)
+
+
+@pytest.mark.parametrize("datatype", ["UINT16", "BYTES"])
+@pytest.mark.parametrize("raw", [False, True], ids=["typed", "raw"])
+def test_an_empty_shape_too_big_for_numpy_is_an_input_error(datatype: str, raw: bool) -> None:
+    msg = request(tensor("IN", datatype, HUGE_EMPTY), raw=[b""] if raw else None)
+    message = bad(msg)
+    assert "input 'IN'" in message and "is not usable" in message

@@ -199,3 +199,11 @@ def test_unregistering_keeps_views_in_use_valid(registry: SharedMemoryRegistry, 
 def test_codecs_without_a_registry_refuse_shared_memory() -> None:
     with pytest.raises(UnsupportedError, match="shared-memory tensors are not available"):
         require(None)
+
+
+def test_an_empty_shape_too_big_for_numpy_names_the_input(
+    registry: SharedMemoryRegistry, block
+) -> None:
+    registry.register("r", key(block), 0, block.size)
+    with pytest.raises(InvalidInputError, match=r"input 'IN': shape .* is not usable"):
+        registry.read_input("IN", ref("r", 0), "FP32", (0, 6340, 11884951, 122406104))

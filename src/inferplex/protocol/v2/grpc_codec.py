@@ -22,8 +22,10 @@ from inferplex.core.datatypes import (
     V2_TO_NUMPY,
     deserialize_bytes,
     element_count,
+    reshape_input,
     serialize_bytes,
     to_bytes_elements,
+    view_input,
 )
 from inferplex.core.types import (
     InferenceRequest,
@@ -169,7 +171,7 @@ def _decode_raw(
 ) -> np.ndarray:
     count = prod(shape)
     if datatype == "BYTES":
-        return deserialize_bytes(buffer, count, name).reshape(shape)
+        return reshape_input(deserialize_bytes(buffer, count, name), shape, name)
     expected = count * dtype.itemsize
     if len(buffer) != expected:
         raise InvalidInputError(
@@ -178,7 +180,7 @@ def _decode_raw(
             f"{list(shape)})"
         )
     # A read-only view of the message's bytes: no copy on the hot path.
-    return np.ndarray(shape, dtype, buffer)
+    return view_input(buffer, dtype, shape, name)
 
 
 def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -195,7 +197,7 @@ def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...
     if datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
         array[:] = list(values)
-        return array.reshape(shape)
+        return reshape_input(array, shape, name)
     array = np.fromiter(values, dtype=wire_dtype, count=count)
     target = V2_TO_NUMPY[datatype]
     if target != wire_dtype:
@@ -206,7 +208,7 @@ def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...
                 f"[{info.min}, {info.max}]"
             )
         array = array.astype(target)
-    return array.reshape(shape)
+    return reshape_input(array, shape, name)
 
 
 def _count_message(

@@ -22,15 +22,19 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inferplex.core.datatypes import V2_TO_NUMPY, deserialize_bytes, serialize_bytes
+from inferplex.core.datatypes import (
+    V2_TO_NUMPY,
+    deserialize_bytes,
+    reshape_input,
+    serialize_bytes,
+    view_input,
+)
 from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.v2.rest_json import (
     array_from_json,
     json_type,
-    reshape_input,
     strings_to_json,
-    unusable_shape,
 )
 from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
 
@@ -212,11 +216,8 @@ def _binary_array(
     if datatype == "BYTES":
         array = deserialize_bytes(memoryview(body)[offset:end], prod(shape), name)
         return reshape_input(array, shape, name)
-    try:
-        # a read-only view into the body, like np.frombuffer, built in one call
-        return np.ndarray(shape, V2_TO_NUMPY[datatype], body, offset)
-    except ValueError as exc:
-        raise unusable_shape(name, shape, exc) from None
+    # a read-only view into the body, like np.frombuffer, built in one call
+    return view_input(body, V2_TO_NUMPY[datatype], shape, name, offset)
 
 
 def _decode_input(

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.core.datatypes import V2_TO_NUMPY
+from inferplex.core.datatypes import V2_TO_NUMPY, reshape_input
 from inferplex.errors import InvalidInputError
 
 #: Closed ranges a JSON number must fall into for each datatype that can overflow on the cast.
@@ -38,18 +38,6 @@ _KIND_NAMES = {
     "U": "strings",
     "O": "mixed or non-numeric values",
 }
-
-
-def reshape_input(array: np.ndarray, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """``array`` in ``shape``; InvalidInputError naming the input when it does not fit."""
-    try:
-        return array.reshape(shape)
-    except ValueError as exc:
-        raise unusable_shape(name, shape, exc) from None
-
-
-def unusable_shape(name: str, shape: tuple[int, ...], exc: ValueError) -> InvalidInputError:
-    return InvalidInputError(f"input '{name}': shape {list(shape)} is not usable: {exc}")
 
 
 def array_from_json(
