@@ -1,5 +1,5 @@
-"""The floor of Python gRPC on this machine: inferplex's gRPC frontend next to a bare grpc.aio
-server that does nothing, in one run.
+"""inferplex's gRPC server (its own HTTP/2, frontends/grpc_server.py) next to a bare grpc.aio
+server that does nothing, in one run: the evidence for leaving grpc.aio.
 
     python -m bench.grpc_floor [--duration S] [--rounds N] [--quick]
 
@@ -8,8 +8,8 @@ The bare server is grpc.aio on uvloop with one generic ``ModelInfer`` handler, n
 client's checks pass): the least any grpc.aio server can spend per call. It runs in its own
 process, like the real server (``python -m inferplex serve``), and both are driven by the same
 client as ``bench.overhead`` (one grpc.aio channel, pre-serialised requests) with add_sub at
-concurrency 1 and 16 and small_cnn at concurrency 4. What inferplex adds is the difference;
-what the bare server costs is out of reach for any frontend built on grpcio.
+concurrency 1 and 16 and small_cnn at concurrency 4. The ratios (inferplex / bare) below 1
+mean inferplex, running the model, spends less than grpc.aio doing nothing.
 """
 
 from __future__ import annotations
@@ -157,14 +157,21 @@ def print_results(results: Results) -> None:
     )
     print(
         f"{'server':10} {'case':14} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'server µs/req':>14}"
+        f" {'p50 / bare':>11} {'CPU / bare':>11}"
     )
     for key, (best, _) in results.items():
         stack, case = key.split("/", 1)
         figures = best.summary()
-        print(
+        line = (
             f"{stack:10} {case:14} {figures['rate']:>8.0f} {figures['p50_ms']:>8.3f} "
             f"{figures['p99_ms']:>8.3f} {figures['server_cpu_us_per_request']:>14}"
         )
+        if stack == "inferplex":
+            bare = results[f"bare/{case}"][0].summary()
+            p50 = figures["p50_ms"] / bare["p50_ms"]
+            cpu = figures["server_cpu_us_per_request"] / bare["server_cpu_us_per_request"]
+            line += f" {p50:>10.2f}x {cpu:>10.2f}x"
+        print(line)
 
 
 def main() -> None:

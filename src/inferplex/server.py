@@ -28,7 +28,7 @@ from inferplex.metrics.app import MetricsApp, create_metrics_app
 from inferplex.security.encryption import load_key, use_key
 from inferplex.security.grpc_guard import GrpcGuard
 from inferplex.security.http_guard import HttpGuard, Surface
-from inferplex.security.tls import grpc_credentials, server_ssl_context
+from inferplex.security.tls import grpc_ssl_context, server_ssl_context
 from inferplex.security.tokens import TokenAuth
 
 logger = logging.getLogger(__name__)
@@ -115,16 +115,14 @@ class Server:
                     tls,
                 )
         if config.enable_grpc:
-            guards = []
-            if auth.enabled or management:
-                guards.append(GrpcGuard(auth, management_elsewhere=management))
-            if self._tracing is not None:
-                guards.append(self._tracing.grpc_interceptor())
             self._grpc = GrpcFrontend(
                 self.engine,
                 config,
-                interceptors=guards,
-                credentials=grpc_credentials(
+                guard=GrpcGuard(auth, management_elsewhere=management)
+                if auth.enabled or management
+                else None,
+                trace=self._tracing.wrap_grpc_model_infer if self._tracing is not None else None,
+                ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
             )

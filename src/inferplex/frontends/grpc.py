@@ -1,28 +1,24 @@
-"""The V2 gRPC frontend: ``inference.GRPCInferenceService`` on grpc.aio.
+"""The V2 gRPC frontend: ``inference.GRPCInferenceService`` on the built-in gRPC server
+(frontends/grpc_server.py), on the event loop the HTTP server runs on.
 
-Generic method handlers (no generated servicer) with each message class's own
-``FromString`` / ``SerializeToString`` (ModelInfer: the codec's own wire functions), on the
-event loop the HTTP server runs on: the cheapest Python gRPC stack measured (DESIGN.md).
-``python -m bench.grpc_floor`` sets it beside a bare grpc.aio server; HTTP/2 window and frame
-options, ``grpc.optimization_target``, GRPC_POLL_STRATEGY=poll and the sync ``grpc.server``
-handing calls to the loop were measured side by side as well: none was cheaper (issue 2).
-Every RPC is translate -> engine -> translate; errors go through THE table in
-protocol/v2/errors.py.
+Each method's message classes come from the service descriptor (ModelInfer: the codec reads
+and writes its wire format itself). Every RPC is translate -> engine -> translate; errors go
+through THE table in protocol/v2/errors.py.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import ssl
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import grpc
 from google.protobuf import message_factory
 
-from inferplex.errors import InferplexError, UnsupportedError
+from inferplex.errors import UnsupportedError
+from inferplex.frontends.grpc_server import Call, GrpcServer, Guard, Handler, Method
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
-from inferplex.protocol.v2.errors import GRPC_STATUS
 from inferplex.security.limits import RequestLimits
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 
@@ -33,6 +29,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Unary = Callable[[Any], Awaitable[Any]]
+_STREAMING_REFUSED = UnsupportedError(
+    "ModelStreamInfer: streaming inference is not available yet; use ModelInfer"
+)
 
 
 class GrpcFrontend:
@@ -43,63 +42,46 @@ class GrpcFrontend:
         engine: InferenceEngine,
         config: ServerConfig,
         *,
-        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-        credentials: grpc.ServerCredentials | None = None,
+        guard: Guard | None = None,
+        trace: Callable[[Handler], Handler] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        """``interceptors`` see every call first (security); ``credentials`` turn on TLS."""
+        """``guard`` sees every call first (security); ``trace`` wraps ModelInfer (tracing);
+        ``ssl_context`` turns on TLS."""
         self.engine = engine
         self.config = config
-        self._interceptors = list(interceptors)
-        self._credentials = credentials
         self._limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
-        self._server: grpc.aio.Server | None = None
+        self._server = GrpcServer(
+            self._methods(trace),
+            max_message_bytes=config.max_grpc_message_bytes,
+            max_header_bytes=config.max_header_bytes,
+            guard=guard,
+            ssl_context=ssl_context,
+        )
+        self._started = False
 
     async def start(self) -> int:
         """Bind ``config.host:config.grpc_port`` (0 picks a free port) and start serving."""
-        limit = self.config.max_grpc_message_bytes
-        headers = self.config.max_header_bytes
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_send_message_length", limit),
-                ("grpc.max_receive_message_length", limit),
-                # gRPC sets SO_REUSEPORT by default, which lets a second server bind a port
-                # that is in use without an error; a clash must fail loudly instead.
-                ("grpc.so_reuseport", 0),
-                # request metadata (headers) above the limit are refused by gRPC's core
-                *([("grpc.max_metadata_size", headers)] if headers else []),
-            ],
-            interceptors=self._interceptors or None,
-        )
-        server.add_generic_rpc_handlers((self._service_handler(),))
+        port = await self._server.start(self.config.host, self.config.grpc_port)
+        self._started = True
         host = self.config.host
-        address = f"[{host}]" if ":" in host else host
-        target = f"{address}:{self.config.grpc_port}"
-        if self._credentials is not None:
-            port = server.add_secure_port(target, self._credentials)
-        else:
-            port = server.add_insecure_port(target)
-        if port == 0:
-            raise OSError(f"gRPC could not bind {address}:{self.config.grpc_port}")
-        await server.start()
-        self._server = server
-        logger.info("gRPC listening on %s:%d", address, port)
+        logger.info("gRPC listening on %s:%d", f"[{host}]" if ":" in host else host, port)
         return port
 
     async def stop(self, grace: float) -> None:
         """Stop taking calls; in-flight calls get ``grace`` seconds to finish."""
-        if self._server is not None:
+        if self._started:
+            self._started = False
             await self._server.stop(grace)
-            self._server = None
 
     # -- wiring -------------------------------------------------------------------------
-    def _service_handler(self) -> grpc.GenericRpcHandler:
+    def _methods(self, trace: Callable[[Handler], Handler] | None) -> dict[str, Method]:
         unary: dict[str, Unary] = {
             "ServerLive": self._server_live,
             "ServerReady": self._server_ready,
             "ModelReady": self._model_ready,
             "ServerMetadata": self._server_metadata,
             "ModelMetadata": self._model_metadata,
-            "ModelInfer": self._model_infer,
             "ModelConfig": self._model_config,
             "ModelStatistics": self._model_statistics,
             "RepositoryIndex": self._repository_index,
@@ -112,26 +94,23 @@ class GrpcFrontend:
             "CudaSharedMemoryRegister": self._cuda_shm_register,
             "CudaSharedMemoryUnregister": self._cuda_shm_unregister,
         }
-        handlers: dict[str, grpc.RpcMethodHandler] = {}
-        # Message classes come from the service descriptor, so they cannot drift from it.
+        methods: dict[str, Method] = {}
         for method in pb.SERVICE.methods:
-            request_class = message_factory.GetMessageClass(method.input_type)
-            response_class = message_factory.GetMessageClass(method.output_type)
-            codecs = {
-                "request_deserializer": request_class.FromString,
-                "response_serializer": response_class.SerializeToString,
-            }
+            path = f"/{pb.SERVICE_NAME}/{method.name}"
             if method.name == "ModelInfer":  # the codec reads and writes its wire format
-                codecs = {"request_deserializer": None, "response_serializer": None}
-            if method.name == "ModelStreamInfer":
-                handlers[method.name] = grpc.stream_stream_rpc_method_handler(
-                    self._model_stream_infer, **codecs
-                )
+                handler = trace(self._model_infer) if trace is not None else self._model_infer
+                methods[path] = Method(handler, _raw, _raw)
+            elif method.name == "ModelStreamInfer":
+                methods[path] = Method(_refused, _raw, _raw, refused=_STREAMING_REFUSED)
             else:
-                handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                    _guarded(method.name, unary[method.name]), **codecs
+                request_class = message_factory.GetMessageClass(method.input_type)
+                response_class = message_factory.GetMessageClass(method.output_type)
+                methods[path] = Method(
+                    _without_call(unary[method.name]),
+                    request_class.FromString,
+                    response_class.SerializeToString,
                 )
-        return grpc.method_handlers_generic_handler(pb.SERVICE_NAME, handlers)
+        return methods
 
     # -- RPCs -----------------------------------------------------------------------------
     async def _server_live(self, request: Any) -> Any:
@@ -151,7 +130,7 @@ class GrpcFrontend:
             self.engine.model_metadata(request.name, request.version)
         )
 
-    async def _model_infer(self, request: bytes) -> bytes:
+    async def _model_infer(self, request: bytes, call: Call) -> bytes:
         shm = self.engine.shared_memory
         decoded = codec.decode_infer_request_bytes(request, shm)
         self._limits.check(decoded)
@@ -204,14 +183,6 @@ class GrpcFrontend:
         await self.engine.unload_model(request.model_name, parameters)
         return pb.RepositoryModelUnloadResponse()
 
-    async def _model_stream_infer(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> None:
-        error = UnsupportedError(
-            "ModelStreamInfer: streaming inference is not available yet; use ModelInfer"
-        )
-        await context.abort(GRPC_STATUS[error.code], error.message)
-
 
 def _repository_parameters(parameters: Any) -> dict[str, Any]:
     """A load/unload request's ``map<string, ModelRepositoryParameter>`` as plain values."""
@@ -222,19 +193,18 @@ def _repository_parameters(parameters: Any) -> dict[str, Any]:
     return values
 
 
-def _guarded(name: str, rpc: Unary) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    """Wrap an RPC so that errors become gRPC statuses: InferplexError through THE table,
-    anything else INTERNAL (logged with its traceback, since it is a bug)."""
+def _raw(message: bytes) -> bytes:
+    return message
 
-    async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await rpc(request)
-        except InferplexError as exc:
-            code, message = GRPC_STATUS[exc.code], exc.message
-        except Exception as exc:
-            logger.exception("gRPC %s failed", name)
-            code, message = grpc.StatusCode.INTERNAL, f"{name} failed: {exc}"
-        # Outside the try: abort() raises to end the call, which must not be caught above.
-        await context.abort(code, message)
+
+async def _refused(request: Any, call: Call) -> Any:
+    raise _STREAMING_REFUSED
+
+
+def _without_call(rpc: Unary) -> Handler:
+    """An RPC that needs only its request message, as a server method handler."""
+
+    async def handler(request: Any, call: Call) -> Any:
+        return await rpc(request)
 
     return handler

@@ -6,8 +6,6 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-import grpc
-
 from inferplex.errors import ConfigError
 
 
@@ -43,16 +41,12 @@ def server_ssl_context(
     return context
 
 
-def grpc_credentials(
+def grpc_ssl_context(
     cert: Path | None, key: Path | None, client_ca: Path | None
-) -> grpc.ServerCredentials | None:
-    """Server credentials for grpc.aio (None when TLS is off)."""
-    if not _files(cert, key, client_ca):
-        return None
-    assert cert is not None and key is not None
-    root = client_ca.read_bytes() if client_ca is not None else None
-    return grpc.ssl_server_credentials(
-        [(key.read_bytes(), cert.read_bytes())],
-        root_certificates=root,
-        require_client_auth=client_ca is not None,
-    )
+) -> ssl.SSLContext | None:
+    """The gRPC listener's TLS context: the HTTPS one that also offers HTTP/2 by ALPN, which
+    gRPC clients require."""
+    context = server_ssl_context(cert, key, client_ca)
+    if context is not None:
+        context.set_alpn_protocols(["h2"])
+    return context

@@ -39,11 +39,11 @@ class Tracing:
 
         return TracedHttpApp(app, self.tracer)
 
-    def grpc_interceptor(self) -> Any:
-        """A gRPC server interceptor giving ModelInfer calls a server span."""
-        from inferplex.tracing.grpc import TracingInterceptor
+    def wrap_grpc_model_infer(self, handler: Any) -> Any:
+        """The gRPC ModelInfer ``handler`` with a server span per call."""
+        from inferplex.tracing.grpc import traced_model_infer
 
-        return TracingInterceptor(self.tracer)
+        return traced_model_infer(self.tracer, handler)
 
     def shutdown(self) -> None:
         TRACING.enabled = False

@@ -1,0 +1,397 @@
+"""The built-in gRPC server: unary RPCs over HTTP/2, per gRPC's "gRPC over HTTP2" protocol.
+
+Why not grpc.aio (DESIGN.md's first choice): on the 2-core machine most of a served call's
+server CPU was inside grpcio's Python/Cython layers (py-spy: 63% of the event loop's busy time
+in cygrpc, 17% in inferplex), and its floor alone was above the issue's latency target.
+Here a call is one HTTP/2 parse (frontends/http2.py), one task, one write; grpcio stays the
+clients' library. ``python -m bench.grpc_floor`` measures this server beside a bare grpc.aio
+server.
+
+What a call gets: the method by ``:path`` (UNIMPLEMENTED otherwise), a guard that sees the
+method and metadata before the body is read, a metadata size limit, one length-prefixed
+message (gzip/deflate compressed or not) below the message size limit (RESOURCE_EXHAUSTED as
+soon as the body passes it), ``grpc-timeout`` deadlines (DEADLINE_EXCEEDED, and the call is
+cancelled), cancellation when the client resets the stream, and a status with a
+percent-encoded message. Not served: streaming calls (a method may be registered as refused,
+answered as soon as its headers arrive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import ssl
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from inferplex.errors import (
+    HeadersTooLargeError,
+    InferplexError,
+    InvalidInputError,
+    PayloadTooLargeError,
+    UnsupportedError,
+)
+from inferplex.frontends.http2 import Http2Connection, Stream, literal_header_block
+from inferplex.protocol.v2.errors import GRPC_STATUS
+
+__all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method"]
+
+logger = logging.getLogger(__name__)
+
+# status codes (grpc/doc/statuscodes.md)
+OK = 0
+CANCELLED = 1
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+
+#: seconds a closing TLS connection waits for the peer's close_notify
+TLS_SHUTDOWN_TIMEOUT_S = 1.0
+#: header list size we take when no limit is configured
+DEFAULT_HEADER_LIMIT = 1 << 20
+ENCODINGS = b"identity,deflate,gzip"
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+#: ":status: 200" is entry 8 of HPACK's static table
+_OK_HEAD = b"\x88" + literal_header_block(
+    [(b"content-type", b"application/grpc"), (b"grpc-accept-encoding", ENCODINGS)]
+)
+_OK_TRAILERS = literal_header_block([(b"grpc-status", b"0")])
+
+
+class Call:
+    """What a method and the guard see of a call besides its message."""
+
+    __slots__ = ("_headers", "method")
+
+    def __init__(self, method: str, headers: list[tuple[bytes, bytes]]) -> None:
+        self.method = method
+        self._headers = headers
+
+    def metadata(self) -> list[tuple[str, str | bytes]]:
+        """The custom metadata: keys lower-case, ``-bin`` values decoded to bytes."""
+        pairs: list[tuple[str, str | bytes]] = []
+        for name, value in self._headers:
+            if name.startswith(b":") or name in (b"content-type", b"te"):
+                continue
+            key = name.decode("latin-1")
+            if key.endswith("-bin"):
+                try:
+                    pairs.append((key, base64.b64decode(value + b"==")))
+                except binascii.Error:
+                    pairs.append((key, value))  # not base64: as sent
+            else:
+                pairs.append((key, value.decode("latin-1")))
+        return pairs
+
+
+Handler = Callable[[Any, Call], Awaitable[Any]]
+#: sees every call's method (path) and metadata first; raises InferplexError to refuse it
+Guard = Callable[[str, list[tuple[str, str | bytes]]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One RPC: ``parse`` reads the request message, ``handler`` answers it, ``serialize``
+    writes the response; ``refused`` (for streaming methods) answers every call at once."""
+
+    handler: Handler
+    parse: Callable[[bytes], Any]
+    serialize: Callable[[Any], bytes]
+    refused: InferplexError | None = None
+
+
+class _CallState:
+    __slots__ = ("call", "deadline", "encoding", "expired", "method")
+
+    def __init__(self, method: Method, call: Call, encoding: bytes) -> None:
+        self.method = method
+        self.call = call
+        self.encoding = encoding
+        self.deadline: asyncio.TimerHandle | None = None
+        self.expired = False
+
+
+class GrpcServer:
+    """Serves ``methods`` (by path, e.g. ``/package.Service/Method``) on one address."""
+
+    def __init__(
+        self,
+        methods: dict[str, Method],
+        *,
+        max_message_bytes: int,
+        max_header_bytes: int = 0,
+        guard: Guard | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._methods = {path.encode(): method for path, method in methods.items()}
+        self._max_message = max_message_bytes
+        self._max_headers = max_header_bytes
+        self._guard = guard
+        self._ssl = ssl_context
+        self.connections: set[Http2Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- listening ----------------------------------------------------------------------------
+    async def start(self, host: str, port: int) -> int:
+        """Bind ``host:port`` (0 picks a free port), start serving, return the port."""
+        self._loop = loop = asyncio.get_running_loop()
+        options: dict[str, Any] = {}
+        if self._ssl is not None:
+            options = {"ssl": self._ssl, "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT_S}
+        header_block = (self._max_headers or DEFAULT_HEADER_LIMIT) + 1024
+
+        def connection() -> Http2Connection:
+            return Http2Connection(
+                self,
+                self.connections,
+                max_body_bytes=self._max_message + 5,
+                max_header_block_bytes=header_block,
+            )
+
+        self._server = await loop.create_server(
+            connection, host=host, port=port, backlog=2048, **options
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self, grace: float) -> None:
+        """Stop accepting; open calls get ``grace`` seconds, then are cancelled (UNAVAILABLE)."""
+        if self._server is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._server.close()
+        for connection in list(self.connections):
+            connection.goaway()
+        deadline = loop.time() + grace
+        while any(not c.idle for c in self.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        tasks = [
+            stream.task
+            for connection in self.connections
+            for stream in connection.streams.values()
+            if stream.task is not None
+        ]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for connection in list(self.connections):
+            connection.close()
+        # a TLS peer that never sends close_notify must not hold the stop
+        deadline = loop.time() + TLS_SHUTDOWN_TIMEOUT_S
+        while self.connections and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self.connections):
+            connection.abort()
+        await self._server.wait_closed()
+        self._server = None
+
+    # -- Http2App -------------------------------------------------------------------------------
+    def headers_received(self, connection: Http2Connection, stream: Stream) -> None:
+        http_method = path = content_type = timeout = b""
+        encoding = b"identity"
+        size = 0
+        for name, value in stream.headers:
+            size += len(name) + len(value)
+            if name == b":path":
+                path = value
+            elif name == b":method":
+                http_method = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"grpc-encoding":
+                encoding = value
+            elif name == b"grpc-timeout":
+                timeout = value
+        if http_method != b"POST":
+            _http_error(connection, stream, b"405")
+            return
+        if not content_type.startswith(b"application/grpc"):
+            _http_error(connection, stream, b"415")
+            return
+        method = self._methods.get(path)
+        if method is None:
+            unknown = path.decode("latin-1")
+            self._status(connection, stream, UNIMPLEMENTED, f"unknown method {unknown}")
+            return
+        call = Call(path.decode("latin-1"), stream.headers)
+        try:
+            if self._max_headers and size > self._max_headers:
+                raise HeadersTooLargeError(
+                    f"request metadata of {size} bytes is above the limit of "
+                    f"{self._max_headers} bytes (INFERPLEX_MAX_HEADER_BYTES)"
+                )
+            if self._guard is not None:
+                self._guard(call.method, call.metadata())
+            if method.refused is not None:
+                raise method.refused
+            if encoding not in (b"identity", b"gzip", b"deflate"):
+                raise UnsupportedError(
+                    f"grpc-encoding '{encoding.decode('latin-1')}' is not supported; "
+                    f"use one of {ENCODINGS.decode()}"
+                )
+        except InferplexError as exc:
+            self._error(connection, stream, exc)
+            return
+        except Exception as exc:  # a guard's bug must not take the connection down
+            logger.exception("gRPC guard failed on %s", call.method)
+            self._status(connection, stream, INTERNAL, f"{call.method} failed: {exc}")
+            return
+        state = _CallState(method, call, encoding)
+        stream.context = state
+        if timeout:
+            seconds = _timeout_seconds(timeout)
+            if seconds is not None:
+                assert self._loop is not None
+                state.deadline = self._loop.call_later(
+                    seconds, self._expire, connection, stream, state
+                )
+
+    def body_received(self, connection: Http2Connection, stream: Stream) -> None:
+        state = stream.context
+        assert isinstance(state, _CallState)
+        try:
+            message = self._message(stream.data(), state.encoding)
+        except InferplexError as exc:
+            self._error(connection, stream, exc)
+            _cancel_deadline(state)
+            return
+        assert self._loop is not None
+        stream.task = self._loop.create_task(self._run(connection, stream, state, message))
+
+    def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
+        if isinstance(stream.context, _CallState):
+            _cancel_deadline(stream.context)
+        self._error(connection, stream, _too_large(self._max_message))
+
+    def stream_reset(self, stream: Stream) -> None:
+        if isinstance(stream.context, _CallState):
+            _cancel_deadline(stream.context)
+        if stream.task is not None:
+            stream.task.cancel()
+
+    # -- calls ----------------------------------------------------------------------------------
+    def _message(self, body: bytes, encoding: bytes) -> bytes:
+        """The one message of a unary call's body."""
+        if len(body) < 5:
+            raise InvalidInputError("the request carries no gRPC message")
+        length = int.from_bytes(body[1:5], "big")
+        if length != len(body) - 5:
+            raise InvalidInputError(
+                f"a unary call carries one message: its prefix says {length} bytes, "
+                f"{len(body) - 5} followed"
+            )
+        message = body[5:]
+        if body[0] == 0:
+            return message
+        if encoding == b"identity":
+            raise InvalidInputError(
+                "the message is flagged compressed but grpc-encoding is identity"
+            )
+        decompressor = zlib.decompressobj(31 if encoding == b"gzip" else 15)
+        try:
+            plain = decompressor.decompress(message, self._max_message + 1)
+        except zlib.error as exc:
+            raise InvalidInputError(
+                f"the {encoding.decode()} message could not be read: {exc}"
+            ) from None
+        if len(plain) > self._max_message:
+            raise _too_large(self._max_message)
+        return plain
+
+    async def _run(
+        self, connection: Http2Connection, stream: Stream, state: _CallState, message: bytes
+    ) -> None:
+        method = state.method
+        try:
+            try:
+                request = method.parse(message)
+            except InferplexError:
+                raise
+            except Exception as exc:
+                raise InvalidInputError(f"the request message could not be parsed: {exc}") from None
+            body = method.serialize(await method.handler(request, state.call))
+        except asyncio.CancelledError:
+            if state.expired:
+                self._status(connection, stream, DEADLINE_EXCEEDED, "the deadline passed")
+            else:  # the client went away, or the server stops: nobody waits for an answer
+                self._status(connection, stream, UNAVAILABLE, "the server is shutting down")
+            return
+        except InferplexError as exc:
+            self._error(connection, stream, exc)
+            return
+        except Exception as exc:
+            logger.exception("gRPC %s failed", state.call.method)
+            self._status(connection, stream, INTERNAL, f"{state.call.method} failed: {exc}")
+            return
+        finally:
+            _cancel_deadline(state)
+            stream.task = None
+        if len(body) > self._max_message:
+            self._error(connection, stream, _too_large(self._max_message, "response"))
+            return
+        prefix = b"\x00" + len(body).to_bytes(4, "big")
+        connection.respond(stream, _OK_HEAD, prefix + body, _OK_TRAILERS)
+
+    def _expire(self, connection: Http2Connection, stream: Stream, state: _CallState) -> None:
+        state.expired = True
+        state.deadline = None
+        if stream.task is not None:
+            stream.task.cancel()  # its answer is DEADLINE_EXCEEDED
+        else:  # the body has not arrived yet
+            self._status(connection, stream, DEADLINE_EXCEEDED, "the deadline passed")
+
+    def _error(self, connection: Http2Connection, stream: Stream, error: InferplexError) -> None:
+        self._status(connection, stream, GRPC_STATUS[error.code].value[0], error.message)
+
+    @staticmethod
+    def _status(connection: Http2Connection, stream: Stream, code: int, message: str) -> None:
+        """A 'trailers-only' response: the status in the one header block."""
+        block = _OK_HEAD + literal_header_block(
+            [(b"grpc-status", str(code).encode()), (b"grpc-message", _percent_encode(message))]
+        )
+        connection.respond_headers_only(stream, block)
+
+
+def _http_error(connection: Http2Connection, stream: Stream, status: bytes) -> None:
+    connection.respond_headers_only(
+        stream, literal_header_block([(b":status", status), (b"content-length", b"0")])
+    )
+
+
+def _too_large(limit: int, what: str = "request") -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"the {what} message is larger than the limit of {limit} bytes "
+        "(INFERPLEX_MAX_GRPC_MESSAGE_BYTES)"
+    )
+
+
+def _percent_encode(message: str) -> bytes:
+    """grpc-message encoding: bytes outside printable ASCII, and '%', as %XX."""
+    out = bytearray()
+    for byte in message.encode():
+        if 0x20 <= byte <= 0x7E and byte != 0x25:
+            out.append(byte)
+        else:
+            out += b"%%%02X" % byte
+    return bytes(out)
+
+
+def _timeout_seconds(value: bytes) -> float | None:
+    """A ``grpc-timeout`` value (up to 8 digits and a unit) in seconds; None if malformed."""
+    unit = _TIMEOUT_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit() or len(digits) > 8:
+        return None
+    return int(digits) * unit
+
+
+def _cancel_deadline(state: _CallState) -> None:
+    if state.deadline is not None:
+        state.deadline.cancel()
+        state.deadline = None

@@ -1,0 +1,626 @@
+"""Server side of HTTP/2 (RFC 9113) for the built-in gRPC server: frames, HPACK decoding,
+streams and flow control, over one asyncio transport per connection.
+
+What a unary RPC server needs and nothing more: requests arrive whole (headers, then a body
+collected until END_STREAM), responses leave as a header block, one body and a trailer
+block, in as few socket writes as the peer's flow-control windows allow (one, usually).
+Server push, priorities and our own HPACK dynamic table are left out: responses are encoded
+with literals that never index, which every decoder accepts.
+
+The application (``Http2App``) is told when a stream's headers are complete (it may answer
+at once and ignore the body), when its body is complete, and when the peer reset it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Iterable
+from typing import Protocol, cast
+
+import hpack
+
+__all__ = ["PREFACE", "Http2App", "Http2Connection", "Stream", "literal_header_block"]
+
+logger = logging.getLogger(__name__)
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+# frame types
+DATA = 0x0
+HEADERS = 0x1
+PRIORITY = 0x2
+RST_STREAM = 0x3
+SETTINGS = 0x4
+PUSH_PROMISE = 0x5
+PING = 0x6
+GOAWAY = 0x7
+WINDOW_UPDATE = 0x8
+CONTINUATION = 0x9
+# flags
+END_STREAM = 0x1
+ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY_FLAG = 0x20
+# error codes
+NO_ERROR = 0x0
+PROTOCOL_ERROR = 0x1
+INTERNAL_ERROR = 0x2
+FLOW_CONTROL_ERROR = 0x3
+STREAM_CLOSED = 0x5
+FRAME_SIZE_ERROR = 0x6
+REFUSED_STREAM = 0x7
+CANCEL = 0x8
+COMPRESSION_ERROR = 0x9
+ENHANCE_YOUR_CALM = 0xB
+# settings
+HEADER_TABLE_SIZE = 0x1
+ENABLE_PUSH = 0x2
+MAX_CONCURRENT_STREAMS = 0x3
+INITIAL_WINDOW_SIZE = 0x4
+MAX_FRAME_SIZE = 0x5
+MAX_HEADER_LIST_SIZE = 0x6
+
+DEFAULT_WINDOW = 65_535
+MAX_WINDOW = 2**31 - 1
+MIN_FRAME_SIZE = 16_384
+MAX_FRAME_SIZE_LIMIT = 2**24 - 1
+
+#: our receive windows: a stream may send this much before we ask for more; the
+#: connection as a whole this much (both replenished once half is consumed)
+STREAM_WINDOW = 1 << 20
+CONNECTION_WINDOW = 16 << 20
+#: the largest frame we accept
+RECEIVE_FRAME_SIZE = 1 << 20
+#: the PING of a graceful close, and how long its ACK is awaited
+_DRAIN_PING = b"draining"
+DRAIN_PING_TIMEOUT_S = 1.0
+#: streams one connection may have open at once (more are refused with REFUSED_STREAM)
+MAX_STREAMS = 1024
+
+_FRAME_HEADER = struct.Struct(">BHBBL")  # length as 8 + 16 bits, type, flags, stream id
+_SETTING = struct.Struct(">HL")
+_U32 = struct.Struct(">L")
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    """One frame: 9-byte header and payload."""
+    length = len(payload)
+    return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id) + payload
+
+
+def _hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
+    """An HPACK integer (RFC 7541 5.1) with ``first``'s high bits above the prefix."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def literal_header_block(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """A header block of literals 'without indexing' and new names (RFC 7541 6.2.2):
+    no dynamic table, no Huffman, so any decoder reads it whatever state it is in."""
+    parts = []
+    for name, value in headers:
+        parts.append(b"\x00" + _hpack_int(len(name), 7) + name + _hpack_int(len(value), 7) + value)
+    return b"".join(parts)
+
+
+class Http2Error(Exception):
+    """A connection error: GOAWAY with ``code``, then the connection closes."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Stream:
+    """One request/response exchange."""
+
+    __slots__ = (
+        "body",
+        "body_bytes",
+        "context",
+        "discard",
+        "headers",
+        "id",
+        "outbox",
+        "remote_closed",
+        "send_window",
+        "task",
+        "trailers",
+        "unacked",
+    )
+
+    def __init__(self, stream_id: int, headers: list[tuple[bytes, bytes]], window: int) -> None:
+        self.id = stream_id
+        self.headers = headers
+        self.body: list[bytes] = []
+        self.body_bytes = 0
+        self.remote_closed = False  # the peer sent END_STREAM
+        self.discard = False  # answered early: the body is not wanted
+        self.send_window = window
+        self.unacked = 0  # body bytes received since our last WINDOW_UPDATE for it
+        self.outbox: memoryview | None = None  # response body not sent yet (flow control)
+        self.trailers = b""  # sent once the outbox is empty
+        self.task: asyncio.Task[None] | None = None  # the application's, while it runs
+        self.context: object = None  # the application's per-stream state
+
+    def data(self) -> bytes:
+        body = self.body
+        return body[0] if len(body) == 1 else b"".join(body)
+
+
+class Http2App(Protocol):
+    """What a connection tells its application."""
+
+    def headers_received(self, connection: Http2Connection, stream: Stream) -> None:
+        """A new stream's header block is complete (the body may follow)."""
+
+    def body_received(self, connection: Http2Connection, stream: Stream) -> None:
+        """The stream's body is complete (the peer ended its side)."""
+
+    def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
+        """The body passed ``max_body_bytes``; what arrived is dropped."""
+
+    def stream_reset(self, stream: Stream) -> None:
+        """The peer reset the stream (or the connection is gone) before it was answered."""
+
+
+class _HeaderDecoder:
+    """HPACK decoding with a cache for blocks made only of one-byte indexed fields: those
+    change no decoder state, and a client repeating a call sends exactly such a block."""
+
+    def __init__(self, max_header_list_bytes: int) -> None:
+        self._decoder = hpack.Decoder()
+        # the application applies its own (lower) limit per stream; past this one, where
+        # a small block of references expands into a huge list, the connection is failed
+        self._decoder.max_header_list_size = max_header_list_bytes
+        self._indexed: dict[bytes, list[tuple[bytes, bytes]]] = {}
+
+    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        cached = self._indexed.get(block)
+        if cached is not None:
+            return cached
+        try:
+            headers = cast(list[tuple[bytes, bytes]], self._decoder.decode(block, raw=True))
+        except (hpack.HPACKError, ValueError, IndexError) as exc:
+            message = f"a header block could not be decoded: {exc}"
+            raise Http2Error(COMPRESSION_ERROR, message) from None
+        if all(byte & 0x80 and byte != 0xFF for byte in block):
+            if len(self._indexed) > 64:
+                self._indexed.clear()
+            self._indexed[block] = headers
+        else:  # literals may have changed the dynamic table
+            self._indexed.clear()
+        return headers
+
+
+class Http2Connection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(
+        self,
+        app: Http2App,
+        connections: set[Http2Connection],
+        *,
+        max_body_bytes: int,
+        max_header_block_bytes: int,
+    ) -> None:
+        self._app = app
+        self._connections = connections
+        self._max_body = max_body_bytes
+        self._max_block = max_header_block_bytes
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._preface_seen = False
+        self._decoder = _HeaderDecoder(2 * max_header_block_bytes + (64 << 10))
+        self.streams: dict[int, Stream] = {}
+        self._last_stream_id = 0
+        self._continuation: tuple[int, int, list[bytes]] | None = None  # id, flags, fragments
+        # sending
+        self._send_window = DEFAULT_WINDOW
+        self._peer_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
+        self._peer_frame_size = MIN_FRAME_SIZE
+        self._blocked: dict[int, Stream] = {}  # streams waiting for window
+        # receiving
+        self._unacked = 0
+        self._draining: asyncio.TimerHandle | None = None  # first GOAWAY sent, final pending
+        self._goaway_sent = False
+        self._peer_leaving = False
+        self._closed = False
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's are not subclasses
+        self._connections.add(self)
+        settings = b"".join(
+            _SETTING.pack(key, value)
+            for key, value in (
+                (MAX_CONCURRENT_STREAMS, MAX_STREAMS),
+                (INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+                (MAX_FRAME_SIZE, RECEIVE_FRAME_SIZE),
+                (MAX_HEADER_LIST_SIZE, self._max_block),
+                (ENABLE_PUSH, 0),
+            )
+        )
+        self._write(
+            frame(SETTINGS, 0, 0, settings)
+            + frame(WINDOW_UPDATE, 0, 0, _U32.pack(CONNECTION_WINDOW - DEFAULT_WINDOW))
+        )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if self._draining is not None:
+            self._draining.cancel()
+        self._connections.discard(self)
+        streams, self.streams = self.streams, {}
+        self._blocked.clear()
+        for stream in streams.values():
+            self._app.stream_reset(stream)
+
+    def pause_writing(self) -> None:
+        # the peer is not reading: stop taking requests until the socket drains
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        buffer = self._buffer
+        buffer += data
+        if not self._preface_seen:
+            if len(buffer) < len(PREFACE):
+                if not PREFACE.startswith(bytes(buffer)):
+                    self._fail(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                return
+            if buffer[: len(PREFACE)] != PREFACE:
+                self._fail(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                return
+            del buffer[: len(PREFACE)]
+            self._preface_seen = True
+        offset = 0
+        size = len(buffer)
+        try:
+            while size - offset >= 9 and not self._closed:
+                high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(buffer, offset)
+                length = (high << 16) | low
+                if length > RECEIVE_FRAME_SIZE:
+                    raise Http2Error(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+                end = offset + 9 + length
+                if end > size:
+                    break
+                payload = bytes(buffer[offset + 9 : end])
+                offset = end
+                self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
+        except Http2Error as exc:
+            self._fail(exc.code, exc.message)
+            return
+        del buffer[:offset]
+
+    # -- receiving --------------------------------------------------------------------------
+    def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        if self._continuation is not None and kind != CONTINUATION:
+            raise Http2Error(PROTOCOL_ERROR, "a header block was interrupted by another frame")
+        if kind == DATA:
+            self._on_data(flags, stream_id, payload)
+        elif kind == HEADERS:
+            self._on_headers(flags, stream_id, payload)
+        elif kind == WINDOW_UPDATE:
+            self._on_window_update(stream_id, payload)
+        elif kind == PING:
+            if len(payload) != 8 or stream_id:
+                raise Http2Error(FRAME_SIZE_ERROR if stream_id == 0 else PROTOCOL_ERROR, "PING")
+            if not flags & ACK:
+                self._write(frame(PING, ACK, 0, payload))
+            elif payload == _DRAIN_PING and self._draining is not None:
+                self._final_goaway()
+        elif kind == SETTINGS:
+            self._on_settings(flags, stream_id, payload)
+        elif kind == RST_STREAM:
+            if stream_id == 0 or len(payload) != 4:
+                raise Http2Error(PROTOCOL_ERROR, "a malformed RST_STREAM frame")
+            stream = self.streams.pop(stream_id, None)
+            self._blocked.pop(stream_id, None)
+            if stream is not None:
+                self._app.stream_reset(stream)
+                self._close_if_done()
+        elif kind == CONTINUATION:
+            self._on_continuation(flags, stream_id, payload)
+        elif kind == GOAWAY:
+            self._peer_leaving = True  # no new streams: finish the rest, then close
+            self._close_if_done()
+        elif kind == PRIORITY:
+            if stream_id == 0 or len(payload) != 5:
+                raise Http2Error(PROTOCOL_ERROR, "a malformed PRIORITY frame")
+        elif kind == PUSH_PROMISE:
+            raise Http2Error(PROTOCOL_ERROR, "a client may not send PUSH_PROMISE")
+        # frames of unknown types are ignored (RFC 9113 4.1)
+
+    def _on_data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise Http2Error(PROTOCOL_ERROR, "DATA on stream 0")
+        flow = len(payload)  # padding counts against the windows too
+        self._unacked += flow
+        if self._unacked >= CONNECTION_WINDOW // 2:
+            self._write(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._unacked)))
+            self._unacked = 0
+        if flags & PADDED:
+            payload = _unpad(payload)
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            if stream_id > self._last_stream_id:
+                raise Http2Error(PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
+            return  # a stream we closed or reset: frames still in flight are dropped
+        if stream.remote_closed:
+            self._reset(stream, STREAM_CLOSED)
+            return
+        if not stream.discard and payload:
+            stream.body.append(payload)
+            stream.body_bytes += len(payload)
+            if stream.body_bytes > self._max_body:
+                stream.discard = True
+                stream.body.clear()
+                self._app.body_too_large(self, stream)
+        if flags & END_STREAM:
+            stream.remote_closed = True
+            if not stream.discard:
+                self._app.body_received(self, stream)
+            return
+        stream.unacked += flow
+        if stream.unacked >= STREAM_WINDOW // 2:
+            self._write(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.unacked)))
+            stream.unacked = 0
+
+    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0 or not stream_id & 1:
+            raise Http2Error(PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
+        if flags & PADDED:
+            payload = _unpad(payload)
+        if flags & PRIORITY_FLAG:
+            if len(payload) < 5:
+                raise Http2Error(PROTOCOL_ERROR, "a malformed HEADERS priority")
+            payload = payload[5:]
+        if flags & END_HEADERS:
+            self._header_block(stream_id, flags, payload)
+        else:
+            self._continuation = (stream_id, flags, [payload])
+
+    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
+        pending = self._continuation
+        if pending is None or pending[0] != stream_id:
+            raise Http2Error(PROTOCOL_ERROR, "CONTINUATION without a header block to continue")
+        pending[2].append(payload)
+        if sum(len(part) for part in pending[2]) > 2 * self._max_block + MIN_FRAME_SIZE:
+            raise Http2Error(ENHANCE_YOUR_CALM, "a header block above the header list limit")
+        if flags & END_HEADERS:
+            self._continuation = None
+            self._header_block(stream_id, pending[1], b"".join(pending[2]))
+
+    def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
+        headers = self._decoder.decode(block)  # always: it keeps the HPACK state in step
+        stream = self.streams.get(stream_id)
+        if stream is not None:  # trailers: they end the request, their fields are unused
+            if not flags & END_STREAM or stream.remote_closed:
+                raise Http2Error(PROTOCOL_ERROR, "a second header block without END_STREAM")
+            stream.remote_closed = True
+            if not stream.discard:
+                self._app.body_received(self, stream)
+            return
+        if stream_id <= self._last_stream_id:
+            return  # a stream we closed or reset: frames still in flight are dropped
+        self._last_stream_id = stream_id
+        if self._goaway_sent or self._peer_leaving or len(self.streams) >= MAX_STREAMS:
+            self._write(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
+            return
+        stream = Stream(stream_id, headers, self._peer_window)
+        self.streams[stream_id] = stream
+        stream.remote_closed = bool(flags & END_STREAM)
+        self._app.headers_received(self, stream)
+        if stream.remote_closed and not stream.discard:
+            self._app.body_received(self, stream)
+
+    def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id:
+            raise Http2Error(PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & ACK:
+            if payload:
+                raise Http2Error(FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
+            return
+        if len(payload) % 6:
+            raise Http2Error(FRAME_SIZE_ERROR, "a SETTINGS payload not a multiple of 6")
+        for key, value in _SETTING.iter_unpack(payload):
+            if key == INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise Http2Error(FLOW_CONTROL_ERROR, f"initial window {value}")
+                delta = value - self._peer_window
+                self._peer_window = value
+                for stream in self.streams.values():
+                    stream.send_window += delta
+            elif key == MAX_FRAME_SIZE:
+                if not MIN_FRAME_SIZE <= value <= MAX_FRAME_SIZE_LIMIT:
+                    raise Http2Error(PROTOCOL_ERROR, f"max frame size {value}")
+                self._peer_frame_size = value
+            elif key == ENABLE_PUSH and value > 1:
+                raise Http2Error(PROTOCOL_ERROR, f"enable push {value}")
+        self._write(frame(SETTINGS, ACK, 0))
+        self._flush_blocked()
+
+    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise Http2Error(FRAME_SIZE_ERROR, "a WINDOW_UPDATE not of 4 bytes")
+        increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
+        if stream_id == 0:
+            if increment == 0:
+                raise Http2Error(PROTOCOL_ERROR, "a connection WINDOW_UPDATE of 0")
+            self._send_window += increment
+            if self._send_window > MAX_WINDOW:
+                raise Http2Error(FLOW_CONTROL_ERROR, "the connection window passed 2^31-1")
+            self._flush_blocked()
+            return
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        if increment == 0:
+            self._reset(stream, PROTOCOL_ERROR)
+            return
+        stream.send_window += increment
+        if stream.send_window > MAX_WINDOW:
+            self._reset(stream, FLOW_CONTROL_ERROR)
+        elif stream.outbox is not None:
+            self._flush_blocked()
+
+    # -- sending ----------------------------------------------------------------------------
+    def respond(self, stream: Stream, head: bytes, body: bytes, trailers: bytes) -> None:
+        """Answer ``stream``: the ``head`` block, ``body`` as DATA (as the windows allow),
+        then the ``trailers`` block, which ends the stream."""
+        if self._closed or self.streams.get(stream.id) is not stream:
+            return  # reset or gone: nobody is waiting
+        parts = self._header_frames(stream.id, head, 0)
+        stream.trailers = trailers
+        stream.outbox = memoryview(body)
+        self._send_body(stream, parts)
+        self._write(b"".join(parts))
+        if stream.outbox is not None:
+            self._blocked[stream.id] = stream
+
+    def respond_headers_only(self, stream: Stream, block: bytes) -> None:
+        """Answer ``stream`` with one header block that ends it (a 'trailers-only' gRPC
+        response, or an HTTP error status)."""
+        stream.discard = True
+        if self._closed or self.streams.get(stream.id) is not stream:
+            return
+        parts = self._header_frames(stream.id, block, END_STREAM)
+        self._write(b"".join(parts))
+        self._finish(stream)
+
+    def _header_frames(self, stream_id: int, block: bytes, flags: int) -> list[bytes]:
+        limit = self._peer_frame_size
+        if len(block) <= limit:
+            return [frame(HEADERS, flags | END_HEADERS, stream_id, block)]
+        chunks = [block[i : i + limit] for i in range(0, len(block), limit)]
+        parts = [frame(HEADERS, flags, stream_id, chunks[0])]
+        parts += [frame(CONTINUATION, 0, stream_id, chunk) for chunk in chunks[1:-1]]
+        parts.append(frame(CONTINUATION, END_HEADERS, stream_id, chunks[-1]))
+        return parts
+
+    def _send_body(self, stream: Stream, parts: list[bytes]) -> None:
+        """Append to ``parts`` the DATA frames the windows allow, and the trailers once the
+        body is all out."""
+        outbox = stream.outbox
+        assert outbox is not None
+        limit = self._peer_frame_size
+        while outbox:
+            allowed = min(len(outbox), stream.send_window, self._send_window, limit)
+            if allowed <= 0:
+                stream.outbox = outbox
+                return
+            parts.append(frame(DATA, 0, stream.id, bytes(outbox[:allowed])))
+            outbox = outbox[allowed:]
+            stream.send_window -= allowed
+            self._send_window -= allowed
+        stream.outbox = None
+        parts.extend(self._header_frames(stream.id, stream.trailers, END_STREAM))
+        self._finish(stream)
+
+    def _flush_blocked(self) -> None:
+        if not self._blocked:
+            return
+        parts: list[bytes] = []
+        for stream in list(self._blocked.values()):
+            if self._send_window <= 0:
+                break
+            if stream.send_window > 0:
+                self._send_body(stream, parts)  # a stream sent whole leaves _blocked
+        if parts:
+            self._write(b"".join(parts))
+
+    def _finish(self, stream: Stream) -> None:
+        """Our side is done: the stream closes (a peer still sending is told to stop)."""
+        self.streams.pop(stream.id, None)
+        self._blocked.pop(stream.id, None)
+        if not stream.remote_closed:
+            self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
+        self._close_if_done()
+
+    def _reset(self, stream: Stream, code: int) -> None:
+        self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(code)))
+        self.streams.pop(stream.id, None)
+        self._blocked.pop(stream.id, None)
+        self._app.stream_reset(stream)
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.write(data)
+
+    # -- closing ----------------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        return not self.streams
+
+    def goaway(self) -> None:
+        """Graceful close, in two steps as gRPC servers do: a first GOAWAY naming the
+        largest stream id (the peer stops opening streams; those already on their way are
+        still served) and a PING; when its ACK (one round trip) or a second has passed, the
+        final GOAWAY with the last stream id taken. Open streams finish; the server closes
+        the connection (after every connection's streams have finished)."""
+        if self._goaway_sent or self._draining is not None:
+            return
+        self._write(
+            frame(GOAWAY, 0, 0, _U32.pack(MAX_WINDOW) + _U32.pack(NO_ERROR))
+            + frame(PING, 0, 0, _DRAIN_PING)
+        )
+        loop = asyncio.get_running_loop()
+        self._draining = loop.call_later(DRAIN_PING_TIMEOUT_S, self._final_goaway)
+
+    def _final_goaway(self) -> None:
+        if self._draining is not None:
+            self._draining.cancel()
+            self._draining = None
+        if not self._goaway_sent:
+            self._goaway_sent = True
+            self._write(frame(GOAWAY, 0, 0, _U32.pack(self._last_stream_id) + _U32.pack(0)))
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        # After our own GOAWAY the connection stays open until the server closes it: a peer
+        # that reuses an idle connection before reading the GOAWAY (nginx) would otherwise
+        # send its next call into a closing socket.
+        if self._peer_leaving and not self.streams and self._transport is not None:
+            self._transport.close()
+
+    def _fail(self, code: int, message: str) -> None:
+        """A connection error: GOAWAY naming it, then close."""
+        logger.debug("HTTP/2 connection error %d: %s", code, message)
+        goaway = _U32.pack(self._last_stream_id) + _U32.pack(code) + message.encode()[:256]
+        self._write(frame(GOAWAY, 0, 0, goaway))
+        self._goaway_sent = True
+        self._closed = True  # nothing more is read or written
+        self.close()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+
+def _unpad(payload: bytes) -> bytes:
+    if not payload or payload[0] >= len(payload):
+        raise Http2Error(PROTOCOL_ERROR, "padding longer than the frame")
+    return payload[1 : len(payload) - payload[0]]
