@@ -259,3 +259,34 @@ def test_shutdown_sends_goaway_or_closes(test_repository: Path, tmp_path: Path) 
         if running.process.poll() is None:
             running.process.kill()
             running.process.wait()
+
+
+def slow_request() -> bytes:
+    """The `slow` model (about a second per call) on one element."""
+    request = pb.ModelInferRequest(
+        model_name="slow",
+        inputs=[{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1]}],
+        raw_input_contents=[np.zeros(1, "<f4").tobytes()],
+    )
+    return request.SerializeToString()
+
+
+def test_deadline_passes_while_the_model_runs(client: H2Client) -> None:
+    stream_id = client.start_call(INFER, slow_request(), extra=[(b"grpc-timeout", b"100m")])
+    call = client.wait_finished(stream_id)
+    call.assert_grpc_error(4)  # DEADLINE_EXCEEDED
+    client.live()
+
+
+def test_deadline_passes_before_the_body_arrives(client: H2Client) -> None:
+    stream_id = client.open_stream(INFER, extra=[(b"grpc-timeout", b"50m")])
+    call = client.wait_finished(stream_id)
+    call.assert_grpc_error(4)
+    client.live()
+
+
+def test_a_deadline_that_does_not_pass_changes_nothing(client: H2Client) -> None:
+    a, b = operands(3)
+    call = client.call(INFER, add_sub_request(a, b), extra=[(b"grpc-timeout", b"30S")])
+    outputs = outputs_of(call.assert_ok())
+    np.testing.assert_allclose(outputs["OUTPUT0"].ravel(), a + b)
