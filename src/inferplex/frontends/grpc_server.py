@@ -256,7 +256,7 @@ class GrpcServer:
         state = stream.context
         assert isinstance(state, _CallState)
         try:
-            message = self._message(stream.data(), state.encoding)
+            message = self._message(stream, state.encoding)
         except InferplexError as exc:
             self._error(connection, stream, exc)
             _cancel_deadline(state)
@@ -276,18 +276,21 @@ class GrpcServer:
             stream.task.cancel()
 
     # -- calls ----------------------------------------------------------------------------------
-    def _message(self, body: bytes, encoding: bytes) -> bytes:
+    def _message(self, stream: Stream, encoding: bytes) -> bytes:
         """The one message of a unary call's body."""
-        if len(body) < 5:
+        size = stream.body_bytes
+        if size < 5:
             raise InvalidInputError("the request carries no gRPC message")
-        length = int.from_bytes(body[1:5], "big")
-        if length != len(body) - 5:
+        first = stream.body[0]
+        prefix = first[:5] if len(first) >= 5 else stream.data()[:5]
+        length = int.from_bytes(prefix[1:5], "big")
+        if length != size - 5:
             raise InvalidInputError(
                 f"a unary call carries one message: its prefix says {length} bytes, "
-                f"{len(body) - 5} followed"
+                f"{size - 5} followed"
             )
-        message = body[5:]
-        if body[0] == 0:
+        message = stream.data(5)
+        if prefix[0] == 0:
             return message
         if encoding == b"identity":
             raise InvalidInputError(

@@ -155,9 +155,14 @@ class Stream:
         self.task: asyncio.Task[None] | None = None  # the application's, while it runs
         self.context: object = None  # the application's per-stream state
 
-    def data(self) -> bytes:
+    def data(self, skip: int = 0) -> bytes:
+        """The body from byte ``skip`` on, copied at most once."""
         body = self.body
-        return body[0] if len(body) == 1 else b"".join(body)
+        if len(body) == 1:
+            return body[0][skip:] if skip else body[0]
+        if not body or len(body[0]) < skip:
+            return b"".join(body)[skip:]
+        return b"".join([body[0][skip:], *body[1:]]) if skip else b"".join(body)
 
 
 class Http2App(Protocol):
@@ -222,6 +227,7 @@ class Http2Connection(asyncio.Protocol):
         self._max_block = max_header_block_bytes
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
+        self._wanted = 9  # bytes the buffer must hold before a frame can be complete
         self._preface_seen = False
         self._decoder = _HeaderDecoder(2 * max_header_block_bytes + (64 << 10))
         self.streams: dict[int, Stream] = {}
@@ -281,8 +287,8 @@ class Http2Connection(asyncio.Protocol):
         if self._closed:
             return
         buffer = self._buffer
-        buffer += data
         if not self._preface_seen:
+            buffer += data
             if len(buffer) < len(PREFACE):
                 if not PREFACE.startswith(bytes(buffer)):
                     self._fail(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
@@ -292,24 +298,46 @@ class Http2Connection(asyncio.Protocol):
                 return
             del buffer[: len(PREFACE)]
             self._preface_seen = True
-        offset = 0
-        size = len(buffer)
+            data = b""
+        # Frames are read straight from ``data``; only an incomplete frame waits in the
+        # buffer, and it is not looked at again until it is complete: a large DATA frame
+        # arriving in many reads is copied once, not once per read.
+        if buffer:
+            buffer += data
+            if len(buffer) < self._wanted:
+                return
+            source: bytes | bytearray = buffer
+        else:
+            source = data
         try:
-            while size - offset >= 9 and not self._closed:
-                high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(buffer, offset)
-                length = (high << 16) | low
-                if length > RECEIVE_FRAME_SIZE:
-                    raise Http2Error(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
-                end = offset + 9 + length
-                if end > size:
-                    break
-                payload = bytes(buffer[offset + 9 : end])
-                offset = end
-                self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
+            with memoryview(source) as view:
+                offset = self._frames(view)
+                if source is not buffer and offset < len(source):
+                    buffer += view[offset:]
         except Http2Error as exc:
             self._fail(exc.code, exc.message)
             return
-        del buffer[:offset]
+        if source is buffer:
+            del buffer[:offset]
+
+    def _frames(self, view: memoryview) -> int:
+        """Handle the complete frames in ``view``; returns where the rest begins."""
+        offset = 0
+        size = len(view)
+        self._wanted = 9
+        while size - offset >= 9 and not self._closed:
+            high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(view, offset)
+            length = (high << 16) | low
+            if length > RECEIVE_FRAME_SIZE:
+                raise Http2Error(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+            end = offset + 9 + length
+            if end > size:
+                self._wanted = 9 + length
+                break
+            payload = view[offset + 9 : end].tobytes()
+            offset = end
+            self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
+        return offset
 
     # -- receiving --------------------------------------------------------------------------
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
