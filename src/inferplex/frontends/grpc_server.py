@@ -53,6 +53,8 @@ UNAVAILABLE = 14
 
 #: seconds a closing TLS connection waits for the peer's close_notify
 TLS_SHUTDOWN_TIMEOUT_S = 1.0
+#: seconds a stopping server waits for its peers to close their connections
+CLOSE_WAIT_S = 1.0
 #: header list size we take when no limit is configured
 DEFAULT_HEADER_LIMIT = 1 << 20
 ENCODINGS = b"identity,deflate,gzip"
@@ -181,9 +183,9 @@ class GrpcServer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for connection in list(self.connections):
-            connection.close()
-        # a TLS peer that never sends close_notify must not hold the stop
-        deadline = loop.time() + TLS_SHUTDOWN_TIMEOUT_S
+            connection.finish_writing()
+        # the peers close their side on our FIN; one that does not must not hold the stop
+        deadline = loop.time() + CLOSE_WAIT_S
         while self.connections and loop.time() < deadline:
             await asyncio.sleep(0.01)
         for connection in list(self.connections):

@@ -243,6 +243,7 @@ class Http2Connection(asyncio.Protocol):
         self._draining: asyncio.TimerHandle | None = None  # first GOAWAY sent, final pending
         self._goaway_sent = False
         self._peer_leaving = False
+        self._write_closed = False  # our FIN is sent
         self._closed = False
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -591,13 +592,28 @@ class Http2Connection(asyncio.Protocol):
         self._app.stream_reset(stream)
 
     def _write(self, data: bytes) -> None:
-        if self._transport is not None and not self._closed:
+        if self._transport is not None and not self._closed and not self._write_closed:
             self._transport.write(data)
 
     # -- closing ----------------------------------------------------------------------------
     @property
     def idle(self) -> bool:
-        return not self.streams
+        """No open streams, and no graceful close half done."""
+        return not self.streams and self._draining is None
+
+    def finish_writing(self) -> None:
+        """The server is done with this connection: the final GOAWAY, then our side ends
+        (FIN). Reading goes on until the peer closes its side: closing a socket with unread
+        data makes the kernel reset the connection and drop what we sent last."""
+        self._final_goaway()
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._write_closed = True
+        else:
+            transport.close()
 
     def goaway(self) -> None:
         """Graceful close, in two steps as gRPC servers do: a first GOAWAY naming the
