@@ -58,21 +58,17 @@ class GrpcFrontend:
             guard=guard,
             ssl_context=ssl_context,
         )
-        self._started = False
 
     async def start(self) -> int:
         """Bind ``config.host:config.grpc_port`` (0 picks a free port) and start serving."""
         port = await self._server.start(self.config.host, self.config.grpc_port)
-        self._started = True
         host = self.config.host
         logger.info("gRPC listening on %s:%d", f"[{host}]" if ":" in host else host, port)
         return port
 
     async def stop(self, grace: float) -> None:
         """Stop taking calls; in-flight calls get ``grace`` seconds to finish."""
-        if self._started:
-            self._started = False
-            await self._server.stop(grace)
+        await self._server.stop(grace)
 
     # -- wiring -------------------------------------------------------------------------
     def _methods(self, trace: Callable[[Handler], Handler] | None) -> dict[str, Method]:

@@ -36,6 +36,7 @@ from inferplex.errors import (
     UnsupportedError,
 )
 from inferplex.frontends.http2 import Http2Connection, Stream, literal_header_block
+from inferplex.frontends.http_server import TLS_SHUTDOWN_TIMEOUT_S
 from inferplex.protocol.v2.errors import GRPC_STATUS
 
 __all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method"]
@@ -43,16 +44,11 @@ __all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method"]
 logger = logging.getLogger(__name__)
 
 # status codes (grpc/doc/statuscodes.md)
-OK = 0
-CANCELLED = 1
-INVALID_ARGUMENT = 3
 DEADLINE_EXCEEDED = 4
 UNIMPLEMENTED = 12
 INTERNAL = 13
 UNAVAILABLE = 14
 
-#: seconds a closing TLS connection waits for the peer's close_notify
-TLS_SHUTDOWN_TIMEOUT_S = 1.0
 #: seconds a stopping server waits for its peers to close their connections
 CLOSE_WAIT_S = 1.0
 #: header list size we take when no limit is configured
