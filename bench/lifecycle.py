@@ -23,10 +23,12 @@
    ``BEFORE_SECS`` right before it. Printed: the median and minimum of the swaps' ratios, the
    pooled ratio (all swaps' requests ÷ what the baseline rates predict for their windows: a
    short window holds few batches, so one swap's ratio is coarse) and the requests short per
-   swap. Side by side, servers alternating over ``--rounds`` rounds: the load's reading,
-   planning and freeing at serving's priority (``--load-nice 0``) and below it
-   (``--load-nice 19``; src/inferplex/lifecycle/background.py); the targets are checked on
-   the server's default. For add_sub (overhead-bound: the swap's
+   swap, in the window and with the ``AFTER_SECS`` after it (a new version's first runs
+   are slower: an unpaced swap leaves part of its cost after its answer). Side by side,
+   servers alternating over ``--rounds`` rounds: loads unpaced (``--load-share 1``) and paced
+   (``--load-share 0.1``: while requests are served, a load's steps take at most a tenth of
+   the time; src/inferplex/lifecycle/pacing.py); the targets are checked on the server's
+   default. For add_sub (overhead-bound: the swap's
    own CPU work shows most) and small_cnn (compute-bound). Target of issue 4: during the
    swap / before >= 0.9.
 
@@ -243,12 +245,14 @@ def new_version_to_serving(work: Path, rounds: int) -> dict[str, Any]:
 
 
 # -- 3: throughput during swaps -----------------------------------------------------------------
-#: the two ways a server may run a load's reading, planning and freeing (--load-nice)
-LOAD_NICE = {"--load-nice 0": "0", "--load-nice 19": "19"}
+#: the two ways a server may pace a load beside serving (--load-share)
+LOAD_SHARE = {"--load-share 1": "1", "--load-share 0.1": "0.1"}
 #: the targets are checked on the server's default
-DEFAULT_LOAD_NICE = f"--load-nice {ServerConfig.model_fields['load_nice'].default}"
+DEFAULT_LOAD_SHARE = f"--load-share {ServerConfig.model_fields['load_share'].default:g}"
 #: seconds of undisturbed traffic measured right before each swap: its rate is the baseline
 BEFORE_SECS = {"add_sub": 0.5, "small_cnn": 1.0}
+#: seconds after each swap's answer counted in its second "requests short" figure
+AFTER_SECS = 0.2
 #: swaps per server and round
 SWAPS = {"add_sub": 8, "small_cnn": 4}
 
@@ -318,11 +322,11 @@ def swaps(
         f"freed; the baseline is the {before_secs:g} s before it; {swaps_per_round} swaps per "
         f"server, {rounds} round(s), servers alternating)"
     )
-    swapped: dict[str, list[dict[str, float]]] = {label: [] for label in LOAD_NICE}
+    swapped: dict[str, list[dict[str, float]]] = {label: [] for label in LOAD_SHARE}
     for _ in range(rounds):
-        for label, nice in LOAD_NICE.items():
-            log = work / f"swap_{model}_{nice}.log"
-            with server(repo, log, model_control_mode="explicit", load_nice=nice) as running:
+        for label, share in LOAD_SHARE.items():
+            log = work / f"swap_{model}_{share}.log"
+            with server(repo, log, model_control_mode="explicit", load_share=share) as running:
                 post(running, f"/v2/repository/models/{model}/load")
                 trigger = LoadTrigger(running)
                 traffic = Traffic(running, model, inputs, clients)
@@ -330,10 +334,10 @@ def swaps(
                 try:
                     time.sleep(1.0)  # warm-up: connections open, batch sizes settle
                     for _ in range(swaps_per_round):
-                        time.sleep(before_secs + 0.2)  # the last swap's aftermath is over
+                        time.sleep(before_secs + AFTER_SECS)  # the last swap's aftermath
                         path.write_bytes(data)  # a new file: the load replaces the version
                         marks.append(trigger.load(model))
-                    time.sleep(0.2)
+                    time.sleep(AFTER_SECS)
                 finally:
                     traffic.stop()
                     trigger.close()
@@ -341,6 +345,7 @@ def swaps(
                 before = traffic.count(began - before_secs, began) / before_secs
                 held = traffic.count(began, ended)
                 window = ended - began
+                held_after = traffic.count(began, ended + AFTER_SECS)
                 swapped[label].append(
                     {
                         "window_ms": round(window * 1e3, 1),
@@ -348,10 +353,11 @@ def swaps(
                         "before_rps": round(before, 1),
                         "ratio": round(held / window / before, 3),
                         "lost": round(before * window - held, 1),
+                        "lost_with_after": round(before * (window + AFTER_SECS) - held_after, 1),
                     }
                 )
     results: dict[str, Any] = {}
-    for label, nice in LOAD_NICE.items():
+    for label, share in LOAD_SHARE.items():
         rows = swapped[label]
         ratios = [r["ratio"] for r in rows]
         # every swap's requests over every swap's time: short windows hold few batches, so
@@ -359,13 +365,14 @@ def swaps(
         expected = sum(r["before_rps"] * r["window_ms"] / 1e3 for r in rows)
         pooled = sum(r["requests"] for r in rows) / expected
         summary = {
-            "load_nice": int(nice),
+            "load_share": float(share),
             "ratio_median": round(statistics.median(ratios), 3),
             "ratio_min": round(min(ratios), 3),
             "ratio_pooled": round(pooled, 3),
             "window_ms_median": statistics.median(r["window_ms"] for r in rows),
             "requests_median": statistics.median(r["requests"] for r in rows),
             "lost_per_swap_median": statistics.median(r["lost"] for r in rows),
+            "lost_with_after_median": statistics.median(r["lost_with_after"] for r in rows),
             "before_rps_median": statistics.median(r["before_rps"] for r in rows),
             "swaps": rows,
         }
@@ -374,8 +381,9 @@ def swaps(
             f"  {label:15} during/before: median {summary['ratio_median']:.3f} "
             f"min {summary['ratio_min']:.3f} pooled {pooled:.3f}   window median "
             f"{summary['window_ms_median']:.1f} ms holding {summary['requests_median']:g} "
-            f"requests (before: {summary['before_rps_median']:.0f} req/s; "
-            f"{summary['lost_per_swap_median']:.1f} requests short per swap)"
+            f"requests (before: {summary['before_rps_median']:.0f} req/s; requests short per "
+            f"swap: {summary['lost_per_swap_median']:.1f} in the window, "
+            f"{summary['lost_with_after_median']:.1f} with the {AFTER_SECS:g} s after it)"
         )
     return results
 
@@ -432,7 +440,7 @@ def main() -> None:
                 for model in args.models.split(",")
             }
     flat = {
-        f"swap/{m}/ratio": r[DEFAULT_LOAD_NICE]["ratio_median"]
+        f"swap/{m}/ratio": r[DEFAULT_LOAD_SHARE]["ratio_median"]
         for m, r in results.get("swap", {}).items()
     }
     # the targets of the models run (--models)

@@ -26,6 +26,7 @@ from inferplex.errors import (
     ModelNotFoundError,
     ModelNotReadyError,
 )
+from inferplex.lifecycle import pacing
 from inferplex.repository.local import fingerprint
 from tests.support.lifecycle import (
     add_model,
@@ -377,3 +378,41 @@ async def test_on_demand_wait_is_bounded_and_the_index_shows_loading(tmp_path: P
         await eventually(lambda: index(engine).get(("slow", "1")) == ("READY", ""))
         response = await engine.infer(request)
         assert response.model_version == "1"
+
+
+# -- pacing -------------------------------------------------------------------------------------
+async def test_loads_beside_busy_serving_pause_and_loads_requests_wait_for_do_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload through the API pauses after its steps while a request is in flight, not on
+    an idle server; an on-demand load (a request waits for it) never pauses."""
+    add_model(tmp_path)
+    add_model(tmp_path, "other")
+    path = modelgen.slow(tmp_path, seconds=1.0)
+    modelgen.write_config(tmp_path / "slow", modelgen.model_config(path, max_batch_size=8))
+    pauses: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recorded_sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(pacing, "sleep", recorded_sleep)
+    settings = {"model_control_mode": "explicit", "load_model": ["add_sub", "slow"]}
+    smaller = {"config": orjson.dumps(add_sub_config(tmp_path, max_batch_size=4)).decode()}
+    async with running(tmp_path, load_on_demand=True, **settings) as engine:
+        await engine.load_model("add_sub", smaller)
+        assert pauses == []  # nothing served meanwhile
+        data = np.zeros((1, 1), dtype=np.float32)
+        busy = asyncio.create_task(
+            engine.infer(InferenceRequest("slow", [Tensor("INPUT0", "FP32", data.shape, data)]))
+        )
+        await eventually(engine.registry.serving, what="a request in flight")
+        await engine.load_model("add_sub", {})  # the file's config again: a new instance
+        # after reading the files, creating the instance and freeing the replaced one
+        assert len(pauses) >= 3 and all(p > 0 for p in pauses), pauses
+        paced = len(pauses)
+        assert await served_version(engine, "other") == "1"  # on demand: not paced
+        assert len(pauses) == paced
+        assert not busy.done()
+        await busy

@@ -107,6 +107,9 @@ def main() -> None:
 @click.option("--memory-limit", help="Host memory for loaded models, e.g. 2GiB (0 = no limit).")
 @click.option("--gpu-memory-limit", help="GPU memory for models per GPU, e.g. 0=8GiB,1=4GiB.")
 @click.option("--load-nice", type=int, help="Nice steps below serving for load work (0-19).")
+@click.option(
+    "--load-share", type=float, help="Share of the time a load takes beside busy serving (0-1]."
+)
 @click.option("--load-on-demand", is_flag=True, default=None, help="Load models on first request.")
 @click.option(
     "--load-on-demand-timeout-secs", type=float, help="How long a request waits for that load."

@@ -167,6 +167,15 @@ class ServerConfig(BaseSettings):
         "free models during a load run (Linux), so a load beside serving yields the cores to "
         "it; 0 = the server's priority",
     )
+    load_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="while requests are in flight, the share of the time a load's steps "
+        "(reading, instance creation, warm-up, freeing the replaced version) may take: the "
+        "load pauses after each step, so a reload beside busy serving slows it less and takes "
+        "longer; 1 = no pauses (a load that requests wait for is never paced)",
+    )
     load_on_demand: bool = Field(
         default=False, description="a request to a known but unloaded model loads it"
     )

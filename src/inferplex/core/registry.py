@@ -133,6 +133,10 @@ class ModelRegistry:
     def entries(self) -> list[ModelEntry]:
         return [self._entries[name] for name in sorted(self._entries)]
 
+    def serving(self) -> bool:
+        """Whether any served version has requests in flight."""
+        return any(v.in_flight for e in self._entries.values() for v in e.versions.values())
+
     def route(self, name: str, version: str = "") -> ModelVersion:
         """The version that serves a request: the given one, else the default (highest)."""
         entry = self._entries.get(name)

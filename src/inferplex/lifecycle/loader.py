@@ -39,6 +39,7 @@ from inferplex.lifecycle.background import BackgroundWork
 from inferplex.lifecycle.file_override import OverrideFolders, remove_folder
 from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import Resident, choose_evictions, release_free_memory, rss_bytes
+from inferplex.lifecycle.pacing import UNPACED, Pacer
 from inferplex.lifecycle.warmup import run_warmup, warmup_requests
 from inferplex.repository.local import ModelPlan, fingerprint, plan_model
 
@@ -62,6 +63,7 @@ class ModelLoader:
         memory_limit: int = 0,
         gpu_memory: GpuMemory | None = None,
         load_nice: int = 0,
+        load_share: float = 1.0,
     ) -> None:
         self.registry = registry
         self.repository = repository
@@ -73,6 +75,8 @@ class ModelLoader:
         self._intra_op_threads = intra_op_threads
         #: reading, planning and freeing models yield the cores to serving (background.py)
         self._background = BackgroundWork(load_nice)
+        #: the share of the time a load's steps take while requests are served (pacing.py)
+        self._load_share = load_share
         self._load_lock = asyncio.Lock()
         self._dispatcher: Dispatcher | None = None
         self._cache: ResponseCache | None = None
@@ -101,30 +105,33 @@ class ModelLoader:
         override: ModelConfig | None = None,
         pinned: bool | None = None,
         source: Path | None = None,
+        paced: bool = True,
     ) -> None:
         """Load ``name`` from the repository, or reload it if it is loaded (only new or
         changed versions load; unchanged ones keep serving). ModelLoadError with the reason
         when it fails (the versions serving before go on serving). ``source``: an override
-        folder (file_override.py) to load from instead of the repository."""
+        folder (file_override.py) to load from instead of the repository. ``paced``: the load
+        yields to busy serving (pacing.py); not for a load that requests wait for."""
         model_dir = source or self.model_dir(name)
         if source is None and not await asyncio.to_thread(model_dir.is_dir):
             raise ModelNotFoundError(
                 f"model '{name}' is not in the model repository {self.repository}"
             )
+        pacer = Pacer(self._load_share, self.registry.serving) if paced else UNPACED
         entry = self.registry.add(name)
         async with entry.lock:
             if pinned is not None:
                 entry.pinned = pinned
             async with self._load_lock:
-                replaced = await self._load(entry, model_dir, override)
+                replaced = await self._load(entry, model_dir, override, pacer)
             stale = self.overrides.adopt(name, source)
             # the replaced versions drain without holding up the loads of other models
-            await self._retire(replaced)
+            await self._retire(replaced, pacer)
             if stale is not None:  # the override folder the replaced versions came from
                 await asyncio.to_thread(remove_folder, stale)
 
     async def _load(
-        self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None
+        self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None, pacer: Pacer
     ) -> list[ModelVersion]:
         """Load what changed and switch to it; returns the versions no longer served."""
         first = not entry.versions
@@ -135,8 +142,10 @@ class ModelLoader:
         try:
             # a model that failed is tried again when its files change; poll mode compares
             # the repository's folder, also for a model loaded from file overrides
-            entry.fingerprint, read = await self._background.run(
-                _read, model_dir, self.repository / entry.name, self._intra_op_threads, override
+            entry.fingerprint, read = await pacer.step(
+                self._background.run(
+                    _read, model_dir, self.repository / entry.name, self._intra_op_threads, override
+                )
             )
             if isinstance(read, Exception):
                 raise read
@@ -176,7 +185,9 @@ class ModelLoader:
         footprints: dict[int, int] = {}
         for version in to_load:
             try:
-                loaded[version], measured = await self._load_version(entry, plan, version, warmup)
+                loaded[version], measured = await self._load_version(
+                    entry, plan, version, warmup, pacer
+                )
                 footprints[version] = max(measured, facts[version][1])
             except Exception as exc:
                 await self._retire(list(loaded.values()))
@@ -208,7 +219,12 @@ class ModelLoader:
         return replaced
 
     async def _load_version(
-        self, entry: ModelEntry, plan: ModelPlan, version: int, warmup: list[InferenceRequest]
+        self,
+        entry: ModelEntry,
+        plan: ModelPlan,
+        version: int,
+        warmup: list[InferenceRequest],
+        pacer: Pacer,
     ) -> tuple[ModelVersion, int]:
         """Create the instances of one version, register it and warm it up (not served yet);
         returns it with the growth of the process's RSS meanwhile."""
@@ -220,8 +236,8 @@ class ModelLoader:
         # at the server's priority: the intra-op threads made here inherit it (background.py).
         # One trip to a thread: beside busy serving, each trip costs the event loop a forced
         # GIL hand-over (bench/lifecycle.py, docs/lifecycle.md)
-        before, backends, after = await asyncio.to_thread(
-            _create_measured, plan, path, specs, self._caller
+        before, backends, after = await pacer.step(
+            asyncio.to_thread(_create_measured, plan, path, specs, self._caller)
         )
         key = f"{entry.name}/{version}"
         if entry.generation > 1:
@@ -233,7 +249,7 @@ class ModelLoader:
             served.stats = old.stats  # the counters of a version go on across a reload
         dispatcher.add(served, scheduling_policy(plan.config))
         try:
-            await run_warmup(served, warmup)
+            await pacer.step(run_warmup(served, warmup))
         except BaseException:
             await self._retire([served])
             raise
@@ -346,17 +362,17 @@ class ModelLoader:
             logger.info("model '%s' UNAVAILABLE (unloaded)", entry.name, extra=_state(entry))
         self._background.close()
 
-    async def _retire(self, versions: list[ModelVersion]) -> None:
+    async def _retire(self, versions: list[ModelVersion], pacer: Pacer = UNPACED) -> None:
         """Drain ``versions`` (no longer served), then free them."""
         if versions:
             await asyncio.gather(*(v.drain() for v in versions))
-            await self._free(versions)
+            await self._free(versions, pacer)
 
-    async def _free(self, versions: list[ModelVersion]) -> None:
+    async def _free(self, versions: list[ModelVersion], pacer: Pacer = UNPACED) -> None:
         if self._dispatcher is not None:
             for version in versions:
                 self._dispatcher.remove(version)
-        await self._background.run(_close_versions, versions)
+        await pacer.step(self._background.run(_close_versions, versions))
 
     # -- runtime management -------------------------------------------------------------------
     async def set_instance_count(self, name: str, count: int) -> None:

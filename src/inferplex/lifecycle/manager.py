@@ -63,6 +63,7 @@ class LifecycleManager:
             int(config.memory_limit),
             GpuMemory(config.gpu_memory_limit),
             config.load_nice,
+            config.load_share,
         )
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository
@@ -260,7 +261,8 @@ class LifecycleManager:
         if not entry.versions:
             task = self._on_demand.get(name)
             if task is None:
-                task = asyncio.get_running_loop().create_task(self.loader.load(name))
+                # requests wait for this load: it is not paced (pacing.py)
+                task = asyncio.get_running_loop().create_task(self.loader.load(name, paced=False))
                 self._on_demand[name] = task
                 task.add_done_callback(lambda t: self._loaded_on_demand(name, t))
             timeout = self.config.load_on_demand_timeout_secs

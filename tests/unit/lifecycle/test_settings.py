@@ -35,3 +35,12 @@ def test_bad_lifecycle_flags_name_the_field(tmp_path: Path) -> None:
         env={"INFERPLEX_MODEL_CONTROL_MODE": "explicit", "INFERPLEX_IDLE_UNLOAD_SECS": "-1"},
     )
     assert result.exit_code == 2 and "idle_unload_secs" in result.output
+
+
+def test_load_share_is_a_share_of_the_time(tmp_path: Path) -> None:
+    assert ServerConfig(model_repository=tmp_path).load_share == 0.1
+    assert ServerConfig(model_repository=tmp_path, load_share=1).load_share == 1.0
+    base = ["serve", "--model-repository", str(tmp_path)]
+    for bad in ("0", "1.5"):
+        result = CliRunner().invoke(main, [*base, "--load-share", bad])
+        assert result.exit_code == 2 and "load_share" in result.output

@@ -1,0 +1,48 @@
+"""Pacing: a load beside busy serving takes a bounded share of the time.
+
+A load's steps (reading the model's files and config, creating its instances, freeing the
+version it replaced) cost the requests served meanwhile more than their own CPU. In CPython
+every hand-over of the GIL between a load thread and the event loop waits for a thread to be
+woken, and a step hands it over at each file access and each call into the runtime: on the
+2-core development machine a step cost serving about four times its CPU time, and a swap of
+a small model halved throughput while it ran (docs/lifecycle.md). Pacing spreads that cost:
+while requests are in flight, a step that took ``t`` seconds is followed by a pause of
+``t * (1 - share) / share``, so the load's steps take at most ``share`` of the time. An idle
+server loads at full speed, and a load a request waits for (load on demand) is not paced.
+"""
+
+from __future__ import annotations
+
+from asyncio import sleep
+from collections.abc import Awaitable, Callable
+from time import perf_counter
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: the longest pause after one step: a step that took very long (a large model made under
+#: heavy load) does not hold its load back for ten times as long
+MAX_PAUSE_S = 2.0
+
+
+class Pacer:
+    """Runs a load's steps, pausing after each while ``busy()`` says requests are served."""
+
+    def __init__(self, share: float, busy: Callable[[], bool]) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"share must be above 0 and at most 1, got {share}")
+        self.share = share
+        self._busy = busy
+
+    async def step(self, work: Awaitable[T]) -> T:
+        """Await ``work``, then pause in proportion to how long it took (if serving is busy)."""
+        started = perf_counter()
+        result = await work
+        if self.share < 1 and self._busy():
+            took = perf_counter() - started
+            await sleep(min(took * (1 - self.share) / self.share, MAX_PAUSE_S))
+        return result
+
+
+#: for loads that nothing may hold back
+UNPACED = Pacer(1.0, lambda: False)
