@@ -41,7 +41,7 @@ from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import Resident, choose_evictions, release_free_memory, rss_bytes
 from inferplex.lifecycle.pacing import UNPACED, Pacer
 from inferplex.lifecycle.warmup import run_warmup, warmup_requests
-from inferplex.repository.local import ModelPlan, fingerprint, plan_model
+from inferplex.repository.local import ModelPlan, digest, list_files, plan_model
 
 logger = logging.getLogger(__name__)
 
@@ -459,16 +459,15 @@ def _read(
     fingerprint of the model's ``folder`` in the repository, then the plan, each version's
     fingerprint and size on disk (the least its footprint can be) and the warm-up requests,
     or why they could not be read (the fingerprint is kept either way)."""
-    folder_fingerprint = fingerprint(folder)
+    in_folder = list_files(folder)
+    folder_fingerprint = digest(in_folder, folder.parent)
     try:
         plan = plan_model(model_dir, intra_op_threads, override)
-        facts = {
-            v: (
-                fingerprint(path.parent),
-                sum(p.stat().st_size for p in path.parent.rglob("*") if p.is_file()),
-            )
-            for v, path in plan.version_files.items()
-        }
+        in_model_dir = in_folder if model_dir == folder else list_files(model_dir)
+        facts = {}
+        for version, path in plan.version_files.items():
+            files = [f for f in in_model_dir if f.path.is_relative_to(path.parent)]
+            facts[version] = (digest(files, model_dir), sum(f.size for f in files))
         return folder_fingerprint, (plan, facts, warmup_requests(plan.config, model_dir))
     except Exception as exc:  # raised on the loop, after the fingerprint is recorded
         return folder_fingerprint, exc

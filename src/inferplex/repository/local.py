@@ -63,20 +63,60 @@ def _detect_backend(model_dir: Path, versions: dict[int, Path]) -> type[Backend]
     )
 
 
+@dataclass(frozen=True)
+class FileFacts:
+    """A file as change detection sees it."""
+
+    path: Path
+    size: int
+    mtime_ns: int
+
+
+def list_files(path: Path) -> list[FileFacts]:
+    """Every file in the folder ``path`` and its subfolders (or ``path`` itself, a file),
+    sorted by path, with size and modification time: one read per folder and one stat per
+    file. Blocking. A load reads a model's folder beside busy serving, where each file
+    system call hands the GIL over and back (docs/lifecycle.md): one walk serves the load's
+    fingerprints and sizes."""
+    try:
+        if not path.is_dir():
+            stat = path.stat()
+            return [FileFacts(path, stat.st_size, stat.st_mtime_ns)]
+    except OSError:  # removed while we looked: the next scan sees the rest of the change
+        return []
+    found: list[FileFacts] = []
+    folders = [path]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    folders.append(Path(entry.path))
+                elif entry.is_file():
+                    stat = entry.stat()
+                    found.append(FileFacts(Path(entry.path), stat.st_size, stat.st_mtime_ns))
+            except OSError:
+                continue
+    found.sort(key=lambda f: f.path)
+    return found
+
+
+def digest(files: list[FileFacts], root: Path) -> str:
+    """A digest of ``files`` as far as change detection needs: each one's path relative to
+    ``root``, size and modification time."""
+    digest = hashlib.blake2b(digest_size=16)
+    for file in files:
+        digest.update(f"{file.path.relative_to(root)}\0{file.size}\0{file.mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
 def fingerprint(path: Path) -> str:
     """A digest of a folder's (or file's) contents as far as change detection needs: every
     file's relative path, size and modification time. Blocking (walks the folder)."""
-    digest = hashlib.blake2b(digest_size=16)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
-        try:
-            stat = file.stat()
-        except OSError:  # removed while we looked: the next scan sees the rest of the change
-            continue
-        digest.update(
-            f"{file.relative_to(path.parent)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
-        )
-    return digest.hexdigest()
+    return digest(list_files(path), path.parent)
 
 
 def scan_repository(repository: Path) -> dict[str, str]:
