@@ -48,6 +48,7 @@ per problem, each naming the file, the field path and what was expected.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -129,13 +130,21 @@ def read_model_config(model_dir: Path) -> ModelConfig | None:
         names = " and ".join(p.name for p in found)
         raise ConfigError(f"model '{model_dir.name}' has both {names}; keep one of them")
     path = found[0]
-    source = f"{model_dir.name}/{path.name}"
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{source}: cannot be read: {exc}") from None
-    raw = parse_pbtxt(text, source) if path.name == PBTXT_NAME else _parse_yaml(text, source)
-    return config_from_dict(raw, model_dir.name, source)
+        raise ConfigError(f"{model_dir.name}/{path.name}: cannot be read: {exc}") from None
+    return _config_from_text(text, model_dir.name, path.name)
+
+
+@functools.lru_cache(maxsize=256)
+def _config_from_text(text: str, model_name: str, file_name: str) -> ModelConfig:
+    """The config a file's text says (ModelConfig is frozen: one object can be shared). A
+    new version of a model reloads it with its config unchanged: parsing and validating that
+    again would be most of the load's Python work beside busy serving."""
+    source = f"{model_name}/{file_name}"
+    raw = parse_pbtxt(text, source) if file_name == PBTXT_NAME else _parse_yaml(text, source)
+    return config_from_dict(raw, model_name, source)
 
 
 def _parse_yaml(text: str, source: str) -> dict[str, Any]:

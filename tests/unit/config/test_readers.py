@@ -114,6 +114,21 @@ def test_both_formats_read_into_the_same_config(tmp_path: Path, filename: str, t
     assert config.unsupported_fields == ()
 
 
+def test_an_unchanged_file_is_parsed_once_and_a_changed_one_again(tmp_path: Path) -> None:
+    model_dir = _model_dir(tmp_path, {"config.pbtxt": PBTXT})
+    first = read_model_config(model_dir)
+    assert read_model_config(model_dir) is first  # reloads of a new version share it
+    (model_dir / "config.pbtxt").write_text(PBTXT.replace("max_batch_size: 8", "max_batch_size: 4"))
+    changed = read_model_config(model_dir)
+    assert changed is not None and changed.max_batch_size == 4
+    (model_dir / "config.pbtxt").write_text(
+        PBTXT.replace("max_batch_size: 8", "max_batch_size: -2")
+    )
+    for _ in range(2):  # errors are raised every time
+        with pytest.raises(ConfigError, match="max_batch_size"):
+            read_model_config(model_dir)
+
+
 def test_no_config_file_is_none(tmp_path: Path) -> None:
     assert read_model_config(_model_dir(tmp_path, {"model.onnx": "x"})) is None
 
