@@ -26,10 +26,10 @@
    swap, in the window and with the ``AFTER_SECS`` after it (a new version's first runs
    are slower: an unpaced swap leaves part of its cost after its answer). Side by side,
    servers alternating over ``--rounds`` rounds: loads unpaced (``--load-share 1``) and paced
-   (``--load-share 0.1``: while requests are served, a load's steps take at most a tenth of
-   the time; src/inferplex/lifecycle/pacing.py); the targets are checked on the server's
-   default. For add_sub (overhead-bound: the swap's
-   own CPU work shows most) and small_cnn (compute-bound). Target of issue 4: during the
+   as the server's default (``--load-share 0.05``: while requests are served, a load's steps
+   take at most 5 % of the time; src/inferplex/lifecycle/pacing.py); the targets are checked
+   on the paced one. For add_sub (overhead-bound: the swap's own CPU work shows most) and
+   small_cnn (compute-bound). Target of issue 4: during the
    swap / before >= 0.9.
 
 Prints every figure and writes JSON to bench/results/.
@@ -245,10 +245,11 @@ def new_version_to_serving(work: Path, rounds: int) -> dict[str, Any]:
 
 
 # -- 3: throughput during swaps -----------------------------------------------------------------
-#: the two ways a server may pace a load beside serving (--load-share)
-LOAD_SHARE = {"--load-share 1": "1", "--load-share 0.1": "0.1"}
 #: the targets are checked on the server's default
-DEFAULT_LOAD_SHARE = f"--load-share {ServerConfig.model_fields['load_share'].default:g}"
+_DEFAULT_SHARE = ServerConfig.model_fields["load_share"].default
+DEFAULT_LOAD_SHARE = f"--load-share {_DEFAULT_SHARE:g}"
+#: the two ways compared: loads unpaced, and paced as the server's default
+LOAD_SHARE = {"--load-share 1": "1", DEFAULT_LOAD_SHARE: f"{_DEFAULT_SHARE:g}"}
 #: seconds of undisturbed traffic measured right before each swap: its rate is the baseline
 BEFORE_SECS = {"add_sub": 0.5, "small_cnn": 1.0}
 #: seconds after each swap's answer counted in its second "requests short" figure

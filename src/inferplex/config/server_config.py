@@ -168,7 +168,7 @@ class ServerConfig(BaseSettings):
         "it; 0 = the server's priority",
     )
     load_share: float = Field(
-        default=0.1,
+        default=0.05,
         gt=0,
         le=1,
         description="while requests are in flight, the share of the time a load's steps "

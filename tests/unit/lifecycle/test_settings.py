@@ -38,7 +38,7 @@ def test_bad_lifecycle_flags_name_the_field(tmp_path: Path) -> None:
 
 
 def test_load_share_is_a_share_of_the_time(tmp_path: Path) -> None:
-    assert ServerConfig(model_repository=tmp_path).load_share == 0.1
+    assert ServerConfig(model_repository=tmp_path).load_share == 0.05
     assert ServerConfig(model_repository=tmp_path, load_share=1).load_share == 1.0
     base = ["serve", "--model-repository", str(tmp_path)]
     for bad in ("0", "1.5"):
