@@ -8,6 +8,8 @@ Builds a repository with inferplex.modelgen (add_sub, small_cnn), starts the rea
 - small_cnn, compute-bound: images/s of in-process ONNX Runtime (one session, the server's
   intra-op thread count, 4 threads calling ``session.run``) against the served model over
   HTTP binary and gRPC at concurrency 4; the ratio served / in-process is the overhead.
+  Served with preferred batch sizes (the targets) and with plain dynamic batching
+  (``build_repository`` says why).
 - add_sub, overhead-bound: requests/s, p50/p99 latency and the server's CPU time per request
   (user + system of the server process, from psutil) at concurrency 1 and 16, over HTTP JSON,
   HTTP binary and gRPC.
@@ -82,12 +84,22 @@ def round_options(args: argparse.Namespace, quick: Timing) -> tuple[int, Timing]
 
 def build_repository(repo: Path) -> Path:
     """add_sub and small_cnn, batched and dynamically batched as a user would serve them;
-    returns the small_cnn model file."""
+    returns the small_cnn model file.
+
+    small_cnn is served twice. ``small_cnn`` lists preferred batch sizes 2 and 4: with plain
+    dynamic batching (``small_cnn_plain``) four closed-loop clients fall into step with the
+    batches, which alternate between 1 and 3 images (the one request that arrives while a
+    batch of 3 runs goes alone next, while the other three travel back and forth), and a
+    batch of 1 runs at 0.94 the images/s of larger ones. Batches of 2 keep the instance busy
+    while the other two requests travel: the tuning a Triton user makes for this load."""
     cnn = modelgen.small_cnn(repo)
-    for path in (modelgen.add_sub(repo), cnn):
+    plain = modelgen.small_cnn(repo, name="small_cnn_plain")
+    for path in (modelgen.add_sub(repo), cnn, plain):
         config = modelgen.model_config(
             path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
         )
+        if path == cnn:
+            config["dynamic_batching"] = {"preferred_batch_size": [2, 4]}
         modelgen.write_config(path.parent.parent, config)
     return cnn
 
@@ -173,10 +185,12 @@ def cases(server: RunningServer, session: ort.InferenceSession) -> dict[str, Cas
     all_cases: dict[str, Case] = {
         "cnn/in-process": partial(inprocess_load, partial(session.run, None, {"image": image}))
     }
-    for protocol in CNN_MODES[1:]:
+    for mode in CNN_MODES[1:]:
+        protocol, plain, _ = mode.partition("-plain")
+        model = "small_cnn_plain" if plain else "small_cnn"
         # Dynamic batching may group requests: allow for summation-order differences.
-        all_cases[f"cnn/{protocol}"] = served_case(
-            server, protocol, "small_cnn", {"image": image}, logits, CNN_CONCURRENCY, atol=1e-3
+        all_cases[f"cnn/{mode}"] = served_case(
+            server, protocol, model, {"image": image}, logits, CNN_CONCURRENCY, atol=1e-3
         )
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 0.5, dtype=np.float32)

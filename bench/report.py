@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-CNN_MODES = ("in-process", "http-binary", "grpc")
+#: small_cnn's cases: in-process, then served with ``preferred_batch_size [2, 4]`` (the
+#: targets), then served with plain ``dynamic_batching {}`` (bench/overhead.py says why)
+CNN_MODES = ("in-process", "http-binary", "grpc", "http-binary-plain", "grpc-plain")
 ADD_SUB_CASES = tuple(
     (protocol, concurrency)
     for protocol in ("http-json", "http-binary", "grpc")
@@ -60,12 +62,16 @@ def report(flat: dict[str, Any], threads: int) -> list[dict[str, Any]]:
             f"{number(flat[f'{key}/server_cpu_us_per_request']):>14} "
             f"{number(flat[f'{key}/client_cpu_us_per_request']):>14}"
         )
-    print(f"\nsmall_cnn: FP32 [1,3,224,224] per request, concurrency 4, {threads} intra-op threads")
-    print(f"{'mode':12} {'img/s':>8} {'p50 ms':>8} {'ratio':>6}   rounds (img/s)")
+    print(
+        f"\nsmall_cnn: FP32 [1,3,224,224] per request, concurrency 4, {threads} intra-op threads; "
+        "served with dynamic_batching { preferred_batch_size: [2, 4] }, '-plain' with "
+        "dynamic_batching { }"
+    )
+    print(f"{'mode':17} {'img/s':>8} {'p50 ms':>8} {'ratio':>6}   rounds (img/s)")
     for mode in CNN_MODES:
         key = f"cnn/{mode}"
         print(
-            f"{mode:12} {flat[f'{key}/rate']:>8.1f} {flat[f'{key}/p50_ms']:>8.2f} "
+            f"{mode:17} {flat[f'{key}/rate']:>8.1f} {flat[f'{key}/p50_ms']:>8.2f} "
             f"{flat[f'{key}/ratio']:>6.3f}   {flat[f'{key}/rates']}"
         )
     return check_targets(TARGETS, flat)
