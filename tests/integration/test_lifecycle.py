@@ -409,8 +409,9 @@ async def test_loads_beside_busy_serving_pause_and_loads_requests_wait_for_do_no
         )
         await eventually(engine.registry.serving, what="a request in flight")
         await engine.load_model("add_sub", {})  # the file's config again: a new instance
-        # after reading the files, creating the instance and freeing the replaced one
-        assert len(pauses) >= 3 and all(p > 0 for p in pauses), pauses
+        # waits before creating the instance (for the read) and before its warm-up (for the
+        # creation); the warm-up (none) calls for next to no wait before the freeing
+        assert len(pauses) >= 2 and all(p > 0 for p in pauses), pauses
         paced = len(pauses)
         assert await served_version(engine, "other") == "1"  # on demand: not paced
         assert len(pauses) == paced

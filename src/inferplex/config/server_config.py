@@ -172,9 +172,9 @@ class ServerConfig(BaseSettings):
         gt=0,
         le=1,
         description="while requests are in flight, the share of the time a load's steps "
-        "(reading, instance creation, warm-up, freeing the replaced version) may take: the "
-        "load pauses after each step, so a reload beside busy serving slows it less and takes "
-        "longer; 1 = no pauses (a load that requests wait for is never paced)",
+        "(reading, instance creation, warm-up, freeing the replaced version) may take: each "
+        "step first waits for the earlier ones' share, so a reload beside busy serving slows "
+        "it less and takes longer; 1 = no waits (a load that requests wait for is never paced)",
     )
     load_on_demand: bool = Field(
         default=False, description="a request to a known but unloaded model loads it"

@@ -6,9 +6,10 @@ every hand-over of the GIL between a load thread and the event loop waits for a 
 woken, and a step hands it over at each file access and each call into the runtime: on the
 2-core development machine a step cost serving about four times its CPU time, and a swap of
 a small model halved throughput while it ran (docs/lifecycle.md). Pacing spreads that cost:
-while requests are in flight, a step that took ``t`` seconds is followed by a pause of
-``t * (1 - share) / share``, so the load's steps take at most ``share`` of the time. An idle
-server loads at full speed, and a load a request waits for (load on demand) is not paced.
+while requests are in flight, the step after one that took ``t`` seconds waits
+``t * (1 - share) / share`` first, so the load's steps take at most ``share`` of the time. An
+idle server loads at full speed, a load answers as soon as its last step is done, and a load a
+request waits for (load on demand) is not paced.
 """
 
 from __future__ import annotations
@@ -26,21 +27,28 @@ MAX_PAUSE_S = 2.0
 
 
 class Pacer:
-    """Runs a load's steps, pausing after each while ``busy()`` says requests are served."""
+    """Runs a load's steps; while ``busy()`` says requests are served, a step waits until the
+    steps before it are within their share of the time (no wait after the last step: the
+    load answers as soon as its work is done)."""
 
     def __init__(self, share: float, busy: Callable[[], bool]) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be above 0 and at most 1, got {share}")
         self.share = share
         self._busy = busy
+        self._next_at = 0.0  # when the next step may start, as the steps so far call for
 
     async def step(self, work: Awaitable[T]) -> T:
-        """Await ``work``, then pause in proportion to how long it took (if serving is busy)."""
+        """Wait what the earlier steps call for (if serving is busy; time spent meanwhile,
+        e.g. draining, counts), then await ``work``."""
+        wait = self._next_at - perf_counter()
+        if wait > 0 and self._busy():
+            await sleep(min(wait, MAX_PAUSE_S))
         started = perf_counter()
         result = await work
-        if self.share < 1 and self._busy():
-            took = perf_counter() - started
-            await sleep(min(took * (1 - self.share) / self.share, MAX_PAUSE_S))
+        if self.share < 1:
+            ended = perf_counter()
+            self._next_at = ended + (ended - started) * (1 - self.share) / self.share
         return result
 
 

@@ -11,8 +11,8 @@ from inferplex.lifecycle.pacing import MAX_PAUSE_S, UNPACED, Pacer
 
 
 class FakeClock:
-    """perf_counter and asyncio.sleep of the pacing module: steps 'take' the time they are
-    given, pauses are recorded (and pass the same clock)."""
+    """perf_counter and sleep of the pacing module: steps 'take' the time they are given,
+    pauses are recorded (and pass on the same clock)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.now = 100.0
@@ -29,16 +29,30 @@ class FakeClock:
         return result
 
 
-async def test_a_step_beside_busy_serving_is_followed_by_a_pause_that_keeps_its_share(
+async def test_beside_busy_serving_a_step_waits_until_the_earlier_ones_keep_their_share(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = FakeClock(monkeypatch)
     pacer = Pacer(0.1, lambda: True)
     assert await pacer.step(clock.work(0.02)) == "done"
-    assert clock.pauses == [0.18]  # 20 ms of 200: a tenth
+    assert clock.pauses == []  # the first step starts at once
     await pacer.step(clock.work(0.005))
+    assert clock.pauses == [0.18]  # 20 ms of 200: a tenth
+    await pacer.step(clock.work(0.0))
     assert clock.pauses == [0.18, 0.045]
-    assert Pacer(0.5, lambda: True).share == 0.5
+    # nothing waits after the last step: the load answers when its work is done
+
+
+async def test_time_between_steps_counts_towards_the_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock(monkeypatch)
+    pacer = Pacer(0.1, lambda: True)
+    await pacer.step(clock.work(0.02))
+    clock.now += 0.15  # e.g. the replaced version draining
+    await pacer.step(clock.work(0.01))
+    assert clock.pauses == [0.03]
+    clock.now += 1.0
+    await pacer.step(clock.work(0.0))
+    assert clock.pauses == [0.03]
 
 
 async def test_an_idle_server_loads_at_full_speed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,26 +60,30 @@ async def test_an_idle_server_loads_at_full_speed(monkeypatch: pytest.MonkeyPatc
     serving = [False]
     pacer = Pacer(0.1, lambda: serving[0])
     await pacer.step(clock.work(0.02))
-    assert clock.pauses == []
-    serving[0] = True  # requests arrive: the next step is paced
     await pacer.step(clock.work(0.01))
+    assert clock.pauses == []
+    serving[0] = True  # requests arrive: the next step waits for the last one's share
+    await pacer.step(clock.work(0.0))
     assert clock.pauses == [0.09]
 
 
 async def test_share_one_and_unpaced_loads_never_pause(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock(monkeypatch)
-    await Pacer(1.0, lambda: True).step(clock.work(0.5))
-    await UNPACED.step(clock.work(0.5))
+    for pacer in (Pacer(1.0, lambda: True), UNPACED):
+        await pacer.step(clock.work(0.5))
+        await pacer.step(clock.work(0.5))
     assert clock.pauses == []
 
 
 async def test_a_very_long_step_pauses_at_most_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock(monkeypatch)
-    await Pacer(0.1, lambda: True).step(clock.work(60.0))
+    pacer = Pacer(0.1, lambda: True)
+    await pacer.step(clock.work(60.0))
+    await pacer.step(clock.work(0.0))
     assert clock.pauses == [MAX_PAUSE_S]
 
 
-async def test_a_failing_step_raises_without_a_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failing_step_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock(monkeypatch)
 
     async def fails() -> None:
@@ -94,6 +112,9 @@ async def test_real_pauses_pass_on_the_event_loop() -> None:
             await asyncio.sleep(0)
 
     task = asyncio.get_running_loop().create_task(ticker())
-    await Pacer(0.5, lambda: True).step(asyncio.sleep(0.01))
+    pacer = Pacer(0.5, lambda: True)
+    await pacer.step(asyncio.sleep(0.01))
+    before = ticks
+    await pacer.step(asyncio.sleep(0))
     task.cancel()
-    assert ticks > 1
+    assert ticks > before
