@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: small_cnn's cases: in-process, then served with ``preferred_batch_size [2, 4]`` (the
-#: targets), then served with plain ``dynamic_batching {}`` (bench/overhead.py says why)
+#: small_cnn's cases: in-process, then served tuned (preferred batch sizes, spinning intra-op
+#: threads: the targets), then served as the server's defaults have it (bench/overhead.py)
 CNN_MODES = ("in-process", "http-binary", "grpc", "http-binary-plain", "grpc-plain")
 ADD_SUB_CASES = tuple(
     (protocol, concurrency)
@@ -64,8 +64,8 @@ def report(flat: dict[str, Any], threads: int) -> list[dict[str, Any]]:
         )
     print(
         f"\nsmall_cnn: FP32 [1,3,224,224] per request, concurrency 4, {threads} intra-op threads; "
-        "served with dynamic_batching { preferred_batch_size: [2, 4] }, '-plain' with "
-        "dynamic_batching { }"
+        "served with preferred_batch_size [2, 4] and spinning intra-op threads, '-plain' with "
+        "dynamic_batching { } and the server's defaults"
     )
     print(f"{'mode':17} {'img/s':>8} {'p50 ms':>8} {'ratio':>6}   rounds (img/s)")
     for mode in CNN_MODES:

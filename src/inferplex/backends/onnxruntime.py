@@ -44,14 +44,7 @@ class OnnxRuntimeBackend(Backend):
     default_model_filename = "model.onnx"
 
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = instance.intra_op_threads
-        # Parallelism across requests comes from instances, not from inter-op threads.
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        options.add_session_config_entry(SPINNING_PARAMETER, _spinning(config))
+        options = session_options(instance.intra_op_threads, _spinning(config))
         providers = session_providers(config, instance, ort.get_available_providers())
         # The session creates its intra-op thread pool now, and threads inherit the nice value
         # of their creator: made in a thread at the model's priority, the pool runs at it too.
@@ -115,6 +108,20 @@ class OnnxRuntimeBackend(Backend):
             [_tensor_config(t) for t in session.get_inputs()],
             [_tensor_config(t) for t in session.get_outputs()],
         )
+
+
+def session_options(intra_op_threads: int, spinning: str = "0") -> ort.SessionOptions:
+    """The options of the server's sessions (the benchmarks' in-process sessions use them
+    too): ``spinning`` "1" lets idle intra-op threads spin-wait for the next run."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    # Parallelism across requests comes from instances, not from inter-op threads.
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    options.add_session_config_entry(SPINNING_PARAMETER, spinning)
+    return options
 
 
 def _spinning(config: ModelConfig) -> str:
