@@ -143,7 +143,7 @@ class ModelLoader:
             # a model that failed is tried again when its files change; poll mode compares
             # the repository's folder, also for a model loaded from file overrides
             entry.fingerprint, read = await pacer.step(
-                self._background.run(
+                lambda: self._background.run(
                     _read, model_dir, self.repository / entry.name, self._intra_op_threads, override
                 )
             )
@@ -237,7 +237,7 @@ class ModelLoader:
         # One trip to a thread: beside busy serving, each trip costs the event loop a forced
         # GIL hand-over (bench/lifecycle.py, docs/lifecycle.md)
         before, backends, after = await pacer.step(
-            asyncio.to_thread(_create_measured, plan, path, specs, self._caller)
+            lambda: asyncio.to_thread(_create_measured, plan, path, specs, self._caller)
         )
         key = f"{entry.name}/{version}"
         if entry.generation > 1:
@@ -249,7 +249,7 @@ class ModelLoader:
             served.stats = old.stats  # the counters of a version go on across a reload
         dispatcher.add(served, scheduling_policy(plan.config))
         try:
-            await pacer.step(run_warmup(served, warmup))
+            await pacer.step(lambda: run_warmup(served, warmup))
         except BaseException:
             await self._retire([served])
             raise
@@ -372,7 +372,8 @@ class ModelLoader:
         if self._dispatcher is not None:
             for version in versions:
                 self._dispatcher.remove(version)
-        await pacer.step(self._background.run(_close_versions, versions))
+        # shielded: a load cancelled while its freeing waits still frees what it replaced
+        await asyncio.shield(pacer.step(lambda: self._background.run(_close_versions, versions)))
 
     # -- runtime management -------------------------------------------------------------------
     async def set_instance_count(self, name: str, count: int) -> None:

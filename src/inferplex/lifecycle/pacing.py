@@ -38,14 +38,15 @@ class Pacer:
         self._busy = busy
         self._next_at = 0.0  # when the next step may start, as the steps so far call for
 
-    async def step(self, work: Awaitable[T]) -> T:
+    async def step(self, work: Callable[[], Awaitable[T]]) -> T:
         """Wait what the earlier steps call for (if serving is busy; time spent meanwhile,
-        e.g. draining, counts), then await ``work``."""
+        e.g. draining, counts), then start ``work`` and await it (a load cancelled while it
+        waits never starts the step)."""
         wait = self._next_at - perf_counter()
         if wait > 0 and self._busy():
             await sleep(min(wait, MAX_PAUSE_S))
         started = perf_counter()
-        result = await work
+        result = await work()
         if self.share < 1:
             ended = perf_counter()
             self._next_at = ended + (ended - started) * (1 - self.share) / self.share
