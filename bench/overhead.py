@@ -103,9 +103,7 @@ def build_repository(repo: Path) -> Path:
         )
         if path == cnn:
             config["dynamic_batching"] = {"preferred_batch_size": [2, 4]}
-            config["parameters"] = [
-                {"key": SPINNING_PARAMETER, "value": {"string_value": "1"}},
-            ]
+            config["parameters"] = {SPINNING_PARAMETER: {"string_value": "1"}}
         modelgen.write_config(path.parent.parent, config)
     return cnn
 

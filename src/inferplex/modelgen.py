@@ -519,6 +519,11 @@ def model_config(
 
 #: Fields whose values are protobuf enums, written without quotes in text format.
 _ENUM_FIELDS = frozenset({"data_type", "kind", "format", "timeout_action"})
+#: Triton's map fields: a mapping given for one is written as the protobuf text format's
+#: repeated ``{ key: .. value: .. }`` entries (the YAML form keeps the mapping)
+_MAP_FIELDS = frozenset(
+    {"parameters", "priority_queue_policy", "input_map", "output_map", "inputs"}
+)
 
 
 def to_pbtxt(config: Mapping[str, Any]) -> str:
@@ -529,6 +534,8 @@ def to_pbtxt(config: Mapping[str, Any]) -> str:
 def _pbtxt_lines(message: Mapping[str, Any], indent: str) -> list[str]:
     lines: list[str] = []
     for key, value in message.items():
+        if key in _MAP_FIELDS and isinstance(value, Mapping) and not _map_entry(value):
+            value = [{"key": k, "value": v} for k, v in value.items()]
         if isinstance(value, Mapping):
             if value:
                 lines += [f"{indent}{key} {{", *_pbtxt_lines(value, indent + "  "), f"{indent}}}"]
@@ -550,6 +557,11 @@ def _pbtxt_lines(message: Mapping[str, Any], indent: str) -> list[str]:
         else:
             lines.append(f"{indent}{key}: {_pbtxt_scalar(key, value)}")
     return lines
+
+
+def _map_entry(value: Mapping[str, Any]) -> bool:
+    """Whether a map field's mapping is one entry already (``{key: .., value: ..}``)."""
+    return "key" in value and set(value) <= {"key", "value"}
 
 
 def _pbtxt_scalar(key: str, value: Any) -> str:

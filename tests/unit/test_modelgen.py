@@ -240,6 +240,37 @@ def test_to_pbtxt_renders_triton_text_format() -> None:
     )
 
 
+def test_to_pbtxt_writes_map_fields_as_key_value_entries(tmp_path: Path) -> None:
+    """A mapping for one of Triton's map fields (the YAML form) becomes the text format's
+    repeated entries, which Triton's parser and ours read back into the same map."""
+    readers = pytest.importorskip("inferplex.config.readers")
+    path = modelgen.add_sub(tmp_path)
+    config = modelgen.model_config(path, max_batch_size=8)
+    config["parameters"] = {"session.intra_op.allow_spinning": {"string_value": "1"}}
+    config["dynamic_batching"] = {
+        "priority_levels": 2,
+        "priority_queue_policy": {1: {"max_queue_size": 4}},
+    }
+    config["model_warmup"] = [
+        {
+            "name": "zeros",
+            "batch_size": 1,
+            "inputs": {
+                name: {"data_type": "TYPE_FP32", "dims": [16], "zero_data": True}
+                for name in ("INPUT0", "INPUT1")
+            },
+        }
+    ]
+    text = modelgen.to_pbtxt(config)
+    assert 'key: "session.intra_op.allow_spinning"\n    value {' in text
+    assert "key: 1\n      value {" in text
+    modelgen.write_config(tmp_path / "add_sub", config)
+    model = readers.read_model_config(tmp_path / "add_sub")
+    assert model.parameters == {"session.intra_op.allow_spinning": "1"}
+    assert model.dynamic_batching.priority_queue_policy[1].max_queue_size == 4
+    assert set(model.model_warmup[0].inputs) == {"INPUT0", "INPUT1"}
+
+
 def test_to_yaml_round_trips(repo: Path) -> None:
     config = modelgen.model_config(modelgen.add_sub(repo), max_batch_size=8, dynamic_batching=True)
     assert yaml.safe_load(modelgen.to_yaml(config)) == config
