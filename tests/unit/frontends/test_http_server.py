@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -35,6 +36,13 @@ class EchoApp:
         if path == "/slow":
             self.started.set()
             await self.release.wait()
+        if path == "/digest":  # large bodies: their length and digest
+            data = message["body"]
+            digest = hashlib.sha256(data).hexdigest()
+            body = orjson.dumps({"length": len(data), "sha256": digest})
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+            return
         body = orjson.dumps(
             {
                 "method": scope["method"],
@@ -295,3 +303,108 @@ def test_a_tls_peer_that_never_closes_holds_neither_stop_nor_the_loop_s_close(
     finally:
         for sock in held:
             sock.close()
+
+
+# -- large bodies: many reads each, cut anywhere, pipelined, behind 100-continue and TLS ----------
+def digest_of(body: bytes) -> dict[str, Any]:
+    return {"length": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+
+
+async def large_bodies(port: int, tls: Any = None) -> None:
+    """Bodies from 64 KiB to 1 MB (many socket reads each), sent whole, in small pieces and
+    pipelined with small requests, on one keep-alive connection."""
+    reader, writer = await asyncio.open_connection(HOST, port, ssl=tls)
+    sizes = (64 * 1024, 70_000, 300_000, 1_000_003)
+    bodies = [bytes((i * 7 + n) % 251 for i in range(n)) for n in sizes]
+    try:
+        for body in bodies:  # whole: the first read holds the headers and part of the body
+            writer.write(post("/digest", body))
+            assert orjson.loads(split(await read_response(reader))[2]) == digest_of(body)
+        for body in bodies[1:3]:  # in pieces: the headers alone, then 7 KB at a time
+            request = post("/digest", body)
+            head = request.index(b"\r\n\r\n") + 4
+            writer.write(request[:head])
+            await writer.drain()
+            for start in range(head, len(request), 7000):
+                writer.write(request[start : start + 7000])
+                await writer.drain()
+                await asyncio.sleep(0)
+            assert orjson.loads(split(await read_response(reader))[2]) == digest_of(body)
+        # pipelined: each large body ends where the next request begins
+        writer.write(
+            post("/digest", bodies[2])
+            + post("/a", b"small")
+            + post("/digest", bodies[1])
+            + post("/b", b"tail")
+        )
+        answers = [split(await read_response(reader))[2] for _ in range(4)]
+        assert orjson.loads(answers[0]) == digest_of(bodies[2])
+        assert orjson.loads(answers[1])["body"] == "small"
+        assert orjson.loads(answers[2]) == digest_of(bodies[1])
+        assert orjson.loads(answers[3])["body"] == "tail"
+        # Expect: 100-continue: the body follows the interim answer
+        body = bodies[2]
+        writer.write(
+            post("/digest", b"", "Expect: 100-continue\r\n").replace(
+                b"Content-Length: 0", b"Content-Length: %d" % len(body)
+            )
+        )
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim.startswith(b"HTTP/1.1 100")
+        writer.write(body)
+        assert orjson.loads(split(await read_response(reader))[2]) == digest_of(body)
+    finally:
+        writer.close()
+
+
+async def serve_large(tls: Any = None) -> tuple[HttpServer, int]:
+    sock = socket.socket()
+    sock.bind((HOST, 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    server = HttpServer(EchoApp(), max_body_bytes=4 << 20, ssl_context=tls)
+    await server.start(sock)
+    return server, sock.getsockname()[1]
+
+
+async def test_large_bodies_arrive_whole_however_they_are_cut() -> None:
+    server, port = await serve_large()
+    try:
+        await large_bodies(port)
+        # a body above the limit is still refused from its Content-Length
+        response = await exchange(
+            port,
+            post("/digest", b"x" * 10, "").replace(
+                b"Content-Length: 10", b"Content-Length: %d" % (5 << 20)
+            ),
+            until_closed=True,
+        )
+        assert split(response)[0] == 413
+    finally:
+        await server.stop(1.0)
+
+
+def test_large_bodies_on_uvloop_over_tcp_and_tls(tmp_path: Any) -> None:
+    """The server's own loop (uvloop), plain and with TLS in between."""
+    import ssl
+
+    import uvloop
+
+    from inferplex.security.tls import server_ssl_context
+    from tests.support.certs import make_certificates
+
+    certs = make_certificates(tmp_path)
+    client = ssl.create_default_context(cafile=str(certs.ca))
+
+    async def both() -> None:
+        for server_tls, client_tls in (
+            (None, None),
+            (server_ssl_context(certs.server_cert, certs.server_key, None), client),
+        ):
+            server, port = await serve_large(server_tls)
+            try:
+                await large_bodies(port, client_tls)
+            finally:
+                await server.stop(1.0)
+
+    uvloop.run(both())
