@@ -21,8 +21,8 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-#: the longest pause after one step: a step that took very long (a large model made under
-#: heavy load) does not hold its load back for ten times as long
+#: the longest wait before a step: a step that took very long (a large model made under
+#: heavy load) does not hold the rest of its load back for twenty times as long
 MAX_PAUSE_S = 2.0
 
 

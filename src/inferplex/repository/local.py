@@ -93,7 +93,7 @@ def list_files(path: Path) -> list[FileFacts]:
             continue
         for entry in entries:
             try:
-                if entry.is_dir():
+                if entry.is_dir(follow_symlinks=False):  # as rglob: no loops through links
                     folders.append(Path(entry.path))
                 elif entry.is_file():
                     stat = entry.stat()
@@ -107,10 +107,10 @@ def list_files(path: Path) -> list[FileFacts]:
 def digest(files: list[FileFacts], root: Path) -> str:
     """A digest of ``files`` as far as change detection needs: each one's path relative to
     ``root``, size and modification time."""
-    digest = hashlib.blake2b(digest_size=16)
+    hasher = hashlib.blake2b(digest_size=16)
     for file in files:
-        digest.update(f"{file.path.relative_to(root)}\0{file.size}\0{file.mtime_ns}\n".encode())
-    return digest.hexdigest()
+        hasher.update(f"{file.path.relative_to(root)}\0{file.size}\0{file.mtime_ns}\n".encode())
+    return hasher.hexdigest()
 
 
 def fingerprint(path: Path) -> str:

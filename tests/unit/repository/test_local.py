@@ -115,3 +115,14 @@ def test_fingerprint_changes_with_names_sizes_and_times_only(tmp_path: Path) -> 
     files = list_files(model)
     assert digest(files, model.parent) == fingerprint(model)
     assert digest(files, model) != digest(files, model.parent)
+
+
+def test_list_files_follows_linked_files_but_not_linked_folders(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.onnx").write_bytes(b"12345")
+    (tmp_path / "shared.bin").write_bytes(b"xyz")
+    (model / "1" / "weights.bin").symlink_to(tmp_path / "shared.bin")
+    (model / "1" / "loop").symlink_to(model, target_is_directory=True)  # a cycle
+    files = list_files(model)
+    assert [(f.path.name, f.size) for f in files] == [("model.onnx", 5), ("weights.bin", 3)]
