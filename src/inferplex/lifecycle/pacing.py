@@ -34,7 +34,7 @@ class Pacer:
     def __init__(self, share: float, busy: Callable[[], bool]) -> None:
         if not 0 < share <= 1:
             raise ValueError(f"share must be above 0 and at most 1, got {share}")
-        self.share = share
+        self._share = share
         self._busy = busy
         self._next_at = 0.0  # when the next step may start, as the steps so far call for
 
@@ -47,9 +47,9 @@ class Pacer:
             await sleep(min(wait, MAX_PAUSE_S))
         started = perf_counter()
         result = await work()
-        if self.share < 1:
+        if self._share < 1:
             ended = perf_counter()
-            self._next_at = ended + (ended - started) * (1 - self.share) / self.share
+            self._next_at = ended + (ended - started) * (1 - self._share) / self._share
         return result
 
 
