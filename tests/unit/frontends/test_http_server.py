@@ -355,6 +355,17 @@ async def large_bodies(port: int, tls: Any = None) -> None:
         assert orjson.loads(split(await read_response(reader))[2]) == digest_of(body)
     finally:
         writer.close()
+    # a client gone halfway through a large body leaves the server serving others
+    _, gone = await asyncio.open_connection(HOST, port, ssl=tls)
+    gone.write(post("/digest", bodies[3])[:200_000])
+    await gone.drain()
+    gone.close()
+    reader, writer = await asyncio.open_connection(HOST, port, ssl=tls)
+    try:
+        writer.write(post("/digest", bodies[1]))
+        assert orjson.loads(split(await read_response(reader))[2]) == digest_of(bodies[1])
+    finally:
+        writer.close()
 
 
 async def serve_large(tls: Any = None) -> tuple[HttpServer, int]:

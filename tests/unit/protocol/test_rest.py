@@ -175,6 +175,20 @@ def test_binary_inputs_are_views_of_the_body() -> None:
     assert_same(data, array.reshape(2, 4))
 
 
+def test_a_body_read_in_place_gives_read_only_views_too() -> None:
+    """The HTTP server reads a large body into a bytearray: the tensors over it are read-only
+    views all the same, on the first decode of a header and on the cached one."""
+    header = orjson.dumps(REPEATED)
+    for value in (1.0, 2.0):
+        body = bytearray(header + repeated_body(value, b"abc"))
+        request = decode_infer_request(body, len(header), "model", "1")
+        data = request.inputs[0].data
+        assert not data.flags.owndata
+        assert not data.flags.writeable
+        assert_same(data, np.array([[value, value]], np.float32))
+        assert_same(request.inputs[1].data, np.array([b"abc", b"abc"], dtype=np.object_))
+
+
 def test_mixed_json_and_binary_inputs_consume_binary_in_order() -> None:
     first = np.array([1, 2, 3], dtype=np.int64)
     second = np.array([b"a", b"bc"], dtype=np.object_)

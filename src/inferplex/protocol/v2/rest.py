@@ -59,7 +59,7 @@ def parse_header_length(value: bytes | str) -> int:
 
 
 def decode_infer_request(
-    body: bytes,
+    body: bytes | bytearray,
     header_length: int | None,
     model_name: str,
     model_version: str = "",
@@ -71,18 +71,20 @@ def decode_infer_request(
     header is absent (the whole body is JSON). The model name and version come from the URL.
     Tensors that name a shared-memory region are read from / checked against ``shm``.
     """
-    size = len(body)
+    # a large body is read in place, into a bytearray: its tensors must stay read-only views
+    data = memoryview(body).toreadonly() if isinstance(body, bytearray) else body
+    size = len(data)
     key = None  # the header's bytes, for the layout cache
     if header_length is None or header_length == size:
         header_length = size
-        text: bytes | memoryview = body
+        text: bytes | memoryview = data
     elif header_length < size:
         if header_length <= _LAYOUT_MAX_BYTES:
-            key = bytes(body[:header_length])
+            key = bytes(data[:header_length])
             layout = _LAYOUTS.get(key)
             if layout is not None:
-                return layout.request(body, model_name, model_version)
-        text = memoryview(body)[:header_length]
+                return layout.request(data, model_name, model_version)
+        text = memoryview(data)[:header_length]
     else:
         raise InvalidInputError(
             f"header Inference-Header-Content-Length is {header_length} but the body has only "
@@ -119,7 +121,7 @@ def decode_infer_request(
     inputs: list[Tensor] = []
     offset = header_length
     for index, raw in enumerate(raw_inputs):
-        tensor, offset = _decode_input(raw, index, body, offset, size, shm)
+        tensor, offset = _decode_input(raw, index, data, offset, size, shm)
         inputs.append(tensor)
     _check_claimed(offset, size)
 
@@ -157,7 +159,9 @@ class _BinaryLayout:
             for t in request.inputs
         ]
 
-    def request(self, body: bytes, model_name: str, model_version: str) -> InferenceRequest:
+    def request(
+        self, body: bytes | memoryview, model_name: str, model_version: str
+    ) -> InferenceRequest:
         """The request with this header and ``body``: only the checks that depend on the
         body's size run again, in the order a full decode runs them."""
         size = len(body)
@@ -210,7 +214,12 @@ def _binary_end(name: str, binary_size: int, offset: int, size: int) -> int:
 
 
 def _binary_array(
-    body: bytes, offset: int, end: int, name: str, datatype: str, shape: tuple[int, ...]
+    body: bytes | memoryview,
+    offset: int,
+    end: int,
+    name: str,
+    datatype: str,
+    shape: tuple[int, ...],
 ) -> np.ndarray:
     """The tensor in ``body[offset:end]``, whose size was checked against shape and datatype."""
     if datatype == "BYTES":
@@ -221,7 +230,12 @@ def _binary_array(
 
 
 def _decode_input(
-    raw: Any, index: int, body: bytes, offset: int, size: int, shm: SharedMemoryRegistry | None
+    raw: Any,
+    index: int,
+    body: bytes | memoryview,
+    offset: int,
+    size: int,
+    shm: SharedMemoryRegistry | None,
 ) -> tuple[Tensor, int]:
     """One input tensor; returns it and the offset just past its binary data."""
     if type(raw) is not dict:
