@@ -5,23 +5,38 @@ what the gRPC-over-HTTP/2 protocol (grpc/doc/PROTOCOL-HTTP2.md) and RFC 9113 req
 one implementation's choices (exact messages, which of several allowed error codes, header
 order). The client speaks h2c with prior knowledge over a plain loopback socket; every read
 has a timeout, so a server that hangs fails the test instead of hanging it.
+
+The last tests run the built-in server alone (GrpcServer, in a thread) on asyncio's loop and
+on uvloop, over TCP and TLS, with grpcio sending it messages of several megabytes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import hashlib
 import signal
+import ssl
 import struct
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import grpc
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+import uvloop
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hpack import Encoder
 
+from inferplex.frontends.grpc_server import GrpcServer, Method
 from inferplex.protocol.v2 import generated as pb
+from inferplex.security.tls import grpc_ssl_context
+from tests.support.certs import Certificates, make_certificates
 from tests.support.h2client import (
     DATA,
     END_HEADERS,
@@ -36,6 +51,7 @@ from tests.support.h2client import (
     OK,
     RESOURCE_EXHAUSTED,
     SERVICE,
+    TIMEOUT,
     UNIMPLEMENTED,
     H2Client,
     add_sub_request,
@@ -290,3 +306,104 @@ def test_a_deadline_that_does_not_pass_changes_nothing(client: H2Client) -> None
     call = client.call(INFER, add_sub_request(a, b), extra=[(b"grpc-timeout", b"30S")])
     outputs = outputs_of(call.assert_ok())
     np.testing.assert_allclose(outputs["OUTPUT0"].ravel(), a + b)
+
+
+def test_message_above_the_limit_is_refused_from_its_prefix(client: H2Client) -> None:
+    """The prefix announcing too large a message is enough: nothing more is waited for."""
+    stream_id = client.open_stream(INFER)
+    client.send_body(stream_id, struct.pack(">BI", 0, MAX_GRPC_MESSAGE_BYTES + 1), end_stream=False)
+    client.wait_finished(stream_id).assert_grpc_error(RESOURCE_EXHAUSTED)
+    client.live()
+
+
+@pytest.mark.parametrize("frame_size", [3, 4, 16_384, None])
+def test_several_megabytes_in_frames_of_any_size(client: H2Client, frame_size: int | None) -> None:
+    """A first frame with less than the 5-byte prefix, frames the prefix splits, and frames
+    as large as the windows allow (up to the server's maximum frame size)."""
+    values = (
+        np.random.default_rng(7)
+        .standard_normal(1_000 if frame_size in (3, 4) else 1_500_000)
+        .astype(np.float32)
+    )
+    stream_id = client.open_stream(INFER)
+    client.send_body(stream_id, grpc_frame(echo_request(values)), frame_size=frame_size)
+    np.testing.assert_array_equal(
+        outputs_of(client.wait_finished(stream_id).assert_ok())["OUTPUT0"], values
+    )
+
+
+def test_several_megabytes_with_tritonclient(server: RunningServer) -> None:
+    values = np.random.default_rng(8).standard_normal((1, 2_000_000)).astype(np.float32)
+    with grpcclient.InferenceServerClient(server.grpc_url) as triton:
+        tensor = grpcclient.InferInput("INPUT0", list(values.shape), "FP32")
+        tensor.set_data_from_numpy(values)
+        for _ in range(2):  # the second takes the codec's fast path
+            result = triton.infer("identity_fp32", [tensor])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
+
+
+# ---------------------------------------------------------------------- the server alone
+#
+# GrpcServer in a thread on asyncio's own loop and on uvloop, over TCP and TLS (their
+# transports read into the connection's buffers differently), with grpcio as the client.
+
+ECHO = "/test.Echo/Digest"
+
+
+async def _digest(message: Any, call: Any) -> bytes:
+    """The message's SHA-256, and whether it came as a view of its buffer (no copy)."""
+    return hashlib.sha256(message).digest() + (b"view" if isinstance(message, memoryview) else b"")
+
+
+@contextmanager
+def _serving(loop_kind: str, context: ssl.SSLContext | None) -> Iterator[int]:
+    loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
+    methods = {ECHO: Method(_digest, lambda message: message, lambda answer: answer)}
+    grpc_server = GrpcServer(methods, max_message_bytes=32 << 20, ssl_context=context)
+    port = loop.run_until_complete(grpc_server.start("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        asyncio.run_coroutine_threadsafe(grpc_server.stop(0), loop).result(TIMEOUT)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(TIMEOUT)
+        loop.close()
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["tcp", "tls"])
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_large_messages_from_grpcio(loop_kind: str, tls: bool, certificates: Certificates) -> None:
+    """Messages of several megabytes, one at a time and four at once on one connection (their
+    frames interleave), arrive whole as views of their buffers; one above the limit is
+    refused from its prefix, and the connection goes on."""
+    context = None
+    if tls:
+        context = grpc_ssl_context(certificates.server_cert, certificates.server_key, None)
+    rng = np.random.default_rng(9)
+    messages = [rng.bytes(size) for size in (0, 1, 4, 5, 1000, 6 << 20, 3 << 20, 5 << 20, 1 << 20)]
+    with _serving(loop_kind, context) as port:
+        target = f"127.0.0.1:{port}"
+        if tls:
+            credentials = grpc.ssl_channel_credentials(certificates.ca.read_bytes())
+            channel = grpc.secure_channel(target, credentials)
+        else:
+            channel = grpc.insecure_channel(target)
+        with channel:
+            digest = channel.unary_unary(ECHO)
+            for message in messages[:6]:
+                answer = digest(message, timeout=TIMEOUT)
+                assert answer == hashlib.sha256(message).digest() + b"view"
+            calls = [digest.future(message, timeout=TIMEOUT) for message in messages[5:]]
+            for call, message in zip(calls, messages[5:], strict=True):
+                assert call.result() == hashlib.sha256(message).digest() + b"view"
+            with pytest.raises(grpc.RpcError) as info:
+                digest(bytes((32 << 20) + 1), timeout=TIMEOUT)
+            assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert digest(b"after", timeout=TIMEOUT).startswith(hashlib.sha256(b"after").digest())

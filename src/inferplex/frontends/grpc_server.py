@@ -10,10 +10,12 @@ server.
 What a call gets: the method by ``:path`` (UNIMPLEMENTED otherwise), a guard that sees the
 method and metadata before the body is read, a metadata size limit, one length-prefixed
 message (gzip/deflate compressed or not) below the message size limit (RESOURCE_EXHAUSTED as
-soon as the body passes it), ``grpc-timeout`` deadlines (DEADLINE_EXCEEDED, and the call is
-cancelled), cancellation when the client resets the stream, and a status with a
-percent-encoded message. Not served: streaming calls (a method may be registered as refused,
-answered as soon as its headers arrive).
+soon as its prefix announces more, or the body passes it) and read by the connection into
+one buffer of the size its prefix announces (the message ``parse`` gets: no copy),
+``grpc-timeout`` deadlines (DEADLINE_EXCEEDED, and the call is cancelled), cancellation when
+the client resets the stream, and a status with a percent-encoded message. Not served:
+streaming calls (a method may be registered as refused, answered as soon as its headers
+arrive).
 """
 
 from __future__ import annotations
@@ -96,10 +98,14 @@ Guard = Callable[[str, list[tuple[str, str | bytes]]], None]
 @dataclass(frozen=True, slots=True)
 class Method:
     """One RPC: ``parse`` reads the request message, ``handler`` answers it, ``serialize``
-    writes the response; ``refused`` (for streaming methods) answers every call at once."""
+    writes the response; ``refused`` (for streaming methods) answers every call at once.
+
+    The message ``parse`` gets is bytes-like: bytes, or (usually) a writable memoryview of
+    the buffer the request was read into, which the call owns; protobuf's ``FromString``
+    and zlib take either."""
 
     handler: Handler
-    parse: Callable[[bytes], Any]
+    parse: Callable[[Any], Any]
     serialize: Callable[[Any], bytes]
     refused: InferplexError | None = None
 
@@ -242,6 +248,7 @@ class GrpcServer:
             return
         state = _CallState(method, call, encoding)
         stream.context = state
+        stream.head_size = 5  # the message's prefix: body_head_received sizes the rest
         if timeout:
             seconds = _timeout_seconds(timeout)
             if seconds is not None:
@@ -249,6 +256,15 @@ class GrpcServer:
                 state.deadline = self._loop.call_later(
                     seconds, self._expire, connection, stream, state
                 )
+
+    def body_head_received(
+        self, connection: Http2Connection, stream: Stream, head: bytes
+    ) -> int | None:
+        length = int.from_bytes(head[1:5], "big")
+        if length > self._max_message:  # refused now, not once that much has arrived
+            self.body_too_large(connection, stream)
+            return None
+        return length
 
     def body_received(self, connection: Http2Connection, stream: Stream) -> None:
         state = stream.context
@@ -274,13 +290,13 @@ class GrpcServer:
             stream.task.cancel()
 
     # -- calls ----------------------------------------------------------------------------------
-    def _message(self, stream: Stream, encoding: bytes) -> bytes:
-        """The one message of a unary call's body."""
+    def _message(self, stream: Stream, encoding: bytes) -> bytes | memoryview:
+        """The one message of a unary call's body (not copied when the connection read it
+        into the buffer its prefix sized)."""
         size = stream.body_bytes
         if size < 5:
             raise InvalidInputError("the request carries no gRPC message")
-        first = stream.body[0]
-        prefix = first[:5] if len(first) >= 5 else stream.data()[:5]
+        prefix = stream.head if len(stream.head) == 5 else stream.data()[:5]
         length = int.from_bytes(prefix[1:5], "big")
         if length != size - 5:
             raise InvalidInputError(
@@ -306,7 +322,11 @@ class GrpcServer:
         return plain
 
     async def _run(
-        self, connection: Http2Connection, stream: Stream, state: _CallState, message: bytes
+        self,
+        connection: Http2Connection,
+        stream: Stream,
+        state: _CallState,
+        message: bytes | memoryview,
     ) -> None:
         method = state.method
         try:

@@ -1,14 +1,44 @@
 """Pieces of the built-in gRPC server that need no socket: HPACK in and out, frames, the
-grpc-timeout and grpc-message encodings. The wire behaviour is in
+grpc-timeout and grpc-message encodings, and a connection reading request bodies cut at
+every boundary (driven as transports drive a BufferedProtocol). The wire behaviour is in
 tests/integration/test_grpc_http2.py."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+from itertools import chain, zip_longest
+
 import hpack
+import numpy as np
 import pytest
 
 from inferplex.frontends.grpc_server import _percent_encode, _timeout_seconds
-from inferplex.frontends.http2 import Http2Error, _HeaderDecoder, frame, literal_header_block
+from inferplex.frontends.http2 import (
+    CONNECTION_WINDOW,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    PADDED,
+    PREFACE,
+    READ_BUFFER,
+    RECEIVE_FRAME_SIZE,
+    RST_STREAM,
+    SETTINGS,
+    STREAM_WINDOW,
+    WINDOW_UPDATE,
+    Http2Connection,
+    Http2Error,
+    Stream,
+    _HeaderDecoder,
+    frame,
+    literal_header_block,
+)
+from inferplex.protocol.v2 import generated as pb
+from inferplex.protocol.v2.grpc_codec import decode_infer_request_bytes
 
 
 @pytest.mark.parametrize("size", [0, 5, 126, 127, 128, 300, 70_000])
@@ -86,3 +116,411 @@ def test_grpc_message_percent_encoding() -> None:
     assert _percent_encode("100%") == b"100%25"
     assert _percent_encode("line\nbreak") == b"line%0Abreak"
     assert _percent_encode("µs") == b"%C2%B5s"
+
+
+# ---------------------------------------------------------------------- reading bodies
+#
+# A connection driven as uvloop and asyncio's transports drive a BufferedProtocol:
+# get_buffer, a read of at most that much into it, buffer_updated.
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    abort = close
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class _App:
+    """Asks for a gRPC-like head (flag byte, 4-byte length) and records what it gets."""
+
+    def __init__(self, *, head_size: int = 5, announce: bool = True, limit: int = 1 << 30):
+        self.head_size = head_size
+        self.announce = announce
+        self.limit = limit
+        self.bodies: dict[int, bytes] = {}
+        self.messages: dict[int, bytes | memoryview] = {}  # what follows the head
+        self.sized: dict[int, bool] = {}  # the message after the head came as its buffer
+        self.heads: list[tuple[int, bytes]] = []
+        self.too_large: list[int] = []
+        self.resets: list[int] = []
+
+    def headers_received(self, connection: Http2Connection, stream: Stream) -> None:
+        stream.head_size = self.head_size
+
+    def body_head_received(
+        self, connection: Http2Connection, stream: Stream, head: bytes
+    ) -> int | None:
+        self.heads.append((stream.id, head))
+        length = int.from_bytes(head[1:5], "big")
+        if length > self.limit:
+            self.body_too_large(connection, stream)
+            return None
+        return length if self.announce else None
+
+    def body_received(self, connection: Http2Connection, stream: Stream) -> None:
+        self.bodies[stream.id] = bytes(stream.data())
+        self.messages[stream.id] = stream.data(len(stream.head))
+        self.sized[stream.id] = stream.data(len(stream.head)) is stream.buffer is not None
+
+    def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
+        self.too_large.append(stream.id)
+        connection.respond_headers_only(stream, literal_header_block([(b":status", b"413")]))
+
+    def stream_reset(self, stream: Stream) -> None:
+        self.resets.append(stream.id)
+
+
+class _Peer:
+    """A client's bytes, and a connection to feed them to."""
+
+    def __init__(self, app: _App, max_body: int = 64 << 20, max_block: int = 1 << 20) -> None:
+        self.app = app
+        self.transport = _Transport()
+        self.connection = Http2Connection(
+            app, set(), max_body_bytes=max_body, max_header_block_bytes=max_block
+        )
+        self.connection.connection_made(self.transport)  # type: ignore[arg-type]
+        self.encoder = hpack.Encoder()
+        self.direct = 0  # bytes read into a stream's buffer rather than the connection's
+
+    @staticmethod
+    def preface() -> bytes:
+        return PREFACE + frame(SETTINGS, 0, 0)
+
+    def headers(self, stream_id: int, flags: int = END_HEADERS, **extra: bytes) -> bytes:
+        fields = [(b":method", b"POST"), (b":path", b"/s/m"), (b":scheme", b"http")]
+        block = self.encoder.encode(fields + [(k.encode(), v) for k, v in extra.items()])
+        return frame(HEADERS, flags, stream_id, block)
+
+    def feed(self, data: bytes, pieces: Callable[[], int] | None = None) -> None:
+        connection = self.connection
+        view = memoryview(data)
+        while view:
+            buffer = connection.get_buffer(-1)
+            assert len(buffer) > 0
+            count = min(len(buffer), len(view), pieces() if pieces else len(view))
+            buffer[:count] = view[:count]
+            if buffer.obj is not connection._buffer:
+                self.direct += count
+            view = view[count:]
+            connection.buffer_updated(count)
+
+    def frames(self) -> list[tuple[int, int, int, bytes]]:
+        """What the connection wrote: (type, flags, stream id, payload) per frame."""
+        out, data = [], bytes(self.transport.written)
+        while data:
+            length = int.from_bytes(data[:3], "big")
+            out.append((data[3], data[4], int.from_bytes(data[5:9], "big"), data[9 : 9 + length]))
+            data = data[9 + length :]
+        return out
+
+    def sent(self, kind: int) -> list[tuple[int, bytes]]:
+        return [(stream, payload) for k, _, stream, payload in self.frames() if k == kind]
+
+
+def _message(size: int, seed: int = 0) -> bytes:
+    payload = random.Random(seed).randbytes(size)
+    return b"\0" + size.to_bytes(4, "big") + payload
+
+
+def _data_frames(stream_id: int, body: bytes, size: int, *, end: bool = True) -> list[bytes]:
+    chunks = [body[i : i + size] for i in range(0, len(body), size)] or [b""]
+    frames = [frame(DATA, 0, stream_id, chunk) for chunk in chunks]
+    if end:
+        frames[-1] = frame(DATA, END_STREAM, stream_id, chunks[-1])
+    return frames
+
+
+def _cuts(kind: str, seed: int = 0) -> Callable[[], int] | None:
+    if kind == "whole":
+        return None
+    if kind == "bytes":
+        return lambda: 1
+    rng = random.Random(seed)
+    sizes = [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 17, 100, 4095, 16_384, 70_000]
+    return lambda: rng.choice(sizes)
+
+
+@pytest.mark.parametrize("cut", ["whole", "bytes", "random"])
+@pytest.mark.parametrize("frame_size", [1, 3, 4, 5, 6, 7, 1000, 1 << 20])
+def test_a_body_arrives_exactly_however_it_is_cut(cut: str, frame_size: int) -> None:
+    size = 700 if cut == "bytes" or frame_size < 100 else 300_000
+    body = _message(size, frame_size)
+    peer = _Peer(_App())
+    data = peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, frame_size))
+    peer.feed(data, _cuts(cut, frame_size))
+    assert peer.app.bodies == {1: body}
+    assert peer.app.sized[1]  # the message is the buffer its prefix sized: no copy
+    assert peer.app.heads == [(1, body[:5])]
+    assert not peer.sent(GOAWAY) and not peer.sent(RST_STREAM)
+
+
+@pytest.mark.parametrize("cut", ["whole", "random"])
+def test_large_payloads_are_read_into_place(cut: str) -> None:
+    """Of a body in large frames, all but what came with the frames' headers is read by
+    the transport straight into the message's buffer."""
+    body = _message(600_000)
+    peer = _Peer(_App())
+    peer.feed(peer.preface() + peer.headers(1), None)
+    for data in _data_frames(1, body, 200_000):
+        peer.feed(data, _cuts(cut) if cut == "random" else lambda: 65_536)
+    assert peer.app.bodies == {1: body}
+    if cut == "whole":
+        assert peer.direct >= len(body) - 3 * 65_536
+
+
+@pytest.mark.parametrize("cut", ["whole", "bytes", "random"])
+def test_interleaved_streams(cut: str) -> None:
+    peer = _Peer(_App())
+    one, three = _message(3000, 1), _message(2000, 3)
+    # 5 frames of stream 1 and 7 of stream 3, alternating (stream 3's last two at the end)
+    frames = zip_longest(_data_frames(1, one, 700), _data_frames(3, three, 300), fillvalue=b"")
+    data = peer.preface() + peer.headers(1) + peer.headers(3) + b"".join(chain(*frames))
+    peer.feed(data, _cuts(cut, 7))
+    assert peer.app.bodies == {1: one, 3: three}
+    assert peer.app.sized == {1: True, 3: True}
+
+
+@pytest.mark.parametrize("cut", ["whole", "bytes", "random"])
+@pytest.mark.parametrize(
+    ("body", "sized"),
+    [
+        (_message(10) + b"extra", False),  # more than the prefix announced
+        (_message(100)[:60], False),  # less
+        (b"\0\0\0", False),  # not even a prefix
+        (b"", False),
+        (_message(0), True),
+    ],
+)
+def test_bodies_that_are_not_as_announced_arrive_as_sent(
+    cut: str, body: bytes, sized: bool
+) -> None:
+    peer = _Peer(_App())
+    data = peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 4))
+    peer.feed(data, _cuts(cut))
+    assert peer.app.bodies == {1: body}
+    assert peer.app.sized[1] is sized
+
+
+@pytest.mark.parametrize("app", [_App(head_size=0), _App(announce=False)])
+def test_bodies_not_sized_are_collected(app: _App) -> None:
+    body = _message(50_000)
+    peer = _Peer(app)
+    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 999)), _cuts("r"))
+    assert app.bodies == {1: body}
+    assert not app.sized[1]
+
+
+def test_padded_frames() -> None:
+    body = _message(5000)
+    peer = _Peer(_App())
+    data = peer.preface() + peer.headers(1)
+    for index, offset in enumerate(range(0, len(body), 1000)):
+        chunk = body[offset : offset + 1000]
+        flags = END_STREAM if offset + 1000 >= len(body) else 0
+        if index % 2:  # every other frame padded
+            data += frame(DATA, flags | PADDED, 1, bytes([index]) + chunk + bytes(index))
+        else:
+            data += frame(DATA, flags, 1, chunk)
+    peer.feed(data, _cuts("random"))
+    assert peer.app.bodies == {1: body}
+    assert peer.app.sized[1]
+    bad = _Peer(_App())
+    bad.feed(bad.preface() + bad.headers(1) + frame(DATA, PADDED, 1, b"\x09abc"))
+    assert bad.sent(GOAWAY)[0][1][4:8] == (0x1).to_bytes(4, "big")  # PROTOCOL_ERROR
+
+
+def test_trailers_end_a_request() -> None:
+    body = _message(3000)
+    peer = _Peer(_App())
+    data = peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 1000, end=False))
+    peer.feed(data + peer.headers(1, END_HEADERS | END_STREAM, x_trailer=b"1"), _cuts("random"))
+    assert peer.app.bodies == {1: body}
+
+
+def test_a_prefix_above_the_limit_is_refused_at_once() -> None:
+    peer = _Peer(_App(limit=1000))
+    peer.feed(peer.preface() + peer.headers(1) + frame(DATA, 0, 1, _message(1001)[:5]))
+    assert peer.app.too_large == [1]
+    assert [stream for stream, _ in peer.sent(HEADERS)] == [1]  # answered, nothing waited for
+    assert peer.sent(RST_STREAM) == [(1, bytes(4))]  # NO_ERROR: stop sending
+    # what is still on its way is read and dropped; the connection goes on
+    rest = _message(1001)[5:]
+    peer.feed(frame(DATA, 0, 1, rest[:500]) + frame(DATA, END_STREAM, 1, rest[500:]), lambda: 7)
+    body = _message(1000)
+    peer.feed(peer.headers(3) + b"".join(_data_frames(3, body, 300)), _cuts("random"))
+    assert peer.app.bodies == {3: body}
+    assert not peer.sent(GOAWAY)
+
+
+def test_dropped_payloads_count_against_the_connection_window() -> None:
+    """DATA for a stream we refused is read from the socket, dropped and acknowledged."""
+    peer = _Peer(_App(limit=100))
+    body = _message(9 << 20)
+    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 1 << 20)))
+    assert peer.app.too_large == [1]
+    # the first 8 frames of 1 MiB reach half the connection window
+    assert (0, (CONNECTION_WINDOW // 2).to_bytes(4, "big")) in peer.sent(WINDOW_UPDATE)
+    peer.feed(peer.headers(3) + b"".join(_data_frames(3, _message(20), 9)))
+    assert peer.app.bodies == {3: _message(20)}
+
+
+def test_a_body_above_the_connection_limit_is_collected_and_refused() -> None:
+    peer = _Peer(_App(), max_body=1000)  # the application would allow it: the connection not
+    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, _message(996), 100)))
+    assert peer.app.too_large == [1]
+    assert not peer.app.bodies
+
+
+@pytest.mark.parametrize("cut", ["whole", "bytes", "random"])
+def test_a_stream_reset_mid_body_and_its_data_in_flight(cut: str) -> None:
+    peer = _Peer(_App())
+    body = _message(5000)
+    frames = _data_frames(1, body, 1000)
+    after = _message(3000, 2)
+    data = (
+        peer.preface()
+        + peer.headers(1)
+        + b"".join(frames[:2])
+        + frame(RST_STREAM, 0, 1, (8).to_bytes(4, "big"))  # CANCEL
+        + b"".join(frames[2:])  # in flight when the peer reset it: dropped
+        + peer.headers(3)
+        + b"".join(_data_frames(3, after, 700))
+    )
+    peer.feed(data, _cuts(cut))
+    assert peer.app.resets == [1]
+    assert peer.app.bodies == {3: after}
+    assert not peer.sent(GOAWAY) and not peer.sent(RST_STREAM)
+
+
+@pytest.mark.parametrize("answer", ["headers-only", "whole"])
+def test_an_answer_mid_frame_drops_the_rest_of_the_payload(answer: str) -> None:
+    """The application may answer while a payload is being read into the stream's buffer
+    (a deadline passing, or it needs no body): the rest of it and what follows are dropped,
+    and the closed stream gets no more WINDOW_UPDATEs."""
+    peer = _Peer(_App())
+    body = _message(STREAM_WINDOW // 2 + 1000)
+    data = frame(DATA, 0, 1, body)
+    peer.feed(peer.preface() + peer.headers(1) + data[:30_000])
+    stream = peer.connection.streams[1]
+    if answer == "whole":
+        peer.connection.respond(stream, literal_header_block([(b":status", b"200")]), b"ok", b"")
+    else:
+        peer.connection.respond_headers_only(stream, literal_header_block([(b":status", b"504")]))
+    after = _message(100, 5)
+    rest = data[30_000:] + frame(DATA, END_STREAM, 1, b"")
+    peer.feed(rest + peer.headers(3) + b"".join(_data_frames(3, after, 64)), _cuts("random"))
+    assert peer.app.bodies == {3: after}
+    assert stream.filled < 30_000  # nothing more was read into its buffer
+    assert all(stream_id != 1 for stream_id, _ in peer.sent(WINDOW_UPDATE))
+    assert not peer.sent(GOAWAY)
+
+
+def test_data_after_the_end_of_a_stream_resets_it() -> None:
+    peer = _Peer(_App())
+    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, _message(10), 4)))
+    assert peer.app.bodies == {1: _message(10)}
+    peer.feed(frame(DATA, 0, 1, b"late") + peer.headers(3, END_HEADERS | END_STREAM))
+    assert peer.sent(RST_STREAM) == [(1, (0x5).to_bytes(4, "big"))]  # STREAM_CLOSED
+    assert peer.app.bodies[3] == b""
+
+
+def test_window_updates_for_a_long_body() -> None:
+    peer = _Peer(_App())
+    body = _message(STREAM_WINDOW)
+    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 100_000)))
+    assert peer.app.bodies == {1: body}
+    updates = peer.sent(WINDOW_UPDATE)
+    assert updates[0] == (0, (CONNECTION_WINDOW - 65_535).to_bytes(4, "big"))  # the preface's
+    assert [stream for stream, _ in updates[1:]] == [1]
+    assert int.from_bytes(updates[1][1], "big") >= STREAM_WINDOW // 2
+
+
+@pytest.mark.parametrize("cut", ["whole", "bytes", "random"])
+def test_a_header_block_larger_than_the_read_buffer(cut: str) -> None:
+    """HEADERS and CONTINUATION frames are read whole: the buffer grows for them."""
+    peer = _Peer(_App(), max_block=1 << 20)
+    block = literal_header_block(
+        [(b":method", b"POST"), (b":path", b"/s/m"), (b"x-big", b"v" * 200_000)]
+    )
+    body = _message(1000)
+    data = (
+        peer.preface()
+        + frame(HEADERS, 0, 1, block[:150_000])
+        + frame(CONTINUATION, END_HEADERS, 1, block[150_000:])
+        + b"".join(_data_frames(1, body, 600))
+    )
+    peer.feed(data, None if cut == "whole" else (lambda: 4096) if cut == "bytes" else _cuts(cut))
+    assert peer.app.bodies == {1: body}
+    peer.connection.get_buffer(-1)  # the next read: the buffer is back to its usual size
+    assert len(peer.connection._buffer) == READ_BUFFER
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"GET / HTTP/1.1\r\n", 0x1),  # not a preface: refused before 24 bytes arrive
+        (PREFACE + frame(DATA, 0, 0, b"x"), 0x1),
+        (PREFACE + frame(DATA, 0, 5, b"x"), 0x1),  # an idle stream
+        (PREFACE + (RECEIVE_FRAME_SIZE + 1).to_bytes(3, "big") + bytes(6), 0x6),
+    ],
+)
+@pytest.mark.parametrize("cut", ["whole", "bytes"])
+def test_connection_errors(data: bytes, code: int, cut: str) -> None:
+    peer = _Peer(_App())
+    peer.feed(data, _cuts(cut))
+    (goaway,) = peer.sent(GOAWAY)
+    assert goaway[1][4:8] == code.to_bytes(4, "big")
+    assert peer.transport.closed
+
+
+def test_data_interrupting_a_header_block_is_a_connection_error() -> None:
+    peer = _Peer(_App())
+    block = peer.encoder.encode([(b":method", b"POST"), (b":path", b"/s/m")])
+    peer.feed(peer.preface() + frame(HEADERS, 0, 1, block) + frame(DATA, 0, 1, _message(3)))
+    (goaway,) = peer.sent(GOAWAY)
+    assert goaway[1][4:8] == (0x1).to_bytes(4, "big")
+
+
+@pytest.mark.parametrize("kind", ["memoryview", "bytearray", "bytes"])
+def test_a_message_read_into_place_decodes_into_read_only_views(kind: str) -> None:
+    """The gRPC server hands the codec the writable buffer the body was read into: the
+    tensors of both the full decode and the fast path (the second request) are read-only,
+    and the fast path's are views of that buffer."""
+    values = np.arange(1000 + len(kind), dtype=np.float32)  # a layout of its own per case
+    message = pb.ModelInferRequest(
+        model_name="m",
+        inputs=[{"name": "INPUT0", "datatype": "FP32", "shape": [1, values.size]}],
+        raw_input_contents=[values.tobytes()],
+    ).SerializeToString()
+    for attempt in range(2):
+        peer = _Peer(_App())
+        body = b"\0" + len(message).to_bytes(4, "big") + message
+        peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 999)))
+        received = peer.app.messages[1]
+        assert isinstance(received, memoryview) and not received.readonly
+        data: dict[str, bytes | bytearray | memoryview] = {
+            "memoryview": received,
+            "bytearray": bytearray(received),
+            "bytes": bytes(received),
+        }
+        request = decode_infer_request_bytes(data[kind])
+        (array,) = (tensor.data for tensor in request.inputs)
+        np.testing.assert_array_equal(array.ravel(), values)
+        assert not array.flags.writeable
+        if attempt and kind == "memoryview":
+            assert np.shares_memory(array, np.frombuffer(received, np.uint8))

@@ -313,21 +313,23 @@ _LAYOUTS_KEPT = 256
 
 
 def decode_infer_request_bytes(
-    data: bytes, shm: SharedMemoryRegistry | None = None
+    data: bytes | bytearray | memoryview, shm: SharedMemoryRegistry | None = None
 ) -> InferenceRequest:
     """A serialised ModelInferRequest as an InferenceRequest, like ``decode_infer_request``;
-    a message protobuf cannot parse is an InvalidInputError."""
-    for layout in _REQUEST_LAYOUTS.get(len(data), ()):
-        request = layout.request(data)
+    a message protobuf cannot parse is an InvalidInputError. ``data`` may be any bytes-like
+    object (the gRPC server's is a writable buffer): the tensors viewing it are read-only."""
+    view = memoryview(data).toreadonly()
+    for layout in _REQUEST_LAYOUTS.get(len(view), ()):
+        request = layout.request(view)
         if request is not None:
             return request
     try:
-        message = pb.ModelInferRequest.FromString(data)
+        message = pb.ModelInferRequest.FromString(view)
     except DecodeError as exc:
         raise InvalidInputError(f"malformed ModelInferRequest: {exc}") from None
     request = decode_infer_request(message, shm)
     if message.raw_input_contents:
-        _remember_layout(data, request)
+        _remember_layout(view, request)
     return request
 
 
@@ -405,16 +407,16 @@ class _RequestLayout:
         """The length of every message of this layout."""
         return len(self.prefix) + sum(len(field) + nbytes for field, nbytes, *_ in self.inputs)
 
-    def request(self, data: bytes) -> InferenceRequest | None:
-        """The request in ``data`` (a message of ``size`` bytes) if it is this layout's prefix
-        followed by raw contents of this layout's sizes, else None."""
-        if not data.startswith(self.prefix):
+    def request(self, view: memoryview) -> InferenceRequest | None:
+        """The request in ``view`` (a read-only view of a message of ``size`` bytes) if it is
+        this layout's prefix followed by raw contents of this layout's sizes, else None."""
+        prefix = self.prefix
+        if view[: len(prefix)] != prefix:
             return None
-        view = memoryview(data)
-        pos = len(self.prefix)
+        pos = len(prefix)
         inputs: list[Tensor] = []
         for field, nbytes, name, datatype, dtype, shape, parameters in self.inputs:
-            if not data.startswith(field, pos):
+            if view[pos : pos + len(field)] != field:
                 return None
             pos += len(field)
             # a read-only view of the message's bytes, as in the full decode
@@ -437,7 +439,7 @@ _REQUEST_LAYOUTS: dict[int, list[_RequestLayout]] = {}
 _RESPONSE_LAYOUTS: dict[tuple[Any, ...], tuple[bytes, list[tuple[bytes, int]]]] = {}
 
 
-def _remember_layout(data: bytes, request: InferenceRequest) -> None:
+def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
     """Keep the layout of a decoded message when its raw contents come last and every input
     is one of them, in a fixed-size datatype (not in shared memory)."""
     if any(t.datatype == "BYTES" or REGION in t.parameters for t in request.inputs):
@@ -445,7 +447,7 @@ def _remember_layout(data: bytes, request: InferenceRequest) -> None:
     start = _raw_inputs_start(data)
     if start is None:
         return
-    layout = _RequestLayout(data[:start], request)
+    layout = _RequestLayout(data[:start].tobytes(), request)
     if layout.size != len(data):
         return
     if sum(map(len, _REQUEST_LAYOUTS.values())) >= _LAYOUTS_KEPT:
@@ -453,7 +455,7 @@ def _remember_layout(data: bytes, request: InferenceRequest) -> None:
     _REQUEST_LAYOUTS.setdefault(len(data), []).append(layout)
 
 
-def _raw_inputs_start(data: bytes) -> int | None:
+def _raw_inputs_start(data: memoryview) -> int | None:
     """Where the raw_input_contents of a serialised ModelInferRequest begin; None unless
     they come last, after length-delimited fields 1 to 6 only."""
     end = len(data)
