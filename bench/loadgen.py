@@ -9,8 +9,9 @@ purpose: on a 2-core machine a heavy client steals the server's CPU and distorts
 
 - HTTP: one raw keep-alive socket per client (a bare asyncio protocol), writing pre-encoded
   request bytes and reading the response by its Content-Length.
-- gRPC: one grpc.aio channel shared by all clients, pre-serialised request messages, raw
-  response bytes (no deserialisation on the hot path).
+- gRPC: one raw HTTP/2 connection shared by all clients (``GrpcConnection``: about 110 µs of
+  client CPU per 600 KB request where grpc.aio takes about 350), each call's frames encoded
+  once, the answer left as bytes; ``grpc_infer`` gives grpc.aio, to compare.
 - Open loop over HTTP: an :class:`HttpPool` of keep-alive connections, one per request in
   flight, opened on demand.
 """
@@ -22,11 +23,13 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
 
 from inferplex.benchtool.clients import HttpConnection
+from inferplex.benchtool.grpc_wire import GrpcConnection
 
 #: One request: sends it and returns what is needed to check the answer.
 Call = Callable[[], Awaitable[Any]]
@@ -212,6 +215,16 @@ class HttpPool:
             connection.close()
 
 
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+async def grpc_call(host: str, port: int, request: bytes) -> tuple[GrpcConnection, Call]:
+    """A raw HTTP/2 connection and a call sending it the serialised ModelInferRequest
+    ``request``, returning the answer's bytes."""
+    connection = await GrpcConnection.open(host, port)
+    return connection, partial(connection.call, connection.request(MODEL_INFER, request))
+
+
 def grpc_infer(target: str) -> tuple[Any, Callable[[bytes], Awaitable[bytes]]]:
     """A grpc.aio channel and its ModelInfer method taking and returning raw bytes."""
     import grpc
@@ -225,7 +238,7 @@ def grpc_infer(target: str) -> tuple[Any, Callable[[bytes], Awaitable[bytes]]]:
         ],
     )
     # No serialisers: the request is already bytes and the answer stays bytes.
-    method = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+    method = channel.unary_unary(MODEL_INFER)
     return channel, method
 
 

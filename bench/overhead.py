@@ -40,7 +40,15 @@ import onnxruntime as ort
 import psutil
 
 from bench import payloads
-from bench.loadgen import Measurement, grpc_infer, measure, measure_threads, open_http
+from bench.loadgen import (
+    Call,
+    Measurement,
+    grpc_call,
+    grpc_infer,
+    measure,
+    measure_threads,
+    open_http,
+)
 from bench.report import ADD_SUB_CASES, CNN_MODES, report
 from inferplex import modelgen
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, session_options
@@ -139,17 +147,34 @@ async def http_load(
 
 
 async def grpc_load(
+    port: int, request: bytes, concurrency: int, check: Check, cpu: CpuClock, timing: Timing
+) -> Measurement:
+    connection, call = await grpc_call(HOST, port, request)
+    try:
+        return await checked_load(call, concurrency, check, cpu, timing)
+    finally:
+        connection.close()
+
+
+async def grpc_aio_load(
     target: str, request: bytes, concurrency: int, check: Check, cpu: CpuClock, timing: Timing
 ) -> Measurement:
+    """As ``grpc_load`` with grpc.aio as the client."""
     channel, infer = grpc_infer(target)
     try:
-        check(payloads.decode_grpc_response(await infer(request)))
-        calls = [partial(infer, request)] * concurrency
-        result = await measure(calls, timing.duration, timing.warmup, cpu)
-        check(payloads.decode_grpc_response(await infer(request)))
-        return result
+        return await checked_load(partial(infer, request), concurrency, check, cpu, timing)
     finally:
         await channel.close()
+
+
+async def checked_load(
+    call: Call, concurrency: int, check: Check, cpu: CpuClock, timing: Timing
+) -> Measurement:
+    """``concurrency`` closed loops of gRPC ``call``, its first and last answers checked."""
+    check(payloads.decode_grpc_response(await call()))
+    result = await measure([call] * concurrency, timing.duration, timing.warmup, cpu)
+    check(payloads.decode_grpc_response(await call()))
+    return result
 
 
 def served_case(
@@ -173,7 +198,10 @@ def served_case(
     )
     if protocol == "grpc":
         request = payloads.grpc_request(model, inputs, list(expected))
-        return partial(grpc_load, server.grpc_url, request, concurrency, check, cpu)
+        return partial(grpc_load, server.grpc_port, request, concurrency, check, cpu)
+    if protocol == "grpc-aio":
+        request = payloads.grpc_request(model, inputs, list(expected))
+        return partial(grpc_aio_load, server.grpc_url, request, concurrency, check, cpu)
     encoder = (
         payloads.http_json_request if protocol == "http-json" else payloads.http_binary_request
     )

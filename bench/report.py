@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 #: small_cnn's cases: in-process, then served tuned (preferred batch sizes, spinning intra-op
-#: threads: the targets), then served as the server's defaults have it (bench/overhead.py)
-CNN_MODES = ("in-process", "http-binary", "grpc", "http-binary-plain", "grpc-plain")
+#: threads: the targets), then served as the server's defaults have it (bench/overhead.py),
+#: then tuned over gRPC with grpc.aio as the client instead of the lean one
+CNN_MODES = ("in-process", "http-binary", "grpc", "http-binary-plain", "grpc-plain", "grpc-aio")
 ADD_SUB_CASES = tuple(
     (protocol, concurrency)
     for protocol in ("http-json", "http-binary", "grpc")
