@@ -62,6 +62,8 @@ __all__ = ["HttpApp", "create_http_app"]
 logger = logging.getLogger(__name__)
 
 Headers = list[tuple[bytes, bytes]]
+#: a request body: a large one is a memoryview of the buffer the server read it into
+Body = bytes | memoryview
 #: status, body, headers other than content-length
 Reply = tuple[int, bytes, Headers]
 Scope = dict[str, Any]
@@ -152,7 +154,7 @@ class HttpApp:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
-    async def _read(self, scope: Scope, receive: Receive) -> tuple[bytes, bytes | None]:
+    async def _read(self, scope: Scope, receive: Receive) -> tuple[Body, bytes | None]:
         """The request body (refused with 413 as soon as it is known to be too large) and the
         raw ``Inference-Header-Content-Length`` header, if any."""
         header_length = None
@@ -210,7 +212,7 @@ class HttpApp:
         self,
         model: str,
         version: str,
-        body: bytes,
+        body: Body,
         header_length: bytes | None,
         routing_key: str | None = None,
     ) -> Reply:
@@ -254,40 +256,30 @@ class HttpApp:
     async def _model_stats(self, model: str, version: str, *_: Any) -> Reply:
         return _json({"model_stats": self._engine.model_statistics(model, version)})
 
-    async def _repository_index(self, _model: str, _version: str, body: bytes, *_: Any) -> Reply:
-        ready_only = False
-        if body.strip():
-            try:
-                options = orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                raise InvalidInputError(f"malformed JSON in the index request: {exc}") from None
-            if not isinstance(options, dict):
-                raise InvalidInputError("the index request must be a JSON object")
-            ready_only = options.get("ready", False)
-            if not isinstance(ready_only, bool):
-                raise InvalidInputError("index request field 'ready' must be true or false")
+    async def _repository_index(self, _model: str, _version: str, body: Body, *_: Any) -> Reply:
+        ready_only = _json_object(body, "index").get("ready", False)
+        if not isinstance(ready_only, bool):
+            raise InvalidInputError("index request field 'ready' must be true or false")
         return _json(self._engine.repository_index(ready_only))
 
-    async def _model_load(self, model: str, _version: str, body: bytes, *_: Any) -> Reply:
+    async def _model_load(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
         parameters = _parameters(_json_object(body, "load"), "load")
         await self._engine.load_model(model, parameters)
         return _EMPTY_OK
 
-    async def _model_unload(self, model: str, _version: str, body: bytes, *_: Any) -> Reply:
+    async def _model_unload(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
         parameters = _parameters(_json_object(body, "unload"), "unload")
         await self._engine.unload_model(model, parameters)
         return _EMPTY_OK
 
-    async def _model_instances(self, model: str, _version: str, body: bytes, *_: Any) -> Reply:
+    async def _model_instances(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
         options = _json_object(body, "instances")
         if "count" not in options:
             raise InvalidInputError('the instances request needs "count", e.g. {"count": 2}')
         await self._engine.set_instance_count(model, options["count"])
         return _EMPTY_OK
 
-    async def _model_default_version(
-        self, model: str, _version: str, body: bytes, *_: Any
-    ) -> Reply:
+    async def _model_default_version(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
         options = _json_object(body, "default_version")
         if "version" not in options:
             raise InvalidInputError(
@@ -306,7 +298,7 @@ class HttpApp:
         return _json(self._engine.route_statistics(route))
 
     # -- system shared memory (docs/shared_memory.md): the region name comes as ``model`` --
-    async def _shm_register(self, region: str, _version: str, body: bytes, *_: Any) -> Reply:
+    async def _shm_register(self, region: str, _version: str, body: Body, *_: Any) -> Reply:
         options = _json_object(body, "register")
         unknown = set(options) - {"key", "offset", "byte_size"}
         if unknown or type(options.get("key")) is not str or "byte_size" not in options:
@@ -336,7 +328,7 @@ class HttpApp:
         return _EMPTY_OK  # nothing can have been registered
 
 
-Handler = Callable[[HttpApp, str, str, bytes, bytes | None], Awaitable[Reply]]
+Handler = Callable[[HttpApp, str, str, Body, bytes | None], Awaitable[Reply]]
 Route = tuple[str, Handler, str, str]
 
 #: how many resolved paths an app remembers
@@ -447,9 +439,10 @@ def _json(document: Any) -> Reply:
     return 200, orjson.dumps(document), _JSON
 
 
-def _json_object(body: bytes, what: str) -> dict[str, Any]:
-    """The JSON object of a management request body ({} when the body is empty)."""
-    if not body.strip():
+def _json_object(body: Body, what: str) -> dict[str, Any]:
+    """The JSON object of a management request body ({} when the body is empty); a large
+    body comes as a memoryview (the server read it into place)."""
+    if not bytes(body).strip():
         return {}
     try:
         document = orjson.loads(body)

@@ -33,6 +33,8 @@ from urllib.parse import unquote
 import httptools
 import orjson
 
+from inferplex.frontends.buffers import uninitialised
+
 __all__ = ["HttpServer"]
 
 logger = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ class _Request:
         method: str,
         url: bytes,
         headers: list[tuple[bytes, bytes]],
-        body: bytes | bytearray,
+        body: bytes | memoryview,
         http_version: str,
         keep_alive: bool,
     ) -> None:
@@ -122,7 +124,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_bytes = 0
-        self._large_body: bytearray | None = None  # a large body's own buffer
+        self._large_body: memoryview | None = None  # a large body's own buffer
         self._body_rest: memoryview | None = None  # its part still to read, past the parser
         self._refused = False
 
@@ -180,7 +182,7 @@ class _Connection(asyncio.BufferedProtocol):
             self._refuse(400, f"malformed HTTP request: {exc}")
             return
         if self._large_body is not None:  # not complete yet: the rest is read into place
-            self._body_rest = memoryview(self._large_body)[self._body_bytes :]
+            self._body_rest = self._large_body[self._body_bytes :]
 
     def pause_writing(self) -> None:
         self._drained = self._loop.create_future()
@@ -235,7 +237,7 @@ class _Connection(asyncio.BufferedProtocol):
             and length >= _READ_BUFFER_BYTES
             and not self._parser.should_upgrade()
         ):
-            self._large_body = bytearray(length)
+            self._large_body = uninitialised(length)
         if expect_continue and self._transport is not None:
             self._transport.write(_CONTINUE)
 
@@ -261,7 +263,7 @@ class _Connection(asyncio.BufferedProtocol):
             body = self._body
             self._complete(body[0] if len(body) == 1 else b"".join(body))
 
-    def _complete(self, body: bytes | bytearray) -> None:
+    def _complete(self, body: bytes | memoryview) -> None:
         """The request being parsed is complete, with ``body``."""
         parser = self._parser
         self._large_body = None

@@ -175,12 +175,13 @@ def test_binary_inputs_are_views_of_the_body() -> None:
     assert_same(data, array.reshape(2, 4))
 
 
-def test_a_body_read_in_place_gives_read_only_views_too() -> None:
-    """The HTTP server reads a large body into a bytearray: the tensors over it are read-only
-    views all the same, on the first decode of a header and on the cached one."""
+@pytest.mark.parametrize("writable", [bytearray, lambda data: memoryview(bytearray(data))])
+def test_a_body_read_in_place_gives_read_only_views_too(writable: Any) -> None:
+    """The HTTP server reads a large body into a writable buffer: the tensors over it are
+    read-only views all the same, on the first decode of a header and on the cached one."""
     header = orjson.dumps(REPEATED)
     for value in (1.0, 2.0):
-        body = bytearray(header + repeated_body(value, b"abc"))
+        body = writable(header + repeated_body(value, b"abc"))
         request = decode_infer_request(body, len(header), "model", "1")
         data = request.inputs[0].data
         assert not data.flags.owndata

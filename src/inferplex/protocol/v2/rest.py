@@ -59,7 +59,7 @@ def parse_header_length(value: bytes | str) -> int:
 
 
 def decode_infer_request(
-    body: bytes | bytearray,
+    body: bytes | bytearray | memoryview,
     header_length: int | None,
     model_name: str,
     model_version: str = "",
@@ -71,8 +71,8 @@ def decode_infer_request(
     header is absent (the whole body is JSON). The model name and version come from the URL.
     Tensors that name a shared-memory region are read from / checked against ``shm``.
     """
-    # a large body is read in place, into a bytearray: its tensors must stay read-only views
-    data = memoryview(body).toreadonly() if isinstance(body, bytearray) else body
+    # a large body is read in place, into a writable buffer: its tensors must stay read-only
+    data = body if isinstance(body, bytes) else memoryview(body).toreadonly()
     size = len(data)
     key = None  # the header's bytes, for the layout cache
     if header_length is None or header_length == size:
