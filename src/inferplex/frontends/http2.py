@@ -179,11 +179,14 @@ class Stream:
         self.context: object = None  # the application's per-stream state
 
     def data(self, skip: int = 0) -> bytes | memoryview:
-        """The body from byte ``skip`` on: the sized buffer itself when that is all of it
-        (no copy), else copied at most once."""
+        """The body from byte ``skip`` on: the sized buffer itself, or the one piece, when
+        that is all of it after the head (no copy), else copied at most once."""
         head, buffer, body = self.head, self.buffer, self.body
-        if buffer is not None and skip == len(head) and not body and self.filled == len(buffer):
-            return buffer
+        if skip == len(head):
+            if buffer is not None and not body and self.filled == len(buffer):
+                return buffer
+            if buffer is None and len(body) == 1:
+                return body[0]
         parts: list[bytes | memoryview] = [head] if head else []
         if buffer is not None:
             parts.append(buffer[: self.filled])
@@ -220,9 +223,15 @@ class Http2App(Protocol):
         """The peer reset the stream (or the connection is gone) before it was answered."""
 
 
+HeaderList = list[tuple[bytes, bytes]]
+
+
 class _HeaderDecoder:
-    """HPACK decoding with a cache for blocks made only of one-byte indexed fields: those
-    change no decoder state, and a client repeating a call sends exactly such a block."""
+    """HPACK decoding with a cache for the blocks a client repeating a call sends. Two kinds
+    change no decoder state: blocks of indexed fields only (they may refer to the dynamic
+    table, so they are kept until a block changes it), and blocks that neither touch nor
+    refer to the dynamic table (static-table references and literals that are not indexed,
+    as our own load generator and other lean clients send: kept for good)."""
 
     def __init__(self, max_header_list_bytes: int) -> None:
         self._decoder = hpack.Decoder()
@@ -230,9 +239,10 @@ class _HeaderDecoder:
         # a small block of references expands into a huge list, the connection is failed
         self._decoder.max_header_list_size = max_header_list_bytes
         self._indexed: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self._static: dict[bytes, list[tuple[bytes, bytes]]] = {}
 
     def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
-        cached = self._indexed.get(block)
+        cached = self._static.get(block) or self._indexed.get(block)
         if cached is not None:
             return cached
         try:
@@ -240,13 +250,62 @@ class _HeaderDecoder:
         except (hpack.HPACKError, ValueError, IndexError) as exc:
             message = f"a header block could not be decoded: {exc}"
             raise Http2Error(COMPRESSION_ERROR, message) from None
-        if all(byte & 0x80 and byte != 0xFF for byte in block):
-            if len(self._indexed) > 64:
-                self._indexed.clear()
-            self._indexed[block] = headers
+        if _without_dynamic_table(block):
+            _keep(self._static, block, headers)
+        elif all(byte & 0x80 and byte != 0xFF for byte in block):
+            _keep(self._indexed, block, headers)
         else:  # literals may have changed the dynamic table
             self._indexed.clear()
         return headers
+
+
+def _keep(cache: dict[bytes, HeaderList], block: bytes, headers: HeaderList) -> None:
+    if len(cache) > 64:
+        cache.clear()
+    cache[block] = headers
+
+
+_STATIC_ENTRIES = 61  # HPACK's static table (RFC 7541 appendix A)
+
+
+def _without_dynamic_table(block: bytes) -> bool:
+    """Whether every field of a (decodable) header block is a static-table reference or a
+    literal not indexed whose name is new or a static-table reference (RFC 7541 6.1, 6.2.2,
+    6.2.3): such a block decodes the same whatever the decoder's state, and changes none."""
+    pos, end = 0, len(block)
+    while pos < end:
+        first = block[pos]
+        if first & 0x80:  # indexed field
+            index, pos = _hpack_integer(block, pos, 7)
+            if index > _STATIC_ENTRIES:
+                return False
+        elif first & 0xE0 == 0:  # a literal without indexing (0000) or never indexed (0001)
+            index, pos = _hpack_integer(block, pos, 4)
+            if index > _STATIC_ENTRIES:
+                return False
+            for _ in range(1 if index else 2):  # the value, after a new name
+                length, pos = _hpack_integer(block, pos, 7)
+                pos += length
+        else:  # literal with incremental indexing, or a table size update
+            return False
+    return True
+
+
+def _hpack_integer(block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
+    """The HPACK integer at ``pos`` (RFC 7541 5.1) and where it ends."""
+    limit = (1 << prefix_bits) - 1
+    value = block[pos] & limit
+    pos += 1
+    if value == limit:
+        shift = 0
+        while True:
+            byte = block[pos]
+            pos += 1
+            value += (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+    return value, pos
 
 
 class Http2Connection(asyncio.BufferedProtocol):
@@ -408,7 +467,8 @@ class Http2Connection(asyncio.BufferedProtocol):
                     self._wanted = 1
                     break
                 if self._data_stream is not None:
-                    self._body_chunk(self._data_stream, view[offset : offset + count])
+                    last = count == left and bool(self._data_flags & END_STREAM)
+                    self._body_chunk(self._data_stream, view[offset : offset + count], last)
                 offset += count
                 self._data_left = left - count
                 if count == left:
@@ -444,7 +504,7 @@ class Http2Connection(asyncio.BufferedProtocol):
             self._data_begin(flags, stream_id, len(payload))
             data = _unpad(payload)
             if self._data_stream is not None and data:
-                self._body_chunk(self._data_stream, data)
+                self._body_chunk(self._data_stream, data, bool(flags & END_STREAM))
             self._data_end()
         elif kind == HEADERS:
             self._on_headers(flags, stream_id, payload)
@@ -497,8 +557,9 @@ class Http2Connection(asyncio.BufferedProtocol):
         self._data_flags = flags
         self._data_length = length
 
-    def _body_chunk(self, stream: Stream, chunk: memoryview | bytes) -> None:
-        """The next bytes of ``stream``'s body: to its head, its sized buffer or its list."""
+    def _body_chunk(self, stream: Stream, chunk: memoryview | bytes, last: bool) -> None:
+        """The next bytes of ``stream``'s body (``last``: they end it): to its head, its
+        sized buffer or its list."""
         if stream.discard:
             return
         if len(stream.head) < stream.head_size:
@@ -510,9 +571,11 @@ class Http2Connection(asyncio.BufferedProtocol):
             size = self._app.body_head_received(self, stream, stream.head)
             if stream.discard:
                 return
-            if size is not None and 0 <= size <= self._max_body - stream.body_bytes:
-                stream.buffer = uninitialised(size)
             chunk = chunk[len(piece) :]
+            # a body here whole (a small message) is one piece already: no buffer to size
+            whole = last and len(chunk) == size
+            if size is not None and 0 <= size <= self._max_body - stream.body_bytes and not whole:
+                stream.buffer = uninitialised(size)
             if not chunk:
                 return
         count = len(chunk)

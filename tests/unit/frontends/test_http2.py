@@ -34,6 +34,7 @@ from inferplex.frontends.http2 import (
     Http2Error,
     Stream,
     _HeaderDecoder,
+    _without_dynamic_table,
     frame,
     literal_header_block,
 )
@@ -79,6 +80,27 @@ def test_decoder_cache_follows_the_dynamic_table() -> None:
         assert decoder.decode(block) == reference.decode(block, raw=True) == headers
     # the same reference bytes now point at other entries: the cache must not answer
     assert decoder.decode(repeat) == reference.decode(repeat, raw=True)
+
+
+def test_blocks_that_leave_the_dynamic_table_alone_decode_once() -> None:
+    """Static references and literals not indexed decode the same whatever the table holds:
+    such a block is decoded once and answered from the cache for good, while blocks that
+    index literals or refer to the table are not."""
+    grpc_call = [(b":method", b"POST"), (b":path", b"/s/M"), (b"te", b"trailers")]
+    lean = literal_header_block(grpc_call)  # new names, not indexed
+    static_name = b"\x04\x04/s/M" + b"\x1f\x00\x01x"  # :path by static index; never indexed
+    assert _without_dynamic_table(lean)
+    assert _without_dynamic_table(b"\x83" + static_name)  # :method POST, static
+    assert not _without_dynamic_table(b"\x40\x01a\x01b")  # incremental indexing
+    assert not _without_dynamic_table(b"\x3f\xe1\x1f")  # a table size update
+    assert not _without_dynamic_table(b"\xbe")  # index 62, the dynamic table's first
+    assert not _without_dynamic_table(b"\x0f\x2f\x01v")  # a name at dynamic index 62
+    encoder = hpack.Encoder()
+    decoder = _HeaderDecoder(1 << 20)
+    reference = hpack.Decoder()
+    for block in (lean, encoder.encode([(b"x-key", b"one")]), lean, b"\x83" + static_name, lean):
+        assert decoder.decode(block) == reference.decode(block, raw=True)
+    assert decoder.decode(lean) is decoder.decode(lean)  # from the cache
 
 
 def test_decoder_errors_are_connection_errors() -> None:
@@ -269,6 +291,18 @@ def test_a_body_arrives_exactly_however_it_is_cut(cut: str, frame_size: int) -> 
     assert not peer.sent(GOAWAY) and not peer.sent(RST_STREAM)
 
 
+def test_a_small_message_here_whole_is_handed_over_as_it_came() -> None:
+    """A message whose frame is all in one read (a small request) needs no buffer sized for
+    it: the application gets the piece it was copied into from the connection's buffer."""
+    body = _message(200)
+    peer = _Peer(_App())
+    peer.feed(peer.preface() + peer.headers(1) + frame(DATA, END_STREAM, 1, body), None)
+    assert peer.app.bodies == {1: body}
+    assert peer.app.sized == {1: False}
+    assert peer.app.messages == {1: body[5:]}
+    assert peer.app.heads == [(1, body[:5])]
+
+
 @pytest.mark.parametrize("cut", ["whole", "random"])
 def test_large_payloads_are_read_into_place(cut: str) -> None:
     """Of a body in large frames, all but what came with the frames' headers is read by
@@ -303,7 +337,7 @@ def test_interleaved_streams(cut: str) -> None:
         (_message(100)[:60], False),  # less
         (b"\0\0\0", False),  # not even a prefix
         (b"", False),
-        (_message(0), True),
+        (_message(0), False),  # the rest (nothing) is here whole with the prefix: no buffer
     ],
 )
 def test_bodies_that_are_not_as_announced_arrive_as_sent(
