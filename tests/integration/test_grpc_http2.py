@@ -372,6 +372,14 @@ def _serving(loop_kind: str, context: ssl.SSLContext | None) -> Iterator[int]:
         loop.close()
 
 
+def _check_digest(answer: bytes, message: bytes) -> None:
+    digest = hashlib.sha256(message).digest()
+    if len(message) >= 1 << 20:  # many reads: into the buffer its prefix sized
+        assert answer == digest + b"view"
+    else:  # likely here whole in one read, and then handed over as it came
+        assert answer in (digest, digest + b"view")
+
+
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     return make_certificates(tmp_path_factory.mktemp("certs"))
@@ -381,8 +389,8 @@ def certificates(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
 @pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
 def test_large_messages_from_grpcio(loop_kind: str, tls: bool, certificates: Certificates) -> None:
     """Messages of several megabytes, one at a time and four at once on one connection (their
-    frames interleave), arrive whole as views of their buffers; one above the limit is
-    refused from its prefix, and the connection goes on."""
+    frames interleave), arrive whole as views of their buffers (small ones as they came);
+    one above the limit is refused from its prefix, and the connection goes on."""
     context = None
     if tls:
         context = grpc_ssl_context(certificates.server_cert, certificates.server_key, None)
@@ -398,11 +406,10 @@ def test_large_messages_from_grpcio(loop_kind: str, tls: bool, certificates: Cer
         with channel:
             digest = channel.unary_unary(ECHO)
             for message in messages[:6]:
-                answer = digest(message, timeout=TIMEOUT)
-                assert answer == hashlib.sha256(message).digest() + b"view"
+                _check_digest(digest(message, timeout=TIMEOUT), message)
             calls = [digest.future(message, timeout=TIMEOUT) for message in messages[5:]]
             for call, message in zip(calls, messages[5:], strict=True):
-                assert call.result() == hashlib.sha256(message).digest() + b"view"
+                _check_digest(call.result(), message)
             with pytest.raises(grpc.RpcError) as info:
                 digest(bytes((32 << 20) + 1), timeout=TIMEOUT)
             assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
