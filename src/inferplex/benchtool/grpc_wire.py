@@ -19,42 +19,67 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections import deque
-from typing import TypeVar, cast
+from typing import cast
 from urllib.parse import unquote_to_bytes
 
-import hpack
-
 from inferplex.benchtool.clients import ConnectionClosed, RequestFailed
-from inferplex.frontends.http2 import literal_header_block
+from inferplex.frontends.http2_wire import (
+    ACK,
+    CANCEL,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    ENABLE_PUSH,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_HEADER,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_FRAME_SIZE_LIMIT,
+    MAX_WINDOW,
+    MIN_FRAME_SIZE,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTING,
+    SETTINGS,
+    U32,
+    WINDOW_UPDATE,
+    HeaderDecoder,
+    Headers,
+    Http2Error,
+    frame,
+    literal_header_block,
+    unpad,
+    window_increment,
+)
 
 __all__ = ["GrpcConnection", "PreparedCall"]
-
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-# frame types, flags, error codes and settings (RFC 9113 6, 7)
-_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PUSH_PROMISE = 0x0, 0x1, 0x3, 0x4, 0x5
-_PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 0x6, 0x7, 0x8, 0x9
-_END_STREAM = _ACK = 0x1
-_END_HEADERS, _PADDED, _PRIORITY = 0x4, 0x8, 0x20
-_NO_ERROR, _PROTOCOL_ERROR, _FLOW_CONTROL_ERROR = 0x0, 0x1, 0x3
-_FRAME_SIZE_ERROR, _REFUSED_STREAM, _CANCEL, _COMPRESSION_ERROR = 0x6, 0x7, 0x8, 0x9
-_ENABLE_PUSH, _MAX_CONCURRENT_STREAMS, _INITIAL_WINDOW_SIZE, _MAX_FRAME_SIZE = 0x2, 0x3, 0x4, 0x5
-
-_DEFAULT_WINDOW = 65_535
-_MAX_WINDOW = 2**31 - 1
-_MIN_FRAME_SIZE = 16_384
-_MAX_FRAME_SIZE_LIMIT = 2**24 - 1
 
 #: our receive window, for the connection and for each stream (given back once half is used)
 RECEIVE_WINDOW = 16 << 20
 #: the largest frame we accept: large answers come in few frames
 RECEIVE_FRAME_SIZE = 1 << 20
+#: the largest header list an answer may decode to (hpack's default)
+MAX_HEADER_LIST_BYTES = 1 << 16
 #: how often a stream the server refused (REFUSED_STREAM: not processed) is sent again
 MAX_REFUSALS = 3
 
-_FRAME = struct.Struct(">BHBBL")  # length as 8 + 16 bits, type, flags, stream id
-_SETTING = struct.Struct(">HL")
-_U32 = struct.Struct(">L")
+# Bound here, not used under their imported names: CPython compiles a method call on an
+# imported name as an attribute load, which allocates a bound method on every call.
+_FRAME_HEADER, _SETTING, _U32 = FRAME_HEADER, SETTING, U32
 _GOAWAY_HEAD = struct.Struct(">LL")
 _PREFIX = struct.Struct(">BL")  # gRPC message: compressed flag, length
 
@@ -72,24 +97,11 @@ _HTTP_CODES = {
     b"503": "UNAVAILABLE", b"504": "UNAVAILABLE",
 }  # fmt: skip
 #: the code of a stream the server reset (PROTOCOL-HTTP2.md); any other reason is INTERNAL
-_RESET_CODES = {_REFUSED_STREAM: "UNAVAILABLE", _CANCEL: "CANCELLED", 0xB: "RESOURCE_EXHAUSTED"}
+_RESET_CODES = {
+    REFUSED_STREAM: "UNAVAILABLE", CANCEL: "CANCELLED", ENHANCE_YOUR_CALM: "RESOURCE_EXHAUSTED",
+}  # fmt: skip
 
-Headers = list[tuple[bytes, bytes]]
-T = TypeVar("T", bytes, memoryview)
 Waiter = asyncio.Future[bytes]
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    length = len(payload)
-    return _FRAME.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id) + payload
-
-
-class _ProtocolError(Exception):
-    """The server broke HTTP/2: the connection ends with GOAWAY ``code``."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class PreparedCall:
@@ -127,7 +139,7 @@ class GrpcConnection(asyncio.Protocol):
     """One HTTP/2 connection carrying unary gRPC calls of pre-encoded requests."""
 
     def __init__(self, authority: str, receive_window: int = RECEIVE_WINDOW) -> None:
-        if not _DEFAULT_WINDOW <= receive_window <= _MAX_WINDOW:
+        if not DEFAULT_WINDOW <= receive_window <= MAX_WINDOW:
             raise ValueError(f"receive_window must be in [65535, 2^31-1], got {receive_window}")
         self._authority = authority.encode()
         self._window = receive_window
@@ -136,8 +148,7 @@ class GrpcConnection(asyncio.Protocol):
         self._buffer = bytearray()  # an incomplete frame
         self._wanted = 9  # bytes the buffer must hold before its frame can be complete
         self._out: list[bytes | memoryview] = []  # frames to write at the end of a read
-        self._decoder = hpack.Decoder()
-        self._decoded: dict[bytes, Headers] = {}  # header blocks that change no HPACK state
+        self._decoder = HeaderDecoder(MAX_HEADER_LIST_BYTES)
         self._continuation: tuple[int, int, list[bytes]] | None = None  # id, flags, fragments
         self._streams: dict[int, _Stream] = {}
         self._queue: deque[tuple[PreparedCall, Waiter, int]] = deque()
@@ -145,10 +156,10 @@ class GrpcConnection(asyncio.Protocol):
         self._next_id = 1
         self._unacked = 0  # DATA received on the connection, not yet given back
         # the server's settings (RFC 9113 defaults until its SETTINGS frame comes)
-        self._max_streams = _MAX_WINDOW
-        self._peer_window = _DEFAULT_WINDOW
-        self._frame_size = _MIN_FRAME_SIZE
-        self._send_window = _DEFAULT_WINDOW
+        self._max_streams = MAX_WINDOW
+        self._peer_window = DEFAULT_WINDOW
+        self._frame_size = MIN_FRAME_SIZE
+        self._send_window = DEFAULT_WINDOW
         self._closing: str | None = None  # why no new call may start
 
     @classmethod
@@ -172,15 +183,15 @@ class GrpcConnection(asyncio.Protocol):
         settings = b"".join(
             _SETTING.pack(key, value)
             for key, value in (
-                (_ENABLE_PUSH, 0),
-                (_INITIAL_WINDOW_SIZE, self._window),
-                (_MAX_FRAME_SIZE, RECEIVE_FRAME_SIZE),
+                (ENABLE_PUSH, 0),
+                (INITIAL_WINDOW_SIZE, self._window),
+                (MAX_FRAME_SIZE, RECEIVE_FRAME_SIZE),
             )
         )
-        preface = _PREFACE + _frame(_SETTINGS, 0, 0, settings)
-        if self._window > _DEFAULT_WINDOW:
-            increment = _U32.pack(self._window - _DEFAULT_WINDOW)
-            preface += _frame(_WINDOW_UPDATE, 0, 0, increment)
+        preface = PREFACE + frame(SETTINGS, 0, 0, settings)
+        if self._window > DEFAULT_WINDOW:
+            increment = _U32.pack(self._window - DEFAULT_WINDOW)
+            preface += frame(WINDOW_UPDATE, 0, 0, increment)
         self._transport.write(preface)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -207,8 +218,8 @@ class GrpcConnection(asyncio.Protocol):
         # DATA payloads are kept as views of ``data``: an answer is copied once, when joined
         try:
             offset = self._frames(data)
-        except _ProtocolError as exc:
-            self._fail(exc.code, str(exc))
+        except Http2Error as exc:
+            self._fail(exc.code, exc.message)
             return
         if offset < len(data):
             buffer += memoryview(data)[offset:]
@@ -227,7 +238,7 @@ class GrpcConnection(asyncio.Protocol):
         headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode())]
         headers += [(b":authority", self._authority), (b"content-type", b"application/grpc")]
         block = literal_header_block([*headers, (b"te", b"trailers")])
-        if len(block) > _MIN_FRAME_SIZE:  # one HEADERS frame whatever the server's settings
+        if len(block) > MIN_FRAME_SIZE:  # one HEADERS frame whatever the server's settings
             raise ValueError(f"a header block of {len(block)} bytes: the path is too long")
         return PreparedCall(block, _PREFIX.pack(0, len(message)) + message)
 
@@ -257,14 +268,14 @@ class GrpcConnection(asyncio.Protocol):
     # -- sending ----------------------------------------------------------------------------
     def _start(self, prepared: PreparedCall, future: Waiter, refusals: int) -> None:
         stream_id = self._next_id
-        if stream_id > _MAX_WINDOW:  # stream ids are used up: a new connection is needed
+        if stream_id > MAX_WINDOW:  # stream ids are used up: a new connection is needed
             self._closing = "the connection has used up its stream ids"
             future.set_exception(ConnectionClosed(self._closing))
             return
         self._next_id = stream_id + 2
         stream = _Stream(stream_id, prepared, future, self._peer_window, refusals)
         self._streams[stream_id] = stream
-        self._out.append(_frame(_HEADERS, _END_HEADERS, stream_id, prepared.block))
+        self._out.append(frame(HEADERS, END_HEADERS, stream_id, prepared.block))
         self._send_body(stream)
 
     def _send_body(self, stream: _Stream) -> None:
@@ -278,7 +289,9 @@ class GrpcConnection(asyncio.Protocol):
             size = len(outbox)
             allowed = min(size, limit, stream.window, self._send_window)
             if allowed >= size:
-                out.append(_FRAME.pack(size >> 16, size & 0xFFFF, _DATA, _END_STREAM, stream_id))
+                out.append(
+                    _FRAME_HEADER.pack(size >> 16, size & 0xFFFF, DATA, END_STREAM, stream_id)
+                )
                 out.append(outbox)
                 stream.window -= size
                 self._send_window -= size
@@ -289,7 +302,7 @@ class GrpcConnection(asyncio.Protocol):
                 stream.outbox = outbox
                 self._blocked[stream_id] = stream
                 return
-            out.append(_FRAME.pack(allowed >> 16, allowed & 0xFFFF, _DATA, 0, stream_id))
+            out.append(_FRAME_HEADER.pack(allowed >> 16, allowed & 0xFFFF, DATA, 0, stream_id))
             out.append(outbox[:allowed])
             outbox = outbox[allowed:]
             stream.window -= allowed
@@ -323,18 +336,18 @@ class GrpcConnection(asyncio.Protocol):
         size = len(data)
         self._wanted = 9
         while size - offset >= 9 and self._transport is not None:
-            high, low, kind, flags, stream_id = _FRAME.unpack_from(data, offset)
+            high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(data, offset)
             length = (high << 16) | low
             if length > RECEIVE_FRAME_SIZE:
-                raise _ProtocolError(_FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+                raise Http2Error(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
             end = offset + 9 + length
             if end > size:
                 self._wanted = 9 + length
                 break
-            stream_id &= _MAX_WINDOW
-            if self._continuation is not None and kind != _CONTINUATION:
-                raise _ProtocolError(_PROTOCOL_ERROR, "a header block was interrupted")
-            if kind == _DATA:
+            stream_id &= MAX_WINDOW
+            if self._continuation is not None and kind != CONTINUATION:
+                raise Http2Error(PROTOCOL_ERROR, "a header block was interrupted")
+            if kind == DATA:
                 self._on_data(flags, stream_id, view[offset + 9 : end])
             else:
                 self._on_frame(kind, flags, stream_id, data[offset + 9 : end])
@@ -343,81 +356,81 @@ class GrpcConnection(asyncio.Protocol):
 
     def _on_data(self, flags: int, stream_id: int, payload: memoryview) -> None:
         if stream_id == 0 or stream_id >= self._next_id:
-            raise _ProtocolError(_PROTOCOL_ERROR, f"DATA on stream {stream_id}")
+            raise Http2Error(PROTOCOL_ERROR, f"DATA on stream {stream_id}")
         flow = len(payload)  # padding counts against the windows too
         self._unacked += flow
         if self._unacked >= self._window >> 1:
             if self._unacked > self._window:
-                raise _ProtocolError(_FLOW_CONTROL_ERROR, "DATA beyond the connection window")
-            self._out.append(_frame(_WINDOW_UPDATE, 0, 0, _U32.pack(self._unacked)))
+                raise Http2Error(FLOW_CONTROL_ERROR, "DATA beyond the connection window")
+            self._out.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._unacked)))
             self._unacked = 0
         stream = self._streams.get(stream_id)
         if stream is None:
             return  # a stream we reset or gave up: what was in flight is dropped
-        if flags & _PADDED:
-            payload = _unpad(payload)
+        if flags & PADDED:
+            payload = unpad(payload)
         if not stream.head:
-            self._end(stream, _failed("INTERNAL", "DATA before the headers"), _PROTOCOL_ERROR)
+            self._end(stream, _failed("INTERNAL", "DATA before the headers"), PROTOCOL_ERROR)
             return
         if payload:
             stream.parts.append(payload)
-        if flags & _END_STREAM:
+        if flags & END_STREAM:
             self._finish(stream, None)
             return
         stream.unacked += flow
         if stream.unacked >= self._window >> 1:
             if stream.unacked > self._window:
-                raise _ProtocolError(_FLOW_CONTROL_ERROR, "DATA beyond the stream window")
-            self._out.append(_frame(_WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.unacked)))
+                raise Http2Error(FLOW_CONTROL_ERROR, "DATA beyond the stream window")
+            self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.unacked)))
             stream.unacked = 0
 
     def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if kind == _HEADERS:
+        if kind == HEADERS:
             if stream_id == 0:
-                raise _ProtocolError(_PROTOCOL_ERROR, "HEADERS on stream 0")
-            if flags & _PADDED:
-                payload = _unpad(payload)
-            if flags & _PRIORITY:
+                raise Http2Error(PROTOCOL_ERROR, "HEADERS on stream 0")
+            if flags & PADDED:
+                payload = unpad(payload)
+            if flags & PRIORITY_FLAG:
                 payload = payload[5:]
-            if flags & _END_HEADERS:
+            if flags & END_HEADERS:
                 self._header_block(stream_id, flags, payload)
             else:
                 self._continuation = (stream_id, flags, [payload])
-        elif kind == _CONTINUATION:
+        elif kind == CONTINUATION:
             pending = self._continuation
             if pending is None or pending[0] != stream_id:
-                raise _ProtocolError(_PROTOCOL_ERROR, "CONTINUATION of no header block")
+                raise Http2Error(PROTOCOL_ERROR, "CONTINUATION of no header block")
             pending[2].append(payload)
-            if flags & _END_HEADERS:
+            if flags & END_HEADERS:
                 self._continuation = None
                 self._header_block(stream_id, pending[1], b"".join(pending[2]))
-        elif kind == _WINDOW_UPDATE:
+        elif kind == WINDOW_UPDATE:
             self._on_window_update(stream_id, payload)
-        elif kind == _SETTINGS:
+        elif kind == SETTINGS:
             self._on_settings(flags, stream_id, payload)
-        elif kind == _PING:
+        elif kind == PING:
             if stream_id or len(payload) != 8:
-                raise _ProtocolError(_PROTOCOL_ERROR, "a malformed PING")
-            if not flags & _ACK:
-                self._out.append(_frame(_PING, _ACK, 0, payload))
-        elif kind == _RST_STREAM:
+                raise Http2Error(PROTOCOL_ERROR, "a malformed PING")
+            if not flags & ACK:
+                self._out.append(frame(PING, ACK, 0, payload))
+        elif kind == RST_STREAM:
             if stream_id == 0 or len(payload) != 4:
-                raise _ProtocolError(_PROTOCOL_ERROR, "a malformed RST_STREAM")
+                raise Http2Error(PROTOCOL_ERROR, "a malformed RST_STREAM")
             self._on_reset(stream_id, _U32.unpack(payload)[0])
-        elif kind == _GOAWAY:
+        elif kind == GOAWAY:
             if stream_id or len(payload) < 8:
-                raise _ProtocolError(_PROTOCOL_ERROR, "a malformed GOAWAY")
+                raise Http2Error(PROTOCOL_ERROR, "a malformed GOAWAY")
             self._on_goaway(payload)
-        elif kind == _PUSH_PROMISE:
-            raise _ProtocolError(_PROTOCOL_ERROR, "PUSH_PROMISE, though push is disabled")
+        elif kind == PUSH_PROMISE:
+            raise Http2Error(PROTOCOL_ERROR, "PUSH_PROMISE, though push is disabled")
         # PRIORITY and frames of unknown types are ignored (RFC 9113 4.1, 5.3.2)
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
-        headers = self._decode(block)  # always: it keeps the HPACK state in step
+        headers = self._decoder.decode(block)  # always: it keeps the HPACK state in step
         stream = self._streams.get(stream_id)
         if stream is None:
             return
-        ends = flags & _END_STREAM
+        ends = flags & END_STREAM
         if not stream.head:
             status = _value(headers, b":status")
             if status is not None and status[:1] == b"1" and not ends:
@@ -426,79 +439,57 @@ class GrpcConnection(asyncio.Protocol):
             if status != b"200":
                 shown = (status or b"none").decode(errors="replace")
                 failure = _failed(_HTTP_CODES.get(status or b"", "UNKNOWN"), f"HTTP {shown}")
-                self._end(stream, failure, _NO_ERROR if ends else _CANCEL)
+                self._end(stream, failure, NO_ERROR if ends else CANCEL)
                 return
             if not ends:
                 return
         elif not ends:
             failure = _failed("INTERNAL", "a second header block without END_STREAM")
-            self._end(stream, failure, _PROTOCOL_ERROR)
+            self._end(stream, failure, PROTOCOL_ERROR)
             return
         self._finish(stream, headers)
 
-    def _decode(self, block: bytes) -> Headers:
-        cached = self._decoded.get(block)
-        if cached is not None:
-            return cached
-        try:
-            headers = cast(Headers, self._decoder.decode(block, raw=True))
-        except (hpack.HPACKError, ValueError, IndexError) as exc:
-            raise _ProtocolError(_COMPRESSION_ERROR, f"a bad header block: {exc}") from None
-        # A block of indexed fields and literals that index nothing decodes the same way
-        # until the table changes; a server repeating an answer sends exactly such blocks.
-        if _stateless(block):
-            if len(self._decoded) >= 64:
-                self._decoded.clear()
-            self._decoded[block] = headers
-        else:
-            self._decoded.clear()
-        return headers
-
     def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id:
-            raise _ProtocolError(_PROTOCOL_ERROR, "SETTINGS on a stream")
-        if flags & _ACK:
+            raise Http2Error(PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & ACK:
             return
         if len(payload) % 6:
-            raise _ProtocolError(_FRAME_SIZE_ERROR, "a SETTINGS payload not a multiple of 6")
+            raise Http2Error(FRAME_SIZE_ERROR, "a SETTINGS payload not a multiple of 6")
         for key, value in _SETTING.iter_unpack(payload):
-            if key == _MAX_CONCURRENT_STREAMS:
+            if key == MAX_CONCURRENT_STREAMS:
                 self._max_streams = value
-            elif key == _INITIAL_WINDOW_SIZE:
-                if value > _MAX_WINDOW:
-                    raise _ProtocolError(_FLOW_CONTROL_ERROR, f"an initial window of {value}")
+            elif key == INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise Http2Error(FLOW_CONTROL_ERROR, f"an initial window of {value}")
                 delta = value - self._peer_window
                 self._peer_window = value
                 for stream in self._streams.values():
                     stream.window += delta
-                    if stream.window > _MAX_WINDOW:
-                        raise _ProtocolError(_FLOW_CONTROL_ERROR, "a window above 2^31-1")
-            elif key == _MAX_FRAME_SIZE:
-                if not _MIN_FRAME_SIZE <= value <= _MAX_FRAME_SIZE_LIMIT:
-                    raise _ProtocolError(_PROTOCOL_ERROR, f"a max frame size of {value}")
+                    if stream.window > MAX_WINDOW:
+                        raise Http2Error(FLOW_CONTROL_ERROR, "a window above 2^31-1")
+            elif key == MAX_FRAME_SIZE:
+                if not MIN_FRAME_SIZE <= value <= MAX_FRAME_SIZE_LIMIT:
+                    raise Http2Error(PROTOCOL_ERROR, f"a max frame size of {value}")
                 self._frame_size = value
-        self._out.append(_frame(_SETTINGS, _ACK, 0))
+        self._out.append(frame(SETTINGS, ACK, 0))
         self._flush_blocked()
         self._start_queued()
 
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            raise _ProtocolError(_FRAME_SIZE_ERROR, "a WINDOW_UPDATE not of 4 bytes")
-        increment = _U32.unpack(payload)[0] & _MAX_WINDOW
+        increment = window_increment(stream_id, payload)
         if stream_id == 0:
-            if increment == 0:
-                raise _ProtocolError(_PROTOCOL_ERROR, "a connection WINDOW_UPDATE of 0")
             self._send_window += increment
-            if self._send_window > _MAX_WINDOW:
-                raise _ProtocolError(_FLOW_CONTROL_ERROR, "a connection window above 2^31-1")
+            if self._send_window > MAX_WINDOW:
+                raise Http2Error(FLOW_CONTROL_ERROR, "a connection window above 2^31-1")
             self._flush_blocked()
             return
         stream = self._streams.get(stream_id)
         if stream is None:
             return
         stream.window += increment
-        if increment == 0 or stream.window > _MAX_WINDOW:
-            code = _PROTOCOL_ERROR if increment == 0 else _FLOW_CONTROL_ERROR
+        if increment == 0 or stream.window > MAX_WINDOW:
+            code = PROTOCOL_ERROR if increment == 0 else FLOW_CONTROL_ERROR
             self._end(stream, _failed("INTERNAL", "a bad WINDOW_UPDATE"), code)
         elif stream.outbox is not None:
             self._flush_blocked()
@@ -507,7 +498,7 @@ class GrpcConnection(asyncio.Protocol):
         stream = self._streams.get(stream_id)
         if stream is None:
             return
-        if code == _REFUSED_STREAM and stream.refusals < MAX_REFUSALS:
+        if code == REFUSED_STREAM and stream.refusals < MAX_REFUSALS:
             # not processed (RFC 9113 8.7): send it again once a stream is free
             self._queue.appendleft((stream.prepared, stream.future, stream.refusals + 1))
             self._end(stream, None, None)
@@ -519,7 +510,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def _on_goaway(self, payload: bytes) -> None:
         last_id, code = _GOAWAY_HEAD.unpack_from(payload)
-        last_id &= _MAX_WINDOW
+        last_id &= MAX_WINDOW
         debug = payload[8:].decode(errors="replace")
         self._closing = f"the server sent GOAWAY (code {code})" + (f": {debug}" if debug else "")
         # streams above last_id were not processed (and are closed): they may be sent again
@@ -545,7 +536,7 @@ class GrpcConnection(asyncio.Protocol):
                 message = unquote_to_bytes(_value(trailers, b"grpc-message") or b"")
                 outcome = RequestFailed(f"{code}: {message.decode(errors='replace')}")
         # a server may answer before the request is all sent: then our side stops too
-        self._end(stream, outcome, _NO_ERROR if stream.outbox is not None else None)
+        self._end(stream, outcome, NO_ERROR if stream.outbox is not None else None)
 
     def _end(
         self, stream: _Stream, outcome: bytes | RequestFailed | None, reset: int | None
@@ -557,7 +548,7 @@ class GrpcConnection(asyncio.Protocol):
             stream.outbox = None
             self._blocked.pop(stream.id, None)
         if reset is not None:
-            self._out.append(_frame(_RST_STREAM, 0, stream.id, _U32.pack(reset)))
+            self._out.append(frame(RST_STREAM, 0, stream.id, _U32.pack(reset)))
         future = stream.future
         if outcome is not None and not future.done():
             if isinstance(outcome, bytes):
@@ -571,7 +562,7 @@ class GrpcConnection(asyncio.Protocol):
         """The caller gave up: a stream it had is reset (a queued call is dropped later)."""
         for stream in self._streams.values():
             if stream.future is future:
-                self._end(stream, None, _CANCEL)
+                self._end(stream, None, CANCEL)
                 self._flush()
                 return
 
@@ -589,16 +580,10 @@ class GrpcConnection(asyncio.Protocol):
     def _fail(self, code: int, message: str) -> None:
         """The server broke the protocol: GOAWAY naming why, then close."""
         self._closing = f"HTTP/2 protocol error: {message}"
-        self._out.append(_frame(_GOAWAY, 0, 0, _GOAWAY_HEAD.pack(0, code) + message.encode()[:256]))
+        self._out.append(frame(GOAWAY, 0, 0, _GOAWAY_HEAD.pack(0, code) + message.encode()[:256]))
         self._flush()
         if self._transport is not None:
             self._transport.close()
-
-
-def _unpad(payload: T) -> T:
-    if not payload or payload[0] >= len(payload):
-        raise _ProtocolError(_PROTOCOL_ERROR, "padding longer than the frame")
-    return payload[1 : len(payload) - payload[0]]
 
 
 def _failed(code: str, message: str) -> RequestFailed:
@@ -630,43 +615,3 @@ def _message(parts: list[bytes | memoryview]) -> bytes | RequestFailed:
     if len(message) != length:
         return _failed("INTERNAL", f"{len(message)} bytes after a prefix of {length}")
     return message
-
-
-def _stateless(block: bytes) -> bool:
-    """Whether an HPACK block only reads the table: indexed fields and literals that are
-    not indexed (RFC 7541 6.1, 6.2.2, 6.2.3); no insertion, no table size update."""
-    offset, size = 0, len(block)
-    try:
-        while offset < size:
-            first = block[offset]
-            if first & 0x80:  # an indexed field
-                offset = _read_int(block, offset, 7)[1]
-            elif first & 0xE0:  # incremental indexing (01) or a table size update (001)
-                return False
-            else:
-                name_index, offset = _read_int(block, offset, 4)
-                if name_index == 0:  # a new name
-                    length, offset = _read_int(block, offset, 7)
-                    offset += length
-                length, offset = _read_int(block, offset, 7)
-                offset += length
-    except IndexError:
-        return False
-    return offset == size
-
-
-def _read_int(block: bytes, offset: int, prefix_bits: int) -> tuple[int, int]:
-    """The HPACK integer at ``offset`` (RFC 7541 5.1) and the offset after it."""
-    limit = (1 << prefix_bits) - 1
-    value = block[offset] & limit
-    offset += 1
-    if value < limit:
-        return value, offset
-    shift = 0
-    while True:
-        byte = block[offset]
-        offset += 1
-        value += (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, offset

@@ -37,7 +37,8 @@ from inferplex.errors import (
     PayloadTooLargeError,
     UnsupportedError,
 )
-from inferplex.frontends.http2 import Http2Connection, Stream, literal_header_block
+from inferplex.frontends.http2 import Http2Connection, Stream
+from inferplex.frontends.http2_wire import literal_header_block
 from inferplex.frontends.http_server import TLS_SHUTDOWN_TIMEOUT_S
 from inferplex.protocol.v2.errors import GRPC_STATUS
 

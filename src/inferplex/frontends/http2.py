@@ -1,5 +1,6 @@
-"""Server side of HTTP/2 (RFC 9113) for the built-in gRPC server: frames, HPACK decoding,
-streams and flow control, over one asyncio transport per connection.
+"""Server side of HTTP/2 (RFC 9113) for the built-in gRPC server: streams and flow control
+over one asyncio transport per connection (frames and HPACK are in frontends/http2_wire.py,
+shared with the load generator's client).
 
 What a unary RPC server needs and nothing more: requests arrive whole (headers, then a body
 collected until END_STREAM), responses leave as a header block, one body and a trailer
@@ -22,57 +23,59 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
-from collections.abc import Iterable
-from typing import Protocol, cast
-
-import hpack
+from typing import Protocol
 
 from inferplex.frontends.buffers import uninitialised
+from inferplex.frontends.http2_wire import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    ENABLE_PUSH,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_HEADER,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_FRAME_SIZE_LIMIT,
+    MAX_HEADER_LIST_SIZE,
+    MAX_WINDOW,
+    MIN_FRAME_SIZE,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTING,
+    SETTINGS,
+    STREAM_CLOSED,
+    U32,
+    WINDOW_UPDATE,
+    HeaderDecoder,
+    Http2Error,
+    frame,
+    unpad,
+    window_increment,
+)
 
-__all__ = ["PREFACE", "Http2App", "Http2Connection", "Stream", "literal_header_block"]
+__all__ = ["Http2App", "Http2Connection", "Stream"]
 
 logger = logging.getLogger(__name__)
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-# frame types
-DATA = 0x0
-HEADERS = 0x1
-PRIORITY = 0x2
-RST_STREAM = 0x3
-SETTINGS = 0x4
-PUSH_PROMISE = 0x5
-PING = 0x6
-GOAWAY = 0x7
-WINDOW_UPDATE = 0x8
-CONTINUATION = 0x9
-# flags
-END_STREAM = 0x1
-ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY_FLAG = 0x20
-# error codes
-NO_ERROR = 0x0
-PROTOCOL_ERROR = 0x1
-FLOW_CONTROL_ERROR = 0x3
-STREAM_CLOSED = 0x5
-FRAME_SIZE_ERROR = 0x6
-REFUSED_STREAM = 0x7
-COMPRESSION_ERROR = 0x9
-ENHANCE_YOUR_CALM = 0xB
-# settings
-ENABLE_PUSH = 0x2
-MAX_CONCURRENT_STREAMS = 0x3
-INITIAL_WINDOW_SIZE = 0x4
-MAX_FRAME_SIZE = 0x5
-MAX_HEADER_LIST_SIZE = 0x6
-
-DEFAULT_WINDOW = 65_535
-MAX_WINDOW = 2**31 - 1
-MIN_FRAME_SIZE = 16_384
-MAX_FRAME_SIZE_LIMIT = 2**24 - 1
+# Bound here, not used under their imported names: CPython compiles a method call on an
+# imported name as an attribute load, which allocates a bound method on every call.
+_FRAME_HEADER, _SETTING, _U32 = FRAME_HEADER, SETTING, U32
 
 #: our receive windows: a stream may send this much before we ask for more; the
 #: connection as a whole this much (both replenished once half is consumed)
@@ -91,48 +94,6 @@ _DRAIN_PING = b"draining"
 DRAIN_PING_TIMEOUT_S = 1.0
 #: streams one connection may have open at once (more are refused with REFUSED_STREAM)
 MAX_STREAMS = 1024
-
-_FRAME_HEADER = struct.Struct(">BHBBL")  # length as 8 + 16 bits, type, flags, stream id
-_SETTING = struct.Struct(">HL")
-_U32 = struct.Struct(">L")
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    """One frame: 9-byte header and payload."""
-    length = len(payload)
-    return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id) + payload
-
-
-def _hpack_int(value: int, prefix_bits: int, first: int = 0) -> bytes:
-    """An HPACK integer (RFC 7541 5.1) with ``first``'s high bits above the prefix."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def literal_header_block(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
-    """A header block of literals 'without indexing' and new names (RFC 7541 6.2.2):
-    no dynamic table, no Huffman, so any decoder reads it whatever state it is in."""
-    parts = []
-    for name, value in headers:
-        parts.append(b"\x00" + _hpack_int(len(name), 7) + name + _hpack_int(len(value), 7) + value)
-    return b"".join(parts)
-
-
-class Http2Error(Exception):
-    """A connection error: GOAWAY with ``code``, then the connection closes."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class Stream:
@@ -223,91 +184,6 @@ class Http2App(Protocol):
         """The peer reset the stream (or the connection is gone) before it was answered."""
 
 
-HeaderList = list[tuple[bytes, bytes]]
-
-
-class _HeaderDecoder:
-    """HPACK decoding with a cache for the blocks a client repeating a call sends. Two kinds
-    change no decoder state: blocks of indexed fields only (they may refer to the dynamic
-    table, so they are kept until a block changes it), and blocks that neither touch nor
-    refer to the dynamic table (static-table references and literals that are not indexed,
-    as our own load generator and other lean clients send: kept for good)."""
-
-    def __init__(self, max_header_list_bytes: int) -> None:
-        self._decoder = hpack.Decoder()
-        # the application applies its own (lower) limit per stream; past this one, where
-        # a small block of references expands into a huge list, the connection is failed
-        self._decoder.max_header_list_size = max_header_list_bytes
-        self._indexed: dict[bytes, list[tuple[bytes, bytes]]] = {}
-        self._static: dict[bytes, list[tuple[bytes, bytes]]] = {}
-
-    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
-        cached = self._static.get(block) or self._indexed.get(block)
-        if cached is not None:
-            return cached
-        try:
-            headers = cast(list[tuple[bytes, bytes]], self._decoder.decode(block, raw=True))
-        except (hpack.HPACKError, ValueError, IndexError) as exc:
-            message = f"a header block could not be decoded: {exc}"
-            raise Http2Error(COMPRESSION_ERROR, message) from None
-        if _without_dynamic_table(block):
-            _keep(self._static, block, headers)
-        elif all(byte & 0x80 and byte != 0xFF for byte in block):
-            _keep(self._indexed, block, headers)
-        else:  # literals may have changed the dynamic table
-            self._indexed.clear()
-        return headers
-
-
-def _keep(cache: dict[bytes, HeaderList], block: bytes, headers: HeaderList) -> None:
-    if len(cache) > 64:
-        cache.clear()
-    cache[block] = headers
-
-
-_STATIC_ENTRIES = 61  # HPACK's static table (RFC 7541 appendix A)
-
-
-def _without_dynamic_table(block: bytes) -> bool:
-    """Whether every field of a (decodable) header block is a static-table reference or a
-    literal not indexed whose name is new or a static-table reference (RFC 7541 6.1, 6.2.2,
-    6.2.3): such a block decodes the same whatever the decoder's state, and changes none."""
-    pos, end = 0, len(block)
-    while pos < end:
-        first = block[pos]
-        if first & 0x80:  # indexed field
-            index, pos = _hpack_integer(block, pos, 7)
-            if index > _STATIC_ENTRIES:
-                return False
-        elif first & 0xE0 == 0:  # a literal without indexing (0000) or never indexed (0001)
-            index, pos = _hpack_integer(block, pos, 4)
-            if index > _STATIC_ENTRIES:
-                return False
-            for _ in range(1 if index else 2):  # the value, after a new name
-                length, pos = _hpack_integer(block, pos, 7)
-                pos += length
-        else:  # literal with incremental indexing, or a table size update
-            return False
-    return True
-
-
-def _hpack_integer(block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
-    """The HPACK integer at ``pos`` (RFC 7541 5.1) and where it ends."""
-    limit = (1 << prefix_bits) - 1
-    value = block[pos] & limit
-    pos += 1
-    if value == limit:
-        shift = 0
-        while True:
-            byte = block[pos]
-            pos += 1
-            value += (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-    return value, pos
-
-
 class Http2Connection(asyncio.BufferedProtocol):
     """One client connection."""
 
@@ -339,7 +215,7 @@ class Http2Connection(asyncio.BufferedProtocol):
         self._data_length = 0
         self._data_left = 0
         self._direct = False
-        self._decoder = _HeaderDecoder(2 * max_header_block_bytes + (64 << 10))
+        self._decoder = HeaderDecoder(2 * max_header_block_bytes + (64 << 10))
         self.streams: dict[int, Stream] = {}
         self._last_stream_id = 0
         self._continuation: tuple[int, int, list[bytes]] | None = None  # id, flags, fragments
@@ -502,7 +378,7 @@ class Http2Connection(asyncio.BufferedProtocol):
             raise Http2Error(PROTOCOL_ERROR, "a header block was interrupted by another frame")
         if kind == DATA:  # a padded one: read whole
             self._data_begin(flags, stream_id, len(payload))
-            data = _unpad(payload)
+            data = unpad(payload)
             if self._data_stream is not None and data:
                 self._body_chunk(self._data_stream, data, bool(flags & END_STREAM))
             self._data_end()
@@ -621,7 +497,7 @@ class Http2Connection(asyncio.BufferedProtocol):
         if stream_id == 0 or not stream_id & 1:
             raise Http2Error(PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
         if flags & PADDED:
-            payload = _unpad(payload)
+            payload = unpad(payload)
         if flags & PRIORITY_FLAG:
             if len(payload) < 5:
                 raise Http2Error(PROTOCOL_ERROR, "a malformed HEADERS priority")
@@ -692,12 +568,8 @@ class Http2Connection(asyncio.BufferedProtocol):
         self._flush_blocked()
 
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            raise Http2Error(FRAME_SIZE_ERROR, "a WINDOW_UPDATE not of 4 bytes")
-        increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
+        increment = window_increment(stream_id, payload)
         if stream_id == 0:
-            if increment == 0:
-                raise Http2Error(PROTOCOL_ERROR, "a connection WINDOW_UPDATE of 0")
             self._send_window += increment
             if self._send_window > MAX_WINDOW:
                 raise Http2Error(FLOW_CONTROL_ERROR, "the connection window passed 2^31-1")
@@ -867,9 +739,3 @@ class Http2Connection(asyncio.BufferedProtocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
-
-
-def _unpad(payload: bytes) -> bytes:
-    if not payload or payload[0] >= len(payload):
-        raise Http2Error(PROTOCOL_ERROR, "padding longer than the frame")
-    return payload[1 : len(payload) - payload[0]]
