@@ -147,9 +147,11 @@ async def http_load(
 
 
 async def grpc_load(
-    port: int, request: bytes, concurrency: int, check: Check, cpu: CpuClock, timing: Timing
+    target: str, request: bytes, concurrency: int, check: Check, cpu: CpuClock, timing: Timing
 ) -> Measurement:
-    connection, call = await grpc_call(HOST, port, request)
+    """Closed loops of ModelInfer ``request`` to ``target`` (host:port) over the lean client."""
+    host, _, port = target.rpartition(":")
+    connection, call = await grpc_call(host, int(port), request)
     try:
         return await checked_load(call, concurrency, check, cpu, timing)
     finally:
@@ -198,7 +200,7 @@ def served_case(
     )
     if protocol == "grpc":
         request = payloads.grpc_request(model, inputs, list(expected))
-        return partial(grpc_load, server.grpc_port, request, concurrency, check, cpu)
+        return partial(grpc_load, server.grpc_url, request, concurrency, check, cpu)
     if protocol == "grpc-aio":
         request = payloads.grpc_request(model, inputs, list(expected))
         return partial(grpc_aio_load, server.grpc_url, request, concurrency, check, cpu)
