@@ -190,6 +190,15 @@ def test_a_body_read_in_place_gives_read_only_views_too(writable: Any) -> None:
         assert_same(request.inputs[1].data, np.array([b"abc", b"abc"], dtype=np.object_))
 
 
+def test_a_json_body_read_in_place_decodes_as_bytes_would() -> None:
+    values = list(range(20_000))  # a JSON body large enough to be read into place
+    document = {"inputs": [{"name": "A", "shape": [20_000], "datatype": "INT64", "data": values}]}
+    body = orjson.dumps(document)
+    for sent in (body, memoryview(bytearray(body))):
+        request = decode_infer_request(sent, None, "model", "1")
+        assert_same(request.inputs[0].data, np.arange(20_000, dtype=np.int64))
+
+
 def test_mixed_json_and_binary_inputs_consume_binary_in_order() -> None:
     first = np.array([1, 2, 3], dtype=np.int64)
     second = np.array([b"a", b"bc"], dtype=np.object_)
