@@ -87,6 +87,8 @@ RECEIVE_FRAME_SIZE = 1 << 20
 #: with them (a frame larger than this that must be whole, such as a header block, grows it
 #: until it has been read)
 READ_BUFFER = 64 << 10
+#: bytes the sized body buffers of one connection may wait for (``_reservable``)
+RESERVE_BYTES = 64 << 20
 #: the least room the connection's buffer offers a read after bytes not handled yet
 _MIN_READ = 4096
 #: the PING of a graceful close, and how long its ACK is awaited
@@ -450,7 +452,12 @@ class Http2Connection(asyncio.BufferedProtocol):
             chunk = chunk[len(piece) :]
             # a body here whole (a small message) is one piece already: no buffer to size
             whole = last and len(chunk) == size
-            if size is not None and 0 <= size <= self._max_body - stream.body_bytes and not whole:
+            if (
+                size is not None
+                and 0 <= size <= self._max_body - stream.body_bytes
+                and not whole
+                and self._reservable(size)
+            ):
                 stream.buffer = uninitialised(size)
             if not chunk:
                 return
@@ -472,6 +479,16 @@ class Http2Connection(asyncio.BufferedProtocol):
             stream.discard = True
             stream.body.clear()
             self._app.body_too_large(self, stream)
+
+    def _reservable(self, size: int) -> bool:
+        """Whether ``size`` bytes may be set aside for a body still to arrive: the sized
+        buffers of a connection's streams wait for at most RESERVE_BYTES (or one largest
+        body) not received yet, so a client announcing large messages it does not send
+        reserves no more; past that, bodies are collected as they come, within the windows."""
+        waiting = sum(
+            len(s.buffer) - s.filled for s in self.streams.values() if s.buffer is not None
+        )
+        return waiting + size <= max(RESERVE_BYTES, self._max_body)
 
     def _data_end(self) -> None:
         """A DATA frame has been read: flow control, and the body's end if the frame says so."""

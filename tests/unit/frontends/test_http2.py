@@ -13,6 +13,7 @@ import hpack
 import numpy as np
 import pytest
 
+from inferplex.frontends import http2
 from inferplex.frontends.grpc_server import _percent_encode, _timeout_seconds
 from inferplex.frontends.http2 import (
     CONNECTION_WINDOW,
@@ -211,6 +212,21 @@ def test_a_body_arrives_exactly_however_it_is_cut(cut: str, frame_size: int) -> 
     assert peer.app.sized[1]  # the message is the buffer its prefix sized: no copy
     assert peer.app.heads == [(1, body[:5])]
     assert not peer.sent(GOAWAY) and not peer.sent(RST_STREAM)
+
+
+def test_announced_bodies_reserve_a_bounded_amount(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client announcing large messages it has not sent gets buffers sized for them only up
+    to the connection's reserve; past it a body is collected as it comes, exactly."""
+    monkeypatch.setattr(http2, "RESERVE_BYTES", 1 << 20)
+    one, three = _message(600_000, 1), _message(600_000, 3)
+    firsts = [_data_frames(sid, body, 16_384) for sid, body in ((1, one), (3, three))]
+    peer = _Peer(_App(), max_body=700_000)
+    data = peer.preface() + peer.headers(1) + peer.headers(3)
+    data += firsts[0][0] + firsts[1][0]  # both announced, 16 KB of each sent
+    data += b"".join(firsts[0][1:] + firsts[1][1:])
+    peer.feed(data, _cuts("random", 5))
+    assert peer.app.bodies == {1: one, 3: three}
+    assert peer.app.sized == {1: True, 3: False}  # 584 KB still awaited for 1, + 600 KB > 1 MB
 
 
 def test_a_small_message_here_whole_is_handed_over_as_it_came() -> None:
