@@ -9,9 +9,9 @@ purpose: on a 2-core machine a heavy client steals the server's CPU and distorts
 
 - HTTP: one raw keep-alive socket per client (a bare asyncio protocol), writing pre-encoded
   request bytes and reading the response by its Content-Length.
-- gRPC: one raw HTTP/2 connection shared by all clients (``GrpcConnection``: about 110 µs of
-  client CPU per 600 KB request where grpc.aio takes about 350), each call's frames encoded
-  once, the answer left as bytes; ``grpc_infer`` gives grpc.aio, to compare.
+- gRPC: one raw HTTP/2 connection per client (``grpc_call``, on ``GrpcConnection``: about
+  100 µs of client CPU per 600 KB request where grpc.aio takes about 350), each call's frames
+  encoded once, the answer left as bytes; ``grpc_infer`` gives grpc.aio, to compare.
 - Open loop over HTTP: an :class:`HttpPool` of keep-alive connections, one per request in
   flight, opened on demand.
 """
