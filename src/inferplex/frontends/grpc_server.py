@@ -37,7 +37,7 @@ from inferplex.errors import (
     PayloadTooLargeError,
     UnsupportedError,
 )
-from inferplex.frontends.http2 import Http2Connection, Stream
+from inferplex.frontends.http2 import READ_BUFFER, Http2Connection, Stream
 from inferplex.frontends.http2_wire import literal_header_block
 from inferplex.frontends.http_server import TLS_SHUTDOWN_TIMEOUT_S
 from inferplex.protocol.v2.errors import GRPC_STATUS
@@ -151,6 +151,7 @@ class GrpcServer:
         if self._ssl is not None:
             options = {"ssl": self._ssl, "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT_S}
         header_block = (self._max_headers or DEFAULT_HEADER_LIMIT) + 1024
+        read_buffer = memoryview(bytearray(READ_BUFFER))  # every connection reads here
 
         def connection() -> Http2Connection:
             return Http2Connection(
@@ -158,6 +159,7 @@ class GrpcServer:
                 self.connections,
                 max_body_bytes=self._max_message + 5,
                 max_header_block_bytes=header_block,
+                read_buffer=read_buffer,
             )
 
         self._server = await loop.create_server(

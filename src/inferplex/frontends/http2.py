@@ -69,7 +69,7 @@ from inferplex.frontends.http2_wire import (
     window_increment,
 )
 
-__all__ = ["Http2App", "Http2Connection", "Stream"]
+__all__ = ["READ_BUFFER", "Http2App", "Http2Connection", "Stream"]
 
 logger = logging.getLogger(__name__)
 
@@ -196,15 +196,19 @@ class Http2Connection(asyncio.BufferedProtocol):
         *,
         max_body_bytes: int,
         max_header_block_bytes: int,
+        read_buffer: memoryview | None = None,
     ) -> None:
+        """``read_buffer``: where reads land, shared by the server's connections (each read
+        is handled before the next, and what a connection has not handled yet moves to a
+        buffer of its own), so an idle connection holds none; None: one of its own."""
         self._app = app
         self._connections = connections
         self._max_body = max_body_bytes
         self._max_block = max_header_block_bytes
         self._transport: asyncio.Transport | None = None
-        # bytes read and not handled yet are _buffer[_start:_end]
-        self._buffer = bytearray(READ_BUFFER)
-        self._view = memoryview(self._buffer)
+        self._shared = memoryview(bytearray(READ_BUFFER)) if read_buffer is None else read_buffer
+        # bytes read and not handled yet are _view[_start:_end]
+        self._view = self._shared
         self._start = 0
         self._end = 0
         self._wanted = len(PREFACE)  # bytes from _start needed before anything can be done
@@ -283,24 +287,25 @@ class Http2Connection(asyncio.BufferedProtocol):
                     self._direct = True
                     return stream.buffer[filled : filled + min(left, room)]
         self._direct = False
-        start, end = self._start, self._end
-        size = len(self._buffer)
-        if start == end:
-            if size > READ_BUFFER:  # a large frame has been read: back to the usual size
-                self._buffer = bytearray(READ_BUFFER)
-                self._view = memoryview(self._buffer)
+        start, end, view = self._start, self._end, self._view
+        if start == end:  # all handled: back to the shared buffer
+            self._view = self._shared
             self._start = self._end = 0
-            return self._view
-        if size - end >= _MIN_READ and size - start >= self._wanted:
-            return self._view[end:]
-        # what is not handled yet moves to the front, of a larger buffer if a frame needs it
-        pending = self._view[start:end].tobytes()
-        if max(self._wanted, len(pending) + _MIN_READ) > size:
-            self._buffer = bytearray(max(self._wanted, len(pending) + _MIN_READ))
-            self._view = memoryview(self._buffer)
-        self._view[: len(pending)] = pending
-        self._start, self._end = 0, len(pending)
+            return self._shared
+        if len(view) - end >= _MIN_READ and len(view) - start >= self._wanted:
+            return view[end:]
+        self._keep(view[start:end].tobytes())
         return self._view[self._end :]
+
+    def _keep(self, pending: bytes) -> None:
+        """Move the bytes not handled yet to the front of a buffer of the connection's own,
+        with room for the frame they begin."""
+        view = self._view
+        size = max(self._wanted, len(pending) + _MIN_READ)
+        if view is self._shared or len(view) < size:
+            view = self._view = memoryview(bytearray(size))
+        view[: len(pending)] = pending
+        self._start, self._end = 0, len(pending)
 
     def buffer_updated(self, nbytes: int) -> None:
         if self._closed:
@@ -316,8 +321,14 @@ class Http2Connection(asyncio.BufferedProtocol):
                 self._data_end()
             return
         self._end += nbytes
-        if self._end - self._start < self._wanted and self._preface_seen:
-            return
+        if self._end - self._start >= self._wanted or not self._preface_seen:
+            self._handle()
+        if self._view is self._shared and self._start < self._end:
+            # the next read of any connection overwrites the shared buffer
+            self._keep(self._view[self._start : self._end].tobytes())
+
+    def _handle(self) -> None:
+        """Handle what the buffer holds: the preface, then every frame it completes."""
         start = self._start
         try:
             if not self._preface_seen:

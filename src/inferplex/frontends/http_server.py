@@ -51,7 +51,7 @@ _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _DISCONNECT = {"type": "http.disconnect"}
 #: bodies below this size are joined to their header block; larger ones go out with writev
 _COPY_LIMIT = 64 * 1024
-#: the connection's read buffer; request bodies of at least this size are read into their own
+#: the server's read buffer; request bodies of at least this size are read into their own
 _READ_BUFFER_BYTES = 64 * 1024
 
 
@@ -95,8 +95,9 @@ class _Refusal:
 class _Connection(asyncio.BufferedProtocol):
     """One client connection: parses requests and runs them one at a time, in order.
 
-    Reads land in one reusable buffer that the parser reads from, except the body of a request
-    with a large Content-Length: it gets a buffer of its size, and once the parser has passed
+    Reads land in the server's read buffer, which the parser consumes before the next read of
+    any connection (the buffer is shared: idle connections hold none). The body of a request
+    with a large Content-Length gets a buffer of its size instead: once the parser has passed
     on the part that came with the header block, the rest is read from the socket straight
     into place (without this, uvloop's copy into a bytes object, the parser's copy of each
     piece and the join copied every body three times on the event loop). The parser, left
@@ -108,7 +109,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._app = server.app
         self._loop = server.loop
         self._parser = httptools.HttpRequestParser(self)
-        self._read_buffer = memoryview(bytearray(_READ_BUFFER_BYTES))
+        self._read_buffer = server.read_buffer
         self._transport: asyncio.Transport | None = None
         self._scope_base: dict[str, Any] = {}
         self._queue: deque[_Request | _Refusal] = deque()  # parsed, not yet answered
@@ -509,6 +510,9 @@ class HttpServer:
         self.max_header_bytes = max_header_bytes
         self.scheme = "https" if ssl_context is not None else "http"
         self.connections: set[_Connection] = set()
+        #: where every connection reads, one at a time: the event loop runs one read and its
+        #: parse before the next
+        self.read_buffer = memoryview(bytearray(_READ_BUFFER_BYTES))
         self.stopping = False
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
         self._ssl = ssl_context

@@ -132,11 +132,21 @@ class _App:
 class _Peer:
     """A client's bytes, and a connection to feed them to."""
 
-    def __init__(self, app: _App, max_body: int = 64 << 20, max_block: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        app: _App,
+        max_body: int = 64 << 20,
+        max_block: int = 1 << 20,
+        read_buffer: memoryview | None = None,
+    ) -> None:
         self.app = app
         self.transport = _Transport()
         self.connection = Http2Connection(
-            app, set(), max_body_bytes=max_body, max_header_block_bytes=max_block
+            app,
+            set(),
+            max_body_bytes=max_body,
+            max_header_block_bytes=max_block,
+            read_buffer=read_buffer,
         )
         self.connection.connection_made(self.transport)  # type: ignore[arg-type]
         self.encoder = hpack.Encoder()
@@ -159,7 +169,7 @@ class _Peer:
             assert len(buffer) > 0
             count = min(len(buffer), len(view), pieces() if pieces else len(view))
             buffer[:count] = view[:count]
-            if buffer.obj is not connection._buffer:
+            if connection._direct:
                 self.direct += count
             view = view[count:]
             connection.buffer_updated(count)
@@ -422,6 +432,26 @@ def test_window_updates_for_a_long_body() -> None:
     assert int.from_bytes(updates[1][1], "big") >= STREAM_WINDOW // 2
 
 
+@pytest.mark.parametrize("cut", [3, 9, 50, 1000, 5000])
+def test_connections_sharing_a_read_buffer_keep_what_they_have_not_handled(cut: int) -> None:
+    """Reads of two connections alternate in one shared buffer, each cut mid-frame: the bytes
+    a connection could not handle yet (a frame header, a header block) are its own to keep."""
+    shared = memoryview(bytearray(READ_BUFFER))
+    peers = [_Peer(_App(), read_buffer=shared) for _ in range(2)]
+    bodies = [_message(3000, 1), _message(2000, 2)]
+    streams = [
+        peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 700))
+        for peer, body in zip(peers, bodies, strict=True)
+    ]
+    for start in range(0, max(map(len, streams)), cut):
+        for peer, data in zip(peers, streams, strict=True):
+            if start < len(data):
+                peer.feed(data[start : start + cut], None)
+    for peer, body in zip(peers, bodies, strict=True):
+        assert peer.app.bodies == {1: body}
+        assert not peer.sent(GOAWAY)
+
+
 @pytest.mark.parametrize("cut", ["whole", "bytes", "random"])
 def test_a_header_block_larger_than_the_read_buffer(cut: str) -> None:
     """HEADERS and CONTINUATION frames are read whole: the buffer grows for them."""
@@ -438,8 +468,8 @@ def test_a_header_block_larger_than_the_read_buffer(cut: str) -> None:
     )
     peer.feed(data, None if cut == "whole" else (lambda: 4096) if cut == "bytes" else _cuts(cut))
     assert peer.app.bodies == {1: body}
-    peer.connection.get_buffer(-1)  # the next read: the buffer is back to its usual size
-    assert len(peer.connection._buffer) == READ_BUFFER
+    # the next read: back to the shared buffer, the large one is let go
+    assert peer.connection.get_buffer(-1) is peer.connection._shared
 
 
 @pytest.mark.parametrize(

@@ -142,6 +142,31 @@ async def test_keep_alive_and_pipelined_requests_are_answered_in_order(served: A
     assert first[1][b"content-length"] == str(len(first[2])).encode()
 
 
+async def test_connections_cut_mid_request_interleave_on_the_shared_read_buffer(
+    served: Any,
+) -> None:
+    """Every connection reads into the server's one buffer: a request half read on one
+    connection must survive reads of others before its rest arrives."""
+    _, _, port = served
+    first, second = post("/first", b"one" * 50), post("/second", b"two" * 60)
+    streams = [await asyncio.open_connection(HOST, port) for _ in range(2)]
+    for cut in (5, len(first) // 2, len(first) - 3):
+        for (_, writer), request in zip(streams, (first, second), strict=True):
+            writer.write(request[:cut])
+            await writer.drain()
+            await asyncio.sleep(0.01)  # read by the server before the other's bytes
+        for (_, writer), request in zip(streams, (first, second), strict=True):
+            writer.write(request[cut:])
+            await writer.drain()
+        for (reader, _), path, body in zip(
+            streams, ("/first", "/second"), ("one" * 50, "two" * 60), strict=True
+        ):
+            answer = orjson.loads(split(await read_response(reader))[2])
+            assert (answer["path"], answer["body"]) == (path, body)
+    for _, writer in streams:
+        writer.close()
+
+
 async def test_http10_and_connection_close_end_the_connection(served: Any) -> None:
     _, _, port = served
     for request in (
