@@ -48,7 +48,6 @@ from inferplex.frontends.http2_wire import (
     PADDED,
     PING,
     PREFACE,
-    PRIORITY_FLAG,
     PROTOCOL_ERROR,
     PUSH_PROMISE,
     REFUSED_STREAM,
@@ -61,6 +60,7 @@ from inferplex.frontends.http2_wire import (
     Headers,
     Http2Error,
     frame,
+    header_fragment,
     literal_header_block,
     unpad,
     window_increment,
@@ -388,10 +388,7 @@ class GrpcConnection(asyncio.Protocol):
         if kind == HEADERS:
             if stream_id == 0:
                 raise Http2Error(PROTOCOL_ERROR, "HEADERS on stream 0")
-            if flags & PADDED:
-                payload = unpad(payload)
-            if flags & PRIORITY_FLAG:
-                payload = payload[5:]
+            payload = header_fragment(flags, payload)
             if flags & END_HEADERS:
                 self._header_block(stream_id, flags, payload)
             else:

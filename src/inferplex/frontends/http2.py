@@ -52,7 +52,6 @@ from inferplex.frontends.http2_wire import (
     PING,
     PREFACE,
     PRIORITY,
-    PRIORITY_FLAG,
     PROTOCOL_ERROR,
     PUSH_PROMISE,
     REFUSED_STREAM,
@@ -65,6 +64,7 @@ from inferplex.frontends.http2_wire import (
     HeaderDecoder,
     Http2Error,
     frame,
+    header_fragment,
     unpad,
     window_increment,
 )
@@ -524,12 +524,7 @@ class Http2Connection(asyncio.BufferedProtocol):
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0 or not stream_id & 1:
             raise Http2Error(PROTOCOL_ERROR, f"HEADERS on stream {stream_id}")
-        if flags & PADDED:
-            payload = unpad(payload)
-        if flags & PRIORITY_FLAG:
-            if len(payload) < 5:
-                raise Http2Error(PROTOCOL_ERROR, "a malformed HEADERS priority")
-            payload = payload[5:]
+        payload = header_fragment(flags, payload)
         if flags & END_HEADERS:
             self._header_block(stream_id, flags, payload)
         else:

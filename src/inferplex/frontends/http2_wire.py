@@ -109,6 +109,18 @@ def unpad(payload: _Payload) -> _Payload:
     return payload[1 : len(payload) - payload[0]]
 
 
+def header_fragment(flags: int, payload: bytes) -> bytes:
+    """A HEADERS frame's piece of its header block: the payload without its padding and its
+    priority fields."""
+    if flags & PADDED:
+        payload = unpad(payload)
+    if flags & PRIORITY_FLAG:
+        if len(payload) < 5:
+            raise Http2Error(PROTOCOL_ERROR, "a malformed HEADERS priority")
+        payload = payload[5:]
+    return payload
+
+
 def window_increment(stream_id: int, payload: bytes) -> int:
     """A WINDOW_UPDATE's increment (RFC 9113 6.9). A malformed frame, or an increment of 0
     on the connection, is a connection error; 0 on a stream is left to the caller (it is

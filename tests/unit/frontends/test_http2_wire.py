@@ -9,11 +9,14 @@ import pytest
 from inferplex.frontends.http2_wire import (
     COMPRESSION_ERROR,
     FRAME_SIZE_ERROR,
+    PADDED,
+    PRIORITY_FLAG,
     PROTOCOL_ERROR,
     HeaderDecoder,
     Http2Error,
     _without_dynamic_table,
     frame,
+    header_fragment,
     literal_header_block,
     unpad,
     window_increment,
@@ -122,3 +125,14 @@ def test_window_increments() -> None:
         with pytest.raises(Http2Error) as info:
             window_increment(stream_id, payload)
         assert info.value.code == code
+
+
+def test_a_header_fragment_loses_its_padding_and_priority() -> None:
+    block = b"\x82\x86"
+    assert header_fragment(0, block) == block
+    assert header_fragment(PADDED, b"\x03" + block + b"\0\0\0") == block
+    priority = b"\x00\x00\x00\x01\x10"
+    assert header_fragment(PRIORITY_FLAG, priority + block) == block
+    assert header_fragment(PADDED | PRIORITY_FLAG, b"\x01" + priority + block + b"\0") == block
+    with pytest.raises(Http2Error):
+        header_fragment(PRIORITY_FLAG, b"\x00\x00")
