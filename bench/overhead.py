@@ -9,7 +9,8 @@ Builds a repository with inferplex.modelgen (add_sub, small_cnn), starts the rea
   intra-op thread count, 4 threads calling ``session.run``) against the served model over
   HTTP binary and gRPC at concurrency 4; the ratio served / in-process is the overhead.
   Served with preferred batch sizes (the targets) and with plain dynamic batching
-  (``build_repository`` says why).
+  (``build_repository`` says why). Beside them, the cores split: in-process sessions of one
+  intra-op thread each against as many served instances of one thread, one image per run.
 - add_sub, overhead-bound: requests/s, p50/p99 latency and the server's CPU time per request
   (user + system of the server process, from psutil) at concurrency 1 and 16, over HTTP JSON,
   HTTP binary and gRPC.
@@ -23,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,13 +52,24 @@ from bench.loadgen import (
     measure_threads,
     open_http,
 )
-from bench.report import ADD_SUB_CASES, CNN_MODES, report
+from bench.report import ADD_SUB_CASES, report
 from inferplex import modelgen
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, session_options
+from inferplex.repository.local import INTRA_OP_PARAMETER
 from tests.support.process import HOST, RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CNN_CONCURRENCY = 4
+#: small_cnn's served modes (bench/report.py CNN_MODES): protocol and model
+SERVED_CNN = {
+    "http-binary": ("http-binary", "small_cnn"),
+    "grpc": ("grpc", "small_cnn"),
+    "http-binary-split": ("http-binary", "small_cnn_split"),
+    "grpc-split": ("grpc", "small_cnn_split"),
+    "http-binary-plain": ("http-binary", "small_cnn_plain"),
+    "grpc-plain": ("grpc", "small_cnn_plain"),
+    "grpc-aio": ("grpc-aio", "small_cnn"),
+}
 
 Check = Callable[[dict[str, np.ndarray]], None]
 CpuClock = Callable[[], float]
@@ -91,27 +105,36 @@ def round_options(args: argparse.Namespace, quick: Timing) -> tuple[int, Timing]
     return args.rounds, Timing(args.duration, args.warmup)
 
 
-def build_repository(repo: Path) -> Path:
+def build_repository(repo: Path, threads: int) -> Path:
     """add_sub and small_cnn, batched and dynamically batched as a user would serve them;
     returns the small_cnn model file.
 
-    small_cnn is served twice. ``small_cnn_plain`` as the server's defaults have it: four
-    closed-loop clients fall into step with its batches, which alternate between 1 and 3
-    images (the one request that arrives while a batch of 3 runs goes alone next, while the
-    other three travel back and forth), and a batch of 1 runs at 0.94 the images/s of larger
-    ones. ``small_cnn`` is tuned as for a compute-bound model that has the machine to itself:
-    preferred batch sizes 2 and 4 (a batch of 2 runs while the other two requests travel)
-    and intra-op threads that spin between runs (ONNX Runtime's own default; the server's is
-    off, so that idle models leave the cores to busy ones)."""
+    small_cnn is served three times. ``small_cnn`` is tuned as for a compute-bound model that
+    has the machine to itself, one instance with ``threads`` intra-op threads, as the
+    in-process session: preferred batch sizes 2 and 4 (a batch of 2 runs while the other two
+    requests travel) and intra-op threads that spin between runs (ONNX Runtime's own default;
+    the server's is off, so that idle models leave the cores to busy ones).
+    ``small_cnn_split`` has the cores split between instances, ``threads`` instances of one
+    intra-op thread each, one image per run (``preferred_batch_size [1]``: no concatenation,
+    and on one thread a batch of 2 runs no faster per image), as the in-process sessions it
+    is compared with. ``small_cnn_plain`` as the server's defaults have it: four closed-loop
+    clients fall into step with its batches, which alternate between 1 and 3 images (the one
+    request that arrives while a batch of 3 runs goes alone next, while the other three travel
+    back and forth), and a batch of 1 runs at 0.94 the images/s of larger ones."""
     cnn = modelgen.small_cnn(repo)
+    split = modelgen.small_cnn(repo, name="small_cnn_split")
     plain = modelgen.small_cnn(repo, name="small_cnn_plain")
-    for path in (modelgen.add_sub(repo), cnn, plain):
+    for path in (modelgen.add_sub(repo), cnn, split, plain):
         config = modelgen.model_config(
             path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
         )
         if path == cnn:
             config["dynamic_batching"] = {"preferred_batch_size": [2, 4]}
             config["parameters"] = {SPINNING_PARAMETER: {"string_value": "1"}}
+        elif path == split:
+            config["dynamic_batching"] = {"preferred_batch_size": [1]}
+            config["instance_group"] = [{"count": threads, "kind": "KIND_CPU"}]
+            config["parameters"] = {INTRA_OP_PARAMETER: {"string_value": "1"}}
         modelgen.write_config(path.parent.parent, config)
     return cnn
 
@@ -125,10 +148,28 @@ def inprocess_session(model: Path, threads: int) -> ort.InferenceSession:
     )
 
 
-async def inprocess_load(run: Callable[[], object], timing: Timing) -> Measurement:
+async def inprocess_load(
+    run: Callable[[], object], concurrency: int, timing: Timing
+) -> Measurement:
     return await asyncio.to_thread(
-        measure_threads, run, CNN_CONCURRENCY, timing.duration, timing.warmup
+        measure_threads, run, concurrency, timing.duration, timing.warmup
     )
+
+
+def split_runs(model: Path, sessions: int, feeds: payloads.Arrays) -> Callable[[], object]:
+    """A ``session.run`` for ``measure_threads``' callers: ``sessions`` sessions of one
+    intra-op thread, each caller thread bound to one of them in turn."""
+    pool = [inprocess_session(model, 1) for _ in range(sessions)]
+    turn = itertools.count()
+    bound = threading.local()
+
+    def run() -> object:
+        session = getattr(bound, "session", None)
+        if session is None:
+            session = bound.session = pool[next(turn) % sessions]
+        return session.run(None, feeds)
+
+    return run
 
 
 async def http_load(
@@ -214,19 +255,23 @@ def served_case(
     return partial(http_load, server.http_port, request, concurrency, check, cpu)
 
 
-def cases(server: RunningServer, session: ort.InferenceSession) -> dict[str, Case]:
+def cases(server: RunningServer, model: Path, threads: int) -> dict[str, Case]:
     """Every case by key: ``cnn/<mode>`` and ``<protocol>/c<concurrency>``."""
     image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
-    logits = {"logits": session.run(None, {"image": image})[0]}
+    feeds = {"image": image}
+    session = inprocess_session(model, threads)
+    logits = {"logits": session.run(None, feeds)[0]}
     all_cases: dict[str, Case] = {
-        "cnn/in-process": partial(inprocess_load, partial(session.run, None, {"image": image}))
+        "cnn/in-process": partial(
+            inprocess_load, partial(session.run, None, feeds), CNN_CONCURRENCY
+        ),
+        # one caller per session: the fastest way to drive them (four would oversubscribe)
+        "cnn/in-process-split": partial(inprocess_load, split_runs(model, threads, feeds), threads),
     }
-    for mode in CNN_MODES[1:]:
-        protocol, plain, _ = mode.partition("-plain")
-        model = "small_cnn_plain" if plain else "small_cnn"
+    for mode, (protocol, served_model) in SERVED_CNN.items():
         # Dynamic batching may group requests: allow for summation-order differences.
         all_cases[f"cnn/{mode}"] = served_case(
-            server, protocol, model, {"image": image}, logits, CNN_CONCURRENCY, atol=1e-3
+            server, protocol, served_model, feeds, logits, CNN_CONCURRENCY, atol=1e-3
         )
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 0.5, dtype=np.float32)
@@ -256,12 +301,14 @@ async def run_rounds(all_cases: dict[str, Case], rounds: int, timing: Timing) ->
 def figures(results: Results) -> dict[str, Any]:
     """Flat figures by key (``grpc/c1/p50_ms``, ``cnn/grpc/ratio``, ...) for targets and JSON."""
     flat: dict[str, Any] = {}
-    inprocess_rate = results["cnn/in-process"][0].rate
     for key, (best, rates) in results.items():
         flat.update({f"{key}/{name}": value for name, value in best.summary().items()})
         flat[f"{key}/rates"] = rates
         if key.startswith("cnn/"):
-            flat[f"{key}/ratio"] = round(best.rate / inprocess_rate, 3)
+            # served split instances against in-process split sessions, the rest against one
+            # session
+            baseline = "cnn/in-process-split" if key.endswith("-split") else "cnn/in-process"
+            flat[f"{key}/ratio"] = round(best.rate / results[baseline][0].rate, 3)
     return flat
 
 
@@ -284,7 +331,7 @@ def main() -> None:
         )
     with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp:
         repo = Path(tmp) / "models"
-        session = inprocess_session(build_repository(repo), args.threads)
+        model = build_repository(repo, args.threads)
         print(f"starting the server ({args.threads} intra-op threads)", flush=True)
         server = start_server(
             repo,
@@ -294,7 +341,7 @@ def main() -> None:
         try:
             import uvloop
 
-            results = uvloop.run(run_rounds(cases(server, session), rounds, timing))
+            results = uvloop.run(run_rounds(cases(server, model, args.threads), rounds, timing))
         finally:
             code = server.stop()
             if code != 0:

@@ -7,10 +7,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: small_cnn's cases: in-process, then served tuned (preferred batch sizes, spinning intra-op
-#: threads: the targets), then served as the server's defaults have it (bench/overhead.py),
-#: then tuned over gRPC with grpc.aio as the client instead of the lean one
-CNN_MODES = ("in-process", "http-binary", "grpc", "http-binary-plain", "grpc-plain", "grpc-aio")
+#: small_cnn's cases (bench/overhead.py): in-process with one session, then served tuned with
+#: one instance (preferred batch sizes, spinning intra-op threads: the targets); in-process
+#: with the cores split between single-threaded sessions, then served split the same way
+#: between instances; served as the server's defaults have it; tuned over gRPC with grpc.aio
+#: as the client instead of the lean one
+CNN_MODES = (
+    "in-process",
+    "http-binary",
+    "grpc",
+    "in-process-split",
+    "http-binary-split",
+    "grpc-split",
+    "http-binary-plain",
+    "grpc-plain",
+    "grpc-aio",
+)
 ADD_SUB_CASES = tuple(
     (protocol, concurrency)
     for protocol in ("http-json", "http-binary", "grpc")
@@ -65,8 +77,9 @@ def report(flat: dict[str, Any], threads: int) -> list[dict[str, Any]]:
         )
     print(
         f"\nsmall_cnn: FP32 [1,3,224,224] per request, concurrency 4, {threads} intra-op threads; "
-        "served with preferred_batch_size [2, 4] and spinning intra-op threads, '-plain' with "
-        "dynamic_batching { } and the server's defaults"
+        "served with preferred_batch_size [2, 4] and spinning intra-op threads; '-split': "
+        f"{threads} sessions / instances of 1 intra-op thread, one image per run, ratio against "
+        "in-process-split; '-plain': dynamic_batching { } and the server's defaults"
     )
     print(f"{'mode':17} {'img/s':>8} {'p50 ms':>8} {'ratio':>6}   rounds (img/s)")
     for mode in CNN_MODES:
