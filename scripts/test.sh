@@ -6,4 +6,6 @@ scripts/bootstrap.sh "test,examples,dev,deploy,torch"
 scripts/system_packages.sh
 .venv/bin/ruff check src tests examples bench
 .venv/bin/mypy
+# the OpenVINO execution provider needs an onnxruntime build of its own, in its own venv
+scripts/openvino_test.sh -q
 exec .venv/bin/python -m pytest "$@"

@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from inferplex.backends.base import Backend, InstanceSpec
-from inferplex.backends.ort_providers import session_providers
+from inferplex.backends.ort_providers import check_started, session_providers
 from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import ConfigError, InvalidInputError
 from inferplex.security.encryption import model_source
@@ -58,8 +58,12 @@ class OnnxRuntimeBackend(Backend):
             logger.warning(
                 "model '%s': intra-op threads keep the server's priority: %s", config.name, reason
             )
+        started = self._session.get_providers()
+        check_started(config, providers, started)
+        if providers != ["CPUExecutionProvider"]:
+            logger.info("model '%s': ONNX Runtime runs it on %s", config.name, ", ".join(started))
         # on the CPU a run is plain computation; a GPU run also waits on the device
-        self.runs_inline = self._session.get_providers() == ["CPUExecutionProvider"]
+        self.runs_inline = started == ["CPUExecutionProvider"]
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }
@@ -70,7 +74,7 @@ class OnnxRuntimeBackend(Backend):
         # so GPU sessions keep it.
         self._run = (
             self._session._sess.run
-            if self._session.get_providers() == ["CPUExecutionProvider"]
+            if started == ["CPUExecutionProvider"]
             else self._session.run
         )
 

@@ -19,7 +19,10 @@ comes last.
 Accelerators of the other kind of device are ignored, as in Triton. An accelerator whose
 provider this onnxruntime build lacks fails the load with a clear error, unless the model sets
 the parameter ``execution_accelerator_fallback: "true"``: then it is skipped with a warning and
-the session runs on the providers that remain.
+the session runs on the providers that remain. The same holds for a provider the build has but
+that does not start (options it refuses, a device or a library missing): ONNX Runtime only
+prints why and carries on without it, so ``check_started`` compares the session's providers
+with those asked for.
 """
 
 from __future__ import annotations
@@ -154,3 +157,22 @@ def _tensorrt_options(accelerator: Accelerator, where: str) -> dict[str, str]:
                 f"{where}: unknown tensorrt parameter '{key}', expected one of {accepted}"
             )
     return options
+
+
+def check_started(config: ModelConfig, asked: list[Provider], started: list[str]) -> None:
+    """Fail the load when a provider in ``asked`` is not among the session's ``started``
+    providers, unless the model declared the fallback (a GPU instance without CUDA fails
+    either way: it would run on the CPU)."""
+    names = [p if isinstance(p, str) else p[0] for p in asked]
+    missing = [name for name in names if name not in started]
+    if not missing:
+        return
+    where = f"model '{config.name}'"
+    message = (
+        f"{where}: ONNX Runtime did not start {', '.join(missing)} and would run the model on "
+        f"{', '.join(started)} (its own message just before this one in the server's log says "
+        "why: an option it refused, a device or a library missing)"
+    )
+    if CUDA in missing or not _fallback(config):
+        raise ConfigError(message)
+    logger.warning("%s; running without it (%s)", message, FALLBACK_PARAMETER)

@@ -14,7 +14,11 @@ import pytest
 from inferplex import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.onnxruntime import OnnxRuntimeBackend
-from inferplex.backends.ort_providers import FALLBACK_PARAMETER, session_providers
+from inferplex.backends.ort_providers import (
+    FALLBACK_PARAMETER,
+    check_started,
+    session_providers,
+)
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import config_from_dict, read_model_config
@@ -189,6 +193,31 @@ def test_declared_fallback_skips_a_missing_provider(caplog: pytest.LogCaptureFix
 def test_gpu_instance_without_cuda_is_a_load_error() -> None:
     with pytest.raises(ConfigError, match="KIND_GPU asks for CUDA"):
         session_providers(config(gpu=[{"name": "tensorrt"}]), GPU, CPU_BUILD)
+
+
+def test_a_provider_that_did_not_start_fails_the_load() -> None:
+    """ONNX Runtime drops a provider whose options it refuses (or whose device or library is
+    missing) and runs on the rest; the load fails instead, naming what did not start."""
+    asked = session_providers(config(cpu=[{"name": "openvino"}]), CPU, OPENVINO_BUILD)
+    check_started(config(), asked, ["OpenVINOExecutionProvider", "CPUExecutionProvider"])
+    with pytest.raises(ConfigError) as info:
+        check_started(config(), asked, ["CPUExecutionProvider"])
+    assert "did not start OpenVINOExecutionProvider and would run the model on " in str(
+        info.value.message
+    )
+    assert "CPUExecutionProvider" in info.value.message
+
+
+def test_declared_fallback_runs_without_a_provider_that_did_not_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    declared = config(gpu=[{"name": "tensorrt"}], **{FALLBACK_PARAMETER: "true"})
+    asked = session_providers(declared, GPU, GPU_BUILD)
+    check_started(declared, asked, ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert "did not start TensorrtExecutionProvider" in caplog.text
+    # a GPU instance without CUDA would run on the CPU: no fallback covers that
+    with pytest.raises(ConfigError, match="did not start TensorrtExecutionProvider, CUDA"):
+        check_started(declared, asked, ["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize(
