@@ -5,7 +5,9 @@ over HTTP. An accelerator ONNX Runtime refuses to start fails its model's load w
 in the repository index, or runs without it where the model declares the fallback.
 
 The main test environment has the plain onnxruntime package, without the provider: there this
-file is skipped, and ``scripts/openvino_test.sh`` runs it in an environment of its own."""
+file is skipped, and ``scripts/openvino_test.sh`` runs it in an environment of its own. That
+environment holds inferplex's core dependencies and pytest, nothing of the extras, so these
+tests also show that a plain install serves (psutil was once missing from it)."""
 
 from __future__ import annotations
 
