@@ -129,3 +129,11 @@ def test_gpu_model_without_cuda_is_unavailable_with_its_reason(
         assert index["torch_gpu"]["state"] == "UNAVAILABLE"
         assert "KIND_GPU" in index["torch_gpu"]["reason"]
         assert http.is_model_ready("torch_add_sub")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_gpu_model_serves_on_cuda(client: tuple[Any, Any]) -> None:
+    """Where CUDA exists (the device check, scripts/device_check.sh)."""
+    module, triton = client
+    x = np.array([1.5, -2.0], dtype=np.float32)  # no batch dimension: max_batch_size 0
+    np.testing.assert_array_equal(infer(module, triton, "torch_gpu", {"x": x}).as_numpy("y"), x)

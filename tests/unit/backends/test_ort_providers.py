@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnxruntime as ort
 import pytest
 
@@ -262,6 +263,33 @@ def test_a_real_session_gets_the_providers(tmp_path: Path) -> None:
         )
         with pytest.raises(ConfigError, match="OpenVINOExecutionProvider"):
             OnnxRuntimeBackend(path, accelerated, CPU)
+
+
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" not in ort.get_available_providers(),
+    reason="this onnxruntime has no CUDAExecutionProvider (the device check runs this)",
+)
+@pytest.mark.parametrize("accelerator", [None, "tensorrt"])
+def test_a_gpu_instance_runs_on_the_gpu(accelerator: str | None, tmp_path: Path) -> None:
+    """Where onnxruntime-gpu and a GPU exist (scripts/device_check.sh): CUDA, or TensorRT in
+    FP16 before it, answers as the CPU provider does."""
+    available = ort.get_available_providers()
+    if accelerator == "tensorrt" and "TensorrtExecutionProvider" not in available:
+        pytest.skip("this onnxruntime has no TensorrtExecutionProvider")
+    path = modelgen.small_cnn(tmp_path)
+    served = config_from_dict(modelgen.model_config(path, max_batch_size=8), "cnn", "cnn")
+    if accelerator:
+        wanted = config(gpu=[{"name": accelerator, "parameters": {"precision_mode": "FP16"}}])
+        served = served.model_copy(update={"optimization": wanted.optimization})
+    backend = OnnxRuntimeBackend(path, served, InstanceSpec("KIND_GPU", device_id=0))
+    started = backend._session.get_providers()
+    assert started[0] == ("TensorrtExecutionProvider" if accelerator else "CUDAExecutionProvider")
+    assert not backend.runs_inline
+    image = np.random.default_rng(0).random((2, 3, 224, 224), dtype=np.float32)
+    cpu = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = cpu.run(None, {"image": image})[0]
+    got = backend.execute({"image": image}, ["logits"])["logits"]
+    np.testing.assert_allclose(got, expected, atol=1e-2 if accelerator else 1e-3)
 
 
 def test_grpc_model_config_carries_the_accelerators_to_tritonclient() -> None:

@@ -144,6 +144,21 @@ def test_gpu_instance_without_cuda_is_a_clear_load_error(add_sub_pt: Path) -> No
         PyTorchBackend(add_sub_pt, config(["a", "b"], ["s", "d"]), InstanceSpec("KIND_GPU"))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+@pytest.mark.parametrize("fixture", ["add_sub_pt", "add_sub_pt2"])
+def test_gpu_instance_runs_on_cuda(fixture: str, request: pytest.FixtureRequest) -> None:
+    """Where CUDA exists (the device check, scripts/device_check.sh): a KIND_GPU instance
+    holds its module on the GPU and answers as on the CPU."""
+    path = request.getfixturevalue(fixture)
+    backend = PyTorchBackend(path, config(["a", "b"], ["s", "d"]), InstanceSpec("KIND_GPU"))
+    assert backend._device.type == "cuda"
+    out = run(backend, ["s", "d"], a=A, b=B)
+    np.testing.assert_array_equal(out["s"], A + B)
+    np.testing.assert_array_equal(out["d"], A - B)
+    with pytest.raises(ConfigError, match=r"asks for GPU 99, but torch sees \d+ CUDA"):
+        PyTorchBackend(path, config(["a", "b"], ["s", "d"]), InstanceSpec("KIND_GPU", 99))
+
+
 def test_missing_torch_is_a_clear_load_error(
     add_sub_pt: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
