@@ -73,9 +73,7 @@ class OnnxRuntimeBackend(Backend):
         # whole run. Its only other service is falling back to CPU when a GPU provider fails,
         # so GPU sessions keep it.
         self._run = (
-            self._session._sess.run
-            if started == ["CPUExecutionProvider"]
-            else self._session.run
+            self._session._sess.run if started == ["CPUExecutionProvider"] else self._session.run
         )
 
     def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
