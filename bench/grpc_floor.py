@@ -184,7 +184,8 @@ def main() -> None:
     rounds, timing = round_options(parser.parse_args(), quick=Timing(0.5, 0.2))
     with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp:
         folder = Path(tmp)
-        session = inprocess_session(build_repository(folder / "models"), os.cpu_count() or 1)
+        threads = os.cpu_count() or 1
+        session = inprocess_session(build_repository(folder / "models", threads), threads)
         image = cnn_image()
         data = model_data(image, session.run(None, {"image": image})[0])
         responses = {

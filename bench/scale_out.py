@@ -148,7 +148,7 @@ def main() -> None:
     env = {"INFERPLEX_INTRA_OP_THREADS": str(args.threads), "INFERPLEX_LOG_LEVEL": "warning"}
     with tempfile.TemporaryDirectory(prefix="inferplex-scale-out-") as tmp:
         repo = Path(tmp) / "models"
-        cnn_model = build_repository(repo)
+        cnn_model = build_repository(repo, args.threads)
         replicas: list[RunningServer] = []
         balancer: Nginx | None = None
         try:
