@@ -168,10 +168,17 @@ def print_results(results: Results) -> None:
         )
         if stack == "inferplex":
             bare = results[f"bare/{case}"][0].summary()
-            p50 = figures["p50_ms"] / bare["p50_ms"]
-            cpu = figures["server_cpu_us_per_request"] / bare["server_cpu_us_per_request"]
+            p50, cpu = (
+                _ratio(figures[name], bare[name])
+                for name in ("p50_ms", "server_cpu_us_per_request")
+            )
             line += f" {p50:>10.2f}x {cpu:>10.2f}x"
         print(line)
+
+
+def _ratio(value: float | None, base: float | None) -> float:
+    """value / base, NaN where either was not measured."""
+    return value / base if value is not None and base else float("nan")
 
 
 def main() -> None:

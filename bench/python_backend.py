@@ -26,6 +26,7 @@ import asyncio
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -134,17 +135,13 @@ async def run(args: argparse.Namespace) -> None:
                 )
                 for kind, name in (("onnx", f"add_sub_{dims}"), ("python", config.name))
             }
-            cases[dims, "handler in-thread"] = lambda n, r=runner, f=feeds: timed(
-                lambda: r.run(f, OUTPUTS), n
+            cases[dims, "handler in-thread"] = partial(timed, partial(runner.run, feeds, OUTPUTS))
+            cases[dims, "handler in worker"] = partial(
+                timed, partial(worker.execute, feeds, OUTPUTS)
             )
-            cases[dims, "handler in worker"] = lambda n, w=worker, f=feeds: timed(
-                lambda: w.execute(f, OUTPUTS), n
-            )
-            cases[dims, "onnx backend"] = lambda n, o=onnx, f=feeds: timed(
-                lambda: o.execute(f, OUTPUTS), n
-            )
+            cases[dims, "onnx backend"] = partial(timed, partial(onnx.execute, feeds, OUTPUTS))
             for kind, request in requests.items():
-                cases[dims, f"engine: {kind}"] = lambda n, q=request: timed_async(engine, q, n)
+                cases[dims, f"engine: {kind}"] = partial(timed_async, engine, request)
         best: dict[tuple[int, str], tuple[float, float]] = {}
         for round_index in range(args.rounds):
             for key, case in cases.items():

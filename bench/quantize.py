@@ -67,7 +67,8 @@ def build(name: str, work: Path, data: Path, quick: bool) -> OptimizeOptions:
     if name == "minilm":
         if fresh:
             export_minilm.export_minilm(work)
-        np.savez(data / "minilm_eval.npz", **export_minilm.tokenize(export_minilm.sentences(128)))
+        tokens: dict[str, Any] = export_minilm.tokenize(export_minilm.sentences(128))
+        np.savez(data / "minilm_eval.npz", **tokens)
         return OptimizeOptions(int8=True, evaluation=data / "minilm_eval.npz", task="embedding")
     if name == "resnet18":
         if fresh:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from inferplex import modelgen
 
@@ -51,7 +52,8 @@ def build(out: Path) -> None:
 
 #: The camera-frame pipeline's stand-in models: (builder, keyword arguments). Fixed random
 #: weights; each costs a few ms per 128x128 frame on one core.
-CAMERA_MODELS = {
+#: per stand-in model: its modelgen builder and the builder's options
+CAMERA_MODELS: dict[str, tuple[Callable[..., Path], dict[str, Any]]] = {
     # finds the face and hands a 64x64 crop of it on
     "face_detect": (modelgen.crop_net, {"image_size": 128, "crop_size": 64, "widths": (24, 24)}),
     "face_embed": (modelgen.small_cnn, {"image_size": 64, "widths": (48, 96, 160)}),

@@ -18,10 +18,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from inferplex import modelgen
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "models"
 DIGITS_SIZE = 32
@@ -145,7 +149,9 @@ def resnet18(
     return _export(network, repo, name, version, (1, 3, image_size, image_size))
 
 
-def _export(network: object, repo: Path, name: str, version: int, shape: tuple[int, ...]) -> Path:
+def _export(
+    network: torch.nn.Module, repo: Path, name: str, version: int, shape: tuple[int, ...]
+) -> Path:
     import torch
 
     path = repo / name / str(version) / modelgen.MODEL_FILENAME

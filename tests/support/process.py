@@ -75,7 +75,8 @@ def start_server(
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
-    server = RunningServer(process, repository, *ports, log_path)
+    http_port, grpc_port, metrics_port = ports
+    server = RunningServer(process, repository, http_port, grpc_port, metrics_port, log_path)
     wait_ready(server, deadline)
     return server
 
