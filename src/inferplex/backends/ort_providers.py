@@ -167,11 +167,10 @@ def check_started(config: ModelConfig, asked: list[Provider], started: list[str]
     missing = [name for name in names if name not in started]
     if not missing:
         return
-    where = f"model '{config.name}'"
     message = (
-        f"{where}: ONNX Runtime did not start {', '.join(missing)} and would run the model on "
-        f"{', '.join(started)} (its own message just before this one in the server's log says "
-        "why: an option it refused, a device or a library missing)"
+        f"model '{config.name}': ONNX Runtime did not start {', '.join(missing)} and would run "
+        f"the model on {', '.join(started)} (its own message just before this one in the "
+        "server's log says why: an option it refused, a device or a library missing)"
     )
     if CUDA in missing or not _fallback(config):
         raise ConfigError(message)
