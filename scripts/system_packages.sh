@@ -3,6 +3,8 @@
 #   nginx   the load balancer of tests/deploy/test_scale_out.py and bench/scale_out.py
 #   prometheus  (with promtool) tests/integration/test_prometheus.py, tests/deploy/test_grafana.py
 #   chromium, chromium-driver  the headless browser of tests/integration/test_dashboard.py
+#   libb64-0d   a library of Triton's perf_analyzer (from the tritonclient wheel), which
+#               tests/integration/test_perf_analyzer.py runs against the server
 # Needs root and apt-get. Where either is missing it says what could not be installed and
 # exits 0: those tests then skip and say why.
 set -euo pipefail
@@ -19,6 +21,9 @@ if ! command -v chromium >/dev/null; then
 fi
 if ! command -v chromedriver >/dev/null; then
   missing+=(chromium-driver)
+fi
+if ! ldconfig -p | grep -q 'libb64\.so\.0d'; then
+  missing+=(libb64-0d)
 fi
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 

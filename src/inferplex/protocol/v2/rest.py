@@ -368,7 +368,8 @@ def encode_infer_response(
 
     The header length is None for a pure JSON body. Outputs go binary when the request asked
     for it (the output's ``binary_data``, else the request's ``binary_data_output``); an output
-    the request directed to a shared-memory region is written there and sent without data.
+    the request directed to a shared-memory region is written there and sent without data or
+    parameters.
     """
     binary_default = request.parameters.get("binary_data_output", False)
     requested = {out.name: out.parameters for out in request.outputs} if request.outputs else None
@@ -377,16 +378,11 @@ def encode_infer_response(
     for tensor in response.outputs:
         parameters = requested.get(tensor.name) if requested else None
         if parameters and REGION in parameters:
-            written = require(shm).write_output(
-                tensor.name, parameters, tensor.datatype, tensor.data
-            )
+            require(shm).write_output(tensor.name, parameters, tensor.datatype, tensor.data)
+            # no 'parameters', as Triton answers: its C++ client (perf_analyzer) reads an
+            # output that has any as binary data and fails without binary_data_size
             outputs.append(
-                {
-                    "name": tensor.name,
-                    "datatype": tensor.datatype,
-                    "shape": tensor.shape,
-                    "parameters": written,
-                }
+                {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
             )
             continue
         binary = parameters.get("binary_data", binary_default) if parameters else binary_default

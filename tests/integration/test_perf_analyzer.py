@@ -1,0 +1,99 @@
+"""Triton's own perf_analyzer (the binary in the tritonclient wheel) against the real server:
+HTTP and gRPC, batched requests, concurrent async requests, BYTES tensors, and system shared
+memory for inputs and outputs. Each run must finish with a throughput figure and no error;
+perf_analyzer checks the model's metadata, config and statistics along the way
+(../shared/COMPAT.md lists what it reads).
+
+The binary needs libb64 (scripts/system_packages.sh installs it) and CUDA's runtime library
+(the nvidia-cuda-runtime-cu12 wheel of the test extra; no GPU is used); where either is
+missing the tests skip and say which."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from inferplex import modelgen
+from tests.support.process import RunningServer, start_server
+
+
+def perf_analyzer_env() -> dict[str, str]:
+    """The environment that lets the binary find CUDA's runtime library."""
+    env = dict(os.environ)
+    try:
+        import nvidia.cuda_runtime
+    except ImportError:
+        return env
+    libraries = [str(Path(p) / "lib") for p in nvidia.cuda_runtime.__path__]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([*libraries, env.get("LD_LIBRARY_PATH", "")])
+    return env
+
+
+def find_perf_analyzer() -> str:
+    found = shutil.which("perf_analyzer", path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.skip("perf_analyzer is not installed: it comes with tritonclient (test extra)")
+    check = subprocess.run(
+        [found, "--version"], capture_output=True, text=True, env=perf_analyzer_env()
+    )
+    if check.returncode != 0:
+        pytest.skip(f"perf_analyzer cannot start here: {check.stderr.strip()[:300]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def perf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    repo = tmp_path_factory.mktemp("perf_repo")
+    for path in (modelgen.add_sub(repo), modelgen.identity(repo, "BYTES", name="text")):
+        config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
+        modelgen.write_config(path.parent.parent, config)
+    running = start_server(
+        repo,
+        tmp_path_factory.mktemp("perf_server") / "server.log",
+        env={"INFERPLEX_ALLOW_SHARED_MEMORY": "true"},
+    )
+    yield running
+    code = running.stop()
+    assert code == 0, f"server exited with {code}:\n{running.log()}"
+
+
+SHM = ["--shared-memory", "system", "--output-shared-memory-size", "4096"]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "model", "options"),
+    [
+        ("http", "add_sub", []),
+        ("grpc", "add_sub", []),
+        ("http", "add_sub", ["-b", "4"]),
+        ("grpc", "add_sub", ["--async", "--concurrency-range", "4"]),
+        ("http", "add_sub", SHM),
+        ("grpc", "add_sub", SHM),
+        ("http", "text", ["--string-length", "12", "--shape", "INPUT0:3"]),
+        ("grpc", "text", ["--string-length", "12", "--shape", "INPUT0:3"]),
+    ],
+    ids=["http", "grpc", "http-batch4", "grpc-async-c4", "http-shm", "grpc-shm",
+         "http-bytes", "grpc-bytes"],
+)  # fmt: skip
+def test_perf_analyzer_measures_the_server(
+    perf_server: RunningServer, protocol: str, model: str, options: list[str]
+) -> None:
+    binary = find_perf_analyzer()
+    url = perf_server.http_url if protocol == "http" else perf_server.grpc_url
+    command = [
+        binary, "-m", model, "-u", url, "-i", protocol,
+        "--measurement-interval", "300", "--stability-percentage", "100", "--max-trials", "3",
+        *options,
+    ]  # fmt: skip
+    run = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, env=perf_analyzer_env()
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-3000:]
+    assert "throughput:" in output and "rror" not in output, output[-3000:]
