@@ -24,6 +24,7 @@ from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.frontends.http import create_http_app
 from inferplex.frontends.http_server import HttpServer
+from inferplex.frontends.sockets import address, bind
 from inferplex.metrics.app import MetricsApp, create_metrics_app
 from inferplex.security.encryption import load_key, use_key
 from inferplex.security.grpc_guard import GrpcGuard
@@ -32,21 +33,6 @@ from inferplex.security.tls import grpc_ssl_context, server_ssl_context
 from inferplex.security.tokens import TokenAuth
 
 logger = logging.getLogger(__name__)
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
-def _address(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -75,26 +61,66 @@ class Server:
 
     # -- async life cycle -------------------------------------------------------------------
     async def start(self) -> None:
-        """Load the models, then open the endpoints. Returns once everything listens."""
+        """Load the models, then open the endpoints. Returns once everything listens.
+        Every address is bound first: one that is taken fails the start before any load."""
         self._loop = asyncio.get_running_loop()
         config = self.config
-        use_key(load_key(key_file=config.model_key_file))
-        await self.engine.start(ready=False)
+        sockets = self._bind()
+        try:
+            use_key(load_key(key_file=config.model_key_file))
+            await self.engine.start(ready=False)
+            await self._serve(sockets)
+        except BaseException:
+            for sock in sockets.values():
+                sock.close()
+            raise
+        self.engine.set_ready()
+        logger.info(
+            "inferplex listening on %s: HTTP %s, gRPC %s, metrics %s",
+            config.host,
+            self.http_port or "off",
+            self.grpc_port or "off",
+            self.metrics_port or "off",
+        )
+
+    def _bind(self) -> dict[str, socket.socket]:
+        """The sockets of the enabled endpoints by name, bound, not yet listening."""
+        config = self.config
+        wanted = {
+            "HTTP": (config.host, config.http_port) if config.enable_http else None,
+            "management": (config.management_host or config.host, config.management_port)
+            if config.enable_http and config.management_port is not None
+            else None,
+            "gRPC": (config.host, config.grpc_port) if config.enable_grpc else None,
+            "metrics": (config.host, config.metrics_port) if config.enable_metrics else None,
+        }
+        sockets: dict[str, socket.socket] = {}
+        try:
+            for what, where in wanted.items():
+                if where is not None:
+                    sockets[what] = bind(*where, what)
+        except BaseException:
+            for sock in sockets.values():
+                sock.close()
+            raise
+        return sockets
+
+    async def _serve(self, sockets: dict[str, socket.socket]) -> None:
+        """Start serving the endpoints on their bound ``sockets``."""
+        config = self.config
         self._start_tracing()
         auth = TokenAuth(_secret(config.inference_token), _secret(config.management_token))
         tls = server_ssl_context(config.tls_cert_file, config.tls_key_file, config.tls_client_ca)
         scheme = "https" if tls else "http"
         management = ""  # where the management API listens when it has its own port
-        if config.enable_http:
+        http_sock = sockets.get("HTTP")
+        if http_sock is not None:
             app: Any = create_http_app(self.engine, config)
             if self._tracing is not None:
                 app = self._tracing.wrap_http(app)
-            http_sock = _listen(config.host, config.http_port)
-            management_sock = None
-            if config.management_port is not None:
-                host = config.management_host or config.host
-                management_sock = _listen(host, config.management_port)
-                management = f"{scheme}://{_address(management_sock)}"
+            management_sock = sockets.get("management")
+            if management_sock is not None:
+                management = f"{scheme}://{address(management_sock)}"
             surface: Surface = "inference" if management_sock else "all"
             self.http_port = await self._serve_asgi(
                 HttpGuard(app, auth, surface=surface, elsewhere=management)
@@ -109,12 +135,13 @@ class Server:
                         app,
                         auth,
                         surface="management",
-                        elsewhere=f"{scheme}://{_address(http_sock)}",
+                        elsewhere=f"{scheme}://{address(http_sock)}",
                     ),
                     management_sock,
                     tls,
                 )
-        if config.enable_grpc:
+        grpc_sock = sockets.get("gRPC")
+        if grpc_sock is not None:
             self._grpc = GrpcFrontend(
                 self.engine,
                 config,
@@ -126,21 +153,12 @@ class Server:
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
             )
-            self.grpc_port = await self._grpc.start()
-        if config.enable_metrics:
+            self.grpc_port = await self._grpc.start(grpc_sock)
+        metrics_sock = sockets.get("metrics")
+        if metrics_sock is not None:
             self._metrics = create_metrics_app(self.engine)
             self._metrics.sampler.start(asyncio.get_running_loop())
-            self.metrics_port = await self._serve_asgi(
-                self._metrics, _listen(config.host, config.metrics_port)
-            )
-        self.engine.set_ready()
-        logger.info(
-            "inferplex listening on %s: HTTP %s, gRPC %s, metrics %s",
-            config.host,
-            self.http_port or "off",
-            self.grpc_port or "off",
-            self.metrics_port or "off",
-        )
+            self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)
 
     def _start_tracing(self) -> None:
         """Switch OpenTelemetry tracing on when the config asks for it (the optional

@@ -19,6 +19,7 @@ import pytest
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.errors import (
+    ConfigError,
     InferplexError,
     InvalidInputError,
     ModelNotFoundError,
@@ -375,7 +376,7 @@ async def test_stub_errors_map_to_status_codes(stub, error, code) -> None:
 async def test_stub_port_clash_fails_loudly(stub, tmp_path) -> None:
     _, _, port = stub
     clash = stub_frontend(StubEngine(), tmp_path, grpc_port=port)
-    with pytest.raises((OSError, RuntimeError)):
+    with pytest.raises(ConfigError, match=f"cannot listen for gRPC on 127.0.0.1:{port}"):
         await clash.start()
 
 

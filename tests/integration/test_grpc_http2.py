@@ -34,6 +34,7 @@ from h2.settings import SettingCodes
 from hpack import Encoder
 
 from inferplex.frontends.grpc_server import GrpcServer, Method
+from inferplex.frontends.sockets import bind
 from inferplex.protocol.v2 import generated as pb
 from inferplex.security.tls import grpc_ssl_context
 from tests.support.certs import Certificates, make_certificates
@@ -360,7 +361,7 @@ def _serving(loop_kind: str, context: ssl.SSLContext | None) -> Iterator[int]:
     loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
     methods = {ECHO: Method(_digest, lambda message: message, lambda answer: answer)}
     grpc_server = GrpcServer(methods, max_message_bytes=32 << 20, ssl_context=context)
-    port = loop.run_until_complete(grpc_server.start("127.0.0.1", 0))
+    port = loop.run_until_complete(grpc_server.start(bind("127.0.0.1", 0, "gRPC")))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:

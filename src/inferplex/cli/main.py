@@ -10,6 +10,7 @@ from typing import Any
 import click
 import uvloop
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from inferplex.benchtool.command import bench as bench_command
 from inferplex.config.server_config import ServerConfig
@@ -49,7 +50,14 @@ def main() -> None:
 @click.option("--http-port", type=int, help="HTTP port (default 8000; 0 = any free port).")
 @click.option("--grpc-port", type=int, help="gRPC port (default 8001; 0 = any free port).")
 @click.option("--metrics-port", type=int, help="Metrics port (default 8002; 0 = any free port).")
-@click.option("--max-request-bytes", type=int, help="Largest request body accepted.")
+@click.option(
+    "--max-request-bytes", type=int, help="Largest HTTP request body (larger: 413; 256 MiB)."
+)
+@click.option(
+    "--max-grpc-message-bytes",
+    type=int,
+    help="Largest gRPC message either way (larger: RESOURCE_EXHAUSTED; 256 MiB).",
+)
 @click.option("--intra-op-threads", type=int, help="Threads per model session (0 = divide cores).")
 @click.option(
     "--scheduling-policy",
@@ -146,6 +154,9 @@ def serve(**options: Any) -> None:
         for error in exc.errors():
             field = ".".join(str(p) for p in error["loc"])
             click.echo(f"error: {field}: {error['msg']}", err=True)
+        sys.exit(2)
+    except SettingsError as exc:  # an INFERPLEX_* variable that should hold JSON does not
+        click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     try:
         configure_logging(config.log_level, config.log_format)

@@ -144,8 +144,10 @@ class ServerConfig(BaseSettings):
     repository_poll_secs: float = Field(
         default=15.0, gt=0, description="seconds between repository scans in poll mode"
     )
-    load_model: tuple[str, ...] = Field(
-        default=(), description="models loaded at start in explicit mode ('*' = all)"
+    load_model: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="models loaded at start in explicit mode ('*' = all); in the environment "
+        "comma-separated (or a JSON list)",
     )
     memory_limit: ByteSize = Field(
         default=ByteSize(0),
@@ -240,6 +242,16 @@ class ServerConfig(BaseSettings):
         "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
     )
     server_name: str = "inferplex"
+
+    @field_validator("load_model", mode="before")
+    @classmethod
+    def _model_names(cls, value: Any) -> Any:
+        """``a,b`` (environment; a JSON list too) -> ("a", "b")."""
+        if not isinstance(value, str):
+            return value
+        if value.lstrip().startswith("["):
+            return json.loads(value)
+        return tuple(filter(None, (name.strip() for name in value.split(","))))
 
     @field_validator("gpu_memory_limit", mode="before")
     @classmethod

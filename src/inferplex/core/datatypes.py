@@ -44,7 +44,7 @@ def numpy_dtype(datatype: str) -> np.dtype:
         return V2_TO_NUMPY[datatype]
     except KeyError:
         raise InvalidInputError(
-            f"unknown datatype '{datatype}', expected one of {', '.join(sorted(V2_DATATYPES))}"
+            f"unknown datatype '{datatype}', expected one of {', '.join(V2_TO_NUMPY)}"
         ) from None
 
 

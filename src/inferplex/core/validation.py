@@ -13,6 +13,7 @@ from math import prod
 import numpy as np
 
 from inferplex.config.model_config import ModelConfig, TensorConfig
+from inferplex.core.datatypes import V2_TO_NUMPY
 from inferplex.core.types import InferenceRequest
 from inferplex.errors import InvalidInputError
 
@@ -23,14 +24,20 @@ def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
     return all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
 
 
+def _is_bytes(dtype: np.dtype, spec: _Input) -> bool:
+    """Whether ``dtype`` holds BYTES elements for a BYTES input (objects, bytes or str)."""
+    return spec.datatype == "BYTES" and dtype.kind in "OSU"
+
+
 class _Input:
     """What the checks need of one declared input, precomputed."""
 
-    __slots__ = ("datatype", "dims", "fixed", "reshape", "spec")
+    __slots__ = ("datatype", "dims", "dtype", "fixed", "reshape", "spec")
 
     def __init__(self, spec: TensorConfig) -> None:
         self.spec = spec
         self.datatype = spec.data_type
+        self.dtype = V2_TO_NUMPY[spec.data_type]
         self.dims = tuple(spec.dims)
         self.fixed = -1 not in self.dims  # dims compare with one tuple comparison
         self.reshape = None if spec.reshape is None else tuple(spec.reshape)
@@ -77,6 +84,14 @@ class RequestValidator:
             if type(shape) is not tuple:
                 shape = tuple(shape)
             data = tensor.data
+            dtype = getattr(data, "dtype", None)
+            # the frontends decode to the declared dtype; the in-process API may not
+            if dtype != spec.dtype and not (dtype is not None and _is_bytes(dtype, spec)):
+                raise InvalidInputError(
+                    f"input '{name}' ({spec.datatype}) holds "
+                    f"{'numpy ' + str(dtype) if dtype is not None else type(data).__name__}"
+                    f" data, expected a numpy array of {spec.dtype}"
+                )
             data_shape = data.shape
             # an array of the declared shape has the right element count by construction
             if data_shape != shape and data.size != prod(shape):

@@ -9,6 +9,7 @@ through THE table in protocol/v2/errors.py.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from google.protobuf import message_factory
 
 from inferplex.errors import UnsupportedError
 from inferplex.frontends.grpc_server import Call, GrpcServer, Guard, Handler, Method
+from inferplex.frontends.sockets import address, bind
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
 from inferplex.security.limits import RequestLimits
@@ -59,11 +61,13 @@ class GrpcFrontend:
             ssl_context=ssl_context,
         )
 
-    async def start(self) -> int:
-        """Bind ``config.host:config.grpc_port`` (0 picks a free port) and start serving."""
-        port = await self._server.start(self.config.host, self.config.grpc_port)
-        host = self.config.host
-        logger.info("gRPC listening on %s:%d", f"[{host}]" if ":" in host else host, port)
+    async def start(self, sock: socket.socket | None = None) -> int:
+        """Serve on ``sock`` (bound; ``frontends.sockets.bind``), by default on
+        ``config.host:config.grpc_port`` (0 picks a free port); returns the port."""
+        if sock is None:
+            sock = bind(self.config.host, self.config.grpc_port, "gRPC")
+        port = await self._server.start(sock)
+        logger.info("gRPC listening on %s", address(sock))
         return port
 
     async def stop(self, grace: float) -> None:

@@ -24,6 +24,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import socket
 import ssl
 import zlib
 from collections.abc import Awaitable, Callable
@@ -144,8 +145,8 @@ class GrpcServer:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- listening ----------------------------------------------------------------------------
-    async def start(self, host: str, port: int) -> int:
-        """Bind ``host:port`` (0 picks a free port), start serving, return the port."""
+    async def start(self, sock: socket.socket) -> int:
+        """Serve on ``sock`` (bound; ``frontends.sockets.bind``); returns its port."""
         self._loop = loop = asyncio.get_running_loop()
         options: dict[str, Any] = {}
         if self._ssl is not None:
@@ -162,9 +163,7 @@ class GrpcServer:
                 read_buffer=read_buffer,
             )
 
-        self._server = await loop.create_server(
-            connection, host=host, port=port, backlog=2048, **options
-        )
+        self._server = await loop.create_server(connection, sock=sock, backlog=2048, **options)
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self, grace: float) -> None:

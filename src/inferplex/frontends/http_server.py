@@ -521,7 +521,8 @@ class HttpServer:
         self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self, sock: Any) -> None:
-        """Serve on ``sock`` (bound and listening); returns once it accepts connections."""
+        """Serve on ``sock`` (bound; ``frontends.sockets.bind``); returns once it accepts
+        connections."""
         self.loop = asyncio.get_running_loop()
         options: dict[str, Any] = {}
         if self._ssl is not None:

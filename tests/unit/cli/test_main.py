@@ -1,3 +1,4 @@
+import socket
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -38,3 +39,30 @@ def test_environment_fills_what_flags_leave_out(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "scheduling_policy" in result.output
+
+
+def test_environment_that_is_not_json_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["serve", "--model-repository", str(tmp_path)],
+        env={"INFERPLEX_RATE_LIMIT_RESOURCES": "notjson"},
+    )
+    assert result.exit_code == 2
+    assert 'error parsing value for field "rate_limit_resources"' in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_taken_port_fails_before_any_model_loads(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()  # a model that would log its load failure
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            main,
+            ["serve", "--model-repository", str(tmp_path), "--grpc-port", str(port)],
+            env={"INFERPLEX_HTTP_PORT": "0", "INFERPLEX_METRICS_PORT": "0"},
+        )
+    assert result.exit_code == 2
+    assert f"error: cannot listen for gRPC on 127.0.0.1:{port}" in result.output
+    assert "broken" not in result.output

@@ -61,6 +61,27 @@ def test_bad_inputs_name_the_field(inputs: tuple[Tensor, ...], fragment: str) ->
     assert fragment in error.value.message
 
 
+def test_data_must_be_an_array_of_the_declared_datatype() -> None:
+    # the frontends decode to the declared dtype; the in-process API takes what it is given
+    wide = Tensor("a", "FP32", (2, 3), np.zeros((2, 3)))
+    with pytest.raises(InvalidInputError, match=r"input 'a' \(FP32\) holds numpy float64 data"):
+        RequestValidator(CONFIG).feeds(request(wide, VALID[1]))
+    listed = Tensor("a", "FP32", (1, 3), [0.0, 1.0, 2.0])
+    with pytest.raises(InvalidInputError, match="holds list data, expected a numpy array of"):
+        RequestValidator(CONFIG).feeds(request(listed, tensor("b", "INT64", (1, 1), np.int64)))
+
+
+def test_bytes_inputs_take_object_bytes_or_str_arrays() -> None:
+    config = ModelConfig(
+        name="s", input=[{"name": "s", "data_type": "BYTES", "dims": [-1]}], output=[]
+    )
+    for data in (np.array([b"x"], dtype=object), np.array([b"x"]), np.array(["x"])):
+        feeds, _ = RequestValidator(config).feeds(
+            InferenceRequest("s", [Tensor("s", "BYTES", (1,), data)])
+        )
+        assert feeds["s"] is data
+
+
 def test_element_count_must_match_shape() -> None:
     bad = Tensor("a", "FP32", (2, 3), np.zeros(5, dtype=np.float32))
     with pytest.raises(InvalidInputError, match="has 5 elements"):

@@ -16,9 +16,13 @@ def test_memory_limit_takes_units(tmp_path: Path) -> None:
     assert ServerConfig(model_repository=tmp_path).memory_limit == 0
 
 
-def test_load_model_is_a_list(tmp_path: Path) -> None:
+def test_load_model_is_a_list(tmp_path: Path, monkeypatch) -> None:
     config = ServerConfig(model_repository=tmp_path, load_model=["a", "b"])
     assert config.load_model == ("a", "b")
+    # in the environment: one name, names with commas, or a JSON list
+    for value, names in (("a", ("a",)), ("a, b,", ("a", "b")), ('["a", "b"]', ("a", "b"))):
+        monkeypatch.setenv("INFERPLEX_LOAD_MODEL", value)
+        assert ServerConfig(model_repository=tmp_path).load_model == names
 
 
 def test_bad_lifecycle_flags_name_the_field(tmp_path: Path) -> None:
