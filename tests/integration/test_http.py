@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import math
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -440,11 +442,52 @@ def test_chunked_body_above_the_limit(base: str, client: httpclient.InferenceSer
     assert_add_sub_works(client)
 
 
-def test_compressed_request_is_refused_clearly(base: str) -> None:
-    response = requests.post(
-        f"{base}/v2/models/add_sub/infer",
-        data=b"\x1f\x8b",
-        headers={"Content-Encoding": "gzip"},
-        timeout=10,
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_and_responses(
+    client: httpclient.InferenceServerClient, algorithm: str, binary: bool
+) -> None:
+    """tritonclient's request_compression_algorithm and response_compression_algorithm, as
+    Triton's HTTP endpoint takes them."""
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.float32)
+    outputs = [httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("OUTPUT0",)]
+    result = client.infer(
+        "add_sub",
+        add_sub_inputs(a, b, binary),
+        outputs=outputs,
+        request_compression_algorithm=algorithm,
+        response_compression_algorithm=algorithm,
     )
-    assert_error(response, 501, "Content-Encoding")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    assert result.get_response()["model_name"] == "add_sub"
+
+
+def test_compressed_response_is_what_the_client_accepts(base: str) -> None:
+    body, headers = binary_add_sub(64, 64)
+    for accept, coding in (("br, deflate;q=0.5", "deflate"), ("gzip;q=0, br", None)):
+        response = requests.post(
+            f"{base}/v2/models/add_sub/infer",
+            data=body,
+            headers={**headers, "Accept-Encoding": accept},
+            timeout=10,
+            stream=True,  # the raw bytes, as they came
+        )
+        raw = response.raw.read(decode_content=False)
+        assert response.status_code == 200
+        assert response.headers.get("Content-Encoding") == coding
+        plain = zlib.decompress(raw) if coding else raw
+        assert orjson.loads(plain)["model_name"] == "add_sub"  # JSON outputs: all JSON
+
+
+def test_bad_compressed_requests(base: str, client: httpclient.InferenceServerClient) -> None:
+    url = f"{base}/v2/models/add_sub/infer"
+    response = requests.post(url, data=b"\x1f\x8bxx", headers={"Content-Encoding": "gzip"})
+    assert_error(response, 400, "the gzip request body could not be read")
+    response = requests.post(url, data=b"x", headers={"Content-Encoding": "br"}, timeout=10)
+    assert_error(response, 501, "Content-Encoding br is not supported", "gzip, deflate")
+    # a small body that inflates past the limit is refused without inflating all of it
+    bomb = gzip.compress(b" " * (MAX_REQUEST_BYTES + 1))
+    response = requests.post(url, data=bomb, headers={"Content-Encoding": "gzip"}, timeout=30)
+    assert_error(response, 413, "once decompressed", str(MAX_REQUEST_BYTES))
+    assert_add_sub_works(client)

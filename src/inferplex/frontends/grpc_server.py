@@ -26,7 +26,6 @@ import binascii
 import logging
 import socket
 import ssl
-import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +37,7 @@ from inferplex.errors import (
     PayloadTooLargeError,
     UnsupportedError,
 )
+from inferplex.frontends.compression import decompress
 from inferplex.frontends.http2 import READ_BUFFER, Http2Connection, Stream
 from inferplex.frontends.http2_wire import literal_header_block
 from inferplex.frontends.http_server import TLS_SHUTDOWN_TIMEOUT_S
@@ -312,13 +312,7 @@ class GrpcServer:
             raise InvalidInputError(
                 "the message is flagged compressed but grpc-encoding is identity"
             )
-        decompressor = zlib.decompressobj(31 if encoding == b"gzip" else 15)
-        try:
-            plain = decompressor.decompress(message, self._max_message + 1)
-        except zlib.error as exc:
-            raise InvalidInputError(
-                f"the {encoding.decode()} message could not be read: {exc}"
-            ) from None
+        plain = decompress(message, encoding, self._max_message, f"the {encoding.decode()} message")
         if len(plain) > self._max_message:
             raise _too_large(self._max_message)
         return plain

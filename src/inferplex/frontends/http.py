@@ -33,6 +33,7 @@ comes from the one table in ``protocol/v2/errors.py``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -47,6 +48,7 @@ from inferplex.errors import (
     PayloadTooLargeError,
     UnsupportedError,
 )
+from inferplex.frontends.compression import CODINGS, accepted, compress, decompress
 from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import (
     decode_infer_request,
@@ -128,9 +130,9 @@ class HttpApp:
                     [(b"allow", method.encode())],
                 )
             if method == "POST":
-                body, header_length = await self._read(scope, receive)
+                body, header_length, accept = await self._read(scope, receive)
             else:
-                body, header_length = b"", None
+                body, header_length, accept = b"", None, None
             if self._routing_header and handler is HttpApp._infer:
                 key = _header(scope, self._routing_header)
                 status, payload, headers = await self._infer(
@@ -138,6 +140,8 @@ class HttpApp:
                 )
             else:
                 status, payload, headers = await handler(self, model, version, body, header_length)
+            if accept is not None and handler is HttpApp._infer:
+                payload, headers = await _compressed(payload, headers, accept)
         except InferplexError as exc:
             status, payload, headers = HTTP_STATUS[exc.code], _error(exc.message), _JSON
         except _RouteError as exc:
@@ -154,10 +158,13 @@ class HttpApp:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": payload})
 
-    async def _read(self, scope: Scope, receive: Receive) -> tuple[Body, bytes | None]:
-        """The request body (refused with 413 as soon as it is known to be too large) and the
-        raw ``Inference-Header-Content-Length`` header, if any."""
-        header_length = None
+    async def _read(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[Body, bytes | None, bytes | None]:
+        """The request body (refused with 413 as soon as it is known to be too large;
+        decompressed if it came compressed), the raw ``Inference-Header-Content-Length``
+        header and the ``Accept-Encoding`` header, if any."""
+        header_length = coding = accept = None
         for key, value in scope["headers"]:
             if key == b"content-length":
                 if not value.isdigit():
@@ -166,11 +173,17 @@ class HttpApp:
                     raise self._too_large(f"Content-Length {int(value)}")
             elif key == b"inference-header-content-length":
                 header_length = value
-            elif key == b"content-encoding" and value.lower() != b"identity":
-                raise UnsupportedError(
-                    f"Content-Encoding {value.decode(errors='replace')} is not supported: send "
-                    "the request body uncompressed"
-                )
+            elif key == b"content-encoding":
+                coding = value.strip().lower()
+                if coding == b"identity":
+                    coding = None
+                elif coding not in CODINGS:
+                    raise UnsupportedError(
+                        f"Content-Encoding {value.decode(errors='replace')} is not supported: "
+                        "send the request body as gzip, deflate or uncompressed"
+                    )
+            elif key == b"accept-encoding":
+                accept = value
         message = await receive()
         if message["type"] == "http.disconnect":
             raise _Disconnected
@@ -178,21 +191,27 @@ class HttpApp:
         size = len(body)
         if size > self._max_body:
             raise self._too_large(f"at least {size} bytes")
-        if not message.get("more_body"):
-            return body, header_length
-        # a body in pieces (chunked, or larger than one read): count as it arrives and never
-        # hold more than the limit
-        chunks = [body]
-        while message.get("more_body"):
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self._max_body:
-                raise self._too_large(f"at least {size} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks), header_length
+        if message.get("more_body"):
+            # a body in pieces (chunked, or larger than one read): count as it arrives and
+            # never hold more than the limit
+            chunks = [body]
+            while message.get("more_body"):
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Disconnected
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self._max_body:
+                    raise self._too_large(f"at least {size} bytes")
+                chunks.append(chunk)
+            body = b"".join(chunks)
+        if coding is not None:
+            body = await _off_loop(
+                decompress, body, coding, self._max_body, f"the {coding.decode()} request body"
+            )
+            if len(body) > self._max_body:
+                raise self._too_large(f"more than {self._max_body} bytes once decompressed")
+        return body, header_length, accept
 
     def _resolve(self, path: str) -> Route:
         route = _resolve(path)
@@ -415,6 +434,26 @@ def _resolve(path: str) -> Route:
                 if action is not None:
                     return action[0], action[1], parts[3], ""
     raise _RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
+
+
+#: bodies (de)compressed on the event loop up to this size; larger ones in a thread
+_INLINE_CODING_BYTES = 64 << 10
+
+
+async def _off_loop(function: Callable[..., bytes], data: Body, *args: Any) -> bytes:
+    """``function(data, *args)``: a large body in a thread, so the loop goes on serving."""
+    if len(data) <= _INLINE_CODING_BYTES:
+        return function(data, *args)
+    return await asyncio.to_thread(function, data, *args)
+
+
+async def _compressed(payload: bytes, headers: Headers, accept: bytes) -> tuple[bytes, Headers]:
+    """An inference response compressed as its request's ``Accept-Encoding`` asks (as
+    Triton does; Inference-Header-Content-Length still counts the uncompressed JSON)."""
+    coding = accepted(accept)
+    if coding is None:
+        return payload, headers
+    return await _off_loop(compress, payload, coding), [*headers, (b"content-encoding", coding)]
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
