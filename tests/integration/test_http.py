@@ -243,21 +243,32 @@ def test_explicit_version(client: httpclient.InferenceServerClient) -> None:
     assert result.get_response()["model_version"] == "1"
 
 
-def test_nan_and_inf_pass_through(client: httpclient.InferenceServerClient) -> None:
-    """perf_analyzer sends random bits; NaN must neither crash nor change in binary."""
-    array = np.array([[np.nan, np.inf, -np.inf, 1.0]], dtype=np.float32)
-    tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
-    tensor.set_data_from_numpy(array)
-    binary = client.infer(
-        "identity_fp32", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0")]
-    )
-    np.testing.assert_array_equal(binary.as_numpy("OUTPUT0"), array)
-    as_json = client.infer(
-        "identity_fp32",
-        [tensor],
-        outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)],
-    )
-    assert as_json.get_response()["outputs"][0]["data"] == [None, None, None, 1.0]
+@pytest.mark.parametrize("datatype", ["FP16", "FP32", "FP64"])
+@pytest.mark.parametrize("binary_in", [True, False])
+@pytest.mark.parametrize("binary_out", [True, False])
+def test_nan_and_inf_pass_through(
+    client: httpclient.InferenceServerClient, datatype: str, binary_in: bool, binary_out: bool
+) -> None:
+    """perf_analyzer sends random bits; NaN must neither crash nor change. In JSON they are
+    the literals NaN / Infinity / -Infinity both ways, as Triton reads and writes them."""
+    array = np.array([[np.nan, np.inf, -np.inf, 1.5]], dtype=V2_TO_NUMPY[datatype])
+    tensor = httpclient.InferInput("INPUT0", [1, 4], datatype)
+    tensor.set_data_from_numpy(array, binary_data=binary_in)
+    model = f"identity_{datatype.lower()}"
+    wanted = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary_out)]
+    result = client.infer(model, [tensor], outputs=wanted)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), array)
+
+
+def test_json_infinity_is_no_overflow_but_a_large_number_is(base: str) -> None:
+    document = add_sub_document()
+    document["inputs"][0]["data"] = [1e39] + [0.0] * 15
+    response = requests.post(f"{base}/v2/models/add_sub/infer", json=document, timeout=10)
+    assert_error(response, 400, "INPUT0", "outside the range of FP32")
+    body = orjson.dumps(add_sub_document()).replace(b"[0,", b"[-Infinity,", 1)
+    response = requests.post(f"{base}/v2/models/add_sub/infer", data=body, timeout=10)
+    assert response.status_code == 200, response.text
+    assert "-Infinity" in response.text
 
 
 # -- raw HTTP ------------------------------------------------------------------------------

@@ -357,12 +357,19 @@ def test_id_and_parameters_only_when_present() -> None:
     assert (header["id"], header["parameters"]) == ("x", {"k": 1})
 
 
-def test_nan_and_inf_are_null_in_json_and_exact_in_binary() -> None:
+def test_nan_and_inf_are_literals_in_json_and_exact_in_binary() -> None:
     values = np.array([np.nan, np.inf, -np.inf, 1.0], dtype=np.float32)
     tensor = Tensor("OUT0", "FP32", (4,), values)
     json_request = InferenceRequest("model", [])
     body, _ = encode_infer_response(InferenceResponse("m", "1", [tensor]), json_request)
-    assert orjson.loads(body)["outputs"][0]["data"] == [None, None, None, 1.0]
+    assert b'"data":[NaN,Infinity,-Infinity,1.0]' in body
+    request = decode_infer_request(
+        b'{"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[NaN,-Infinity,2]}]}',
+        None,
+        "m",
+        "",
+    )
+    np.testing.assert_array_equal(request.inputs[0].data, [np.nan, -np.inf, 2])
     binary_request = InferenceRequest("model", [], parameters={"binary_data_output": True})
     body, length = encode_infer_response(InferenceResponse("m", "1", [tensor]), binary_request)
     assert body[length:] == values.tobytes()

@@ -9,13 +9,16 @@ Checks against the model's declared inputs (names, duplicates, shapes) are the e
 Every problem with a request is an :class:`InvalidInputError` whose message names the tensor
 or field and says what was expected.
 
-Non-finite floats (NaN, +/-Inf) in outputs sent as JSON are written as ``null``: JSON has no
-literal for them and orjson's choice is kept rather than inventing a string encoding. Clients
-that need them exactly ask for the output with ``binary_data``.
+Non-finite floats (NaN, +/-Inf) are JSON's one gap: as Triton does (and Python's ``json``,
+which tritonclient uses), they are read and written as the literals ``NaN``, ``Infinity`` and
+``-Infinity``. orjson knows neither, so a request it cannot parse is tried once more with
+``json`` when it holds such a literal, and a float output with a non-finite value is written
+by ``json``; everything else stays on orjson's path.
 """
 
 from __future__ import annotations
 
+import json
 from math import prod
 from typing import Any
 
@@ -93,7 +96,7 @@ def decode_infer_request(
     try:
         header = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        raise InvalidInputError(f"malformed JSON in the inference request: {exc}") from None
+        header = _with_non_finite_literals(text, exc)
     # orjson builds exact dicts, lists and strs: ``type(...) is`` checks are enough and cheap
     if type(header) is not dict:
         raise InvalidInputError(
@@ -445,6 +448,22 @@ def _binary_output(tensor: Tensor) -> tuple[bytes | np.ndarray, int]:
 
 
 def _json_output(tensor: Tensor) -> Any:
-    if tensor.datatype != "BYTES":
-        return _native(tensor).reshape(-1)
-    return strings_to_json(tensor.name, np.asarray(tensor.data))
+    if tensor.datatype == "BYTES":
+        return strings_to_json(tensor.name, np.asarray(tensor.data))
+    data = _native(tensor).reshape(-1)
+    if data.dtype.kind == "f" and not np.isfinite(data).all():
+        # orjson would write null; NaN / Infinity / -Infinity as Triton writes them
+        return orjson.Fragment(json.dumps(data.tolist(), separators=(",", ":")))
+    return data
+
+
+def _with_non_finite_literals(text: bytes | memoryview, error: orjson.JSONDecodeError) -> Any:
+    """A request header orjson refused, parsed by ``json`` if it holds the NaN / Infinity
+    literals orjson does not know; the InvalidInputError for ``error`` otherwise."""
+    raw = bytes(text)
+    if b"NaN" in raw or b"Infinity" in raw:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            pass
+    raise InvalidInputError(f"malformed JSON in the inference request: {error}") from None

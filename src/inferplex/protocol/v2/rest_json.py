@@ -70,7 +70,11 @@ def array_from_json(
         raise _wrong_kind(name, datatype, raw.dtype.kind)
     limits = _RANGES.get(datatype)
     if limits is not None and (raw.min() < limits[0] or raw.max() > limits[1]):
-        raise _out_of_range(name, datatype)
+        # Infinity (a JSON literal, as Triton reads it) is a value of every float type;
+        # only finite numbers that would overflow are refused
+        finite = raw[np.isfinite(raw)] if raw.dtype.kind == "f" else raw
+        if finite.size and (finite.min() < limits[0] or finite.max() > limits[1]):
+            raise _out_of_range(name, datatype)
     return reshape_input(raw.astype(dtype, copy=False), shape, name)
 
 
