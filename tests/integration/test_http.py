@@ -118,6 +118,8 @@ def test_model_config(client: httpclient.InferenceServerClient) -> None:
     assert config["name"] == "add_sub"
     assert config["max_batch_size"] == 8
     assert [t["name"] for t in config["input"]] == ["INPUT0", "INPUT1"]
+    # the platform named in config.pbtxt and the backend that serves it, as Triton shows them
+    assert (config["platform"], config["backend"]) == ("onnxruntime_onnx", "onnxruntime")
 
 
 def test_repository_index_lists_the_broken_model(client: httpclient.InferenceServerClient) -> None:
@@ -323,6 +325,14 @@ def test_unknown_model_metadata_and_ready(base: str) -> None:
     assert_error(requests.get(f"{base}/v2/models/nope/config", timeout=10), 404, "nope")
     response = requests.get(f"{base}/v2/models/add_sub/versions/99/ready", timeout=10)
     assert_error(response, 404, "99")
+
+
+def test_a_model_that_failed_to_load_answers_unavailable(base: str) -> None:
+    """Its metadata, config and statistics alike: 503 with the reason."""
+    for path in ("", "/config", "/stats"):
+        response = requests.get(f"{base}/v2/models/broken{path}", timeout=10)
+        assert_error(response, 503, "broken")
+    assert requests.get(f"{base}/v2/models/broken/ready", timeout=10).status_code == 503
 
 
 def binary_add_sub(declared: int, sent: int) -> tuple[bytes, dict[str, str]]:

@@ -28,8 +28,10 @@ from inferplex.routing.table import RouteTable
 from inferplex.shm import SharedMemoryRegistry
 from inferplex.version import __version__
 
-#: Protocol extensions implemented in full (perf_analyzer polls statistics when listed).
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "statistics", "system_shared_memory")
+#: Protocol extensions implemented in full (perf_analyzer polls statistics when listed);
+#: system_shared_memory is listed only where the server allows it (--allow-shared-memory).
+EXTENSIONS = ("binary_tensor_data", "model_configuration", "model_repository", "statistics")
+SHARED_MEMORY_EXTENSION = "system_shared_memory"
 
 
 class InferenceEngine:
@@ -107,7 +109,10 @@ class InferenceEngine:
         return {
             "name": self.config.server_name,
             "version": __version__,
-            "extensions": list(EXTENSIONS),
+            "extensions": [
+                *EXTENSIONS,
+                *([SHARED_MEMORY_EXTENSION] if self.shared_memory.enabled else []),
+            ],
         }
 
     def model_ready(self, name: str, version: str = "") -> bool:
@@ -157,15 +162,11 @@ class InferenceEngine:
         route = self.routes.get(name) if name else None
         if route is not None:  # the statistics of the models behind the route
             route.primary(version)  # a route has no versions
-            known = {e.name for e in self.registry.entries()}
-            models = dict.fromkeys(t.model for t in route.members if t.model in known)
+            serving = {e.name for e in self.registry.entries() if e.versions}
+            models = dict.fromkeys(t.model for t in route.members if t.model in serving)
             return [s for model in models for s in self.model_statistics(model)]
         if name:
-            served = (
-                [self.registry.route(name, version)]
-                if version
-                else list(self.registry.entry(name).versions.values())
-            )
+            served = [self.registry.route(name, version)] if version else self.registry.served(name)
         else:
             served = [v for e in self.registry.entries() for v in e.versions.values()]
         statistics = [v.statistics() for v in served]

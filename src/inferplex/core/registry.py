@@ -158,6 +158,13 @@ class ModelRegistry:
         entry.last_used = _monotonic()
         return served
 
+    def served(self, name: str) -> list[ModelVersion]:
+        """Every served version of the model; ModelNotReadyError with the reason if none."""
+        entry = self.entry(name)
+        if not entry.versions:
+            raise ModelNotReadyError(_not_ready(entry))
+        return list(entry.versions.values())
+
     def config(self, name: str) -> ModelConfig:
         """The model's config, also while it has no ready version (if it could be read)."""
         entry = self.entry(name)

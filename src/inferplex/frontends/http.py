@@ -168,7 +168,9 @@ class HttpApp:
         for key, value in scope["headers"]:
             if key == b"content-length":
                 if not value.isdigit():
-                    raise InvalidInputError(f"header Content-Length is not a number: {value!r}")
+                    raise InvalidInputError(
+                        f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
+                    )
                 if int(value) > self._max_body:
                     raise self._too_large(f"Content-Length {int(value)}")
             elif key == b"inference-header-content-length":

@@ -160,8 +160,17 @@ def plan_model(
         raise ConfigError(
             f"model '{name}' has no config file and its format cannot describe itself"
         )
-    if not config.backend and not config.platform:
-        config = config.model_copy(update={"backend": backend.names[0]})
+    # both names filled in, as Triton renders a config (platform onnxruntime_onnx, backend
+    # onnxruntime; an ensemble's backend stays empty): clients that read either one see what
+    # serves the model
+    names = {
+        **(
+            {} if config.backend or config.platform == "ensemble" else {"backend": backend.names[0]}
+        ),
+        **({} if config.platform or not backend.platforms else {"platform": backend.platforms[0]}),
+    }
+    if names:
+        config = config.model_copy(update=names)
     if not config.default_model_filename:
         config = config.model_copy(update={"default_model_filename": filename})
     if config.unsupported_fields:

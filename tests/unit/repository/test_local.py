@@ -61,6 +61,16 @@ def test_version_policy_selects_files(tmp_path: Path) -> None:
     assert sorted(plan.version_files) == [1, 3]
 
 
+def test_platform_and_backend_are_both_named(tmp_path: Path) -> None:
+    """As Triton renders configs: a model without a config file, or with either name only."""
+    modelgen.add_sub(tmp_path)  # no config file: completed from the ONNX signature
+    config = plan_model(tmp_path / "add_sub").config
+    assert (config.platform, config.backend) == ("onnxruntime_onnx", "onnxruntime")
+    model = add_sub_model(tmp_path)  # names the platform only
+    config = plan_model(model).config
+    assert (config.platform, config.backend) == ("onnxruntime_onnx", "onnxruntime")
+
+
 def test_missing_version_folder_and_missing_file(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="has no version folder"):

@@ -51,8 +51,9 @@ def parse_header_length(value: bytes | str) -> int:
     try:
         length = int(value)
     except ValueError:
+        shown = value.decode(errors="replace") if isinstance(value, bytes) else value
         raise InvalidInputError(
-            f"header Inference-Header-Content-Length must be a non-negative integer, got {value!r}"
+            f"header Inference-Header-Content-Length must be a non-negative integer, got '{shown}'"
         ) from None
     if length < 0:
         raise InvalidInputError(
