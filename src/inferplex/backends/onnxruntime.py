@@ -67,6 +67,19 @@ class OnnxRuntimeBackend(Backend):
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }
+        # inputs the config lets a request leave out but the graph needs (only graph inputs
+        # with an initializer may be left out): a request without one gets a 400 naming it
+        graph_inputs = {i.name for i in self._session.get_inputs()}
+        self._needed_optional = frozenset(
+            t.name for t in config.input if t.optional and t.name in graph_inputs
+        )
+        if self._needed_optional:
+            logger.warning(
+                "model '%s': input(s) %s are optional in the config but the ONNX graph needs "
+                "them: requests without them will be refused",
+                config.name,
+                sorted(self._needed_optional),
+            )
         self._run_options = ort.RunOptions()
         # The Python wrapper's run() re-checks the feeds (the engine validated them already):
         # ~40,000 instructions of GIL-holding Python per batch, as much as a small model's
@@ -77,6 +90,12 @@ class OnnxRuntimeBackend(Backend):
         )
 
     def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        if self._needed_optional and not self._needed_optional <= inputs.keys():
+            missing = sorted(self._needed_optional - inputs.keys())
+            raise InvalidInputError(
+                f"input(s) {missing} missing: the config marks them optional, but the model's "
+                "ONNX graph needs them"
+            )
         feeds = inputs
         if self._string_inputs:
             # ORT takes strings as numpy str/object arrays of str, not bytes.

@@ -11,7 +11,7 @@ from inferplex import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, OnnxRuntimeBackend
 from inferplex.config import ModelConfig
-from inferplex.errors import ConfigError
+from inferplex.errors import ConfigError, InvalidInputError
 
 
 def config(parameters: dict[str, str] | None = None) -> ModelConfig:
@@ -52,3 +52,16 @@ def test_execute_returns_the_requested_outputs(model: Path) -> None:
     outputs = backend.execute({"INPUT0": a, "INPUT1": b}, ["OUTPUT1"])
     assert list(outputs) == ["OUTPUT1"]
     np.testing.assert_array_equal(outputs["OUTPUT1"], a - b)
+
+
+def test_an_optional_input_the_graph_needs_is_refused_by_name(model: Path, caplog) -> None:
+    marked = config()
+    tensors = [t.model_copy(update={"optional": t.name == "INPUT1"}) for t in marked.input]
+    backend = OnnxRuntimeBackend(
+        model, marked.model_copy(update={"input": tensors}), InstanceSpec(intra_op_threads=1)
+    )
+    assert "are optional in the config but the ONNX graph needs them" in caplog.text
+    with pytest.raises(InvalidInputError, match=r"\['INPUT1'\] missing"):
+        backend.execute({"INPUT0": np.zeros((1, 16), np.float32)}, ["OUTPUT0"])
+    both = {n: np.ones((1, 16), np.float32) for n in ("INPUT0", "INPUT1")}
+    np.testing.assert_array_equal(backend.execute(both, ["OUTPUT0"])["OUTPUT0"], 2 * both["INPUT0"])
