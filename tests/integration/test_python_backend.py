@@ -66,6 +66,11 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             inputs = [pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")]
+            if inputs[0].as_numpy()[0, 0] == -5:
+                code = pb_utils.TritonError.INVALID_ARG
+                error = pb_utils.TritonError("INPUT0 starts with -5", code)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
             call = pb_utils.InferenceRequest(
                 model_name="add_sub", inputs=inputs, requested_output_names=["OUTPUT0", "OUTPUT1"]
             )
@@ -80,6 +85,23 @@ class TritonPythonModel:
             ]
             responses.append(pb_utils.InferenceResponse(outputs))
         return responses
+"""
+
+
+#: py_bls as the one step of an ensemble
+PIPELINE = """
+name: "py_pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+         { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "py_bls" model_version: -1
+  input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
+  output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" }
+} ] }
 """
 
 
@@ -107,6 +129,8 @@ def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS
     digits_reader(repo)
     python_model(repo, "py_add_sub", NATIVE)
     python_model(repo, "py_bls", TRITON_BLS)
+    (repo / "py_pipeline" / "1").mkdir(parents=True)
+    (repo / "py_pipeline" / "config.pbtxt").write_text(PIPELINE)
     server = start_server(repo, tmp_path_factory.mktemp("python_log") / "server.log")
     yield server
     code = server.stop()
@@ -155,6 +179,21 @@ def test_a_triton_style_model_calls_an_onnx_model_in_process(
     a, b, result = infer_add_sub(protocol, python_server, "py_bls")
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), (a + b) * 10)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("model", ["py_bls", "py_pipeline"])
+def test_a_triton_error_response_keeps_its_code(
+    python_server: RunningServer, protocol: str, model: str
+) -> None:
+    """TritonError.INVALID_ARG is a client error, also from a step of an ensemble."""
+    with pytest.raises(InferenceServerException) as failed:
+        infer_add_sub(protocol, python_server, model, first=-5)
+    assert "INPUT0 starts with -5" in failed.value.message()
+    status = failed.value.status()
+    assert status in ("400", "StatusCode.INVALID_ARGUMENT"), status
+    if model == "py_pipeline":
+        assert "step 1 'py_bls'" in failed.value.message()
 
 
 def pgm(grid: np.ndarray, scale: int) -> bytes:

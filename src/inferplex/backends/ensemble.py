@@ -11,7 +11,6 @@ tensors never leave the process.
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -273,7 +272,10 @@ def failure(context: str, exc: BaseException) -> InferplexError:
     message = f"{context} failed: {detail}"
     if not isinstance(exc, InferplexError):
         return ModelExecutionError(message)
-    error = copy.copy(exc)
+    # the same class and attributes with the new message; not copy.copy, which calls the
+    # class with its args and fails for errors whose __init__ takes more than the message
+    error = type(exc).__new__(type(exc), message)
+    error.__dict__.update(exc.__dict__)
     error.args = (message,)
     error.message = message
     return error

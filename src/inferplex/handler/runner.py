@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
+from inferplex.errors import InferplexError
 from inferplex.handler import triton
 from inferplex.handler.base import BaseHandler, Context
 
@@ -98,8 +99,10 @@ class Runner:
             )
         response = responses[0]
         error = response.error()
-        if error is not None:
-            raise HandlerError(error.message())
+        if error is not None:  # fails the batch with the message and code the model chose
+            failed = InferplexError(error.message())
+            failed.code = error.server_code()
+            raise failed
         return {t.name(): t.as_numpy() for t in response.output_tensors()}
 
     # -- TorchServe style ----------------------------------------------------------------
@@ -131,7 +134,14 @@ class Runner:
         if not self._batched:
             return items[0]
         names = items[0].keys() if items else self._outputs.keys()
-        return {name: _stack(name, [item.get(name) for item in items]) for name in names}
+        return {
+            name: _stack(name, [item.get(name) for item in items], self._numeric(name))
+            for name in names
+        }
+
+    def _numeric(self, name: str) -> bool:
+        """Whether the output holds numbers (not BYTES)."""
+        return self._outputs.get(name, (None, ()))[0] is not None
 
     def _item(self, value: Any) -> dict[str, Any]:
         """A handler result as output name -> value: a dict keyed by output names, or the
@@ -159,6 +169,21 @@ class Runner:
             # e.g. one value per row, declared with Triton's dims [1]
             array = array.reshape(wanted)
         return array
+
+
+class ModuleHandler:
+    """A TorchServe module-level entry point, ``handle(data, context)`` in model.py, as a
+    handler: called once with ``data`` None to initialize (as TorchServe does), then once
+    per batch."""
+
+    def __init__(self, entry: Callable[[Any, Context], Any]) -> None:
+        self._entry = entry
+
+    def initialize(self, context: Context) -> None:
+        self._entry(None, context)
+
+    def handle(self, data: list[dict[str, Any]], context: Context) -> Any:
+        return self._entry(data, context)
 
 
 def _numpy_dtype(data_type: str) -> np.dtype | None:
@@ -207,11 +232,13 @@ def _to_bytes_array(value: Any) -> np.ndarray:
     return out
 
 
-def _stack(name: str, values: list[Any]) -> np.ndarray:
+def _stack(name: str, values: list[Any], numeric: bool) -> np.ndarray:
+    """Per-row values of one output as one array: numbers of a numeric output stacked
+    (arrays, tensors, scalars or nested lists such as ``tensor.tolist()``)."""
     if any(v is None for v in values):
         raise HandlerError(f"some rows of the handler's result have no output '{name}'")
     plain = [_plain(v) for v in values]
-    if all(isinstance(v, np.ndarray | int | float | bool | np.generic) for v in plain):
+    if numeric or all(isinstance(v, np.ndarray | int | float | bool | np.generic) for v in plain):
         return np.stack([np.asarray(v) for v in plain])
     # per-row text or JSON-able values for a BYTES output
     out = np.empty(len(plain), dtype=np.object_)
@@ -285,11 +312,14 @@ def find_class(module: ModuleType, name: str) -> Callable[[], Any]:
         if cls.__module__ == module.__name__
         and any(callable(getattr(cls, m, None)) for m in ("execute", "handle", "inference"))
     ]
+    entry = getattr(module, "handle", None)
+    if not candidates and inspect.isfunction(entry) and entry.__module__ == module.__name__:
+        return lambda: ModuleHandler(entry)
     if len(candidates) != 1:
         found_names = ", ".join(c.__name__ for c in candidates) or "none"
         raise HandlerError(
             f"model.py must define a class {' or '.join(DEFAULT_CLASSES)}, or exactly one class "
-            f"with execute, handle or inference (found: {found_names}); or name one in the "
-            "config parameter handler_class"
+            f"with execute, handle or inference (found: {found_names}), or a function "
+            "handle(data, context); or name a class in the config parameter handler_class"
         )
     return candidates[0]

@@ -19,23 +19,55 @@ from typing import Any
 import numpy as np
 
 from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
+from inferplex.errors import ErrorCode
 from inferplex.handler import bls
 
 _logger = logging.getLogger("inferplex.handler")
 
 
 class TritonError:
-    """An error a model puts in a response (or that ``exec`` reports)."""
+    """An error a model puts in a response (or that ``exec`` reports), with Triton's codes:
+    a response with ``TritonError("...", TritonError.INVALID_ARG)`` fails its request with
+    400 / INVALID_ARGUMENT, as in Triton."""
 
-    def __init__(self, message: str, code: str = "internal") -> None:
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int | str = INTERNAL) -> None:
         self._message = message
-        self._code = code
+        # the server's code names (ModelCallError.code: "not_found", ...) are taken too
+        self._code = code if isinstance(code, int) else _FROM_SERVER_CODE.get(code, 1)
 
     def message(self) -> str:
         return self._message
 
-    def code(self) -> str:
+    def code(self) -> int:
         return self._code
+
+    def server_code(self) -> ErrorCode:
+        """The code the server answers a request this error fails with."""
+        return _TO_SERVER_CODE.get(self._code, ErrorCode.INTERNAL)
+
+
+_TO_SERVER_CODE = {
+    TritonError.NOT_FOUND: ErrorCode.NOT_FOUND,
+    TritonError.INVALID_ARG: ErrorCode.INVALID_ARGUMENT,
+    TritonError.UNAVAILABLE: ErrorCode.UNAVAILABLE,
+    TritonError.UNSUPPORTED: ErrorCode.UNIMPLEMENTED,
+    TritonError.ALREADY_EXISTS: ErrorCode.INVALID_ARGUMENT,
+}
+_FROM_SERVER_CODE = {
+    ErrorCode.NOT_FOUND.value: TritonError.NOT_FOUND,
+    ErrorCode.INVALID_ARGUMENT.value: TritonError.INVALID_ARG,
+    ErrorCode.UNAVAILABLE.value: TritonError.UNAVAILABLE,
+    ErrorCode.UNIMPLEMENTED.value: TritonError.UNSUPPORTED,
+}
 
 
 class TritonModelException(Exception):
@@ -62,12 +94,32 @@ class Tensor:
         return True
 
     def to_dlpack(self) -> Any:
-        return self._array.__dlpack__()
+        # a legacy DLPack capsule (what torch.utils.dlpack.from_dlpack takes) cannot say
+        # read-only, and numpy will not export a read-only array (a request's input is one)
+        array = self._array if self._array.flags.writeable else self._array.copy()
+        return array.__dlpack__()
 
     @classmethod
     def from_dlpack(cls, name: str, tensor: Any) -> Tensor:
-        """From any object with ``__dlpack__`` on the CPU (a torch tensor, for example)."""
+        """From a CPU object with ``__dlpack__`` (a torch tensor, for example) or a DLPack
+        capsule (``torch.utils.dlpack.to_dlpack(t)``, ``Tensor.to_dlpack()``), as Triton
+        takes both."""
+        if not hasattr(tensor, "__dlpack__"):
+            tensor = _Capsule(tensor)
         return cls(name, np.from_dlpack(tensor))
+
+
+class _Capsule:
+    """A DLPack capsule dressed as the object numpy's ``from_dlpack`` asks for."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU: GPU tensors are not supported here
 
 
 class InferenceResponse:
@@ -132,9 +184,11 @@ class InferenceRequest:
     def parameters(self) -> str:
         return json.dumps(self._parameters or {})
 
-    def exec(self) -> InferenceResponse:
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
         """Run this request on the model it names, in-process; errors come back in the
         response, as in Triton."""
+        if decoupled:
+            raise TritonModelException("exec(decoupled=True): decoupled models are not supported")
         try:
             outputs = bls.infer(
                 self._model_name,

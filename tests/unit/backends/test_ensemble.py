@@ -12,12 +12,14 @@ import pytest
 
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.ensemble import EnsembleBackend, EnsembleGraph, failure
+from inferplex.backends.process_backend import WorkerError
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import config_from_dict
 from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.errors import (
     ConfigError,
+    ErrorCode,
     InvalidInputError,
     ModelExecutionError,
     ModelNotReadyError,
@@ -187,6 +189,10 @@ def test_failure_keeps_the_code_and_names_the_context() -> None:
     assert str(error) == error.message
     other = failure("model 'e': step 1 'a'", ValueError("boom"))
     assert isinstance(other, ModelExecutionError) and other.message.endswith("failed: boom")
+    # an error whose __init__ takes more than the message (a Python step's own code)
+    worker = failure("model 'e': step 1 'a'", WorkerError("bad mode", ErrorCode.INVALID_ARGUMENT))
+    assert isinstance(worker, WorkerError) and worker.code is ErrorCode.INVALID_ARGUMENT
+    assert worker.message == "model 'e': step 1 'a' failed: bad mode"
 
 
 class ScriptedCaller:

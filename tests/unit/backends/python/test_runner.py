@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import BaseHandler, Context
 from inferplex.handler import triton as pb_utils
 from inferplex.handler.runner import HandlerError, Runner, find_class
@@ -144,9 +145,78 @@ def test_triton_style_models_run_and_get_tritons_args() -> None:
     np.testing.assert_array_equal(out, np.ones((2, 4)))
 
 
-def test_an_error_response_fails_the_batch_with_its_message() -> None:
-    with pytest.raises(HandlerError, match="negative input"):
+def test_an_error_response_fails_the_batch_with_its_message_and_code() -> None:
+    with pytest.raises(InferplexError, match=r"^negative input$") as failed:
         Runner(TritonStyle(), context()).run({"INPUT0": -np.ones((1, 4), np.float32)}, ["OUTPUT0"])
+    assert failed.value.code is ErrorCode.INTERNAL  # Triton's default code
+
+    class Refusing:
+        def execute(self, requests: list[Any]) -> list[Any]:
+            error = pb_utils.TritonError("bad X", pb_utils.TritonError.INVALID_ARG)
+            return [pb_utils.InferenceResponse(error=error) for _ in requests]
+
+    with pytest.raises(InferplexError, match="bad X") as failed:
+        Runner(Refusing(), context()).run({"INPUT0": np.ones((1, 4), np.float32)}, ["OUTPUT0"])
+    assert failed.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_triton_error_codes_and_the_servers_code_names() -> None:
+    assert pb_utils.TritonError("x").code() == pb_utils.TritonError.INTERNAL
+    assert pb_utils.TritonError("x", "not_found").code() == pb_utils.TritonError.NOT_FOUND
+    unavailable = pb_utils.TritonError("x", pb_utils.TritonError.UNAVAILABLE)
+    assert unavailable.server_code() is ErrorCode.UNAVAILABLE
+
+
+def test_dlpack_capsules_and_objects_both_make_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    source = torch.arange(6, dtype=torch.float32)
+    from_capsule = pb_utils.Tensor.from_dlpack("a", torch.utils.dlpack.to_dlpack(source))
+    np.testing.assert_array_equal(from_capsule.as_numpy(), np.arange(6))
+    again = pb_utils.Tensor.from_dlpack("b", from_capsule.to_dlpack())
+    np.testing.assert_array_equal(again.as_numpy(), np.arange(6))
+    readonly = np.arange(3.0)
+    readonly.flags.writeable = False  # as a request's inputs are
+    back = torch.utils.dlpack.from_dlpack(pb_utils.Tensor("r", readonly).to_dlpack())
+    assert back.tolist() == [0.0, 1.0, 2.0]
+    np.testing.assert_array_equal(pb_utils.Tensor.from_dlpack("c", source).as_numpy(), np.arange(6))
+
+
+def test_exec_takes_decoupled_false_only() -> None:
+    request = pb_utils.InferenceRequest("other", [], ["Y"])
+    assert request.exec(decoupled=False).has_error()  # no server here: an error response
+    with pytest.raises(pb_utils.TritonModelException, match="decoupled"):
+        request.exec(decoupled=True)
+
+
+def test_per_row_lists_of_numbers_stack_into_a_numeric_output() -> None:
+    class Lists(BaseHandler):
+        def inference(self, data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [{"OUTPUT0": (row["INPUT0"] * 2).tolist()} for row in data]
+
+        def preprocess(self, data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return data
+
+    batch = np.arange(8, dtype=np.float32).reshape(2, 4)
+    out = Runner(Lists(), context()).run({"INPUT0": batch}, ["OUTPUT0"])["OUTPUT0"]
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, batch * 2)
+
+
+def test_a_module_level_handle_function_is_a_handler() -> None:
+    module = types.ModuleType("module_entry")
+    calls: list[Any] = []
+
+    def handle(data: Any, ctx: Any) -> Any:
+        calls.append(data)
+        return None if data is None else [len(row["data"]) for row in data]
+
+    handle.__module__ = module.__name__
+    module.handle = handle
+    ctx = context(inputs=(("INPUT0", "TYPE_STRING", [1]),), outputs=(("N", "TYPE_INT64", [1]),))
+    runner = Runner(find_class(module, "")(), ctx)
+    assert calls == [None]  # initialized as TorchServe does: handle(None, context)
+    text = np.array([[b"ab"], [b"abcd"]], dtype=object)
+    assert runner.run({"INPUT0": text}, ["N"])["N"].tolist() == [[2], [4]]
 
 
 def test_bls_outside_a_served_model_says_so() -> None:
