@@ -16,7 +16,8 @@ CPU instances: ``openvino`` -> ``OpenVINOExecutionProvider``, parameters passed 
 options (``device_type``, ``precision``, ``num_of_threads``, ...). The CPU provider always
 comes last.
 
-Accelerators of the other kind of device are ignored, as in Triton. An accelerator whose
+Accelerators of the other kind of device are not used, as in Triton, but their names and
+parameters are checked all the same. An accelerator whose
 provider this onnxruntime build lacks fails the load with a clear error, unless the model sets
 the parameter ``execution_accelerator_fallback: "true"``: then it is skipped with a warning and
 the session runs on the providers that remain. The same holds for a provider the build has but
@@ -65,25 +66,27 @@ def session_providers(
     config: ModelConfig, instance: InstanceSpec, available: Collection[str]
 ) -> list[Provider]:
     """The providers (with options) for a session of ``config`` on ``instance``, given the
-    providers this onnxruntime build has (``onnxruntime.get_available_providers()``)."""
+    providers this onnxruntime build has (``onnxruntime.get_available_providers()``). Both
+    kinds of accelerators are checked (a misspelt GPU accelerator fails on a CPU machine
+    too, not first on the GPU box); those of the instance's kind are used."""
     accelerators = config.optimization.execution_accelerators if config.optimization else None
     fallback = _fallback(config)
+    gpu = _declared(config, accelerators.gpu_execution_accelerator if accelerators else (), "gpu")
+    cpu = _declared(config, accelerators.cpu_execution_accelerator if accelerators else (), "cpu")
     if instance.kind == "KIND_GPU":
         if CUDA not in available:
             raise ConfigError(
                 "instance_group kind KIND_GPU asks for CUDA, but ONNX Runtime has no "
                 f"CUDAExecutionProvider here (available: {', '.join(available)})"
             )
-        wanted = accelerators.gpu_execution_accelerator if accelerators else ()
-        providers = _accelerated(config, wanted, GPU_ACCELERATORS, "gpu", available, fallback)
         device = {"device_id": str(instance.device_id)}
-        providers = [(name, {**device, **options}) for name, options in providers]
+        providers = [
+            (name, {**device, **options}) for name, options in _present(gpu, available, fallback)
+        ]
         if all(name != CUDA for name, _ in providers):
             providers.append((CUDA, device))
         return [*providers, CPU]
-    wanted = accelerators.cpu_execution_accelerator if accelerators else ()
-    providers = _accelerated(config, wanted, CPU_ACCELERATORS, "cpu", available, fallback)
-    return [*providers, CPU]
+    return [*_present(cpu, available, fallback), CPU]
 
 
 def _fallback(config: ModelConfig) -> bool:
@@ -96,15 +99,17 @@ def _fallback(config: ModelConfig) -> bool:
     return value == "true"
 
 
-def _accelerated(
-    config: ModelConfig,
-    accelerators: tuple[Accelerator, ...],
-    known: dict[str, str],
-    kind: str,
-    available: Collection[str],
-    fallback: bool,
-) -> list[tuple[str, dict[str, str]]]:
-    providers: list[tuple[str, dict[str, str]]] = []
+#: an accelerator as asked for: provider, its options, and where the config names it
+_Declared = tuple[str, dict[str, str], str]
+
+
+def _declared(
+    config: ModelConfig, accelerators: tuple[Accelerator, ...], kind: str
+) -> list[_Declared]:
+    """The accelerators of one kind ("gpu" or "cpu") with their provider options;
+    ConfigError naming the field for an unknown name or parameter."""
+    known = GPU_ACCELERATORS if kind == "gpu" else CPU_ACCELERATORS
+    declared: list[_Declared] = []
     for index, accelerator in enumerate(accelerators):
         where = f"model '{config.name}': {_SECTION}.{kind}_execution_accelerator[{index}]"
         provider = known.get(accelerator.name.lower())
@@ -118,13 +123,25 @@ def _accelerated(
             if provider == TENSORRT
             else dict(accelerator.parameters)
         )
+        declared.append((provider, options, where))
+    return declared
+
+
+def _present(
+    declared: list[_Declared], available: Collection[str], fallback: bool
+) -> list[tuple[str, dict[str, str]]]:
+    """The declared providers this onnxruntime build has; a missing one fails the load, or
+    with ``fallback`` is left out with a warning."""
+    providers: list[tuple[str, dict[str, str]]] = []
+    for provider, options, where in declared:
         if provider not in available:
             if not fallback:
                 raise ConfigError(
-                    f"{where}: '{accelerator.name}' needs ONNX Runtime's {provider}, which this "
-                    f"onnxruntime build does not have (available: {', '.join(available)}); "
-                    "install an onnxruntime package with it, or set parameters { key: "
-                    f'"{FALLBACK_PARAMETER}" value {{ string_value: "true" }} }} to run without it'
+                    f"{where}: '{_accelerator_name(provider)}' needs ONNX Runtime's {provider}, "
+                    f"which this onnxruntime build does not have (available: "
+                    f"{', '.join(available)}); install an onnxruntime package with it, or set "
+                    f'parameters {{ key: "{FALLBACK_PARAMETER}" value {{ string_value: "true" }} '
+                    "} to run without it"
                 )
             logger.warning(
                 "%s: %s is not available here; running without it (%s)",
@@ -135,6 +152,12 @@ def _accelerated(
             continue
         providers.append((provider, options))
     return providers
+
+
+def _accelerator_name(provider: str) -> str:
+    """Triton's accelerator name for a provider."""
+    known = {**GPU_ACCELERATORS, **CPU_ACCELERATORS}
+    return next(name for name, value in known.items() if value == provider)
 
 
 def _tensorrt_options(accelerator: Accelerator, where: str) -> dict[str, str]:

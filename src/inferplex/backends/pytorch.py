@@ -43,6 +43,7 @@ import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec
 from inferplex.config.model_config import ModelConfig, TensorConfig
+from inferplex.core.datatypes import V2_TO_NUMPY, V2_TO_TRITON
 from inferplex.errors import ConfigError, ModelExecutionError
 from inferplex.security.encryption import model_source
 
@@ -87,6 +88,7 @@ class PyTorchBackend(Backend):
         self._module, parameters = _load(torch, model_path, self._device, config.name)
         self._arguments = _argument_order(config.name, config.input, parameters)
         self._results = _result_indices(config.output)
+        self._dtypes = {t.name: (t.data_type, V2_TO_NUMPY[t.data_type]) for t in config.output}
         self._threads = instance.intra_op_threads
         self._thread: int | None = None  # the worker thread whose thread count is set
         self._inference_mode = torch.inference_mode
@@ -130,7 +132,16 @@ class PyTorchBackend(Backend):
             raise ModelExecutionError(
                 f"model '{self._name}' output '{name}' is a {type(value).__name__}, not a tensor"
             )
-        return value.detach().cpu().numpy()
+        array = value.detach().cpu().numpy()
+        datatype, dtype = self._dtypes[name]
+        if array.dtype != dtype:
+            # as Triton: a silent cast would truncate (float results declared INT32)
+            raise ModelExecutionError(
+                f"model '{self._name}' output '{name}' is {value.dtype}, but the config "
+                f"declares {V2_TO_TRITON[datatype]} ({dtype}): fix the data_type or cast in "
+                "the model"
+            )
+        return array
 
     def close(self) -> None:
         del self._module

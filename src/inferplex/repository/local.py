@@ -208,8 +208,10 @@ def _instances(
         if kind == "KIND_GPU" and not gpu:
             if config.parameters.get(CPU_FALLBACK_PARAMETER, "").lower() != "true":
                 raise ConfigError(
-                    f"model '{config.name}': instance_group[{index}] asks for KIND_GPU but no "
-                    "GPU execution provider is available here; set parameters { key: "
+                    f"model '{config.name}': instance_group[{index}] asks for KIND_GPU but "
+                    f"its backend ('{config.backend or config.platform}') finds no GPU here "
+                    "(ONNX Runtime: no CUDA execution provider; torch: no CUDA device); set "
+                    "parameters { key: "
                     f'"{CPU_FALLBACK_PARAMETER}" value {{ string_value: "true" }} }} to run on '
                     "the CPU instead"
                 )

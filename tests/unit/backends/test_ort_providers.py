@@ -242,8 +242,10 @@ def test_bad_accelerators_are_load_errors(
     accelerator: dict[str, Any], kind: str, message: str
 ) -> None:
     model = config(**{kind: [accelerator]})
-    with pytest.raises(ConfigError, match=message):
-        session_providers(model, GPU if kind == "gpu" else CPU, GPU_BUILD)
+    # on an instance of either kind: a typo shows on the CPU machine, not first on the GPU box
+    for instance in (GPU, CPU):
+        with pytest.raises(ConfigError, match=message):
+            session_providers(model, instance, GPU_BUILD)
 
 
 def test_fallback_parameter_must_be_a_boolean() -> None:

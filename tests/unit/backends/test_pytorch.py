@@ -224,3 +224,13 @@ def test_encrypted_models_load_from_memory(
     encrypt_file(add_sub_pt, path, parse_key(key, "test"))
     backend = PyTorchBackend(path, config(["a", "b"], ["s", "d"]), CPU)
     np.testing.assert_array_equal(run(backend, ["s"], a=A, b=B)["s"], A + B)
+
+
+def test_an_output_of_another_datatype_is_an_error_not_a_cast(tmp_path: Path) -> None:
+    """Float results declared INT32 would be truncated by a cast: refused as Triton does."""
+    path = tm.save_torchscript(tm.Identity(), (torch.zeros(2, 4),), tmp_path / "model.pt")
+    declared = config(["INPUT__0"], ["OUTPUT__0"])
+    output = declared.output[0].model_copy(update={"data_type": "INT32"})
+    backend = PyTorchBackend(path, declared.model_copy(update={"output": [output]}), CPU)
+    with pytest.raises(ModelExecutionError, match=r"is torch.float32, but the config declares "):
+        run(backend, ["OUTPUT__0"], INPUT__0=A)
