@@ -204,7 +204,24 @@ def _find_parent(repository: Path, model: str, version: int | None) -> _Parent:
         raise ConfigError(f"model '{model}' has no version folder (expected e.g. {model}/1/)")
     if version is not None and version not in versions:
         raise ModelNotFoundError(f"model '{model}' has no version {version} (found {versions})")
-    chosen = version if version is not None else versions[-1]
+    # versions this tool wrote hold its report: they are variants, not parents
+    written = [v for v in versions if (model_dir / str(v) / f"{REPORT_STEM}.json").is_file()]
+    originals = [v for v in versions if v not in written]
+    if version is None:
+        if not originals:
+            raise ConfigError(
+                f"model '{model}': every version ({versions}) was written by inferplex optimize; "
+                "put the original model back, or name a version to optimise"
+            )
+        chosen = originals[-1]
+    elif version in written:
+        hint = f"; its parent is version {originals[-1]}" if originals else ""
+        raise ConfigError(
+            f"model '{model}' version {version} was written by inferplex optimize (it holds "
+            f"{REPORT_STEM}.json): optimise the original model instead{hint}"
+        )
+    else:
+        chosen = version
     config = read_model_config(model_dir)
     kind = (config.backend or config.platform) if config else ""
     if kind and kind not in ("onnxruntime", "onnxruntime_onnx"):
@@ -317,10 +334,10 @@ def _build(
             ("fp16", work / "fp16.onnx", "FP16 weights and arithmetic, FP32 inputs/outputs")
         )
     if options.graph:
+        # beside each variant, not instead of it: the measurement decides (an INT8 model
+        # optimised offline has run slower than as it was)
         log("offline graph optimisation")
-        sources = built or [("fp32", parent, "FP32")]
-        built = []
-        for name, path, recipe in sources:
+        for name, path, recipe in list(built) or [("fp32", parent, "FP32")]:
             target = work / f"{name}-graph.onnx"
             optimize_graph(path, target)
             built.append((f"{name}+graph", target, recipe + "; offline ORT graph optimisation"))

@@ -164,10 +164,30 @@ def _checked(arrays: Mapping[str, np.ndarray], specs: list[InputSpec], what: str
     rows = {len(a) for a in inputs.values()}
     labels = arrays.get(LABELS)
     if labels is not None:
+        labels = _class_labels(labels, what)
         rows.add(len(labels))
     if len(rows) != 1 or 0 in rows:
         raise InvalidInputError(f"{what}: arrays must have the same, non-zero number of rows")
-    return DataSet(inputs, None if labels is None else labels.astype(np.int64), what)
+    return DataSet(inputs, labels, what)
+
+
+def _class_labels(labels: np.ndarray, what: str) -> np.ndarray:
+    """``labels`` as one int64 class per row; InvalidInputError for any other shape or for
+    values that are not whole numbers (a column (N, 1) or one-hot (N, C) array would compare
+    with the predictions wrongly, and 0.5 would silently become class 0)."""
+    if labels.ndim != 1:
+        raise InvalidInputError(
+            f"{what}: array '{LABELS}' has shape {list(labels.shape)}; expected [N], one "
+            "integer class per row (not a column or one-hot rows)"
+        )
+    if labels.dtype.kind not in "iub":
+        whole = labels.dtype.kind == "f" and np.array_equal(labels, np.round(labels))
+        if not whole:
+            raise InvalidInputError(
+                f"{what}: array '{LABELS}' holds {labels.dtype} values that are not whole "
+                "numbers; expected one integer class per row"
+            )
+    return labels.astype(np.int64)
 
 
 def synthetic(specs: list[InputSpec], rows: int, seed: int = 0) -> DataSet:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from inferplex.errors import InvalidInputError
 from inferplex.optimize.measure import Agreement, Timing, speedup
 
 Task = Literal["auto", "classification", "embedding"]
@@ -26,6 +27,18 @@ class Thresholds:
     max_accuracy_drop: float = 0.01
     min_agreement: float = 0.99
     min_cosine: float = 0.98
+
+    def __post_init__(self) -> None:
+        for name, low, high in (
+            ("min_speedup", 0.0, None),
+            ("max_accuracy_drop", 0.0, 1.0),
+            ("min_agreement", 0.0, 1.0),
+            ("min_cosine", -1.0, 1.0),
+        ):
+            value = getattr(self, name)
+            if value < low or (high is not None and value > high):
+                bounds = f"at least {low:g}" if high is None else f"between {low:g} and {high:g}"
+                raise InvalidInputError(f"{name} must be {bounds}, got {value:g}")
 
 
 def resolve_task(task: Task, has_labels: bool) -> Literal["classification", "embedding"]:
@@ -72,7 +85,7 @@ def failures(
             )
     elif accuracy.cosine_mean < thresholds.min_cosine:
         reasons.append(
-            f"cosine similarity to FP32 {accuracy.cosine_mean:.4f} (mean); needed >= "
-            f"{thresholds.min_cosine:.4f}"
+            f"cosine similarity to FP32 {accuracy.cosine_mean:.6f} (mean); needed >= "
+            f"{thresholds.min_cosine:g}"
         )
     return reasons

@@ -34,6 +34,23 @@ def test_graph_variant_is_promoted_and_batch_bounded_by_config(tmp_path: Path) -
     assert [p.name for p in result.report_paths] == ["optimize_report.json", "optimize_report.md"]
 
 
+def test_the_parent_is_never_a_version_the_optimiser_wrote(tmp_path: Path) -> None:
+    repo = mlp_repo(tmp_path)
+    options = OptimizeOptions(int8=False, graph=True, thresholds=ANY_SPEED, **FAST)
+    assert optimize(repo, "mlp", options=options).version == 2
+    again = optimize(repo, "mlp", options=options)  # by default: version 1, not 2
+    assert again.report.parent_version == 1 and again.version == 3
+    with pytest.raises(ConfigError, match=r"version 2 was written by inferplex optimize.*parent"):
+        optimize(repo, "mlp", 2, options=options)
+
+
+def test_graph_optimisation_is_measured_beside_each_variant(tmp_path: Path) -> None:
+    repo = mlp_repo(tmp_path)
+    options = OptimizeOptions(int8=True, method="dynamic", graph=True, thresholds=ANY_SPEED, **FAST)
+    names = [c.name for c in optimize(repo, "mlp", options=options).report.candidates]
+    assert names == ["int8-dynamic", "int8-dynamic+graph"]
+
+
 def test_version_policy_that_would_not_serve_it_is_noted(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     path = modelgen.mlp(repo, features=8, hidden=(16,))

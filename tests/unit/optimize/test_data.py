@@ -58,6 +58,26 @@ def test_unknown_array_and_bad_shape_are_errors(tmp_path: Path, specs: list) -> 
         load_npz([tmp_path / "z.npz"], specs, "evaluation set")
 
 
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (np.arange(2).reshape(2, 1), r"shape \[2, 1\]; expected \[N\]"),
+        (np.eye(2), r"shape \[2, 2\]; expected \[N\]"),
+        (np.array([0.5, 1.0]), "not whole numbers"),
+    ],
+)
+def test_labels_are_one_integer_class_per_row(
+    tmp_path: Path, specs: list, labels: np.ndarray, message: str
+) -> None:
+    rows = np.zeros((2, 4))
+    np.savez(tmp_path / "x.npz", INPUT0=rows, INPUT1=rows, labels=labels)
+    with pytest.raises(InvalidInputError, match=message):
+        load_npz([tmp_path / "x.npz"], specs, "evaluation set")
+    np.savez(tmp_path / "y.npz", INPUT0=rows, INPUT1=rows, labels=np.array([1.0, 0.0]))
+    loaded = load_npz([tmp_path / "y.npz"], specs, "evaluation set").labels
+    assert loaded is not None and loaded.tolist() == [1, 0]  # whole floats are classes
+
+
 def test_unreadable_file_and_empty_folder(tmp_path: Path, specs: list) -> None:
     (tmp_path / "bad.npz").write_text("not a zip")
     with pytest.raises(InvalidInputError, match=r"not a readable \.npz file"):

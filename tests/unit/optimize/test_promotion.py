@@ -1,5 +1,6 @@
 import pytest
 
+from inferplex.errors import InvalidInputError
 from inferplex.optimize.measure import Agreement, Timing
 from inferplex.optimize.promotion import Thresholds, failures, resolve_task
 
@@ -55,8 +56,19 @@ def test_classifier_without_labels_needs_top1_agreement() -> None:
 
 def test_embedder_needs_cosine() -> None:
     (reason,) = failures(FAST, agreement(cosine=0.95), "embedding", Thresholds())
-    assert "cosine similarity to FP32 0.9500" in reason
+    assert "cosine similarity to FP32 0.950000" in reason
     assert failures(FAST, agreement(cosine=0.95), "embedding", Thresholds(min_cosine=0.9)) == []
+    (close,) = failures(FAST, agreement(cosine=0.99996), "embedding", Thresholds(min_cosine=1.0))
+    assert "0.999960 (mean); needed >= 1" in close  # never "1.0000 ... needed >= 1.0000"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("min_speedup", -3.0), ("max_accuracy_drop", -0.5), ("min_agreement", 1.5)],
+)
+def test_thresholds_out_of_range_are_refused(field: str, value: float) -> None:
+    with pytest.raises(InvalidInputError, match=f"{field} must be"):
+        Thresholds(**{field: value})
 
 
 @pytest.mark.parametrize(
