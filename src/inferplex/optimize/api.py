@@ -239,7 +239,13 @@ def _served_threads(parent: _Parent, wanted: int) -> int:
     instances): the figures then hold for the model as served."""
     if wanted:
         return wanted
-    return plan_model(parent.model_dir).instances[0].intra_op_threads
+    try:
+        return plan_model(parent.model_dir).instances[0].intra_op_threads
+    except ConfigError as exc:  # e.g. a KIND_GPU model on a machine without a GPU
+        raise ConfigError(
+            f"{exc.message} (working out the threads the server would give it; name them "
+            "with threads / --threads N to optimise it here)"
+        ) from None
 
 
 def _load_data(path: Path | None, specs: list[InputSpec], what: str) -> DataSet | None:

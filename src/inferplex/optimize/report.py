@@ -246,7 +246,9 @@ def _mb(size: int) -> str:
 
 def _accuracy(accuracy: Agreement, task: str) -> str:
     if accuracy.candidate_accuracy is not None:
-        return f"accuracy {accuracy.candidate_accuracy:.2%}"
+        drop = accuracy.accuracy_drop or 0.0
+        change = "±0" if abs(drop) < 5e-5 else f"{-drop * 100:+.2f}"
+        return f"accuracy {accuracy.candidate_accuracy:.2%} ({change} pts)"
     if task == "classification" and accuracy.top1_agreement is not None:
         return f"top-1 agreement {accuracy.top1_agreement:.2%}"
     return f"cosine {accuracy.cosine_mean:.4f} (min {accuracy.cosine_min:.4f})"

@@ -36,11 +36,12 @@ def auto_kind(
     config: ModelConfig, group: InstanceGroup, size: int, gpu: bool
 ) -> Literal["KIND_GPU", "KIND_CPU"]:
     """KIND_GPU or KIND_CPU for a KIND_AUTO ``group`` of a model of ``size`` bytes."""
+    threshold = gpu_min_bytes(config)  # checked on every machine, not only where a GPU is
     if not gpu:
         return "KIND_CPU"
     if group.gpus:
         return "KIND_GPU"
-    return "KIND_GPU" if size >= gpu_min_bytes(config) else "KIND_CPU"
+    return "KIND_GPU" if size >= threshold else "KIND_CPU"
 
 
 def gpu_min_bytes(config: ModelConfig) -> int:

@@ -72,6 +72,7 @@ def test_text_and_markdown_say_why_nothing_was_promoted() -> None:
     result = report(False)
     text = result.to_text()
     assert "b1 ms (speedup)" in text and "b32 items/s (ratio)" in text
+    assert "accuracy 96.80% (-0.20 pts)" in text  # the change beside the figure
     assert "fp16: fp16; rejected: slower than FP32 at batch 1" in text
     assert text.endswith("not promoted: fp16: slower than FP32 at batch 1: 0.50x the speed")
     markdown = result.to_markdown()

@@ -36,8 +36,9 @@ def test_the_threshold_is_a_model_parameter() -> None:
     assert auto_kind(small, AUTO, 1000, gpu=True) == "KIND_GPU"
     assert auto_kind(config(**{GPU_MIN_BYTES_PARAMETER: "0"}), AUTO, 0, gpu=True) == "KIND_GPU"
     for bad in ("-1", "big"):
-        with pytest.raises(ConfigError, match=f"{GPU_MIN_BYTES_PARAMETER} must be a non-negative"):
-            auto_kind(config(**{GPU_MIN_BYTES_PARAMETER: bad}), AUTO, 0, gpu=True)
+        for gpu in (True, False):  # a bad value fails on a CPU machine too
+            with pytest.raises(ConfigError, match=f"{GPU_MIN_BYTES_PARAMETER} must be a non-neg"):
+                auto_kind(config(**{GPU_MIN_BYTES_PARAMETER: bad}), AUTO, 0, gpu=gpu)
 
 
 def test_a_group_listing_gpus_goes_to_the_gpu_whatever_its_size() -> None:
