@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,31 @@ class TritonPythonModel:
 """
 
 
+#: Triton style: each client request answered on its own, by its id and parameters
+ECHO = """
+import json, time
+from inferplex.handler import triton as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.05)  # requests arriving meanwhile queue into the next batch
+        responses = []
+        for request in requests:
+            parameters = json.loads(request.parameters())
+            if parameters.get("fail"):
+                why = f"request {request.request_id()} asked to fail"
+                error = pb_utils.TritonError(why, pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            outputs = [
+                pb_utils.Tensor("OUTPUT0", a * float(parameters.get("scale", 1))),
+                pb_utils.Tensor("OUTPUT1", a * 0 + len(request.request_id())),
+            ]
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+
 #: py_bls as the one step of an ensemble
 PIPELINE = """
 name: "py_pipeline"
@@ -129,6 +155,7 @@ def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningS
     digits_reader(repo)
     python_model(repo, "py_add_sub", NATIVE)
     python_model(repo, "py_bls", TRITON_BLS)
+    python_model(repo, "py_echo", ECHO)
     (repo / "py_pipeline" / "1").mkdir(parents=True)
     (repo / "py_pipeline" / "config.pbtxt").write_text(PIPELINE)
     server = start_server(repo, tmp_path_factory.mktemp("python_log") / "server.log")
@@ -194,6 +221,42 @@ def test_a_triton_error_response_keeps_its_code(
     assert status in ("400", "StatusCode.INVALID_ARGUMENT"), status
     if model == "py_pipeline":
         assert "step 1 'py_bls'" in failed.value.message()
+
+
+def echo(protocol: str, server: RunningServer, request_id: str, **parameters: Any) -> Any:
+    client_module = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    inputs = [client_module.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), np.float32))
+    client = client_module.InferenceServerClient(url)
+    try:
+        return client.infer("py_echo", inputs, request_id=request_id, parameters=parameters)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_triton_model_sees_each_requests_id_and_parameters(
+    python_server: RunningServer, protocol: str
+) -> None:
+    """Sent at once, they may share batches: each is still one request with its own id and
+    parameters, and the one that fails fails alone with its code."""
+    wanted = [(f"id-{'x' * n}", n) for n in range(1, 7)]
+    with ThreadPoolExecutor(len(wanted) + 1) as pool:
+        answers = [
+            pool.submit(echo, protocol, python_server, request_id, scale=scale)
+            for request_id, scale in wanted
+        ]
+        failing = pool.submit(echo, protocol, python_server, "no", fail=True)
+        for (request_id, scale), answer in zip(wanted, answers, strict=True):
+            result = answer.result()
+            assert result.as_numpy("OUTPUT0").tolist() == [[float(scale)] * 16]
+            assert result.as_numpy("OUTPUT1").tolist() == [[float(len(request_id))] * 16]
+        with pytest.raises(InferenceServerException) as failed:
+            failing.result()
+    assert "request no asked to fail" in failed.value.message()
+    assert failed.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
 
 
 def pgm(grid: np.ndarray, scale: int) -> bytes:

@@ -6,11 +6,12 @@ import abc
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from inferplex.config.model_config import ModelConfig, TensorConfig
+from inferplex.errors import InferplexError
 
 if TYPE_CHECKING:
     from inferplex.core.types import InferenceRequest, InferenceResponse
@@ -29,6 +30,19 @@ class ModelCaller(Protocol):
         ``precedence`` > 0 marks a pipeline step: among ready steps, a larger one starts first
         when compute slots are scarce (docs/pipelines.md)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRequest:
+    """One client request of a batch, for backends that see requests (``per_request``)."""
+
+    id: str
+    parameters: dict[str, Any]
+    rows: int  # its rows of the batch, in order
+
+
+#: what ``execute_requests`` answers for one request: its outputs, or why it failed
+RequestOutcome = dict[str, np.ndarray] | InferplexError
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,9 @@ class Backend(abc.ABC):
     #: ``execute`` may run on the event loop when its measured time is tiny (the server's
     #: ``inline_execution_us``): it computes in this process and never blocks on anything else
     runs_inline: bool = False
+    #: batches go to ``execute_requests`` with the requests they hold (ids, parameters, rows),
+    #: and each request may fail on its own (Triton's python backend: one response each)
+    per_request: bool = False
 
     @abc.abstractmethod
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
@@ -68,6 +85,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """Run one batch: input name -> array, returns the requested output name -> array."""
+
+    def execute_requests(
+        self, inputs: dict[str, np.ndarray], outputs: list[str], requests: list[BatchRequest]
+    ) -> list[RequestOutcome]:
+        """For a ``per_request`` backend: run one batch (``inputs`` hold the requests' rows in
+        order) and return each request's outputs, or the error that failed it alone."""
+        raise NotImplementedError(f"{type(self).__name__} does not take per-request batches")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends free on collection
         """Release the model's resources."""

@@ -100,22 +100,25 @@ class ProcessBackend(Backend):
             ) from None
 
     def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
+        done = self._exchange(inputs, (outputs,))
+        return self._worker.arena.read(done[1], copy=True)
+
+    def _exchange(self, inputs: dict[str, np.ndarray], request: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Send a batch (``inputs`` into the arena, then ("run", headers, *request)), answer
+        the worker's calls until it is done, and return its ("done", headers, ...) message;
+        the error of the batch for every way the worker can fail."""
         worker = self._worker
         self._start()
         deadline = time.monotonic() + self._timeout if self._timeout else None
         headers, base = worker.arena.write(inputs)
         try:
-            worker.send(("run", headers, outputs))
+            worker.send(("run", headers, *request))
             while True:
                 message = worker.receive(deadline)
                 if message[0] == "done":
-                    return worker.arena.read(message[1], copy=True)
+                    return tuple(message)
                 if message[0] == "error":
-                    text = f"model '{self._name}': {self.role} failed: {message[1]}"
-                    code = ErrorCode(message[2])
-                    if code is ErrorCode.INTERNAL:
-                        raise ModelExecutionError(text)
-                    raise WorkerError(text, code)
+                    raise self._failure(message[1], message[2])
                 self._answer_call(message, base, deadline)
         except WorkerSilent:
             reason = (
@@ -134,6 +137,14 @@ class ProcessBackend(Backend):
                 f"model '{self._name}': {self.role}'s worker process died while running the "
                 f"request ({exc}); it was restarted"
             ) from None
+
+    def _failure(self, why: str, code: str) -> InferplexError:
+        """The error for a failure the worker reported, with the code it gave."""
+        text = f"model '{self._name}': {self.role} failed: {why}"
+        error_code = ErrorCode(code)
+        if error_code is ErrorCode.INTERNAL:
+            return ModelExecutionError(text)
+        return WorkerError(text, error_code)
 
     def _answer_call(self, message: tuple[Any, ...], base: int, deadline: float | None) -> None:
         """Run a call the worker makes to another served model (its inputs in the arena

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from inferplex.backends.base import Backend
+from inferplex.backends.base import Backend, BatchRequest, RequestOutcome
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.adaptive import AdaptiveBatching
 from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
@@ -53,6 +53,7 @@ class _Payload:
     future: asyncio.Future[Outputs]
     enqueued_ns: int
     trace: RequestTrace | None = None  # only while tracing is on
+    request: InferenceRequest | None = None  # only for backends that see requests
 
 
 #: one batch handed to an instance: (batch, scheduler ticket or None for a composite model,
@@ -60,7 +61,7 @@ class _Payload:
 _Job = tuple[Batch, "Ticket | None", ModelInstance]
 #: what the worker hands back: (outputs per request in batch order, began, prepared, executed,
 #: ended ns). ``began`` ends each request's queue time; the others bound the compute phases.
-_Result = tuple[list[Outputs], int, int, int, int]
+_Result = tuple[list[Outputs], int, int, int, int] | tuple[list[RequestOutcome], int, int, int, int]
 
 
 class ModelVersion:
@@ -124,6 +125,8 @@ class ModelVersion:
         self._retire_done: asyncio.Future[list[ModelInstance]] | None = None
         #: only waits on other served models: its batches take no scheduler slot
         self.composite = bool(backends) and all(b.composite for b in backends)
+        #: batches go to ``execute_requests``, and a request may fail alone
+        self._per_request = bool(backends) and all(b.per_request for b in backends)
         #: the highest pipeline-step precedence among the queued requests (0: none queued)
         self.precedence = 0
         self._validator = RequestValidator(config)
@@ -215,6 +218,8 @@ class ModelVersion:
         shape_key = self._validator.shape_key(feeds) if self._batched else None
         arrival = start * 1e-9
         payload = _Payload(feeds, outputs, future, start)
+        if self._per_request:
+            payload.request = request
         if TRACING.enabled and (trace := CURRENT_TRACE.get()) is not None:
             trace.queued(self.config.name, self.version_str, request.id, start)
             payload.trace = trace
@@ -268,7 +273,10 @@ class ModelVersion:
                 wanted = [n for n in self._output_order if n in names]
         prepared = _now_ns()
         try:
-            results = backend.execute(feeds, wanted)
+            if self._per_request:
+                answers = backend.execute_requests(feeds, wanted, _batch_requests(requests))
+            else:
+                results = backend.execute(feeds, wanted)
         except InferplexError:
             raise
         except Exception as exc:
@@ -276,12 +284,32 @@ class ModelVersion:
                 f"model '{self.config.name}' version {self.version} failed: {exc}"
             ) from exc
         executed = _now_ns()
+        if self._per_request:
+            return self._answers(answers, batch), began, prepared, executed, _now_ns()
+        self._bytes_elements(results)
+        outputs = [results] if single else self._split(results, batch, wanted, alike)
+        return outputs, began, prepared, executed, _now_ns()
+
+    def _bytes_elements(self, results: Outputs) -> None:
         for name in self._bytes_outputs:
             array = results.get(name)
             if array is not None:
                 results[name] = to_bytes_elements(array)
-        outputs = [results] if single else self._split(results, batch, wanted, alike)
-        return outputs, began, prepared, executed, _now_ns()
+
+    def _answers(self, answers: list[RequestOutcome], batch: Batch) -> list[RequestOutcome]:
+        """A per-request backend's answers, each with the outputs its request asked for."""
+        if len(answers) != len(batch.requests):
+            raise ModelExecutionError(
+                f"model '{self.config.name}' answered {len(answers)} of the "
+                f"{len(batch.requests)} requests of a batch"
+            )
+        kept: list[RequestOutcome] = []
+        for request, answer in zip(batch.requests, answers, strict=True):
+            if not isinstance(answer, InferplexError):
+                self._bytes_elements(answer)
+                answer = {name: answer[name] for name in request.payload.outputs}
+            kept.append(answer)
+        return kept
 
     def _split(
         self, results: Outputs, batch: Batch, wanted: list[str], alike: bool
@@ -339,9 +367,12 @@ class ModelVersion:
                     trace.batch(
                         began, prepared, executed, ended, batch.rows, len(requests), instance.label
                     )
-        if self._ordered:
+        if self._ordered or self._per_request:
             for request, answer in zip(requests, outputs, strict=True):
-                self._answer(request, answer, None)
+                if isinstance(answer, InferplexError):  # a per-request backend failed it alone
+                    self._answer(request, None, answer)
+                else:
+                    self._answer(request, answer, None)
             return
         for request, answer in zip(requests, outputs, strict=True):
             future = request.payload.future
@@ -437,6 +468,16 @@ class ModelVersion:
         """Stop the workers and free the instances (blocking: run it off the loop)."""
         for instance in self.instances:
             instance.close()
+
+
+def _batch_requests(requests: list[PendingRequest]) -> list[BatchRequest]:
+    """Who asked for the rows of a batch, for a per-request backend."""
+    infos = []
+    for pending in requests:
+        source = pending.payload.request
+        assert source is not None  # set for every request of a per-request model
+        infos.append(BatchRequest(source.id, dict(source.parameters), pending.rows))
+    return infos
 
 
 def _scheduling_parameters(parameters: Parameters) -> tuple[int, int]:

@@ -1,9 +1,9 @@
 """Loading a user's model.py in the worker and running batches through it, in either style:
 
 * Triton python-backend style — the class has ``execute(requests)``: it gets a list of
-  ``triton.InferenceRequest`` (one per batch the server formed; requests the dynamic batcher
-  merged arrive as one request holding all their rows) and returns one
-  ``triton.InferenceResponse`` per request. ``initialize(args)`` gets Triton's ``args`` dict.
+  ``triton.InferenceRequest``, one per client request of the batch (its rows, id and
+  parameters), and returns one ``triton.InferenceResponse`` per request; an error response
+  fails its request alone. ``initialize(args)`` gets Triton's ``args`` dict.
 * TorchServe style — the class has ``handle(data, context)`` (``BaseHandler`` provides it) or
   at least ``inference``; see ``inferplex.handler.base`` for ``data`` and the results.
 
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
-from inferplex.errors import InferplexError
+from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import triton
 from inferplex.handler.base import BaseHandler, Context
 
@@ -71,39 +71,89 @@ class Runner:
                 handler.initialize(context)
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        """One batch: input name -> array in, the requested outputs out."""
-        results = (
-            self._run_triton(inputs, outputs) if self._triton else self._run_torchserve(inputs)
-        )
+        """One batch: input name -> array in, the requested outputs out (a Triton-style model
+        gets it as one request; its error response fails the batch with its code)."""
+        if self._triton:
+            rows = len(next(iter(inputs.values()))) if self._batched and inputs else 1
+            results, failed = self.run_requests(inputs, outputs, [("", {}, rows)])
+            if failed:
+                _, why, code = failed[0]
+                error = InferplexError(why)
+                error.code = ErrorCode(code)
+                raise error
+            return results
+        results = self._run_torchserve(inputs)
         return {name: self._finish(name, results) for name in outputs}
+
+    def run_requests(
+        self,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        requests: list[tuple[str, dict[str, Any], int]],
+    ) -> tuple[dict[str, np.ndarray], list[tuple[int, str, str]]]:
+        """One batch with who asked for its rows ((id, parameters, rows) per request): the
+        outputs of the requests that did not fail, rows in order, and (index, message, code)
+        of each that did. A Triton-style model gets one InferenceRequest per client request
+        and answers each; a TorchServe-style handler gets the batch's rows as before."""
+        if not self._triton:
+            return self.run(inputs, outputs), []
+        results, failed = self._run_triton_requests(inputs, outputs, requests)
+        if len(failed) == len(requests):
+            return {}, failed
+        return {name: self._finish(name, results) for name in outputs}, failed
 
     def finalize(self) -> None:
         if callable(getattr(self.handler, "finalize", None)):
             self.handler.finalize()
 
     # -- Triton style --------------------------------------------------------------------
-    def _run_triton(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, Any]:
-        request = triton.InferenceRequest(
-            self.context.model_name,
-            [triton.Tensor(name, array) for name, array in inputs.items()],
-            outputs,
-        )
-        responses = self.handler.execute([request])
-        if not isinstance(responses, list | tuple) or len(responses) != 1:
+    def _run_triton_requests(
+        self,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        requests: list[tuple[str, dict[str, Any], int]],
+    ) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
+        split: list[triton.InferenceRequest] = []
+        offset = 0
+        for request_id, parameters, rows in requests:
+            end = offset + rows
+            tensors = [
+                triton.Tensor(name, array[offset:end] if self._batched else array)
+                for name, array in inputs.items()
+            ]
+            split.append(
+                triton.InferenceRequest(
+                    self.context.model_name, tensors, outputs, request_id=request_id,
+                    parameters=parameters,
+                )
+            )  # fmt: skip
+            offset = end
+        responses = self.handler.execute(split)
+        if not isinstance(responses, list | tuple) or len(responses) != len(split):
             got = "None" if responses is None else f"{type(responses).__name__}"
             if isinstance(responses, list | tuple):
                 got = f"{len(responses)} responses"
             raise HandlerError(
                 f"execute(requests) must return a list with one InferenceResponse per request "
-                f"(1 here), got {got} (decoupled models are not supported)"
+                f"({len(split)} here), got {got} (decoupled models are not supported)"
             )
-        response = responses[0]
-        error = response.error()
-        if error is not None:  # fails the batch with the message and code the model chose
-            failed = InferplexError(error.message())
-            failed.code = error.server_code()
-            raise failed
-        return {t.name(): t.as_numpy() for t in response.output_tensors()}
+        failed: list[tuple[int, str, str]] = []
+        answered: list[dict[str, np.ndarray]] = []
+        for index, response in enumerate(responses):
+            error = response.error()
+            if error is not None:
+                failed.append((index, error.message(), error.server_code().value))
+            else:
+                answered.append({t.name(): t.as_numpy() for t in response.output_tensors()})
+        if len(answered) == 1 or not self._batched:
+            return (answered[0] if answered else {}), failed
+        results = {}
+        for name in {n for answer in answered for n in answer}:
+            parts = [answer.get(name) for answer in answered]
+            if any(part is None for part in parts):
+                raise HandlerError(f"some responses of execute(requests) have no output '{name}'")
+            results[name] = np.concatenate([np.asarray(_plain(p)) for p in parts])
+        return results, failed
 
     # -- TorchServe style ----------------------------------------------------------------
     def _run_torchserve(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:

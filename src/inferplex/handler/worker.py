@@ -9,6 +9,10 @@ arena's file descriptor. Messages are small tuples; tensors stay in the arena:
   server -> worker  ("init", {...})                         then "ready" or ("failed", why)
                     ("run", headers, output names)          then ("done", headers) or
                                                             ("error", why, error code)
+                    ("run", headers, output names, requests)   a Python model's batch with
+                                                            [(id, parameters, rows)] per
+                                                            request: ("done", headers,
+                                                            [(index, why, code)] that failed)
                     ("result", headers) | ("error", code, message)   answers to a worker's call
                     ("stop",)
   worker -> server  ("infer", model, version, headers, output names, timeout)   a call (BLS)
@@ -27,7 +31,7 @@ import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -108,12 +112,16 @@ def serve(connection: Connection, arena: Arena) -> int:
             return 0
         if message[0] == "stop":
             break
-        _, headers, outputs = message
+        _, headers, outputs, *requests = message
         base = Arena.end(headers)
         link.begin(base)
         try:
-            results = runner.run(arena.read(headers, copy=False), outputs)
-            reply: tuple[Any, ...] = ("done", arena.write(results, base)[0])
+            inputs = arena.read(headers, copy=False)
+            if requests:  # who asked for which rows: a handler may fail one request alone
+                results, failed = cast(Runner, runner).run_requests(inputs, outputs, requests[0])
+                reply: tuple[Any, ...] = ("done", arena.write(results, base)[0], failed)
+            else:
+                reply = ("done", arena.write(runner.run(inputs, outputs), base)[0])
         except InferplexError as exc:  # a clear message with its code (a bad input, say)
             reply = ("error", exc.message, exc.code.value)
         except Exception as exc:

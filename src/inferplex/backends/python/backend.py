@@ -13,7 +13,9 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from inferplex.backends.base import InstanceSpec
+import numpy as np
+
+from inferplex.backends.base import BatchRequest, InstanceSpec, RequestOutcome
 from inferplex.backends.process_backend import ProcessBackend
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError
@@ -30,6 +32,7 @@ class PythonBackend(ProcessBackend):
     names = ("python",)
     default_model_filename = "model.py"
     role = "the handler"
+    per_request = True
 
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
         # A handler that waits on the models it calls while holding one of the scheduler's
@@ -50,6 +53,29 @@ class PythonBackend(ProcessBackend):
             "handler_class": config.parameters.get(CLASS_PARAMETER, ""),
         }
         self._launch(config, init, instance)
+
+    def execute_requests(
+        self, inputs: dict[str, np.ndarray], outputs: list[str], requests: list[BatchRequest]
+    ) -> list[RequestOutcome]:
+        """The batch with who asked for its rows: a Triton-style model gets one request each
+        (with its id and parameters) and may fail one alone."""
+        meta = [(r.id, r.parameters, r.rows) for r in requests]
+        done = self._exchange(inputs, (outputs, meta))
+        results = self._worker.arena.read(done[1], copy=True)
+        failed = {index: self._failure(why, code) for index, why, code in done[2]}
+        answers: list[RequestOutcome] = []
+        offset = 0  # the results hold the rows of the requests that did not fail, in order
+        for index, request in enumerate(requests):
+            if index in failed:
+                answers.append(failed[index])
+                continue
+            end = offset + request.rows
+            if len(requests) - len(failed) == 1:
+                answers.append(results)  # all of it (an unbatched model's outputs too)
+            else:
+                answers.append({name: array[offset:end] for name, array in results.items()})
+            offset = end
+        return answers
 
     @classmethod
     def gpu_available(cls) -> bool:

@@ -266,3 +266,34 @@ def test_default_preprocess_with_a_per_row_postprocess() -> None:
     batch = np.eye(4, dtype=np.float32)[[2, 0, 3]]
     out = Runner(Labels(), ctx).run({"INPUT0": batch}, ["LABEL"])["LABEL"]
     assert out.tolist() == [[b"class 2"], [b"class 0"], [b"class 3"]]
+
+
+class PerRequest:
+    """Answers each request with its rows times its 'scale' parameter and its id's length;
+    a request whose parameters say 'fail' gets an error response."""
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            parameters = json.loads(request.parameters())
+            if parameters.get("fail"):
+                error = pb_utils.TritonError(f"{request.request_id()} failed", "invalid_argument")
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            y = x * parameters.get("scale", 1) + len(request.request_id())
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return responses
+
+
+def test_triton_models_get_one_request_per_client_request() -> None:
+    runner = Runner(PerRequest(), context())
+    batch = np.ones((4, 4), np.float32)
+    requests = [("a", {"scale": 10}, 2), ("bb", {"fail": True}, 1), ("ccc", {}, 1)]
+    results, failed = runner.run_requests({"INPUT0": batch}, ["OUTPUT0"], requests)
+    assert failed == [(1, "bb failed", "invalid_argument")]
+    # the rows of the requests that were answered, in order: a's two, then c's
+    assert results["OUTPUT0"][:, 0].tolist() == [11.0, 11.0, 4.0]
+    only = [("x", {"fail": True}, 1)]
+    results, failed = runner.run_requests({"INPUT0": batch[:1]}, ["OUTPUT0"], only)
+    assert results == {} and len(failed) == 1
