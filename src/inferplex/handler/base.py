@@ -37,6 +37,8 @@ class Context:
     manifest: dict[str, Any] = field(default_factory=dict)
     system_properties: dict[str, Any] = field(default_factory=dict)
     model_yaml_config: dict[str, Any] = field(default_factory=dict)
+    #: the current batch's rows -> the id of the client request each belongs to (TorchServe's)
+    request_ids: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # the names TorchServe handlers read
@@ -58,6 +60,10 @@ class Context:
     @property
     def output_names(self) -> list[str]:
         return [t["name"] for t in self.config.get("output", [])]
+
+    def get_request_id(self, index: int = 0) -> str | None:
+        """The id of the client request that row ``index`` of the current batch came in."""
+        return self.request_ids.get(index)
 
     def get_request_header(self, index: int, key: str) -> str | None:
         """TorchServe's per-request HTTP headers; the V2 protocol carries none to models."""

@@ -297,3 +297,19 @@ def test_triton_models_get_one_request_per_client_request() -> None:
     only = [("x", {"fail": True}, 1)]
     results, failed = runner.run_requests({"INPUT0": batch[:1]}, ["OUTPUT0"], only)
     assert results == {} and len(failed) == 1
+
+
+def test_torchserve_handlers_read_each_rows_request_id() -> None:
+    seen: list[Any] = []
+
+    class Ids(BaseHandler):
+        def inference(self, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            rows = len(data["INPUT0"])
+            seen.extend(self.context.get_request_id(i) for i in range(rows))
+            return {"OUTPUT0": data["INPUT0"]}
+
+    runner = Runner(Ids(), context())
+    runner.run_requests(
+        {"INPUT0": np.zeros((3, 4), np.float32)}, ["OUTPUT0"], [("a", {}, 2), ("b", {}, 1)]
+    )
+    assert seen == ["a", "a", "b"]
