@@ -99,8 +99,9 @@ def _fallback(config: ModelConfig) -> bool:
     return value == "true"
 
 
-#: an accelerator as asked for: provider, its options, and where the config names it
-_Declared = tuple[str, dict[str, str], str]
+#: an accelerator as asked for: its name, provider, provider options, and where the config
+#: names it
+_Declared = tuple[str, str, dict[str, str], str]
 
 
 def _declared(
@@ -123,7 +124,7 @@ def _declared(
             if provider == TENSORRT
             else dict(accelerator.parameters)
         )
-        declared.append((provider, options, where))
+        declared.append((accelerator.name, provider, options, where))
     return declared
 
 
@@ -133,11 +134,11 @@ def _present(
     """The declared providers this onnxruntime build has; a missing one fails the load, or
     with ``fallback`` is left out with a warning."""
     providers: list[tuple[str, dict[str, str]]] = []
-    for provider, options, where in declared:
+    for name, provider, options, where in declared:
         if provider not in available:
             if not fallback:
                 raise ConfigError(
-                    f"{where}: '{_accelerator_name(provider)}' needs ONNX Runtime's {provider}, "
+                    f"{where}: '{name}' needs ONNX Runtime's {provider}, "
                     f"which this onnxruntime build does not have (available: "
                     f"{', '.join(available)}); install an onnxruntime package with it, or set "
                     f'parameters {{ key: "{FALLBACK_PARAMETER}" value {{ string_value: "true" }} '
@@ -152,12 +153,6 @@ def _present(
             continue
         providers.append((provider, options))
     return providers
-
-
-def _accelerator_name(provider: str) -> str:
-    """Triton's accelerator name for a provider."""
-    known = {**GPU_ACCELERATORS, **CPU_ACCELERATORS}
-    return next(name for name, value in known.items() if value == provider)
 
 
 def _tensorrt_options(accelerator: Accelerator, where: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -61,7 +61,8 @@ class _Payload:
 _Job = tuple[Batch, "Ticket | None", ModelInstance]
 #: what the worker hands back: (outputs per request in batch order, began, prepared, executed,
 #: ended ns). ``began`` ends each request's queue time; the others bound the compute phases.
-_Result = tuple[list[Outputs], int, int, int, int] | tuple[list[RequestOutcome], int, int, int, int]
+#: (a per-request backend's requests may each have failed alone: an error in place of outputs)
+_Result = tuple[list[RequestOutcome], int, int, int, int]
 
 
 class ModelVersion:
@@ -288,7 +289,7 @@ class ModelVersion:
             return self._answers(answers, batch), began, prepared, executed, _now_ns()
         self._bytes_elements(results)
         outputs = [results] if single else self._split(results, batch, wanted, alike)
-        return outputs, began, prepared, executed, _now_ns()
+        return cast(list[RequestOutcome], outputs), began, prepared, executed, _now_ns()
 
     def _bytes_elements(self, results: Outputs) -> None:
         for name in self._bytes_outputs:

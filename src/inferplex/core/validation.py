@@ -87,10 +87,10 @@ class RequestValidator:
             dtype = getattr(data, "dtype", None)
             # the frontends decode to the declared dtype; the in-process API may not
             if dtype != spec.dtype and not (dtype is not None and _is_bytes(dtype, spec)):
+                held = type(data).__name__ if dtype is None else f"numpy {dtype}"
                 raise InvalidInputError(
-                    f"input '{name}' ({spec.datatype}) holds "
-                    f"{'numpy ' + str(dtype) if dtype is not None else type(data).__name__}"
-                    f" data, expected a numpy array of {spec.dtype}"
+                    f"input '{name}' ({spec.datatype}) holds {held} data, expected a numpy "
+                    f"array of {spec.dtype}"
                 )
             data_shape = data.shape
             # an array of the declared shape has the right element count by construction

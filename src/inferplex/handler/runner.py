@@ -96,8 +96,8 @@ class Runner:
         of each that did. A Triton-style model gets one InferenceRequest per client request
         and answers each; a TorchServe-style handler gets the batch's rows as before."""
         if not self._triton:
-            rows = (row for request_id, _, count in requests for row in [request_id] * count)
-            self.context.request_ids = dict(enumerate(rows))
+            ids = [request_id for request_id, _, rows in requests for _ in range(rows)]
+            self.context.request_ids = dict(enumerate(ids))
             return self.run(inputs, outputs), []
         results, failed = self._run_triton_requests(inputs, outputs, requests)
         if len(failed) == len(requests):

@@ -63,6 +63,8 @@ class PythonBackend(ProcessBackend):
         done = self._exchange(inputs, (outputs, meta))
         results = self._worker.arena.read(done[1], copy=True)
         failed = {index: self._failure(why, code) for index, why, code in done[2]}
+        if len(requests) - len(failed) == 1:  # the one answered gets all (unbatched models too)
+            return [failed.get(index, results) for index in range(len(requests))]
         answers: list[RequestOutcome] = []
         offset = 0  # the results hold the rows of the requests that did not fail, in order
         for index, request in enumerate(requests):
@@ -70,10 +72,7 @@ class PythonBackend(ProcessBackend):
                 answers.append(failed[index])
                 continue
             end = offset + request.rows
-            if len(requests) - len(failed) == 1:
-                answers.append(results)  # all of it (an unbatched model's outputs too)
-            else:
-                answers.append({name: array[offset:end] for name, array in results.items()})
+            answers.append({name: array[offset:end] for name, array in results.items()})
             offset = end
         return answers
 
