@@ -22,13 +22,12 @@ from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.frontends.grpc import GrpcFrontend
-from inferplex.frontends.http import create_http_app
+from inferplex.frontends.http import HttpApp, create_http_app
 from inferplex.frontends.http_server import HttpServer
 from inferplex.frontends.sockets import address, bind
 from inferplex.metrics.app import MetricsApp, create_metrics_app
+from inferplex.security.access import Access, Surface
 from inferplex.security.encryption import load_key, use_key
-from inferplex.security.grpc_guard import GrpcGuard
-from inferplex.security.http_guard import HttpGuard, Surface
 from inferplex.security.tls import grpc_ssl_context, server_ssl_context
 from inferplex.security.tokens import TokenAuth
 
@@ -115,39 +114,29 @@ class Server:
         management = ""  # where the management API listens when it has its own port
         http_sock = sockets.get("HTTP")
         if http_sock is not None:
-            app: Any = create_http_app(self.engine, config)
-            if self._tracing is not None:
-                app = self._tracing.wrap_http(app)
             management_sock = sockets.get("management")
             if management_sock is not None:
                 management = f"{scheme}://{address(management_sock)}"
             surface: Surface = "inference" if management_sock else "all"
-            self.http_port = await self._serve_asgi(
-                HttpGuard(app, auth, surface=surface, elsewhere=management)
-                if auth.enabled or management_sock is not None
-                else app,  # nothing to guard: no cost per request
-                http_sock,
-                tls,
+            self.http_port = await self._serve_http(
+                Access(auth, surface=surface, elsewhere=management), http_sock, tls
             )
             if management_sock is not None:
-                self.management_port = await self._serve_asgi(
-                    HttpGuard(
-                        app,
-                        auth,
-                        surface="management",
-                        elsewhere=f"{scheme}://{address(http_sock)}",
-                    ),
-                    management_sock,
-                    tls,
+                elsewhere = f"{scheme}://{address(http_sock)}"
+                self.management_port = await self._serve_http(
+                    Access(auth, surface="management", elsewhere=elsewhere), management_sock, tls
                 )
         grpc_sock = sockets.get("gRPC")
         if grpc_sock is not None:
+            access = Access(
+                auth,
+                surface="inference" if management else "all",
+                elsewhere=f"the HTTP management listener {management}",
+            )
             self._grpc = GrpcFrontend(
                 self.engine,
                 config,
-                guard=GrpcGuard(auth, management_elsewhere=management)
-                if auth.enabled or management
-                else None,
+                guard=access.grpc_guard if access.enabled else None,
                 trace=self._tracing.wrap_grpc_model_infer if self._tracing is not None else None,
                 ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
@@ -181,14 +170,29 @@ class Server:
             self._span_exporter,
         )
 
-    async def _serve_asgi(
-        self, app: Any, sock: socket.socket, tls: ssl.SSLContext | None = None
+    async def _serve_http(
+        self, access: Access, sock: socket.socket, tls: ssl.SSLContext | None
     ) -> int:
+        """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
+        app = create_http_app(self.engine, self.config, access)
+        traced = self._tracing.wrap_http(app) if self._tracing is not None else app
+        return await self._serve_asgi(traced, sock, tls, app)
+
+    async def _serve_asgi(
+        self,
+        app: Any,
+        sock: socket.socket,
+        tls: ssl.SSLContext | None = None,
+        v2: HttpApp | None = None,
+    ) -> int:
+        """Serve an ASGI ``app``; ``v2``, the V2 app inside it, admits requests with a body
+        before the body is read."""
         server = HttpServer(
             app,
             max_body_bytes=self.config.max_request_bytes,
             max_header_bytes=self.config.max_header_bytes,
             ssl_context=tls,
+            admit=v2.refusal if v2 is not None else None,
         )
         await server.start(sock)
         self._http_servers.append(server)

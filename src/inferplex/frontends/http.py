@@ -46,9 +46,11 @@ from inferplex.errors import (
     InferplexError,
     InvalidInputError,
     PayloadTooLargeError,
+    UnauthenticatedError,
     UnsupportedError,
 )
 from inferplex.frontends.compression import CODINGS, accepted, compress, decompress
+from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
 from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import (
     decode_infer_request,
@@ -56,6 +58,7 @@ from inferplex.protocol.v2.rest import (
     parse_header_length,
 )
 from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
+from inferplex.security.access import Access
 from inferplex.security.limits import RequestLimits
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 
@@ -77,32 +80,34 @@ _EMPTY_OK: Reply = (200, b"", [])
 _EMPTY_UNAVAILABLE: Reply = (503, b"", [])
 
 
-class _RouteError(Exception):
-    """A request for a path or method this server does not have (404 / 405)."""
-
-    def __init__(self, status: int, message: str, headers: Headers | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or []
-
-
 class _Disconnected(Exception):
     """The client went away before its request body was complete."""
 
 
-def create_http_app(engine: InferenceEngine, config: ServerConfig) -> HttpApp:
-    """The ASGI 3 application serving the V2 REST protocol for ``engine``."""
-    return HttpApp(engine, config)
+def create_http_app(
+    engine: InferenceEngine, config: ServerConfig, access: Access | None = None
+) -> HttpApp:
+    """The ASGI 3 application serving the V2 REST protocol for ``engine``; ``access`` (the
+    listener's surface and tokens) decides who may call which endpoint."""
+    return HttpApp(engine, config, access)
 
 
 class HttpApp:
-    """ASGI 3 callable: answers ``http`` and ``lifespan`` scopes."""
+    """ASGI 3 callable: answers ``http`` and ``lifespan`` scopes.
 
-    def __init__(self, engine: InferenceEngine, config: ServerConfig) -> None:
+    Every request is first *admitted* (:meth:`admit`): its path resolved to a route, the
+    method checked, and the caller's access checked against that route's scope. The built-in
+    HTTP server admits a request with a body as soon as its headers are complete
+    (:meth:`refusal`), so nothing is read from a client that may not send it.
+    """
+
+    def __init__(
+        self, engine: InferenceEngine, config: ServerConfig, access: Access | None = None
+    ) -> None:
         self._engine = engine
         self._max_body = config.max_request_bytes
         self._limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
+        self._access = access if access is not None and access.enabled else None
         # paths seen before and where they lead: a client sends the same few paths again
         # and again; bounded, since paths are the client's choice
         self._routes: dict[str, Route] = {}
@@ -117,35 +122,61 @@ class HttpApp:
             await _lifespan(receive, send)
         # any other scope (websocket) is refused by returning: the server closes it
 
+    def admit(self, scope: Scope) -> Route:
+        """The route of an ``http`` scope, once its method and the caller's access to it are
+        checked; raises RouteError (400/404/405) or InferplexError (401/403)."""
+        path = scope["path"]
+        raw_path = scope.get("raw_path")
+        query = scope.get("query_string", b"")
+        # a path that came percent-encoded is resolved afresh: its decoded form may match a
+        # remembered canonical path that it must not be taken for
+        encoded = raw_path is not None and b"%" in raw_path
+        route = None if query or encoded else self._routes.get(path)
+        if route is None:
+            route = self._resolve(path, raw_path, query, remember=not encoded)
+        endpoint = route[0]
+        method = scope["method"]
+        if method != endpoint.method and not (method == "HEAD" and endpoint.method == "GET"):
+            raise RouteError(
+                405,
+                f"method {method} is not allowed on {path}, use {endpoint.method}",
+                [(b"allow", endpoint.method.encode())],
+            )
+        if self._access is not None:
+            authorization = _header(scope, b"authorization")
+            self._access.check(endpoint.scope, authorization, path)
+        return route
+
+    def refusal(self, scope: Scope) -> tuple[int, bytes, Headers] | None:
+        """The answer to a request that :meth:`admit` refuses (status, body, headers), or
+        None when it may go on; an admitted route is kept in the scope for the app."""
+        try:
+            scope[_ADMITTED] = self.admit(scope)
+        except (InferplexError, RouteError) as exc:
+            status, payload, headers = _error_reply(exc)
+            return status, payload, headers
+        return None
+
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            route = self._routes.get(scope["path"])
-            if route is None:
-                route = self._resolve(scope["path"])
-            method, handler, model, version = route
-            if scope["method"] != method:
-                raise _RouteError(
-                    405,
-                    f"method {scope['method']} is not allowed on {scope['path']}, use {method}",
-                    [(b"allow", method.encode())],
-                )
-            if method == "POST":
+            route = scope.get(_ADMITTED) or self.admit(scope)
+            endpoint, handler, model, version = route
+            is_infer = endpoint.handler == "_infer"
+            if endpoint.method == "POST":
                 body, header_length, accept = await self._read(scope, receive)
             else:
                 body, header_length, accept = b"", None, None
-            if self._routing_header and handler is HttpApp._infer:
+            if self._routing_header and is_infer:
                 key = _header(scope, self._routing_header)
                 status, payload, headers = await self._infer(
                     model, version, body, header_length, key
                 )
             else:
-                status, payload, headers = await handler(self, model, version, body, header_length)
-            if accept is not None and handler is HttpApp._infer:
+                status, payload, headers = await handler(model, version, body, header_length)
+            if accept is not None and is_infer:
                 payload, headers = await _compressed(payload, headers, accept)
-        except InferplexError as exc:
-            status, payload, headers = HTTP_STATUS[exc.code], _error(exc.message), _JSON
-        except _RouteError as exc:
-            status, payload, headers = exc.status, _error(exc.message), [*_JSON, *exc.headers]
+        except (InferplexError, RouteError) as exc:
+            status, payload, headers = _error_reply(exc)
         except _Disconnected:
             return
         except Exception as exc:
@@ -215,11 +246,13 @@ class HttpApp:
                 raise self._too_large(f"more than {self._max_body} bytes once decompressed")
         return body, header_length, accept
 
-    def _resolve(self, path: str) -> Route:
-        route = _resolve(path)
-        if len(self._routes) >= _ROUTES_KEPT:
-            self._routes.clear()
-        self._routes[path] = route
+    def _resolve(self, path: str, raw_path: bytes | None, query: bytes, remember: bool) -> Route:
+        endpoint, model, version = resolve(path, raw_path, query)
+        route: Route = (endpoint, getattr(self, endpoint.handler), model, version)
+        if remember:
+            if len(self._routes) >= _ROUTES_KEPT:
+                self._routes.clear()
+            self._routes[path] = route
         return route
 
     def _too_large(self, what: str) -> PayloadTooLargeError:
@@ -349,93 +382,14 @@ class HttpApp:
         return _EMPTY_OK  # nothing can have been registered
 
 
-Handler = Callable[[HttpApp, str, str, Body, bytes | None], Awaitable[Reply]]
-Route = tuple[str, Handler, str, str]
+Handler = Callable[[str, str, Body, bytes | None], Awaitable[Reply]]
+#: an admitted request's endpoint, the bound handler, the model (or region) and version
+Route = tuple[Endpoint, Handler, str, str]
 
 #: how many resolved paths an app remembers
 _ROUTES_KEPT = 1024
-
-#: the last path segment of a model route -> (method, handler)
-_MODEL_ACTIONS: dict[str, tuple[str, Handler]] = {
-    "infer": ("POST", HttpApp._infer),
-    "ready": ("GET", HttpApp._model_ready),
-    "config": ("GET", HttpApp._model_config),
-    "stats": ("GET", HttpApp._model_stats),
-}
-
-#: the fixed routes, by their path segments after "v2"
-_FIXED: dict[tuple[str, ...], tuple[str, Handler]] = {
-    (): ("GET", HttpApp._server_metadata),
-    ("health", "live"): ("GET", HttpApp._live),
-    ("health", "ready"): ("GET", HttpApp._ready),
-    ("models", "stats"): ("GET", HttpApp._model_stats),
-    ("repository", "index"): ("POST", HttpApp._repository_index),
-    ("repository", "memory"): ("GET", HttpApp._repository_memory),
-    ("routes",): ("GET", HttpApp._route_listing),
-    ("systemsharedmemory", "status"): ("GET", HttpApp._shm_status),
-    ("systemsharedmemory", "unregister"): ("POST", HttpApp._shm_unregister),
-    ("cudasharedmemory", "status"): ("GET", HttpApp._cuda_shm_status),
-    ("cudasharedmemory", "unregister"): ("POST", HttpApp._cuda_shm_unregister),
-}
-
-#: /v2/{kind}/region/{r}/{action} -> (method, handler), per kind of shared memory
-_SHM_ACTIONS: dict[str, dict[str, tuple[str, Handler]]] = {
-    "systemsharedmemory": {
-        "register": ("POST", HttpApp._shm_register),
-        "unregister": ("POST", HttpApp._shm_unregister),
-        "status": ("GET", HttpApp._shm_status),
-    },
-    "cudasharedmemory": {
-        "register": ("POST", HttpApp._cuda_shm_register),
-        "unregister": ("POST", HttpApp._cuda_shm_unregister),
-        "status": ("GET", HttpApp._cuda_shm_status),
-    },
-}
-
-#: the last path segment of /v2/repository/models/{m}/{action} -> (method, handler)
-_REPOSITORY_ACTIONS: dict[str, tuple[str, Handler]] = {
-    "load": ("POST", HttpApp._model_load),
-    "unload": ("POST", HttpApp._model_unload),
-    "instances": ("POST", HttpApp._model_instances),
-    "default_version": ("POST", HttpApp._model_default_version),
-}
-
-
-def _resolve(path: str) -> Route:
-    """Match a path to (method, handler, model, version); _RouteError 404 when none fits."""
-    parts = path.strip("/").split("/")
-    count = len(parts)
-    if parts[0] == "v2":
-        # the hot path first: /v2/models/{m}[/versions/{v}]/{action}
-        if count >= 4 and parts[1] == "models" and parts[2]:
-            model = parts[2]
-            version = ""
-            rest = 3
-            if count >= 5 and parts[3] == "versions":
-                version = parts[4]
-                rest = 5
-            if count == rest:
-                return "GET", HttpApp._model_metadata, model, version
-            action = _MODEL_ACTIONS.get(parts[rest]) if count == rest + 1 else None
-            if action is not None:
-                return action[0], action[1], model, version
-        else:
-            fixed = _FIXED.get(tuple(parts[1:]))
-            if fixed is not None:
-                return fixed[0], fixed[1], "", ""
-            if count == 3 and parts[1] == "models" and parts[2]:
-                return "GET", HttpApp._model_metadata, parts[2], ""
-            if count == 5 and parts[1] == "repository" and parts[2] == "models" and parts[3]:
-                action = _REPOSITORY_ACTIONS.get(parts[4])
-                if action is not None:
-                    return action[0], action[1], parts[3], ""
-            if count == 4 and parts[1] == "routes" and parts[2] and parts[3] == "stats":
-                return "GET", HttpApp._route_stats, parts[2], ""
-            if count == 5 and parts[1] in _SHM_ACTIONS and parts[2] == "region" and parts[3]:
-                action = _SHM_ACTIONS[parts[1]].get(parts[4])
-                if action is not None:
-                    return action[0], action[1], parts[3], ""
-    raise _RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
+#: the scope key under which a request admitted before its body was read keeps its route
+_ADMITTED = "inferplex.route"
 
 
 #: bodies (de)compressed on the event loop up to this size; larger ones in a thread
@@ -510,3 +464,13 @@ def _parameters(options: dict[str, Any], what: str) -> dict[str, Any]:
 
 def _error(message: str) -> bytes:
     return orjson.dumps({"error": message})
+
+
+def _error_reply(exc: InferplexError | RouteError) -> Reply:
+    """The answer to a refused request: ``{"error": ...}`` with the error's status."""
+    if isinstance(exc, RouteError):
+        return exc.status, _error(exc.message), [*_JSON, *exc.headers]
+    headers = _JSON
+    if isinstance(exc, UnauthenticatedError):
+        headers = [*_JSON, (b"www-authenticate", b"Bearer")]
+    return HTTP_STATUS[exc.code], _error(exc.message), headers

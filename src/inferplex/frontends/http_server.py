@@ -40,6 +40,9 @@ __all__ = ["HttpServer"]
 logger = logging.getLogger(__name__)
 
 App = Callable[[dict[str, Any], Any, Any], Coroutine[Any, Any, None]]
+#: sees the scope of a request with a body once its headers are complete, before any of the
+#: body is read: returns None to go on, or (status, body, headers) to refuse it
+Admit = Callable[[dict[str, Any]], tuple[int, bytes, list[tuple[bytes, bytes]]] | None]
 
 #: seconds an idle keep-alive connection stays open (uvicorn's default)
 KEEP_ALIVE_S = 5.0
@@ -61,9 +64,10 @@ def _status_line(status: int) -> bytes:
 
 
 class _Request:
-    """One parsed request, complete with its body."""
+    """One parsed request, complete with its body; ``scope`` is its ASGI scope when it was
+    made (for the admission check) before the body was read."""
 
-    __slots__ = ("body", "headers", "http_version", "keep_alive", "method", "url")
+    __slots__ = ("body", "headers", "http_version", "keep_alive", "method", "scope", "url")
 
     def __init__(
         self,
@@ -73,6 +77,7 @@ class _Request:
         body: bytes | memoryview,
         http_version: str,
         keep_alive: bool,
+        scope: dict[str, Any] | None,
     ) -> None:
         self.method = method
         self.url = url
@@ -80,16 +85,20 @@ class _Request:
         self.body = body
         self.http_version = http_version
         self.keep_alive = keep_alive
+        self.scope = scope
 
 
 class _Refusal:
-    """An answer the protocol gives itself, then closes the connection."""
+    """An answer the server gives itself, then closes the connection: ``body`` is JSON."""
 
-    __slots__ = ("message", "status")
+    __slots__ = ("body", "headers", "status")
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         self.status = status
-        self.message = message
+        self.body = body
+        self.headers = headers or []
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -127,6 +136,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._body_bytes = 0
         self._large_body: memoryview | None = None  # a large body's own buffer
         self._body_rest: memoryview | None = None  # its part still to read, past the parser
+        self._scope: dict[str, Any] | None = None  # made early, for the admission check
         self._refused = False
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -201,6 +211,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._body = []
         self._body_bytes = 0
         self._large_body = None
+        self._scope = None
         self._refused = False
 
     def on_url(self, url: bytes) -> None:
@@ -224,12 +235,28 @@ class _Connection(asyncio.BufferedProtocol):
         if self._refused:
             return
         length = None
-        expect_continue = False
+        expect_continue = chunked = False
         for name, value in self._headers:
             if name == b"content-length" and value.isdigit():
                 length = int(value)
             elif name == b"expect" and value.lower() == b"100-continue":
                 expect_continue = True
+            elif name == b"transfer-encoding":
+                chunked = True
+        admit = self._server.admit
+        if admit is not None and (length or chunked):
+            # a request with a body is admitted (route, method, token) before any of the body
+            # is read or buffered: a client that may not call the endpoint sends nothing more
+            self._scope = self._make_scope(
+                self._parser.get_method().decode("ascii"),
+                self._url,
+                self._headers,
+                self._parser.get_http_version(),
+            )
+            refusal = admit(self._scope)
+            if refusal is not None:
+                self._refuse_with(_Refusal(*refusal))
+                return
         if length is not None and length > self._server.max_body_bytes:
             self._refuse_body(f"Content-Length {length}")
             return
@@ -276,8 +303,10 @@ class _Connection(asyncio.BufferedProtocol):
                 body,
                 parser.get_http_version(),
                 parser.should_keep_alive(),
+                self._scope,
             )
         )
+        self._scope = None
 
     # -- refusals -------------------------------------------------------------------------
     def _refuse_body(self, size: str) -> None:
@@ -289,8 +318,11 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer ``status`` after the requests before it, then close; read nothing more."""
+        self._refuse_with(_Refusal(status, orjson.dumps({"error": message})))
+
+    def _refuse_with(self, refusal: _Refusal) -> None:
         self._refused = True
-        self._queue.append(_Refusal(status, message))
+        self._queue.append(refusal)
         self._stop_reading()
 
     def _stop_reading(self) -> None:
@@ -305,30 +337,42 @@ class _Connection(asyncio.BufferedProtocol):
             return
         item = self._queue.popleft()
         if isinstance(item, _Refusal):
-            body = orjson.dumps({"error": item.message})
+            head = [_status_line(item.status)]
+            head.extend(
+                b"%s: %s\r\n" % (name, value)
+                for name, value in item.headers
+                if name not in (b"content-type", b"content-length", b"connection")
+            )
             self._transport.write(
-                _status_line(item.status)
+                b"".join(head)
                 + b"content-type: application/json\r\nconnection: close\r\n"
-                + b"content-length: %d\r\n\r\n" % len(body)
-                + body
+                + b"content-length: %d\r\n\r\n" % len(item.body)
+                + item.body
             )
             self._transport.close()
             return
         self._busy = True
         if len(self._queue) > 8:
             self._stop_reading()  # a client pipelining far ahead waits for its answers
-        url = item.url
-        path, _, query = url.partition(b"?")
-        scope = dict(self._scope_base)
-        scope["http_version"] = item.http_version
-        scope["method"] = item.method
-        scope["path"] = unquote(path.decode("latin-1")) if b"%" in path else path.decode("latin-1")
-        scope["raw_path"] = path
-        scope["query_string"] = query
-        scope["headers"] = item.headers
+        scope = item.scope
+        if scope is None:
+            scope = self._make_scope(item.method, item.url, item.headers, item.http_version)
         cycle = _Cycle(self, item)
         task = self._loop.create_task(self._app(scope, cycle.receive, cycle.send))
         task.add_done_callback(cycle.finished)
+
+    def _make_scope(
+        self, method: str, url: bytes, headers: list[tuple[bytes, bytes]], http_version: str
+    ) -> dict[str, Any]:
+        path, _, query = url.partition(b"?")
+        scope = dict(self._scope_base)
+        scope["http_version"] = http_version
+        scope["method"] = method
+        scope["path"] = unquote(path.decode("latin-1")) if b"%" in path else path.decode("latin-1")
+        scope["raw_path"] = path
+        scope["query_string"] = query
+        scope["headers"] = headers
+        return scope
 
     def answered(self, keep_alive: bool) -> None:
         """The running request's response is complete."""
@@ -504,8 +548,11 @@ class HttpServer:
         max_header_bytes: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         keep_alive_s: float = KEEP_ALIVE_S,
+        admit: Admit | None = None,
     ) -> None:
+        """``admit`` checks each request with a body before the body is read."""
         self.app = app
+        self.admit = admit
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
         self.scheme = "https" if ssl_context is not None else "http"

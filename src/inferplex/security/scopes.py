@@ -3,6 +3,10 @@
 ``health`` endpoints stay open (load balancers and Kubernetes probe them without credentials);
 ``management`` endpoints change the server (load/unload models, register shared memory, change
 instances); everything else, inference and read-only model information, is ``inference``.
+
+A scope is a property of a resolved endpoint, never of a raw path: the HTTP route table gives
+each route its scope (``frontends/http_routes.py``), and a gRPC method's scope is looked up
+by its exact path, which the server resolved before the guard runs.
 """
 
 from __future__ import annotations
@@ -16,48 +20,47 @@ class Scope(enum.Enum):
     MANAGEMENT = "management"
 
 
-#: path prefixes of the management API (the repository index, read-only, is inference scope)
-_MANAGEMENT_PREFIXES = (
-    "/v2/repository/models/",
-    "/v2/systemsharedmemory",
-    "/v2/cudasharedmemory",
-    "/v2/logging",
-    "/v2/trace",
-)
-_HEALTH_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+_GRPC_SERVICE = "/inference.GRPCInferenceService/"
 
-#: gRPC methods of inference.GRPCInferenceService by scope (others are inference)
-_GRPC_MANAGEMENT = frozenset(
-    {
-        "RepositoryModelLoad",
-        "RepositoryModelUnload",
-        "SystemSharedMemoryStatus",
-        "SystemSharedMemoryRegister",
-        "SystemSharedMemoryUnregister",
-        "CudaSharedMemoryStatus",
-        "CudaSharedMemoryRegister",
-        "CudaSharedMemoryUnregister",
-        "TraceSetting",
-        "LogSettings",
-    }
-)
-_GRPC_HEALTH = frozenset({"ServerLive", "ServerReady"})
-
-
-def http_scope(path: str) -> Scope:
-    path = path.rstrip("/") or "/"
-    if path in _HEALTH_PATHS:
-        return Scope.HEALTH
-    if path.startswith(_MANAGEMENT_PREFIXES):
-        return Scope.MANAGEMENT
-    return Scope.INFERENCE
+#: gRPC methods of inference.GRPCInferenceService by scope
+_GRPC_SCOPES: dict[str, Scope] = {
+    _GRPC_SERVICE + name: scope
+    for names, scope in (
+        (("ServerLive", "ServerReady"), Scope.HEALTH),
+        (
+            (
+                "ModelReady",
+                "ServerMetadata",
+                "ModelMetadata",
+                "ModelConfig",
+                "ModelStatistics",
+                "RepositoryIndex",
+                "ModelInfer",
+                "ModelStreamInfer",
+            ),
+            Scope.INFERENCE,
+        ),
+        (
+            (
+                "RepositoryModelLoad",
+                "RepositoryModelUnload",
+                "SystemSharedMemoryStatus",
+                "SystemSharedMemoryRegister",
+                "SystemSharedMemoryUnregister",
+                "CudaSharedMemoryStatus",
+                "CudaSharedMemoryRegister",
+                "CudaSharedMemoryUnregister",
+                "TraceSetting",
+                "LogSettings",
+            ),
+            Scope.MANAGEMENT,
+        ),
+    )
+    for name in names
+}
 
 
 def grpc_scope(full_method: str) -> Scope:
-    """Scope of a gRPC method given as ``/package.Service/Method``."""
-    method = full_method.rsplit("/", 1)[-1]
-    if method in _GRPC_HEALTH:
-        return Scope.HEALTH
-    if method in _GRPC_MANAGEMENT:
-        return Scope.MANAGEMENT
-    return Scope.INFERENCE
+    """Scope of a gRPC method given as its exact path ``/package.Service/Method``. A path
+    that is not one of the service's methods is management scope: unknown means closed."""
+    return _GRPC_SCOPES.get(full_method, Scope.MANAGEMENT)

@@ -1,27 +1,10 @@
 import pytest
 
 from inferplex.errors import PermissionDeniedError, UnauthenticatedError
-from inferplex.security.scopes import Scope, grpc_scope, http_scope
+from inferplex.security.scopes import Scope, grpc_scope
 from inferplex.security.tokens import TokenAuth
 
 BOTH = TokenAuth("inf-secret", "mgmt-secret")
-
-
-@pytest.mark.parametrize(
-    ("path", "scope"),
-    [
-        ("/v2/health/live", Scope.HEALTH),
-        ("/v2/health/ready/", Scope.HEALTH),
-        ("/v2/models/m/infer", Scope.INFERENCE),
-        ("/v2", Scope.INFERENCE),
-        ("/v2/repository/index", Scope.INFERENCE),
-        ("/v2/repository/models/m/load", Scope.MANAGEMENT),
-        ("/v2/systemsharedmemory/region/r/register", Scope.MANAGEMENT),
-        ("/v2/cudasharedmemory/status", Scope.MANAGEMENT),
-    ],
-)
-def test_http_scopes(path: str, scope: Scope) -> None:
-    assert http_scope(path) is scope
 
 
 def test_grpc_scopes() -> None:
@@ -30,6 +13,9 @@ def test_grpc_scopes() -> None:
     assert grpc_scope(service + "ModelInfer") is Scope.INFERENCE
     assert grpc_scope(service + "RepositoryModelLoad") is Scope.MANAGEMENT
     assert grpc_scope(service + "SystemSharedMemoryRegister") is Scope.MANAGEMENT
+    # only exact method paths have a scope of their own: anything else is closed
+    assert grpc_scope(service + "ModelInfer/") is Scope.MANAGEMENT
+    assert grpc_scope("/other.Service/ServerLive") is Scope.MANAGEMENT
 
 
 def test_no_tokens_means_everything_open() -> None:

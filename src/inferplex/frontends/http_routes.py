@@ -1,0 +1,174 @@
+"""The V2 REST route table: which path runs which handler, with which method, in which scope.
+
+A path is matched only in its canonical form. Anything a client could use to make two
+spellings of one path — repeated or trailing slashes, ``.`` / ``..`` segments, an encoded
+``/`` or ``\\``, control characters, a query string (no V2 endpoint takes one) — is refused
+with 400 before any handler runs, so that the route that runs and the scope that authorised
+it are always the same thing (the management API was reachable as ``//v2/repository/...``
+while scopes were read off the raw path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from inferplex.security.scopes import Scope
+
+__all__ = ["Endpoint", "ResolvedRoute", "RouteError", "resolve"]
+
+Headers = list[tuple[bytes, bytes]]
+
+_HEALTH = Scope.HEALTH
+_INFERENCE = Scope.INFERENCE
+_MANAGEMENT = Scope.MANAGEMENT
+
+
+class RouteError(Exception):
+    """A request for a path this server does not serve (400 not canonical, 404 none, 405
+    wrong method)."""
+
+    def __init__(self, status: int, message: str, headers: Headers | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or []
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One endpoint: its HTTP method, the name of the ``HttpApp`` method that answers it, and
+    the scope that guards it."""
+
+    method: str
+    handler: str
+    scope: Scope
+
+
+class ResolvedRoute(NamedTuple):
+    endpoint: Endpoint
+    model: str  # the model (or region, or route) named in the path; "" if none
+    version: str
+
+
+def _get(handler: str, scope: Scope = _INFERENCE) -> Endpoint:
+    return Endpoint("GET", handler, scope)
+
+
+def _post(handler: str, scope: Scope = _INFERENCE) -> Endpoint:
+    return Endpoint("POST", handler, scope)
+
+
+#: the last path segment of a model route (/v2/models/{m}[/versions/{v}]/{action})
+_MODEL_ACTIONS: dict[str, Endpoint] = {
+    "infer": _post("_infer"),
+    "ready": _get("_model_ready"),
+    "config": _get("_model_config"),
+    "stats": _get("_model_stats"),
+}
+_MODEL_METADATA = _get("_model_metadata")
+
+#: the fixed routes, by their path segments after "v2"
+_FIXED: dict[tuple[str, ...], Endpoint] = {
+    (): _get("_server_metadata"),
+    ("health", "live"): _get("_live", _HEALTH),
+    ("health", "ready"): _get("_ready", _HEALTH),
+    ("models", "stats"): _get("_model_stats"),
+    ("repository", "index"): _post("_repository_index"),
+    ("repository", "memory"): _get("_repository_memory"),
+    ("routes",): _get("_route_listing"),
+    ("systemsharedmemory", "status"): _get("_shm_status", _MANAGEMENT),
+    ("systemsharedmemory", "unregister"): _post("_shm_unregister", _MANAGEMENT),
+    ("cudasharedmemory", "status"): _get("_cuda_shm_status", _MANAGEMENT),
+    ("cudasharedmemory", "unregister"): _post("_cuda_shm_unregister", _MANAGEMENT),
+}
+
+#: /v2/{kind}/region/{r}/{action}, per kind of shared memory
+_SHM_ACTIONS: dict[str, dict[str, Endpoint]] = {
+    "systemsharedmemory": {
+        "register": _post("_shm_register", _MANAGEMENT),
+        "unregister": _post("_shm_unregister", _MANAGEMENT),
+        "status": _get("_shm_status", _MANAGEMENT),
+    },
+    "cudasharedmemory": {
+        "register": _post("_cuda_shm_register", _MANAGEMENT),
+        "unregister": _post("_cuda_shm_unregister", _MANAGEMENT),
+        "status": _get("_cuda_shm_status", _MANAGEMENT),
+    },
+}
+
+#: the last path segment of /v2/repository/models/{m}/{action}
+_REPOSITORY_ACTIONS: dict[str, Endpoint] = {
+    "load": _post("_model_load", _MANAGEMENT),
+    "unload": _post("_model_unload", _MANAGEMENT),
+    "instances": _post("_model_instances", _MANAGEMENT),
+    "default_version": _post("_model_default_version", _MANAGEMENT),
+}
+
+_ROUTE_STATS = _get("_route_stats")
+
+#: percent-encodings that would let one path be spelled two ways: '/' and '\'
+_ENCODED_SEPARATORS = (b"%2f", b"%5c")
+
+
+def resolve(path: str, raw_path: bytes | None = None, query: bytes = b"") -> ResolvedRoute:
+    """The route of a request for ``path`` (percent-decoded; ``raw_path`` as sent, if
+    known). Raises RouteError: 400 for a path that is not canonical, 404 for no route."""
+    _check_canonical(path, raw_path, query)
+    parts = path[1:].split("/")
+    count = len(parts)
+    if parts[0] != "v2":
+        raise RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
+    # the hot path first: /v2/models/{m}[/versions/{v}]/{action}
+    if count >= 4 and parts[1] == "models":
+        model = parts[2]
+        version = ""
+        rest = 3
+        if count >= 5 and parts[3] == "versions":
+            version = parts[4]
+            rest = 5
+        if count == rest:
+            return ResolvedRoute(_MODEL_METADATA, model, version)
+        action = _MODEL_ACTIONS.get(parts[rest]) if count == rest + 1 else None
+        if action is not None:
+            return ResolvedRoute(action, model, version)
+    else:
+        fixed = _FIXED.get(tuple(parts[1:]))
+        if fixed is not None:
+            return ResolvedRoute(fixed, "", "")
+        if count == 3 and parts[1] == "models":
+            return ResolvedRoute(_MODEL_METADATA, parts[2], "")
+        if count == 5 and parts[1] == "repository" and parts[2] == "models":
+            action = _REPOSITORY_ACTIONS.get(parts[4])
+            if action is not None:
+                return ResolvedRoute(action, parts[3], "")
+        if count == 4 and parts[1] == "routes" and parts[3] == "stats":
+            return ResolvedRoute(_ROUTE_STATS, parts[2], "")
+        if count == 5 and parts[1] in _SHM_ACTIONS and parts[2] == "region":
+            action = _SHM_ACTIONS[parts[1]].get(parts[4])
+            if action is not None:
+                return ResolvedRoute(action, parts[3], "")
+    raise RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
+
+
+def _check_canonical(path: str, raw_path: bytes | None, query: bytes) -> None:
+    if query:
+        raise RouteError(400, f"{path} takes no query string; V2 endpoints take none")
+    if not path.startswith("/"):
+        raise RouteError(400, f"the request target {path!r} must be a path starting with '/'")
+    if raw_path is not None and b"%" in raw_path:
+        lowered = raw_path.lower()
+        for encoded in _ENCODED_SEPARATORS:
+            if encoded in lowered:
+                raise RouteError(
+                    400, f"path {path!r}: an encoded '/' or '\\' ({encoded.decode()}) is refused"
+                )
+    for part in path[1:].split("/") if path != "/" else ():
+        if part in ("", ".", ".."):
+            raise RouteError(
+                400,
+                f"path {path!r} is not canonical: no empty, '.' or '..' segments "
+                "(repeated or trailing '/')",
+            )
+    if not path.isprintable():
+        raise RouteError(400, f"path {path!r} has control characters")

@@ -1,0 +1,50 @@
+"""Who may call what on one listener: the surface it serves (everything, inference only, or
+management only) and the API tokens. The one place that decides, for HTTP and gRPC alike,
+given the scope of the endpoint that will actually run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from inferplex.errors import PermissionDeniedError
+from inferplex.security.scopes import Scope, grpc_scope
+from inferplex.security.tokens import TokenAuth
+
+Surface = Literal["all", "inference", "management"]
+
+
+class Access:
+    """The access rules of one listener."""
+
+    def __init__(self, auth: TokenAuth, *, surface: Surface = "all", elsewhere: str = "") -> None:
+        """``elsewhere`` names where the other surface listens, for the refusal message."""
+        self._auth = auth
+        self._surface = surface
+        self._elsewhere = elsewhere
+
+    @property
+    def enabled(self) -> bool:
+        """False when every endpoint is open to everyone: callers may skip the check."""
+        return self._auth.enabled or self._surface != "all"
+
+    def check(self, scope: Scope, authorization: str | None, what: str) -> None:
+        """Return if a call of the endpoint ``what`` (of ``scope``) may run with the
+        ``Authorization`` value given; raise PermissionDeniedError or UnauthenticatedError."""
+        if scope is not Scope.HEALTH and self._surface != "all":
+            wanted = Scope.MANAGEMENT if self._surface == "management" else Scope.INFERENCE
+            if scope is not wanted:
+                raise PermissionDeniedError(
+                    f"{what} is part of the {scope.value} API, which is served on "
+                    f"{self._elsewhere}, not on this port"
+                )
+        self._auth.check(scope, authorization)
+
+    def grpc_guard(self, method: str, metadata: Sequence[tuple[str, str | bytes]]) -> None:
+        """The gRPC server's guard: sees each call's resolved method path and metadata
+        before the request message is read."""
+        authorization = None
+        for key, value in metadata:
+            if key == "authorization" and isinstance(value, str):
+                authorization = value
+        self.check(grpc_scope(method), authorization, method.rsplit("/", 1)[-1])

@@ -1,0 +1,166 @@
+"""Authorization is decided on the route that runs, never on the raw path.
+
+Every spelling of a management path that is not its canonical form is refused with 400 on
+every listener, whatever token comes with it; the canonical form gets exactly the answer its
+scope calls for. Requests go out through http.client, which sends the path as written
+(requests and urllib3 would remove dot segments). A request with a body is refused before
+its body is read.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from inferplex.config.server_config import ServerConfig
+from inferplex.modelgen import add_sub
+from inferplex.server import Server
+
+TOKENS = {
+    "no token": None,
+    "inference token": "inference-token",
+    "management token": "management-token",
+}
+
+#: spellings of POST /v2/repository/models/add_sub/load that are not canonical
+VARIANTS = [
+    "//v2/repository/models/add_sub/load",
+    "/v2//repository/models/add_sub/load",
+    "/v2/repository//models/add_sub/load",
+    "/v2/repository/models//add_sub/load",
+    "/v2/repository/models/add_sub/load/",
+    "/v2/repository/models/add_sub/load//",
+    "/v2/./repository/models/add_sub/load",
+    "/v2/repository/models/./add_sub/load",
+    "/v2/models/../repository/models/add_sub/load",
+    "/v2/models/x/../../repository/models/add_sub/load",
+    "/v2/repository%2Fmodels/add_sub/load",
+    "/v2/repository%2fmodels/add_sub/load",
+    "/v2%2Frepository%2Fmodels%2Fadd_sub%2Fload",
+    "/v2/%2E/repository/models/add_sub/load",
+    "/v2/models/%2E%2E/repository/models/add_sub/load",
+    "/v2/repository/models/add_sub/load?x=1",
+    "/v2/repository/models/add_sub%00/load",
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    repository = tmp_path_factory.mktemp("authz-repo")
+    add_sub(repository)
+    config = ServerConfig(
+        model_repository=repository,
+        http_port=0,
+        grpc_port=0,
+        metrics_port=0,
+        management_port=0,
+        model_control_mode="explicit",
+        inference_token="inference-token",
+        management_token="management-token",
+    )
+    with Server(config) as running:
+        yield running
+
+
+def post(port: int, path: str, token: str | None, body: bytes = b"{}") -> tuple[int, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def loaded(server: Server) -> bool:
+    return any(entry.get("state") == "READY" for entry in server.engine.repository_index(False))
+
+
+@pytest.mark.parametrize("token", TOKENS.values(), ids=TOKENS.keys())
+@pytest.mark.parametrize("listener", ["public", "management"])
+@pytest.mark.parametrize("path", VARIANTS)
+def test_a_path_variant_never_reaches_the_management_api(
+    server: Server, path: str, listener: str, token: str | None
+) -> None:
+    port = server.http_port if listener == "public" else server.management_port
+    status, body = post(port, path, token)
+    assert status == 400, body
+    assert "error" in orjson.loads(body)
+    assert not loaded(server)
+
+
+@pytest.mark.parametrize(
+    ("listener", "token", "status"),
+    [
+        ("public", None, 403),
+        ("public", "inference-token", 403),
+        ("public", "management-token", 403),
+        ("management", None, 401),
+        ("management", "inference-token", 403),
+    ],
+)
+def test_the_canonical_path_gets_the_answer_of_its_scope(
+    server: Server, listener: str, token: str | None, status: int
+) -> None:
+    port = server.http_port if listener == "public" else server.management_port
+    # percent-encoding that decodes to the canonical path is that path: same answer
+    for path in ("/v2/repository/models/add_sub/load", "/%762/repository/models/add_sub/load"):
+        assert post(port, path, token)[0] == status
+    assert not loaded(server)
+
+
+def test_the_management_token_on_the_management_listener_loads(server: Server) -> None:
+    try:
+        status, body = post(
+            server.management_port, "/v2/repository/models/add_sub/load", "management-token"
+        )
+        assert status == 200, body
+        assert loaded(server)
+    finally:
+        post(server.management_port, "/v2/repository/models/add_sub/unload", "management-token")
+
+
+@pytest.mark.parametrize("path", ["/v2/models/add_sub/infer", "/v2/models/add_sub/infer?a=b"])
+def test_a_request_is_refused_before_its_body_is_read(server: Server, path: str) -> None:
+    """Headers announcing 200 MB and no token: the answer comes without a byte of the body,
+    and the connection is closed."""
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=10) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+            f"Content-Length: {200 << 20}\r\n\r\n".encode()
+            + b"\0" * 1024
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.startswith(b"http/1.1 401") or head.startswith(b"http/1.1 400"), answer
+    assert b"connection: close" in head
+
+
+def test_unauthenticated_answers_name_the_scheme(server: Server) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    connection.request("POST", "/v2/models/add_sub/infer", body=b"{}")
+    response = connection.getresponse()
+    assert response.status == 401
+    assert response.getheader("www-authenticate") == "Bearer"
+    connection.close()
+
+
+def test_head_and_get_need_the_same_token(server: Server) -> None:
+    for method in ("GET", "HEAD"):
+        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        connection.request(method, "/v2/repository/memory")
+        assert connection.getresponse().status == 401
+        connection.close()
+        connection = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+        connection.request(method, "/v2/health/live")
+        assert connection.getresponse().status == 200
+        connection.close()
