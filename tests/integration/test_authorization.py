@@ -19,6 +19,7 @@ import pytest
 from inferplex.config.server_config import ServerConfig
 from inferplex.modelgen import add_sub
 from inferplex.server import Server
+from tests.support.h2client import INFER, SERVICE, H2Client
 
 TOKENS = {
     "no token": None,
@@ -164,3 +165,47 @@ def test_head_and_get_need_the_same_token(server: Server) -> None:
         connection.request(method, "/v2/health/live")
         assert connection.getresponse().status == 200
         connection.close()
+
+
+# --- gRPC: the method path is resolved exactly, and checked on HEADERS ----------------------
+
+UNAUTHENTICATED, PERMISSION_DENIED, UNIMPLEMENTED = 16, 7, 12
+
+
+def test_grpc_checks_the_token_on_headers_before_any_message(server: Server) -> None:
+    with H2Client(server.grpc_port) as client:
+        # the call's message never comes: the refusal must not wait for it
+        stream_id = client.open_stream(INFER)
+        assert client.wait_finished(stream_id).grpc_status == UNAUTHENTICATED
+        client.live()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        SERVICE + "/RepositoryModelLoad",
+        SERVICE + "RepositoryModelLoad/",
+        "/" + SERVICE + "RepositoryModelLoad",
+        SERVICE + "./RepositoryModelLoad",
+        SERVICE.replace("/inference.", "/x/../inference.") + "RepositoryModelLoad",
+        SERVICE + "RepositoryModelLoad?x=1",
+        SERVICE + "repositorymodelload",
+    ],
+)
+def test_grpc_path_variants_are_unimplemented(server: Server, path: str) -> None:
+    with H2Client(server.grpc_port) as client:
+        extra = [(b"authorization", b"Bearer management-token")]
+        stream_id = client.open_stream(path, extra=extra)
+        assert client.wait_finished(stream_id).grpc_status == UNIMPLEMENTED
+    assert not loaded(server)
+
+
+@pytest.mark.parametrize("token", TOKENS.values(), ids=TOKENS.keys())
+def test_grpc_management_lives_on_the_http_management_listener(
+    server: Server, token: str | None
+) -> None:
+    with H2Client(server.grpc_port) as client:
+        extra = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        stream_id = client.open_stream(SERVICE + "RepositoryModelLoad", extra=extra)
+        assert client.wait_finished(stream_id).grpc_status == PERMISSION_DENIED
+    assert not loaded(server)
