@@ -215,7 +215,7 @@ async def test_unknown_and_broken_models(tmp_path: Path) -> None:
     async with running(tmp_path, model_control_mode="explicit") as engine:
         with pytest.raises(ModelNotFoundError, match="'nope' is not in the model repository"):
             await engine.load_model("nope", {})
-        with pytest.raises(ModelNotFoundError, match="not a valid model name"):
+        with pytest.raises(InvalidInputError, match="may not hold '/'"):
             await engine.load_model("../etc", {})
         with pytest.raises(ModelNotFoundError, match="unknown model 'nope'"):
             await engine.unload_model("nope", {})

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from inferplex.config.composite import Cascade, EnsembleScheduling, SizeRouting
 from inferplex.config.optimization import Optimization
+from inferplex.config.paths import check_file_name
 from inferplex.core.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
 
 
@@ -178,6 +179,12 @@ class WarmupInput(_Frozen):
 
     _check_datatype = field_validator("data_type", mode="before")(_normalise_datatype)
 
+    @field_validator("input_data_file")
+    @classmethod
+    def _check_file(cls, value: str) -> str:
+        # read from <model>/warmup/ (lifecycle/warmup.py): never from anywhere else
+        return check_file_name(value, "the model's warmup/ folder") if value else value
+
     @model_validator(mode="after")
     def _check_source(self) -> WarmupInput:
         sources = [self.zero_data, self.random_data, bool(self.input_data_file)]
@@ -224,6 +231,13 @@ class ModelConfig(_Frozen):
     unsupported_fields: tuple[str, ...] = Field(
         default=(), description="fields read from the file that this server does not honour yet"
     )
+
+    @field_validator("default_model_filename")
+    @classmethod
+    def _check_filename(cls, value: str) -> str:
+        # a config may come from a client (the load API): it names a file in a version
+        # folder, never one elsewhere (repository/local.py resolves links too)
+        return check_file_name(value, "the version folder") if value else value
 
     @model_validator(mode="after")
     def _check_names(self) -> ModelConfig:

@@ -66,6 +66,7 @@ from inferplex.config.model_config import (
     Scheduling,
     TensorConfig,
 )
+from inferplex.config.paths import check_file_name
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.errors import ConfigError
 
@@ -266,6 +267,7 @@ class _Reader:
             f = self.fields(raw, path, _INPUT_FIELDS, _INPUT_NOT_YET) or {}
         else:
             f = self.fields(raw, path, _OUTPUT_FIELDS, _OUTPUT_NOT_YET) or {}
+            self.label_file(raw, f"{path}.label_filename")
         out = _plain(f, ("dims", "reshape"))
         if "dims" in f:
             out["dims"] = _as_list(f["dims"])
@@ -274,6 +276,16 @@ class _Reader:
             if reshape is not None:
                 out["reshape"] = _as_list(reshape.get("shape"))
         return out
+
+    def label_file(self, raw: Any, path: str) -> None:
+        """Triton's label_filename is not read yet, but a config naming a file outside the
+        model's folder is refused now, as every configured file is (config/paths.py)."""
+        label = raw.get("label_filename") if isinstance(raw, Mapping) else None
+        if isinstance(label, str) and label:
+            try:
+                check_file_name(label, "the model folder")
+            except ValueError as exc:
+                self.error(path, str(exc))
 
     def instance_group(self, raw: Any, path: str) -> dict[str, Any]:
         f = self.fields(raw, path, _GROUP_FIELDS, _GROUP_NOT_YET) or {}

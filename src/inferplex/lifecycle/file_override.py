@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from inferplex.config.paths import relative_problem
 from inferplex.errors import InvalidInputError, ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -70,13 +71,10 @@ def _relative_path(key: str) -> PurePosixPath:
 
     if not raw:
         raise bad("no path after 'file:'")
-    if "\\" in raw or "\0" in raw:
-        raise bad("the path may not hold backslashes or NUL characters ('/' separates folders)")
-    if raw.startswith("/"):
-        raise bad("the path must be relative to the model folder, not absolute")
+    problem = relative_problem(raw, "the model folder")
+    if problem is not None:
+        raise bad(f"the path {problem}")
     parts = raw.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        raise bad("the path must stay inside the model folder (no '..', '.' or empty segments)")
     version = parts[0]
     if not (version.isascii() and version.isdigit() and version == str(int(version)) != "0"):
         raise bad(f"the version folder '{version}' must be a positive integer such as 1")
@@ -124,7 +122,7 @@ class OverrideFolders:
             ) from None
         try:
             for relative, content in files.items():
-                path = model_dir.joinpath(*relative.parts)
+                path = model_dir.joinpath(*relative.parts)  # checked by override_files
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(content)
         except OSError as exc:  # the disk is full, a name is too long for the file system

@@ -21,6 +21,7 @@ from pathlib import Path
 from inferplex.backends import Backend
 from inferplex.backends.base import InstanceSpec, ModelCaller
 from inferplex.config.model_config import ModelConfig
+from inferplex.config.paths import check_model_name
 from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.instance import ModelInstance
@@ -93,9 +94,10 @@ class ModelLoader:
 
     # -- load ---------------------------------------------------------------------------------
     def model_dir(self, name: str) -> Path:
-        """The folder of ``name`` in the repository; ModelNotFoundError for names that
-        cannot be a model folder."""
-        if not name or name.startswith((".", "_")) or "/" in name or "\\" in name:
+        """The folder of ``name`` in the repository: InvalidInputError for a name no folder
+        can have (config/paths.py), ModelNotFoundError for a hidden folder's."""
+        check_model_name(name)
+        if name.startswith((".", "_")):  # skipped by repository scans, as hidden folders
             raise ModelNotFoundError(f"'{name}' is not a valid model name")
         return self.repository / name
 

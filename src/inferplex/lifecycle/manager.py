@@ -22,6 +22,7 @@ import orjson
 
 from inferplex.backends.base import ModelCaller
 from inferplex.config.model_config import ModelConfig
+from inferplex.config.paths import check_model_name
 from inferplex.config.readers import config_from_dict
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.cache import ResponseCache
@@ -156,6 +157,7 @@ class LifecycleManager:
         """The repository API's load (Triton's): ``config`` (a JSON model configuration)
         replaces the config file for this load; ``file:<version>/<file>`` parameters replace
         the model's folder (file_override.py); ``pinned`` (bool) keeps it from eviction."""
+        check_model_name(name)  # the door of HTTP, gRPC and the in-process API
         self._require_control("load", name)
         for key in parameters:
             if key not in LOAD_PARAMETERS and not is_file_parameter(key):
@@ -189,6 +191,7 @@ class LifecycleManager:
     async def unload(self, name: str, parameters: Mapping[str, Any]) -> None:
         """The repository API's unload; ``unload_dependents`` is accepted for Triton's clients
         (models that call this one get errors from it until it is loaded again)."""
+        check_model_name(name)
         self._require_control("unload", name)
         for key in parameters:
             if key not in UNLOAD_PARAMETERS:

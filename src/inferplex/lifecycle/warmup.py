@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from inferplex.config.model_config import ModelConfig, ModelWarmup, WarmupInput
+from inferplex.config.paths import inside
 from inferplex.core.datatypes import deserialize_bytes, element_count, numpy_dtype
 from inferplex.core.model import ModelVersion
 from inferplex.core.types import InferenceRequest, Tensor
@@ -85,13 +86,12 @@ def _tensor(
 
 
 def _read(model_dir: Path, item: WarmupInput, label: str) -> bytes:
-    folder = (model_dir / WARMUP_FOLDER).resolve()
-    path = (folder / item.input_data_file).resolve()
-    if not path.is_relative_to(folder):
-        raise ConfigError(
-            f"model '{model_dir.name}': warm-up sample '{label}': input_data_file "
-            f"'{item.input_data_file}' must stay inside {model_dir.name}/{WARMUP_FOLDER}/"
-        )
+    path = inside(
+        model_dir / WARMUP_FOLDER,
+        item.input_data_file,
+        f"model '{model_dir.name}': warm-up sample '{label}': input_data_file",
+        model_dir,
+    )
     try:
         return path.read_bytes()
     except OSError as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 from inferplex.backends import Backend, InstanceSpec, backend_for, backend_for_file
 from inferplex.backends.isolated import served_backend
 from inferplex.config.model_config import InstanceGroup, ModelConfig
+from inferplex.config.paths import inside, name_problem
 from inferplex.config.readers import complete_config, read_model_config
 from inferplex.errors import ConfigError
 from inferplex.repository.placement import auto_kind, model_bytes
@@ -42,9 +43,16 @@ def list_models(repository: Path) -> list[Path]:
     """The model folders of a repository, sorted by name (hidden folders skipped)."""
     if not repository.is_dir():
         raise ConfigError(f"model repository '{repository}' is not a folder")
-    return sorted(
-        p for p in repository.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
-    )
+    found = []
+    for path in sorted(repository.iterdir()):
+        if not path.is_dir() or path.name.startswith((".", "_")):
+            continue
+        problem = name_problem(path.name)
+        if problem is not None:  # a folder no client could name (a control character)
+            logger.warning("repository: skipping folder %r: %s", path.name, problem)
+            continue
+        found.append(path)
+    return found
 
 
 def _version_dirs(model_dir: Path) -> dict[int, Path]:
@@ -144,7 +152,10 @@ def plan_model(
     selected = (config.version_policy if config else ModelConfig(name=name).version_policy).select(
         list(versions)
     )
-    files = {v: versions[v] / filename for v in selected}
+    # the config may be a client's (the load API): its file stays in the version folder
+    files = {
+        v: inside(versions[v], filename, "default_model_filename", model_dir) for v in selected
+    }
     missing = [str(p.relative_to(model_dir.parent)) for p in files.values() if not p.exists()]
     if missing:
         raise ConfigError(f"model '{name}': model file(s) not found: {', '.join(missing)}")

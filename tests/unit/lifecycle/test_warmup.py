@@ -96,7 +96,8 @@ def test_both_formats_read_the_same_warmup(tmp_path: Path, filename: str, text: 
     ("change", "message"),
     [
         ("batch_size: 1\n", "has batch_size 0, expected 1 to max_batch_size 4"),
-        ('input_data_file: "../escape"', "must stay inside m/warmup/"),
+        ('input_data_file: "../escape"', "must stay inside the model's warmup/ folder"),
+        ('input_data_file: "/etc/passwd"', "must be relative to the model's warmup/ folder"),
         ('input_data_file: "missing.bin"', "cannot read m/warmup/missing.bin"),
         ('input_data_file: "s.bin"', "file s.bin has"),
     ],
