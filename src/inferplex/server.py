@@ -18,6 +18,7 @@ from typing import Any
 import uvloop
 from pydantic import SecretStr
 
+from inferplex.backends.worker_process import pass_to_workers
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, InferenceResponse
@@ -67,6 +68,7 @@ class Server:
         sockets = self._bind()
         try:
             use_key(load_key(key_file=config.model_key_file))
+            pass_to_workers(config.worker_env)
             await self.engine.start(ready=False)
             await self._serve(sockets)
         except BaseException:

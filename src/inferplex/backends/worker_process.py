@@ -4,11 +4,13 @@ backend): starting it, talking to it with deadlines, telling how it ended, and r
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -147,11 +149,44 @@ class WorkerProcess:
 MALLOC_TUNABLES = "glibc.malloc.trim_threshold=67108864:glibc.malloc.mmap_threshold=67108864"
 
 
+#: variables a worker process gets from the server's environment, where set: what Python,
+#: the C library, numeric libraries and CUDA need (docs/security.md). Nothing else reaches a
+#: model's code: not the server's own settings (INFERPLEX_*: the API tokens, the model key),
+#: not the cloud credentials or anything else its environment holds. ``--worker-env NAME``
+#: adds a variable.
+WORKER_ENV = (
+    *("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP"),
+    *("PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"),
+    *("PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONUTF8", "VIRTUAL_ENV", "XDG_CACHE_HOME"),
+    *("LD_LIBRARY_PATH", "GLIBC_TUNABLES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"),
+)
+#: families of variables passed on by prefix: locale, numeric libraries' threads, CUDA
+WORKER_ENV_PREFIXES = ("LC_", "OMP_", "MKL_", "OPENBLAS_", "CUDA_", "NVIDIA_")
+#: a variable of the list whose name looks like a secret's is held back all the same
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
+
+#: the variables ``--worker-env`` adds (set by the server at start)
+_extra: tuple[str, ...] = ()
+
+
+def pass_to_workers(names: Iterable[str]) -> None:
+    """Add the variables ``names`` (the server's ``--worker-env``) to what workers get."""
+    global _extra
+    _extra = tuple(names)
+
+
+def _inherited(name: str) -> bool:
+    listed = name in WORKER_ENV or name.startswith(WORKER_ENV_PREFIXES)
+    return listed and not SECRET_NAME.search(name)
+
+
 def worker_env(threads: int) -> dict[str, str]:
-    """The worker's environment: this inferplex importable, numeric libraries limited to the
-    instance's thread budget and malloc keeping batch-sized memory (``MALLOC_TUNABLES``),
-    unless the environment says otherwise."""
-    env = dict(os.environ)
+    """The worker's environment, built from nothing: the variables of ``WORKER_ENV`` and
+    ``WORKER_ENV_PREFIXES`` and those ``pass_to_workers`` added, this inferplex importable,
+    numeric libraries limited to the instance's thread budget and malloc keeping batch-sized
+    memory (``MALLOC_TUNABLES``), unless the environment says otherwise."""
+    env = {name: value for name, value in os.environ.items() if _inherited(name)}
+    env.update({name: os.environ[name] for name in _extra if name in os.environ})
     source = str(Path(inferplex.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -102,6 +102,12 @@ def main() -> None:
     help="Let clients register system shared-memory regions (off by default).",
 )
 @click.option(
+    "--worker-env",
+    multiple=True,
+    help="Environment variable passed on to model worker processes (repeatable; default: "
+    "only the documented list, never INFERPLEX_*).",
+)
+@click.option(
     "--model-control-mode",
     type=click.Choice(["none", "poll", "explicit"]),
     help="none (load all, no load/unload API), poll (also rescan the repository), explicit.",
@@ -186,8 +192,19 @@ def serve(**options: Any) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="File holding the key (64 hex characters); else INFERPLEX_MODEL_KEY(_FILE).",
 )
-@click.option("--new-key", is_flag=True, help="Generate a key, write it to --key-file, use it.")
-def encrypt(source: Path, output: Path | None, key_file: Path | None, new_key: bool) -> None:
+@click.option(
+    "--new-key",
+    is_flag=True,
+    help="Generate a key, write it to --key-file (created mode 0600), use it.",
+)
+@click.option(
+    "--overwrite-key",
+    is_flag=True,
+    help="With --new-key: replace an existing --key-file (its old key is lost).",
+)
+def encrypt(
+    source: Path, output: Path | None, key_file: Path | None, new_key: bool, overwrite_key: bool
+) -> None:
     """Encrypt a model file with AES-256-GCM for storage at rest.
 
     The server decrypts it in memory at load (--model-key-file or INFERPLEX_MODEL_KEY); the
@@ -200,11 +217,11 @@ def encrypt(source: Path, output: Path | None, key_file: Path | None, new_key: b
         if new_key:
             if key_file is None:
                 raise ConfigError("--new-key needs --key-file to write the key to")
-            if key_file.exists():
-                raise ConfigError(f"'{key_file}' exists: refusing to overwrite a key")
-            key_file.write_text(encryption.generate_key() + "\n")
-            key_file.chmod(0o600)
-        key = encryption.load_key(key_file=key_file)
+            key: bytes | None = encryption.write_new_key(key_file, overwrite_key)
+        elif overwrite_key:
+            raise ConfigError("--overwrite-key goes with --new-key")
+        else:
+            key = encryption.load_key(key_file=key_file)
         if key is None:
             raise ConfigError("no key: give --key-file (or --new-key) or set INFERPLEX_MODEL_KEY")
         target = output or source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -134,6 +135,14 @@ class ServerConfig(BaseSettings):
         "through them (docs/shared_memory.md); off by default: a region lets a client make the "
         "server read and write that memory",
     )
+    worker_env: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="environment variables passed on to the worker processes of Python models "
+        "and isolated models, beside the documented list (PATH, HOME, LANG, LC_*, TMPDIR, "
+        "PYTHONPATH, CUDA_*, ...; docs/security.md); every other variable, the server's own "
+        "INFERPLEX_* settings first, stays out of reach of a model's code. In the environment "
+        "comma-separated (or a JSON list)",
+    )
     # -- model lifecycle (docs/lifecycle.md) ------------------------------------------------
     model_control_mode: Literal["none", "poll", "explicit"] = Field(
         default="none",
@@ -252,6 +261,26 @@ class ServerConfig(BaseSettings):
         if value.lstrip().startswith("["):
             return json.loads(value)
         return tuple(filter(None, (name.strip() for name in value.split(","))))
+
+    @field_validator("worker_env", mode="before")
+    @classmethod
+    def _variable_names(cls, value: Any) -> Any:
+        """``A,B`` (environment; a JSON list too) -> ("A", "B"); each a variable's name, and
+        none of the server's own (INFERPLEX_*: tokens, the model key)."""
+        if isinstance(value, str):
+            value = (
+                json.loads(value)
+                if value.lstrip().startswith("[")
+                else tuple(filter(None, (name.strip() for name in value.split(","))))
+            )
+        for name in value if isinstance(value, (list, tuple)) else ():
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not an environment variable name such as HF_HOME")
+            if name.upper().startswith("INFERPLEX_"):
+                raise ValueError(
+                    f"{name}: the server's own settings (INFERPLEX_*) are never passed to workers"
+                )
+        return value
 
     @field_validator("gpu_memory_limit", mode="before")
     @classmethod

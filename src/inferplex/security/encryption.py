@@ -28,6 +28,48 @@ def generate_key() -> str:
     return secrets.token_hex(KEY_BYTES)
 
 
+def write_new_key(path: Path, overwrite: bool = False) -> bytes:
+    """Generate a key and write it to ``path``, readable by its owner alone from the moment
+    the file exists (created with mode 0600; a umask can only narrow that): never written
+    first and restricted after. ConfigError if ``path`` exists (a file, a folder or a link)
+    unless ``overwrite``; then the new key goes to a fresh 0600 file beside it that replaces
+    the old one in one step (models encrypted with the old key can no longer be read)."""
+    text = generate_key()
+    target = Path(path)
+    try:
+        if not overwrite:
+            _create_private(target, text)
+        else:
+            fresh = target.with_name(f".{target.name}.{secrets.token_hex(8)}.new")
+            _create_private(fresh, text)
+            try:
+                os.replace(fresh, target)
+            except OSError:
+                fresh.unlink(missing_ok=True)
+                raise
+    except FileExistsError:
+        raise ConfigError(
+            f"'{target}' exists: refusing to overwrite a key (--overwrite-key replaces it)"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot write the key to '{target}': {exc.strerror}") from None
+    return parse_key(text, f"file '{target}'")
+
+
+def _create_private(path: Path, text: str) -> None:
+    """Create ``path`` (never an existing file or link: O_EXCL) with mode 0600 and write
+    ``text`` to it; nothing is left behind if the write fails."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as file:
+            file.write(text + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
 def parse_key(text: str | bytes, where: str) -> bytes:
     """A key from its hex form (or 32 raw bytes from a file); ConfigError naming ``where``."""
     if isinstance(text, bytes):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplex.backends import backend_for_file
+from inferplex.backends import backend_for_file, worker_process
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.python import PythonBackend
 from inferplex.config.model_config import ModelConfig
@@ -155,6 +155,7 @@ def test_close_calls_finalize(
 ) -> None:
     marker = tmp_path / "finalized"
     monkeypatch.setenv("FINALIZED_MARKER", str(marker))
+    monkeypatch.setattr(worker_process, "_extra", ("FINALIZED_MARKER",))  # --worker-env
     backend = PythonBackend(model_file, config(compute_slot="true"), InstanceSpec())
     assert not backend.composite  # asked for a compute slot
     run(backend, 0)
