@@ -24,7 +24,7 @@ from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.frontends.http import HttpApp, create_http_app
-from inferplex.frontends.http_server import HttpServer
+from inferplex.frontends.http_server import ByteBudget, Http1Limits, HttpServer
 from inferplex.frontends.sockets import address, bind
 from inferplex.metrics.app import MetricsApp, create_metrics_app
 from inferplex.security.access import Access, Surface
@@ -54,6 +54,8 @@ class Server:
         self.metrics_port = 0
         self.management_port = 0
         self._http_servers: list[HttpServer] = []
+        #: request bytes buffered by all HTTP listeners together
+        self._http_budget = ByteBudget(config.max_buffered_bytes)
         self._grpc: GrpcFrontend | None = None
         self._metrics: MetricsApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -147,7 +149,7 @@ class Server:
             self.grpc_port = await self._grpc.start(grpc_sock)
         metrics_sock = sockets.get("metrics")
         if metrics_sock is not None:
-            self._metrics = create_metrics_app(self.engine)
+            self._metrics = create_metrics_app(self.engine, listeners=self._http_servers)
             self._metrics.sampler.start(asyncio.get_running_loop())
             self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)
 
@@ -189,12 +191,22 @@ class Server:
     ) -> int:
         """Serve an ASGI ``app``; ``v2``, the V2 app inside it, admits requests with a body
         before the body is read."""
+        config = self.config
         server = HttpServer(
             app,
-            max_body_bytes=self.config.max_request_bytes,
-            max_header_bytes=self.config.max_header_bytes,
+            max_body_bytes=config.max_request_bytes,
+            max_header_bytes=config.max_header_bytes,
             ssl_context=tls,
             admit=v2.refusal if v2 is not None else None,
+            limits=Http1Limits(
+                header_timeout_s=config.http_header_timeout_s,
+                body_timeout_s=config.http_body_timeout_s,
+                body_min_rate=config.http_body_min_rate,
+                connection_buffer_bytes=config.http_connection_buffer_bytes,
+                keep_alive_s=config.http_keep_alive_s,
+                send_timeout_s=config.http_send_timeout_s,
+            ),
+            budget=self._http_budget,
         )
         await server.start(sock)
         self._http_servers.append(server)

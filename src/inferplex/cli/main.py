@@ -93,6 +93,23 @@ def main() -> None:
     "--model-key-file", type=click.Path(path_type=Path), help="AES key of encrypted models."
 )
 @click.option("--max-header-bytes", type=int, help="Largest request headers/metadata (0 = any).")
+@click.option(
+    "--http-header-timeout-s", type=float, help="Seconds to a complete header block (408; 10)."
+)
+@click.option(
+    "--http-body-timeout-s", type=float, help="Window a body's rate is measured over (408; 30)."
+)
+@click.option("--http-body-min-rate", type=int, help="Bytes/s a request body must keep up (16384).")
+@click.option("--http-keep-alive-s", type=float, help="Idle seconds between requests (5).")
+@click.option("--http-send-timeout-s", type=float, help="Seconds an unread answer may wait (30).")
+@click.option(
+    "--http-connection-buffer-bytes",
+    type=int,
+    help="Bytes one connection buffers behind a running request (16 MiB).",
+)
+@click.option(
+    "--max-buffered-bytes", type=int, help="Body bytes buffered server-wide (503; 1 GiB; 0 = any)."
+)
 @click.option("--max-tensor-elements", type=int, help="Most elements of one input tensor.")
 @click.option("--max-string-bytes", type=int, help="Longest BYTES element accepted.")
 @click.option(

@@ -15,27 +15,37 @@ requests. ``bench/http_server.py`` measures it against uvicorn side by side.
 Kept from HTTP/1.1: keep-alive and ``Connection: close``, HTTP/1.0, pipelined requests
 (answered in order), chunked request bodies, ``Expect: 100-continue``, ``HEAD``, streamed
 responses (``more_body``, sent chunked), back-pressure (a paused transport pauses ``send``).
-Refused at the protocol level, each with ``{"error": ...}`` and the connection closed: a
-malformed request (400), headers above the limit (431), a body above the limit (413).
+
+What one client can make the server hold is bounded (``http_limits.py``; docs/security.md
+lists each bound with its flag): the request line and header block, counted as their bytes
+arrive (414/431), the time to a complete header block (408), a body's rate (408), the bytes a
+connection buffers beyond the request its application runs (reading pauses), the bytes all
+connections buffer (503), the time between requests (closed) and the time a response may
+wait on a client that does not read (aborted). Refused at the protocol level, each with
+``{"error": ...}``, ``Connection: close`` and a count in ``HttpServer.refusals``: a malformed
+request (400), an HTTP/1.1 request without one ``Host`` (400), HTTP versions other than 1.0
+and 1.1 and the HTTP/2 preface (505), a body above the limit (413).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import ssl
 from collections import deque
 from collections.abc import Callable, Coroutine
-from http import HTTPStatus
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import unquote
 
 import httptools
 import orjson
 
 from inferplex.frontends.buffers import uninitialised
+from inferplex.frontends.http_cycle import Cycle, status_line
+from inferplex.frontends.http_limits import REASONS, ByteBudget, Http1Limits
 
-__all__ = ["HttpServer"]
+__all__ = ["ByteBudget", "Http1Limits", "HttpServer"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,30 +54,37 @@ App = Callable[[dict[str, Any], Any, Any], Coroutine[Any, Any, None]]
 #: body is read: returns None to go on, or (status, body, headers) to refuse it
 Admit = Callable[[dict[str, Any]], tuple[int, bytes, list[tuple[bytes, bytes]]] | None]
 
-#: seconds an idle keep-alive connection stays open (uvicorn's default)
-KEEP_ALIVE_S = 5.0
 #: seconds a closing TLS connection waits for the peer's close_notify
 TLS_SHUTDOWN_TIMEOUT_S = 1.0
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
-_STATUS_LINES = {int(s): f"HTTP/1.1 {int(s)} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-_DISCONNECT = {"type": "http.disconnect"}
 #: bodies below this size are joined to their header block; larger ones go out with writev
 _COPY_LIMIT = 64 * 1024
 #: the server's read buffer; request bodies of at least this size are read into their own
 _READ_BUFFER_BYTES = 64 * 1024
+#: complete requests a connection may queue behind the running one before reading pauses
+_MAX_PIPELINED = 8
 
 
-def _status_line(status: int) -> bytes:
-    line = _STATUS_LINES.get(status)
-    return line if line is not None else f"HTTP/1.1 {status} \r\n".encode("latin-1")
+class _Halt(Exception):
+    """Raised in a parser callback once the request is refused: the parser stops there."""
 
 
 class _Request:
     """One parsed request, complete with its body; ``scope`` is its ASGI scope when it was
-    made (for the admission check) before the body was read."""
+    made (for the admission check) before the body was read; ``size``, its body's bytes in
+    the server's ByteBudget until the application gets it."""
 
-    __slots__ = ("body", "headers", "http_version", "keep_alive", "method", "scope", "url")
+    __slots__ = (
+        "body",
+        "headers",
+        "http_version",
+        "keep_alive",
+        "method",
+        "scope",
+        "size",
+        "url",
+    )
 
     def __init__(
         self,
@@ -78,6 +95,7 @@ class _Request:
         http_version: str,
         keep_alive: bool,
         scope: dict[str, Any] | None,
+        size: int,
     ) -> None:
         self.method = method
         self.url = url
@@ -86,6 +104,7 @@ class _Request:
         self.http_version = http_version
         self.keep_alive = keep_alive
         self.scope = scope
+        self.size = size
 
 
 class _Refusal:
@@ -111,38 +130,61 @@ class _Connection(asyncio.BufferedProtocol):
     into place (without this, uvloop's copy into a bytes object, the parser's copy of each
     piece and the join copied every body three times on the event loop). The parser, left
     expecting that body, is replaced by a new one for the next request.
+
+    Bounds (``Http1Limits``): the header block is counted as it arrives, through the parser's
+    callbacks and, while a header block spans reads, by the bytes of those reads (httptools
+    joins a header's pieces itself, copying the whole value on every read: without a cap a
+    header sent in small pieces costs quadratic time). The body bytes a connection holds are
+    counted in the server's ByteBudget from the moment they are read until the application
+    gets them. Clocks are read by the server's sweep: ``_head_since`` (a header block is
+    arriving), ``_body_since`` (a body is), ``_idle_since`` (the last answer, or the start).
     """
 
     def __init__(self, server: HttpServer) -> None:
-        self._server = server
+        self.server = server
         self._app = server.app
         self._loop = server.loop
+        self._limits = server.limits
+        self._budget = server.budget
         self._parser = httptools.HttpRequestParser(self)
         self._read_buffer = server.read_buffer
         self._transport: asyncio.Transport | None = None
         self._scope_base: dict[str, Any] = {}
         self._queue: deque[_Request | _Refusal] = deque()  # parsed, not yet answered
+        self._queued_bytes = 0  # the sizes of the requests in the queue
         self._busy = False  # a request is with the application
         self._closing = False  # answer what runs, then close
         self._reading = True
+        self._refused = False  # a refusal is queued: the connection reads nothing more
         self._disconnected: asyncio.Future[None] | None = None
         self._drained: asyncio.Future[None] | None = None  # set while writing is paused
-        self.last_active = 0.0
+        self.last_active = 0.0  # the time of the last read
+        self._idle_since = 0.0
+        self._head_since = 0.0  # 0: no header block is arriving
+        self._body_since = 0.0  # 0: no body is arriving; else the start of its rate window
+        self._body_mark = 0  # the body's bytes at that start
+        self._write_paused_since = 0.0
+        # header blocks seen so far, whether the parser is before or in one, and the bytes of
+        # reads that were nothing but header block
+        self._heads = 0
+        self._in_head = True
+        self._head_fed = 0
         # the request being parsed
         self._url = b""
+        self._url_parts: list[bytes] | None = None  # a URL that came in several pieces
+        self._version = "1.1"
         self._headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
         self._body: list[bytes] = []
-        self._body_bytes = 0
+        self._body_bytes = 0  # read so far, and held in the server's ByteBudget
         self._large_body: memoryview | None = None  # a large body's own buffer
         self._body_rest: memoryview | None = None  # its part still to read, past the parser
         self._scope: dict[str, Any] | None = None  # made early, for the admission check
-        self._refused = False
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's are not subclasses
-        server = self._server
+        server = self.server
         self._scope_base = {
             "type": "http",
             "asgi": _ASGI,
@@ -151,12 +193,15 @@ class _Connection(asyncio.BufferedProtocol):
             "client": _address(transport.get_extra_info("peername")),
             "root_path": "",
         }
-        self.last_active = self._loop.time()
+        self.last_active = self._idle_since = self._loop.time()
         server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._server.connections.discard(self)
+        self.server.connections.discard(self)
         self._transport = None
+        self._release()
+        self._budget.used -= self._queued_bytes
+        self._queued_bytes = 0
         self._queue.clear()
         if self._disconnected is not None and not self._disconnected.done():
             self._disconnected.set_result(None)
@@ -173,118 +218,170 @@ class _Connection(asyncio.BufferedProtocol):
         rest = self._body_rest
         if rest is None:
             self._parse(self._read_buffer[:nbytes])
-        elif nbytes < len(rest):
-            self._body_rest = rest[nbytes:]
         else:
-            self._body_rest = None
-            assert self._large_body is not None
-            self._complete(self._large_body)
-            # the parser still awaits this body: the next request gets a new one
-            self._parser = httptools.HttpRequestParser(self)
+            self._body_bytes += nbytes
+            budget = self._budget
+            budget.used += nbytes
+            if nbytes < len(rest):
+                self._body_rest = rest[nbytes:]
+                if 0 < budget.limit < budget.used:
+                    self._refuse_buffer_full()
+            else:
+                self._body_rest = None
+                assert self._large_body is not None
+                self._complete(self._large_body)
+                # the parser still awaits this body: the next request gets a new one
+                self._parser = httptools.HttpRequestParser(self)
+                self._in_head = True
         self._next()
 
     def _parse(self, data: memoryview) -> None:
+        if self._refused:
+            return
+        in_head = self._in_head
+        heads = self._heads
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             # no protocol upgrades (WebSocket, h2c): answer the request as plain HTTP/1.1
             self._closing = True
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _Halt):
+                return  # refused in a callback
+            raise
         except httptools.HttpParserError as exc:
-            self._refuse(400, f"malformed HTTP request: {exc}")
+            self._refuse_malformed(exc)
             return
         if self._large_body is not None:  # not complete yet: the rest is read into place
             self._body_rest = self._large_body[self._body_bytes :]
+        elif in_head and self._in_head and heads == self._heads:
+            # all of ``data`` was header block (or blank lines before one): the parser keeps
+            # a header's incomplete pieces to itself, so they are counted here
+            self._head_fed += len(data)
+            limit = self.server.max_header_bytes
+            if limit and self._head_fed > limit:
+                self._refuse_head(limit)
 
     def pause_writing(self) -> None:
         self._drained = self._loop.create_future()
+        self._write_paused_since = self._loop.time()
 
     def resume_writing(self) -> None:
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         self._drained = None
+        self._write_paused_since = 0.0
+        self._next()  # the next request waited for its answer to have room
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._url = b""
+        self._url_parts = None
         self._headers = []
         self._header_bytes = 0
         self._body = []
-        self._body_bytes = 0
         self._large_body = None
         self._scope = None
-        self._refused = False
+        self._head_since = self.last_active
 
     def on_url(self, url: bytes) -> None:
-        self._url += url
+        if self._url_parts is not None:
+            self._url_parts.append(url)
+        elif self._url:
+            self._url_parts = [self._url, url]
+        else:
+            self._url = url
         self._header_bytes += len(url)
+        limit = self.server.max_header_bytes
+        if limit and self._header_bytes > limit:
+            self._halt(
+                "uri_too_long",
+                414,
+                f"the request line is above the limit of {limit} bytes "
+                "(INFERPLEX_MAX_HEADER_BYTES)",
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_bytes += len(name) + len(value)
-        limit = self._server.max_header_bytes
+        # the separator and line end count too: many tiny headers are not free
+        self._header_bytes += len(name) + len(value) + 4
+        limit = self.server.max_header_bytes
         if limit and self._header_bytes > limit:
-            if not self._refused:
-                self._refuse(
-                    431,
-                    f"request headers are above the limit of {limit} bytes "
-                    "(INFERPLEX_MAX_HEADER_BYTES)",
-                )
-            return
+            self._refuse_head(limit)
+            raise _Halt
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        if self._refused:
-            return
+        self._heads += 1
+        self._in_head = False
+        self._head_since = 0.0
+        self._head_fed = 0
+        if self._url_parts is not None:
+            self._url = b"".join(self._url_parts)
+            self._url_parts = None
+        parser = self._parser
+        version = self._version = parser.get_http_version()
         length = None
         expect_continue = chunked = False
+        hosts = 0
         for name, value in self._headers:
             if name == b"content-length" and value.isdigit():
                 length = int(value)
+            elif name == b"host":
+                hosts += 1
             elif name == b"expect" and value.lower() == b"100-continue":
                 expect_continue = True
             elif name == b"transfer-encoding":
                 chunked = True
-        admit = self._server.admit
+        if version != "1.1" and version != "1.0":
+            self._halt_version(f"HTTP/{version}")
+        if hosts != 1 and (hosts or version == "1.1"):
+            # RFC 9112 3.2: an HTTP/1.1 request names its host once, and no request twice
+            self._halt("missing_host", 400, f"{hosts} Host headers: send exactly one")
+        admit = self.server.admit
         if admit is not None and (length or chunked):
             # a request with a body is admitted (route, method, token) before any of the body
             # is read or buffered: a client that may not call the endpoint sends nothing more
             self._scope = self._make_scope(
-                self._parser.get_method().decode("ascii"),
-                self._url,
-                self._headers,
-                self._parser.get_http_version(),
+                parser.get_method().decode("ascii"), self._url, self._headers, version
             )
             refusal = admit(self._scope)
             if refusal is not None:
-                self._refuse_with(_Refusal(*refusal))
-                return
-        if length is not None and length > self._server.max_body_bytes:
-            self._refuse_body(f"Content-Length {length}")
-            return
-        if (
-            length is not None
-            and length >= _READ_BUFFER_BYTES
-            and not self._parser.should_upgrade()
-        ):
-            self._large_body = uninitialised(length)
+                self._refuse_with(_Refusal(*refusal), "admission")
+                raise _Halt
+        if length:
+            if length > self.server.max_body_bytes:
+                self._refuse_body(f"Content-Length {length}")
+                raise _Halt
+            budget = self._budget
+            if 0 < budget.limit < budget.used + length:
+                self._refuse_buffer_full()
+                raise _Halt
+            if length >= _READ_BUFFER_BYTES and not parser.should_upgrade():
+                self._large_body = uninitialised(length)
+        if length or chunked:
+            self._body_since = self.last_active
+            self._body_mark = 0
         if expect_continue and self._transport is not None:
             self._transport.write(_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
-        if self._refused:
-            return
         start = self._body_bytes
-        self._body_bytes += len(body)
-        if self._large_body is not None:  # its size was checked against the limit
-            self._large_body[start : self._body_bytes] = body
+        end = self._body_bytes = start + len(body)
+        budget = self._budget
+        budget.used += len(body)
+        if self._large_body is not None:  # its size was checked against the limits
+            self._large_body[start:end] = body
             return
-        if self._body_bytes > self._server.max_body_bytes:
-            self._refuse_body(f"at least {self._body_bytes} bytes")
-            return
+        if end > self.server.max_body_bytes:
+            self._refuse_body(f"at least {end} bytes")
+            raise _Halt
+        if 0 < budget.limit < budget.used:
+            self._refuse_buffer_full()
+            raise _Halt
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        if self._refused:
-            return
+        self._in_head = True
         if self._large_body is not None:
             self._complete(self._large_body)
         else:
@@ -294,36 +391,99 @@ class _Connection(asyncio.BufferedProtocol):
     def _complete(self, body: bytes | memoryview) -> None:
         """The request being parsed is complete, with ``body``."""
         parser = self._parser
+        size = self._body_bytes
+        self._body_bytes = 0
+        self._queued_bytes += size
+        self._body = []
         self._large_body = None
+        self._body_since = 0.0
         self._queue.append(
             _Request(
                 parser.get_method().decode("ascii"),
                 self._url,
                 self._headers,
                 body,
-                parser.get_http_version(),
+                self._version,
                 parser.should_keep_alive(),
                 self._scope,
+                size,
             )
         )
         self._scope = None
 
     # -- refusals -------------------------------------------------------------------------
+    def _halt(self, reason: str, status: int, message: str) -> NoReturn:
+        """Refuse the request being parsed, from a parser callback: the parser stops."""
+        self._refuse(reason, status, message)
+        raise _Halt
+
+    def _halt_version(self, version: str) -> NoReturn:
+        self._halt(
+            "http_version",
+            505,
+            f"{version} is not served here: use HTTP/1.1 (HTTP/2 is the gRPC port's)",
+        )
+
+    def _refuse_malformed(self, exc: httptools.HttpParserError) -> None:
+        message = str(exc)
+        if "PRI" in message:  # the HTTP/2 connection preface
+            self._refuse(
+                "http_version", 505, "HTTP/2 is not served here: use HTTP/1.1 or the gRPC port"
+            )
+        elif "HTTP version" in message:
+            self._refuse("http_version", 505, f"{message}: use HTTP/1.1")
+        else:
+            self._refuse("malformed", 400, f"malformed HTTP request: {message}")
+
+    def _refuse_head(self, limit: int) -> None:
+        self._refuse(
+            "header_too_large",
+            431,
+            f"request headers are above the limit of {limit} bytes (INFERPLEX_MAX_HEADER_BYTES)",
+        )
+
     def _refuse_body(self, size: str) -> None:
         self._refuse(
+            "body_too_large",
             413,
-            f"request body of {size} is above the limit of {self._server.max_body_bytes} "
+            f"request body of {size} is above the limit of {self.server.max_body_bytes} "
             "bytes (INFERPLEX_MAX_REQUEST_BYTES)",
         )
 
-    def _refuse(self, status: int, message: str) -> None:
-        """Answer ``status`` after the requests before it, then close; read nothing more."""
-        self._refuse_with(_Refusal(status, orjson.dumps({"error": message})))
+    def _refuse_buffer_full(self) -> None:
+        self._refuse_with(
+            _Refusal(
+                503,
+                orjson.dumps(
+                    {
+                        "error": "the server holds too many request bytes to read this body "
+                        "now (INFERPLEX_MAX_BUFFERED_BYTES): retry later"
+                    }
+                ),
+                [(b"retry-after", b"1")],
+            ),
+            "server_buffer_full",
+        )
 
-    def _refuse_with(self, refusal: _Refusal) -> None:
+    def _refuse(self, reason: str, status: int, message: str) -> None:
+        """Answer ``status`` after the requests before it, then close; read nothing more."""
+        self._refuse_with(_Refusal(status, orjson.dumps({"error": message})), reason)
+
+    def _refuse_with(self, refusal: _Refusal, reason: str) -> None:
         self._refused = True
+        self.server.refusals[reason] += 1
         self._queue.append(refusal)
         self._stop_reading()
+        self._release()
+        self._head_since = self._body_since = 0.0
+
+    def _release(self) -> None:
+        """Drop the request being parsed and give its bytes back to the budget."""
+        self._budget.used -= self._body_bytes
+        self._body_bytes = 0
+        self._body = []
+        self._large_body = self._body_rest = None
+        self._url_parts = None
 
     def _stop_reading(self) -> None:
         if self._reading and self._transport is not None:
@@ -332,34 +492,52 @@ class _Connection(asyncio.BufferedProtocol):
 
     # -- running requests -----------------------------------------------------------------
     def _next(self) -> None:
-        """Start the next parsed request unless one runs."""
-        if self._busy or not self._queue or self._transport is None:
+        """Start the next parsed request unless one runs; pause or resume reading."""
+        if self._transport is None:
             return
-        item = self._queue.popleft()
-        if isinstance(item, _Refusal):
-            head = [_status_line(item.status)]
-            head.extend(
-                b"%s: %s\r\n" % (name, value)
-                for name, value in item.headers
-                if name not in (b"content-type", b"content-length", b"connection")
-            )
-            self._transport.write(
-                b"".join(head)
-                + b"content-type: application/json\r\nconnection: close\r\n"
-                + b"content-length: %d\r\n\r\n" % len(item.body)
-                + item.body
-            )
-            self._transport.close()
-            return
-        self._busy = True
-        if len(self._queue) > 8:
-            self._stop_reading()  # a client pipelining far ahead waits for its answers
-        scope = item.scope
-        if scope is None:
-            scope = self._make_scope(item.method, item.url, item.headers, item.http_version)
-        cycle = _Cycle(self, item)
-        task = self._loop.create_task(self._app(scope, cycle.receive, cycle.send))
-        task.add_done_callback(cycle.finished)
+        # while the client does not read its answers, no more are made (nor buffered)
+        waiting = self._busy or self._drained is not None
+        if not waiting and self._queue:
+            item = self._queue.popleft()
+            if isinstance(item, _Refusal):
+                self._write_refusal(item)
+                return
+            if item.size:
+                self._queued_bytes -= item.size
+                self._budget.used -= item.size
+            self._busy = True
+            scope = item.scope
+            if scope is None:
+                scope = self._make_scope(item.method, item.url, item.headers, item.http_version)
+            cycle = Cycle(self, item)
+            task = self._loop.create_task(self._app(scope, cycle.receive, cycle.send))
+            task.add_done_callback(cycle.finished)
+            waiting = True
+        # a client pipelining far ahead of its answers waits for them
+        if waiting and (
+            len(self._queue) > _MAX_PIPELINED
+            or self._queued_bytes + self._body_bytes > self._limits.connection_buffer_bytes
+        ):
+            self._stop_reading()
+        elif not self._reading and not self._refused:
+            self._reading = True
+            self._transport.resume_reading()
+
+    def _write_refusal(self, refusal: _Refusal) -> None:
+        assert self._transport is not None
+        head = [status_line(refusal.status)]
+        head.extend(
+            b"%s: %s\r\n" % (name, value)
+            for name, value in refusal.headers
+            if name not in (b"content-type", b"content-length", b"connection")
+        )
+        self._transport.write(
+            b"".join(head)
+            + b"content-type: application/json\r\nconnection: close\r\n"
+            + b"content-length: %d\r\n\r\n" % len(refusal.body)
+            + refusal.body
+        )
+        self._transport.close()
 
     def _make_scope(
         self, method: str, url: bytes, headers: list[tuple[bytes, bytes]], http_version: str
@@ -377,16 +555,57 @@ class _Connection(asyncio.BufferedProtocol):
     def answered(self, keep_alive: bool) -> None:
         """The running request's response is complete."""
         self._busy = False
+        self._idle_since = self._loop.time()
         transport = self._transport
         if transport is None:
             return
-        if not keep_alive or (self._closing and not self._queue) or self._server.stopping:
+        if not keep_alive or (self._closing and not self._queue) or self.server.stopping:
             transport.close()
             return
-        if not self._reading and not self._refused and len(self._queue) <= 8:
-            self._reading = True
-            transport.resume_reading()
         self._next()
+
+    def expire(self, now: float) -> None:
+        """Apply the clocks of ``Http1Limits`` at ``now`` (the server's sweep)."""
+        transport = self._transport
+        if transport is None:
+            return
+        limits = self._limits
+        if self._write_paused_since and now - self._write_paused_since > limits.send_timeout_s:
+            # the client has not read its answer for that long: the bytes waiting for it go
+            self.server.send_timeouts += 1
+            transport.abort()
+            return
+        if self._busy or self._queue or self._refused:
+            return  # the application has it, or a refusal is being written
+        if self._head_since:
+            if now - max(self._head_since, self._idle_since) > limits.header_timeout_s:
+                self._refuse(
+                    "header_timeout",
+                    408,
+                    f"the request's header block took more than {limits.header_timeout_s} s "
+                    "(INFERPLEX_HTTP_HEADER_TIMEOUT_S)",
+                )
+                self._next()
+        elif self._body_since:
+            since = max(self._body_since, self._idle_since)
+            elapsed = now - since
+            if elapsed < limits.body_timeout_s:
+                return
+            received = self._body_bytes - self._body_mark
+            if not received or received < limits.body_min_rate * elapsed:
+                self._refuse(
+                    "body_timeout",
+                    408,
+                    f"the request body came at {received / elapsed:.0f} bytes/s over "
+                    f"{elapsed:.0f} s, below the minimum of {limits.body_min_rate} "
+                    "(INFERPLEX_HTTP_BODY_MIN_RATE, INFERPLEX_HTTP_BODY_TIMEOUT_S)",
+                )
+                self._next()
+            else:  # a new window
+                self._body_since = now
+                self._body_mark = self._body_bytes
+        elif now - self._idle_since > limits.keep_alive_s:
+            transport.close()
 
     def disconnected(self) -> asyncio.Future[None]:
         if self._disconnected is None:
@@ -419,118 +638,6 @@ class _Connection(asyncio.BufferedProtocol):
             self._transport.abort()
 
 
-class _Cycle:
-    """ASGI ``receive`` and ``send`` for one request."""
-
-    __slots__ = (
-        "_chunked",
-        "_connection",
-        "_done",
-        "_head_only",
-        "_headers",
-        "_keep_alive",
-        "_request",
-        "_status",
-    )
-
-    def __init__(self, connection: _Connection, request: _Request) -> None:
-        self._connection = connection
-        self._request: _Request | None = request
-        self._status = 0
-        self._headers: list[tuple[bytes, bytes]] | None = None
-        self._keep_alive = request.keep_alive
-        self._head_only = request.method == "HEAD"
-        self._chunked = False
-        self._done = False
-
-    async def receive(self) -> dict[str, Any]:
-        request = self._request
-        if request is not None:
-            self._request = None
-            return {"type": "http.request", "body": request.body, "more_body": False}
-        await self._connection.disconnected()
-        return _DISCONNECT
-
-    async def send(self, message: dict[str, Any]) -> None:
-        kind = message["type"]
-        if kind == "http.response.start":
-            if self._headers is not None or self._status:
-                raise RuntimeError("ASGI: http.response.start sent twice")
-            self._status = message["status"]
-            self._headers = list(message.get("headers", ()))
-            return
-        if kind != "http.response.body":
-            raise RuntimeError(f"ASGI: unexpected message type {kind!r}")
-        if self._done or not self._status:
-            raise RuntimeError("ASGI: http.response.body outside a started response")
-        body = message.get("body", b"")
-        more = message.get("more_body", False)
-        head = self._head(len(body), more) if self._headers is not None else b""
-        if self._head_only:
-            body = b""
-        elif self._chunked:
-            body = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + (
-                b"" if more else b"0\r\n\r\n"
-            )
-        drained = self._connection.write(head, body)
-        if not more:
-            self._done = True
-            self._connection.answered(self._keep_alive)
-        elif drained is not None:
-            await drained
-
-    def _head(self, length: int, more: bool) -> bytes:
-        """The status line and header block (once), with content-length or chunking."""
-        headers = self._headers
-        assert headers is not None
-        self._headers = None
-        lines = [_status_line(self._status)]
-        has_length = False
-        for name, value in headers:
-            lowered = name.lower()
-            if lowered == b"content-length":
-                has_length = True
-            elif lowered == b"connection" and value.lower() == b"close":
-                self._keep_alive = False
-            lines.append(b"%s: %s\r\n" % (name, value))
-        if not has_length:
-            if more:
-                self._chunked = True
-                lines.append(b"transfer-encoding: chunked\r\n")
-            else:
-                lines.append(b"content-length: %d\r\n" % length)
-        if not self._keep_alive or self._connection._server.stopping:
-            self._keep_alive = False
-            lines.append(b"connection: close\r\n")
-        lines.append(b"\r\n")
-        return b"".join(lines)
-
-    def finished(self, task: asyncio.Task[None]) -> None:
-        """The application returned: a request it left unanswered gets a 500 (or, when it
-        had started a response, the connection is closed)."""
-        if task.cancelled():
-            exc: BaseException | None = asyncio.CancelledError()
-        else:
-            exc = task.exception()
-        if exc is not None:
-            logger.error("the HTTP application failed", exc_info=exc)
-        if self._done:
-            return
-        self._done = True
-        connection = self._connection
-        if self._headers is None and self._status:  # a response was started: cut it off
-            connection.close()
-            connection.answered(False)
-            return
-        body = orjson.dumps({"error": "internal server error: the request got no response"})
-        connection.write(
-            _status_line(500)
-            + b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body),
-            body,
-        )
-        connection.answered(self._keep_alive)
-
-
 def _address(value: Any) -> tuple[str, int] | None:
     if isinstance(value, tuple) and len(value) >= 2:
         return (str(value[0]), int(value[1]))
@@ -538,7 +645,12 @@ def _address(value: Any) -> tuple[str, int] | None:
 
 
 class HttpServer:
-    """Serves one ASGI ``app`` on one listening socket."""
+    """Serves one ASGI ``app`` on one listening socket.
+
+    ``refusals`` counts the requests the server answered itself, by reason
+    (``http_limits.REASONS``), and ``send_timeouts`` the connections dropped for not reading
+    their answers; metrics/collector.py reads both.
+    """
 
     def __init__(
         self,
@@ -547,14 +659,25 @@ class HttpServer:
         max_body_bytes: int,
         max_header_bytes: int = 0,
         ssl_context: ssl.SSLContext | None = None,
-        keep_alive_s: float = KEEP_ALIVE_S,
+        keep_alive_s: float | None = None,
         admit: Admit | None = None,
+        limits: Http1Limits | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
-        """``admit`` checks each request with a body before the body is read."""
+        """``admit`` checks each request with a body before the body is read; ``budget``
+        is shared by the listeners of one process (default: this server's own, unlimited);
+        ``keep_alive_s`` replaces that of ``limits``."""
+        limits = limits or Http1Limits()
+        if keep_alive_s is not None:
+            limits = dataclasses.replace(limits, keep_alive_s=keep_alive_s)
         self.app = app
         self.admit = admit
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
+        self.limits = limits
+        self.budget = budget if budget is not None else ByteBudget(0)
+        self.refusals: dict[str, int] = dict.fromkeys(REASONS, 0)
+        self.send_timeouts = 0
         self.scheme = "https" if ssl_context is not None else "http"
         self.connections: set[_Connection] = set()
         #: where every connection reads, one at a time: the event loop runs one read and its
@@ -563,7 +686,6 @@ class HttpServer:
         self.stopping = False
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
         self._ssl = ssl_context
-        self._keep_alive_s = keep_alive_s
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -573,7 +695,12 @@ class HttpServer:
         self.loop = asyncio.get_running_loop()
         options: dict[str, Any] = {}
         if self._ssl is not None:
-            options = {"ssl": self._ssl, "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT_S}
+            options = {
+                "ssl": self._ssl,
+                "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT_S,
+                # a handshake is part of the wait for a first request's header block
+                "ssl_handshake_timeout": self.limits.header_timeout_s,
+            }
         self._server = await self.loop.create_server(
             lambda: _Connection(self), sock=sock, backlog=2048, **options
         )
@@ -581,15 +708,24 @@ class HttpServer:
 
     @property
     def _sweep_every(self) -> float:
-        return min(1.0, self._keep_alive_s / 2)
+        limits = self.limits
+        shortest = min(
+            limits.keep_alive_s,
+            limits.header_timeout_s,
+            limits.body_timeout_s,
+            limits.send_timeout_s,
+        )
+        return min(1.0, shortest / 2)
 
     def _sweep(self) -> None:
-        """Close keep-alive connections idle for longer than the keep-alive time."""
-        expired = self.loop.time() - self._keep_alive_s
-        for connection in list(self.connections):
-            if connection.idle and connection.last_active < expired:
-                connection.close()
+        """Apply every connection's clocks: idle, header, body and send timeouts."""
+        self.sweep(self.loop.time())
         self._sweeper = self.loop.call_later(self._sweep_every, self._sweep)
+
+    def sweep(self, now: float) -> None:
+        """One pass of the clocks at ``now`` (the fuzz test calls it with a time ahead)."""
+        for connection in list(self.connections):
+            connection.expire(now)
 
     async def stop(self, grace: float) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace`` seconds), close."""

@@ -7,6 +7,7 @@ GET /dashboard/data    the JSON the page polls once a second
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -15,6 +16,7 @@ from inferplex.core.engine import InferenceEngine
 from inferplex.dashboard.data import STATIC_FILES, dashboard_data, load_static
 from inferplex.metrics.collector import Collector
 from inferplex.metrics.exposition import render
+from inferplex.metrics.listeners import Listener
 from inferplex.metrics.sampler import Sampler
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -24,10 +26,15 @@ _JSON = b"application/json"
 class MetricsApp:
     """ASGI 3 callable of the metrics port. Start the sampler with the server's loop."""
 
-    def __init__(self, engine: InferenceEngine, sampler: Sampler | None = None) -> None:
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        sampler: Sampler | None = None,
+        listeners: Sequence[Listener] = (),
+    ) -> None:
         self.engine = engine
         self.sampler = sampler or Sampler(engine)
-        self.collector = Collector(engine, self.sampler)
+        self.collector = Collector(engine, self.sampler, listeners)
         self._static = load_static()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -68,6 +75,9 @@ class MetricsApp:
         self.collector.close()
 
 
-def create_metrics_app(engine: InferenceEngine, sampler: Sampler | None = None) -> MetricsApp:
-    """The metrics port's application; ``sampler`` defaults to a one-second sampler."""
-    return MetricsApp(engine, sampler)
+def create_metrics_app(
+    engine: InferenceEngine, sampler: Sampler | None = None, listeners: Sequence[Listener] = ()
+) -> MetricsApp:
+    """The metrics port's application; ``sampler`` defaults to a one-second sampler;
+    ``listeners``, the HTTP servers whose counters it reports."""
+    return MetricsApp(engine, sampler, listeners)

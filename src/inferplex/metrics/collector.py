@@ -8,11 +8,13 @@ are ours and follow the same convention. docs/observability.md lists every famil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.stats import Histogram, ModelStats
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
+from inferplex.metrics.listeners import Listener, listener_families
 from inferplex.metrics.process import (
     GpuProbe,
     process_cpu_seconds,
@@ -66,13 +68,25 @@ def _batch_sizes(stats: ModelStats) -> HistogramValue:
 class Collector:
     """Builds every family on demand; one per server (it owns the GPU probe)."""
 
-    def __init__(self, engine: InferenceEngine, sampler: Sampler | None = None) -> None:
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        sampler: Sampler | None = None,
+        listeners: Sequence[Listener] = (),
+    ) -> None:
+        """``listeners``: the HTTP servers (a live list: read at each scrape)."""
         self.engine = engine
         self.sampler = sampler
+        self.listeners = listeners
         self.gpus = GpuProbe()
 
     def collect(self) -> list[Family]:
-        return [*self._model_families(), *self._server_families(), *self._gpu_families()]
+        return [
+            *self._model_families(),
+            *self._server_families(),
+            *listener_families(self.listeners),
+            *self._gpu_families(),
+        ]
 
     def close(self) -> None:
         self.gpus.close()

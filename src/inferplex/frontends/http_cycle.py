@@ -1,0 +1,135 @@
+"""ASGI ``receive`` and ``send`` for one request of the HTTP/1.1 server (http_server.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from inferplex.frontends.http_server import _Connection, _Request
+
+logger = logging.getLogger("inferplex.frontends.http_server")
+
+_STATUS_LINES = {int(s): f"HTTP/1.1 {int(s)} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
+_DISCONNECT = {"type": "http.disconnect"}
+
+
+def status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    return line if line is not None else f"HTTP/1.1 {status} \r\n".encode("latin-1")
+
+
+class Cycle:
+    """ASGI ``receive`` and ``send`` for one request."""
+
+    __slots__ = (
+        "_chunked",
+        "_connection",
+        "_done",
+        "_head_only",
+        "_headers",
+        "_keep_alive",
+        "_request",
+        "_status",
+    )
+
+    def __init__(self, connection: _Connection, request: _Request) -> None:
+        self._connection = connection
+        self._request: _Request | None = request
+        self._status = 0
+        self._headers: list[tuple[bytes, bytes]] | None = None
+        self._keep_alive = request.keep_alive
+        self._head_only = request.method == "HEAD"
+        self._chunked = False
+        self._done = False
+
+    async def receive(self) -> dict[str, Any]:
+        request = self._request
+        if request is not None:
+            self._request = None
+            return {"type": "http.request", "body": request.body, "more_body": False}
+        await self._connection.disconnected()
+        return _DISCONNECT
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self._headers is not None or self._status:
+                raise RuntimeError("ASGI: http.response.start sent twice")
+            self._status = message["status"]
+            self._headers = list(message.get("headers", ()))
+            return
+        if kind != "http.response.body":
+            raise RuntimeError(f"ASGI: unexpected message type {kind!r}")
+        if self._done or not self._status:
+            raise RuntimeError("ASGI: http.response.body outside a started response")
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        head = self._head(len(body), more) if self._headers is not None else b""
+        if self._head_only:
+            body = b""
+        elif self._chunked:
+            body = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + (
+                b"" if more else b"0\r\n\r\n"
+            )
+        drained = self._connection.write(head, body)
+        if not more:
+            self._done = True
+            self._connection.answered(self._keep_alive)
+        elif drained is not None:
+            await drained
+
+    def _head(self, length: int, more: bool) -> bytes:
+        """The status line and header block (once), with content-length or chunking."""
+        headers = self._headers
+        assert headers is not None
+        self._headers = None
+        lines = [status_line(self._status)]
+        has_length = False
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered == b"content-length":
+                has_length = True
+            elif lowered == b"connection" and value.lower() == b"close":
+                self._keep_alive = False
+            lines.append(b"%s: %s\r\n" % (name, value))
+        if not has_length:
+            if more:
+                self._chunked = True
+                lines.append(b"transfer-encoding: chunked\r\n")
+            else:
+                lines.append(b"content-length: %d\r\n" % length)
+        if not self._keep_alive or self._connection.server.stopping:
+            self._keep_alive = False
+            lines.append(b"connection: close\r\n")
+        lines.append(b"\r\n")
+        return b"".join(lines)
+
+    def finished(self, task: asyncio.Task[None]) -> None:
+        """The application returned: a request it left unanswered gets a 500 (or, when it
+        had started a response, the connection is closed)."""
+        if task.cancelled():
+            exc: BaseException | None = asyncio.CancelledError()
+        else:
+            exc = task.exception()
+        if exc is not None:
+            logger.error("the HTTP application failed", exc_info=exc)
+        if self._done:
+            return
+        self._done = True
+        connection = self._connection
+        if self._headers is None and self._status:  # a response was started: cut it off
+            connection.close()
+            connection.answered(False)
+            return
+        body = orjson.dumps({"error": "internal server error: the request got no response"})
+        connection.write(
+            status_line(500)
+            + b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body),
+            body,
+        )
+        connection.answered(self._keep_alive)
