@@ -90,6 +90,7 @@ class FakeTransport:
         self.closed = False
         self.lost = False
         self.reading = True
+        self.eof = False
         self.protocol: _Connection | None = None
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -98,8 +99,15 @@ class FakeTransport:
         )
 
     def write(self, data: bytes) -> None:
+        assert not self.eof, "a write after write_eof"
         if not self.closed:
             self.written += data
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
 
     def writelines(self, chunks: Any) -> None:
         for chunk in chunks:

@@ -64,6 +64,10 @@ _COPY_LIMIT = 64 * 1024
 _READ_BUFFER_BYTES = 64 * 1024
 #: complete requests a connection may queue behind the running one before reading pauses
 _MAX_PIPELINED = 8
+#: after a refusal the server half-closes and reads (and drops) what the client still sends,
+#: this long and this much at most, so that its answer is not lost to a TCP reset
+_LINGER_S = 2.0
+_LINGER_BYTES = 1 << 20
 
 
 class _Halt(Exception):
@@ -164,6 +168,8 @@ class _Connection(asyncio.BufferedProtocol):
         self._body_since = 0.0  # 0: no body is arriving; else the start of its rate window
         self._body_mark = 0  # the body's bytes at that start
         self._write_paused_since = 0.0
+        self._lingering = 0.0  # a refusal was sent: since when the rest is dropped
+        self._lingered = 0
         # header blocks seen so far, whether the parser is before or in one, and the bytes of
         # reads that were nothing but header block
         self._heads = 0
@@ -237,6 +243,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _parse(self, data: memoryview) -> None:
         if self._refused:
+            self._lingered += len(data)
+            if self._lingering and self._lingered > _LINGER_BYTES:
+                self.close()
             return
         in_head = self._in_head
         heads = self._heads
@@ -531,13 +540,22 @@ class _Connection(asyncio.BufferedProtocol):
             for name, value in refusal.headers
             if name not in (b"content-type", b"content-length", b"connection")
         )
-        self._transport.write(
+        transport = self._transport
+        transport.write(
             b"".join(head)
             + b"content-type: application/json\r\nconnection: close\r\n"
             + b"content-length: %d\r\n\r\n" % len(refusal.body)
             + refusal.body
         )
-        self._transport.close()
+        if not transport.can_write_eof():  # TLS
+            transport.close()
+            return
+        # closing with the client's bytes unread would reset the connection, and the client
+        # might never read its answer: half-close, then drop what still comes, for a while
+        transport.write_eof()
+        self._lingering = self._loop.time()
+        self._reading = True
+        transport.resume_reading()
 
     def _make_scope(
         self, method: str, url: bytes, headers: list[tuple[bytes, bytes]], http_version: str
@@ -575,8 +593,12 @@ class _Connection(asyncio.BufferedProtocol):
             self.server.send_timeouts += 1
             transport.abort()
             return
+        if self._lingering:
+            if now - self._lingering > _LINGER_S:
+                transport.close()
+            return
         if self._busy or self._queue or self._refused:
-            return  # the application has it, or a refusal is being written
+            return  # the application has it, or a refusal is waiting to be written
         if self._head_since:
             if now - max(self._head_since, self._idle_since) > limits.header_timeout_s:
                 self._refuse(
