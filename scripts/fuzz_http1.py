@@ -48,6 +48,9 @@ _SEEDS = (
     b"\x10POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 150000\r\n\r\n\xff\x05a\x40\xff\x02",
     b"\x20GET /big HTTP/1.1\r\nHost: x\r\n\r\n\xff\x03GET /a HTTP/1.1\r\nHost: x\r\n\r\n",
     b"\x00GET /\xff\x05a\x80\xff\x00 HTTP/1.1\r\nX: \xff\x05b\x80\xff\x01",
+    # answers that cannot be written, requests queued behind them, then the client goes
+    b"\x00\xff\x03POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    b"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\xff\x04",
 )
 #: tokens the mutator splices in (libFuzzer's -dict)
 _TOKENS = (

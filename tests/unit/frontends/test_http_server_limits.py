@@ -136,6 +136,22 @@ async def test_a_header_that_never_ends_gets_431_once_past_the_limit(
     assert server.refusals["header_too_large"] == 1
 
 
+async def test_heads_split_across_reads_are_counted_per_request(serve: Serve) -> None:
+    """A keep-alive connection sends, in small reads, more head bytes in all than one head
+    may have: each request starts its count afresh."""
+    _, _, port = await serve()
+    reader, writer = await asyncio.open_connection(HOST, port)
+    request = b"GET /a HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 400 + b"\r\n\r\n"
+    for _ in range(3 * HEADERS // len(request)):
+        for start in range(0, len(request), 50):
+            writer.write(request[start : start + 50])
+            await writer.drain()
+            await asyncio.sleep(0.002)
+        status, _, _ = await answer(reader)
+        assert status == 200
+    writer.close()
+
+
 async def test_many_tiny_headers_count_their_lines(serve: Serve) -> None:
     _, _, port = await serve()
     reader, writer = await asyncio.open_connection(HOST, port)
