@@ -110,6 +110,48 @@ def main() -> None:
 @click.option(
     "--max-buffered-bytes", type=int, help="Body bytes buffered server-wide (503; 1 GiB; 0 = any)."
 )
+@click.option(
+    "--http2-max-concurrent-streams", type=int, help="Open streams per gRPC connection (1024)."
+)
+@click.option(
+    "--http2-max-header-frames", type=int, help="HEADERS+CONTINUATION frames per header block (32)."
+)
+@click.option(
+    "--http2-max-resets", type=int, help="Streams reset/refused in a burst per connection (1000)."
+)
+@click.option("--http2-resets-per-s", type=float, help="Refill rate of that budget (33/s).")
+@click.option(
+    "--http2-max-control-frames", type=int, help="Frames doing no work in a burst (1000)."
+)
+@click.option(
+    "--http2-control-frames-per-s", type=float, help="Refill rate of that budget (100/s)."
+)
+@click.option(
+    "--http2-preface-timeout-s", type=float, help="Seconds to send the HTTP/2 preface (10)."
+)
+@click.option(
+    "--http2-idle-timeout-s", type=float, help="Seconds a connection may have no stream (300)."
+)
+@click.option(
+    "--http2-keepalive-s", type=float, help="PING after this many silent seconds (0=off)."
+)
+@click.option(
+    "--http2-keepalive-timeout-s", type=float, help="Seconds a keepalive PING may wait (20)."
+)
+@click.option(
+    "--http2-max-connection-age-s", type=float, help="GOAWAY a connection this old (0 = never)."
+)
+@click.option(
+    "--http2-max-connection-age-grace-s", type=float, help="Then seconds calls may finish (30)."
+)
+@click.option(
+    "--http2-send-timeout-s", type=float, help="Seconds a response may stall on a window (30)."
+)
+@click.option(
+    "--http2-connection-buffer-bytes",
+    type=int,
+    help="Request bytes one gRPC connection buffers (RESOURCE_EXHAUSTED; 64 MiB).",
+)
 @click.option("--max-tensor-elements", type=int, help="Most elements of one input tensor.")
 @click.option("--max-string-bytes", type=int, help="Longest BYTES element accepted.")
 @click.option(

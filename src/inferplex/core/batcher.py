@@ -317,6 +317,30 @@ class DynamicBatcher:
             self._memo = None
         return expired
 
+    def withdraw(self, gone: Callable[[PendingRequest], bool]) -> int:
+        """Remove the queued requests ``gone`` picks (their callers went away: a reset
+        stream, a closed connection), keeping everyone else's order; returns how many.
+        O(queue): the driver calls it once for all the requests cancelled at one moment."""
+        removed = rows = 0
+        for level in self._levels:
+            for queue in (level.live, level.delayed):
+                left = [r for r in queue if not gone(r)]
+                if len(left) == len(queue):
+                    continue
+                for r in queue:
+                    if gone(r):
+                        removed += 1
+                        rows += r.rows
+                        if r.deadline is not None and not r.delayed:
+                            level.timed -= 1
+                queue.clear()
+                queue.extend(left)
+        if removed:
+            self._pending -= removed
+            self._pending_rows -= rows
+            self._memo = None
+        return removed
+
     def drain(self) -> list[PendingRequest]:
         """Remove and return every queued request, in batch order (shutdown, unload)."""
         out: list[PendingRequest] = []

@@ -7,6 +7,7 @@ A request's V2 ``timeout`` parameter (microseconds, from ``arrival``) is its que
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Callable
 
 from inferplex.core.batcher import Batch, CloseReason, PendingRequest
 
@@ -56,6 +57,16 @@ class FifoQueue:
             self._queue = deque(r for r in self._queue if r.deadline is None or r.deadline > now)
             self._timed -= len(expired)
         return expired
+
+    def withdraw(self, gone: Callable[[PendingRequest], bool]) -> int:
+        """Remove the queued requests ``gone`` picks (their callers went away); returns how
+        many."""
+        left = [r for r in self._queue if not gone(r)]
+        removed = len(self._queue) - len(left)
+        if removed:
+            self._timed -= sum(1 for r in self._queue if r.deadline is not None and gone(r))
+            self._queue = deque(left)
+        return removed
 
     def drain(self) -> list[PendingRequest]:
         drained = list(self._queue)

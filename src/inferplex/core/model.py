@@ -149,6 +149,7 @@ class ModelVersion:
         self._idle_event = asyncio.Event()
         self._idle_event.set()
         self._closing = False
+        self._withdraw_queued = False
 
     # -- requests -----------------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
@@ -179,6 +180,11 @@ class ModelVersion:
             response = InferenceResponse(self.config.name, self.version_str, outputs, request.id)
             ok = True
             return response
+        except asyncio.CancelledError:
+            # the caller went away (a reset stream, a closed connection): its queued request
+            # leaves the queue, so nothing runs for it and it holds no place in line
+            self._withdraw_cancelled()
+            raise
         finally:
             self.stats.record_request(ok, _now_ns() - start)
             self._in_flight -= 1
@@ -231,6 +237,18 @@ class ModelVersion:
             self.precedence = precedence
         self._dispatcher.arrived(self, pending.deadline)
         return future
+
+    def _withdraw_cancelled(self) -> None:
+        """Take the requests whose callers were cancelled out of the queue, once for all
+        those cancelled in this turn of the event loop."""
+        if not self._withdraw_queued:
+            self._withdraw_queued = True
+            self._loop.call_soon(self._withdraw)
+
+    def _withdraw(self) -> None:
+        self._withdraw_queued = False
+        if self.queue.withdraw(_caller_gone) and not self.queue.pending_requests:
+            self.precedence = 0
 
     # -- batches: called by the dispatcher -------------------------------------------------------
     def launch(self, batch: Batch, ticket: Ticket | None) -> None:
@@ -469,6 +487,11 @@ class ModelVersion:
         """Stop the workers and free the instances (blocking: run it off the loop)."""
         for instance in self.instances:
             instance.close()
+
+
+def _caller_gone(request: PendingRequest) -> bool:
+    """Whether nobody waits for the request's answer (its caller was cancelled)."""
+    return bool(request.payload.future.done())
 
 
 def _batch_requests(requests: list[PendingRequest]) -> list[BatchRequest]:

@@ -39,7 +39,9 @@ from inferplex.errors import (
 )
 from inferplex.frontends.compression import decompress
 from inferplex.frontends.http2 import READ_BUFFER, Http2Connection, Stream
+from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
 from inferplex.frontends.http2_wire import literal_header_block
+from inferplex.frontends.http_limits import ByteBudget
 from inferplex.frontends.http_server import TLS_SHUTDOWN_TIMEOUT_S
 from inferplex.protocol.v2.errors import GRPC_STATUS
 
@@ -49,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 # status codes (grpc/doc/statuscodes.md)
 DEADLINE_EXCEEDED = 4
+RESOURCE_EXHAUSTED = 8
 UNIMPLEMENTED = 12
 INTERNAL = 13
 UNAVAILABLE = 14
@@ -134,8 +137,16 @@ class GrpcServer:
         max_header_bytes: int = 0,
         guard: Guard | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        limits: Http2Limits | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
+        """``limits`` bound what each client may make the server hold or do (default:
+        Http2Limits()); ``budget`` bounds request bytes buffered server-wide (shared with
+        the HTTP listeners; default: 1 GiB of its own); ``counters`` tells how often the
+        limits were reached."""
         self._methods = {path.encode(): method for path, method in methods.items()}
+        self._limits = limits or Http2Limits()
+        self.counters = Http2Counters(budget)
         self._max_message = max_message_bytes
         self._max_headers = max_header_bytes
         self._guard = guard
@@ -161,6 +172,9 @@ class GrpcServer:
                 max_body_bytes=self._max_message + 5,
                 max_header_block_bytes=header_block,
                 read_buffer=read_buffer,
+                limits=self._limits,
+                counters=self.counters,
+                loop=loop,
             )
 
         self._server = await loop.create_server(connection, sock=sock, backlog=2048, **options)
@@ -284,6 +298,19 @@ class GrpcServer:
         if isinstance(stream.context, _CallState):
             _cancel_deadline(stream.context)
         self._error(connection, stream, _too_large(self._max_message))
+
+    def buffers_full(self, connection: Http2Connection, stream: Stream, server_wide: bool) -> None:
+        if isinstance(stream.context, _CallState):
+            _cancel_deadline(stream.context)
+        if server_wide:
+            where = "all connections", "INFERPLEX_HTTP2_MAX_BUFFER_BYTES"
+        else:
+            where = "this connection", "INFERPLEX_HTTP2_MAX_CONNECTION_BUFFER_BYTES"
+        message = (
+            f"the server holds too many request bytes not yet received whole for {where[0]} "
+            f"({where[1]}); retry later"
+        )
+        self._status(connection, stream, RESOURCE_EXHAUSTED, message)
 
     def stream_reset(self, stream: Stream) -> None:
         if isinstance(stream.context, _CallState):

@@ -8,7 +8,7 @@ GOAWAY. The server's connection (frontends/http2.py) and the load generator's cl
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TypeVar, cast
 
 import hpack
@@ -61,6 +61,10 @@ SETTING = struct.Struct(">HL")
 U32 = struct.Struct(">L")
 
 Headers = list[tuple[bytes, bytes]]
+#: what a decoder's ``check`` says of a header list (the server's: a problem or None, and the
+#: content-length or -1), kept with the list for the blocks it caches
+Verdict = tuple[str | None, int]
+_UNCHECKED: Verdict = (None, -1)
 _Payload = TypeVar("_Payload", bytes, memoryview)
 
 
@@ -138,19 +142,29 @@ class HeaderDecoder:
     change no decoder state: blocks of indexed fields only (they may refer to the dynamic
     table, so they are kept until a block changes it), and blocks that neither touch nor
     refer to the dynamic table (static-table references and literals that are not indexed,
-    as our own load generator, our server and other lean peers send: kept for good)."""
+    as our own load generator, our server and other lean peers send: kept for good).
 
-    def __init__(self, max_header_list_bytes: int) -> None:
+    ``check`` (a server's request rules) runs once per header list decoded; its verdict is
+    cached with the list, so a repeated block is not checked again."""
+
+    def __init__(
+        self, max_header_list_bytes: int, check: Callable[[Headers], Verdict] | None = None
+    ) -> None:
         self._decoder = hpack.Decoder()
         # past this limit, where a small block of references expands into a huge list, the
         # connection is failed (a server applies its own lower limit per stream)
         self._decoder.max_header_list_size = max_header_list_bytes
-        self._indexed: dict[bytes, Headers] = {}
-        self._static: dict[bytes, Headers] = {}
+        self._check = check
+        self._indexed: dict[bytes, tuple[Headers, Verdict]] = {}
+        self._static: dict[bytes, tuple[Headers, Verdict]] = {}
 
     def decode(self, block: bytes) -> Headers:
         """The header list of ``block``; every block a peer sends must be decoded, in order,
         to keep the HPACK state in step (Http2Error COMPRESSION_ERROR if it cannot be)."""
+        return self.decode_checked(block)[0]
+
+    def decode_checked(self, block: bytes) -> tuple[Headers, Verdict]:
+        """``decode``, and what ``check`` says of the list."""
         cached = self._static.get(block) or self._indexed.get(block)
         if cached is not None:
             return cached
@@ -159,19 +173,22 @@ class HeaderDecoder:
         except (hpack.HPACKError, ValueError, IndexError) as exc:
             message = f"a header block could not be decoded: {exc}"
             raise Http2Error(COMPRESSION_ERROR, message) from None
+        entry = (headers, self._check(headers) if self._check is not None else _UNCHECKED)
         if _without_dynamic_table(block):
-            _keep(self._static, block, headers)
+            _keep(self._static, block, entry)
         elif all(byte & 0x80 and byte != 0xFF for byte in block):
-            _keep(self._indexed, block, headers)
+            _keep(self._indexed, block, entry)
         else:  # literals may have changed the dynamic table
             self._indexed.clear()
-        return headers
+        return entry
 
 
-def _keep(cache: dict[bytes, Headers], block: bytes, headers: Headers) -> None:
+def _keep(
+    cache: dict[bytes, tuple[Headers, Verdict]], block: bytes, entry: tuple[Headers, Verdict]
+) -> None:
     if len(cache) > 64:
         cache.clear()
-    cache[block] = headers
+    cache[block] = entry
 
 
 _STATIC_ENTRIES = 61  # HPACK's static table (RFC 7541 appendix A)

@@ -16,6 +16,7 @@ from inferplex.core.engine import InferenceEngine
 from inferplex.dashboard.data import STATIC_FILES, dashboard_data, load_static
 from inferplex.metrics.collector import Collector
 from inferplex.metrics.exposition import render
+from inferplex.metrics.http2 import Http2Counts
 from inferplex.metrics.listeners import Listener
 from inferplex.metrics.sampler import Sampler
 
@@ -31,10 +32,11 @@ class MetricsApp:
         engine: InferenceEngine,
         sampler: Sampler | None = None,
         listeners: Sequence[Listener] = (),
+        http2: Http2Counts | None = None,
     ) -> None:
         self.engine = engine
         self.sampler = sampler or Sampler(engine)
-        self.collector = Collector(engine, self.sampler, listeners)
+        self.collector = Collector(engine, self.sampler, listeners, http2)
         self._static = load_static()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -76,8 +78,11 @@ class MetricsApp:
 
 
 def create_metrics_app(
-    engine: InferenceEngine, sampler: Sampler | None = None, listeners: Sequence[Listener] = ()
+    engine: InferenceEngine,
+    sampler: Sampler | None = None,
+    listeners: Sequence[Listener] = (),
+    http2: Http2Counts | None = None,
 ) -> MetricsApp:
     """The metrics port's application; ``sampler`` defaults to a one-second sampler;
-    ``listeners``, the HTTP servers whose counters it reports."""
-    return MetricsApp(engine, sampler, listeners)
+    ``listeners``, the HTTP servers whose counters it reports; ``http2``, the gRPC port's."""
+    return MetricsApp(engine, sampler, listeners, http2)

@@ -14,6 +14,7 @@ from functools import lru_cache
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.stats import Histogram, ModelStats
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
+from inferplex.metrics.http2 import Http2Counts, http2_families
 from inferplex.metrics.listeners import Listener, listener_families
 from inferplex.metrics.process import (
     GpuProbe,
@@ -73,11 +74,14 @@ class Collector:
         engine: InferenceEngine,
         sampler: Sampler | None = None,
         listeners: Sequence[Listener] = (),
+        http2: Http2Counts | None = None,
     ) -> None:
-        """``listeners``: the HTTP servers (a live list: read at each scrape)."""
+        """``listeners``: the HTTP servers (a live list: read at each scrape); ``http2``:
+        the gRPC port's transport counters."""
         self.engine = engine
         self.sampler = sampler
         self.listeners = listeners
+        self.http2 = http2
         self.gpus = GpuProbe()
 
     def collect(self) -> list[Family]:
@@ -85,6 +89,7 @@ class Collector:
             *self._model_families(),
             *self._server_families(),
             *listener_families(self.listeners),
+            *http2_families(self.http2),
             *self._gpu_families(),
         ]
 

@@ -1,0 +1,458 @@
+"""What every part of a server HTTP/2 connection (frontends/http2.py) shares: its state, the
+asyncio callbacks, receive windows and buffered bytes, the budgets of work a client may make
+it do for nothing, the connection's timers (preface, idle, keepalive, maximum age, stalled
+sends) and closing (http2_limits.py says what each limit is).
+
+Nothing here runs per frame on the happy path but a counter: the timers are one TimerHandle
+per connection, armed for the earliest moment one of them needs a look, and a budget is
+looked at against the clock only once its counter passes its burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+
+from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
+from inferplex.frontends.http2_stream import Http2App, Stream
+from inferplex.frontends.http2_wire import (
+    CANCEL,
+    DEFAULT_WINDOW,
+    ENHANCE_YOUR_CALM,
+    GOAWAY,
+    MAX_WINDOW,
+    MIN_FRAME_SIZE,
+    NO_ERROR,
+    PING,
+    RST_STREAM,
+    U32,
+    WINDOW_UPDATE,
+    Http2Error,
+    frame,
+)
+
+logger = logging.getLogger(__name__)
+
+_U32 = U32
+
+#: our receive windows: a stream may send this much before we ask for more; the
+#: connection as a whole this much (both replenished once half is taken)
+STREAM_WINDOW = 1 << 20
+CONNECTION_WINDOW = 16 << 20
+#: the PING of a graceful close, and how long its ACK is awaited
+_DRAIN_PING = b"draining"
+DRAIN_PING_TIMEOUT_S = 1.0
+#: the PING of keepalive
+_KEEPALIVE_PING = b"keepaliv"
+#: after a connection error's GOAWAY and our FIN, what the peer still sends is read and
+#: dropped for this long before the socket closes (closing it with unread data would make
+#: the kernel answer with a reset, which can destroy the GOAWAY before the peer reads it)
+LINGER_S = 2.0
+#: streams we closed before the peer ended them, remembered so that what it sent meanwhile
+#: is dropped rather than taken as a protocol error; and gaps in the stream ids it used
+_EARLY_CLOSED_KEPT = 256
+_GAPS_KEPT = 16
+#: the least time between two looks of a connection's timer
+_TICK_S = 0.01
+#: what every stream answered and every DATA frame sent give back of the control budget
+_STREAM_REFUND = 8
+
+
+class Http2Base(asyncio.BufferedProtocol):
+    """State and upkeep of a server connection; Http2Output adds sending, Http2Frames the
+    frames other than DATA, Http2Connection reading."""
+
+    def __init__(
+        self,
+        app: Http2App,
+        connections: set[Http2Base],
+        limits: Http2Limits,
+        counters: Http2Counters,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        self._app = app
+        self._connections = connections
+        self._limits = limits
+        self._counters = counters
+        self._loop = loop
+        self._transport: asyncio.Transport | None = None
+        self.streams: dict[int, Stream] = {}
+        self._last_stream_id = 0
+        self._early_closed: dict[int, None] = {}
+        self._gaps: list[tuple[int, int]] = []
+        self._settings_seen = False  # the preface and the client's first SETTINGS arrived
+        # sending
+        self._send_window = DEFAULT_WINDOW
+        self._peer_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
+        self._peer_frame_size = MIN_FRAME_SIZE
+        self._blocked: dict[int, Stream] = {}  # streams waiting for window
+        # receiving: what the peer may still send, and what it sent that we took since our
+        # last connection WINDOW_UPDATE
+        self._recv_window = CONNECTION_WINDOW
+        self._unacked = 0
+        self._held = 0  # request bytes buffered for this connection's streams
+        # budgets: frames that did no work, counted; leaked by time from *_at on
+        self._resets = 0
+        self._resets_at = 0.0
+        self._control = 0
+        self._control_at = 0.0
+        # timers
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._born = 0.0
+        self._idle_since = 0.0
+        self._reads = 0
+        self._ka_reads = 0
+        self._ka_at = 0.0
+        self._ping_sent_at: float | None = None
+        self._paused_at: float | None = None
+        self._age_deadline: float | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        # closing
+        self._draining: asyncio.TimerHandle | None = None  # first GOAWAY sent, final pending
+        self._goaway_sent = False
+        self._peer_leaving = False
+        self._write_closed = False  # our FIN is sent
+        self._closed = False
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's are not subclasses
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        self._connections.add(self)
+        self._counters.connections += 1
+        now = self._loop.time()
+        self._born = self._idle_since = self._ka_at = self._resets_at = self._control_at = now
+        self._check(now)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None and self in self._connections:
+            self._counters.connections -= 1
+        self._closed = True
+        for handle in (self._draining, self._timer, self._linger):
+            if handle is not None:
+                handle.cancel()
+        self._connections.discard(self)
+        self._drop_streams()
+
+    def pause_writing(self) -> None:
+        # the peer is not reading: stop taking requests until the socket drains
+        if self._transport is not None:
+            self._transport.pause_reading()
+        if self._limits.send_timeout_s and self._loop is not None:
+            self._paused_at = now = self._loop.time()
+            self._arm(now + self._limits.send_timeout_s)
+
+    def resume_writing(self) -> None:
+        self._paused_at = None
+        if self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+
+    # -- streams closed early, writing -----------------------------------------------------
+    def _reset(self, stream: Stream, code: int) -> None:
+        stream.discard = True
+        self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(code)))
+        self._closed_early(stream.id)
+        self.streams.pop(stream.id, None)
+        self._blocked.pop(stream.id, None)
+        self._release(stream)
+        if not self.streams and self._loop is not None:
+            self._idle_since = self._loop.time()
+        self._app.stream_reset(stream)
+
+    def _closed_early(self, stream_id: int) -> None:
+        """We closed the stream before the peer ended it: what it sent meanwhile is dropped."""
+        early = self._early_closed
+        early[stream_id] = None
+        if len(early) > _EARLY_CLOSED_KEPT:
+            del early[next(iter(early))]
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._closed and not self._write_closed:
+            self._transport.write(data)
+
+    # -- receive windows and buffered bytes -----------------------------------------------
+    def _ack(self, count: int) -> None:
+        """``count`` flow-controlled bytes were taken: the connection window gets them back
+        (in one WINDOW_UPDATE once half the window is owed)."""
+        unacked = self._unacked + count
+        if unacked >= CONNECTION_WINDOW // 2:
+            self._write(frame(WINDOW_UPDATE, 0, 0, _U32.pack(unacked)))
+            self._recv_window += unacked
+            unacked = 0
+        self._unacked = unacked
+
+    def _release(self, stream: Stream) -> None:
+        """The stream's buffered bytes are the application's now, or dropped."""
+        held = stream.held
+        if held:
+            stream.held = 0
+            self._held -= held
+            counters = self._counters
+            counters.buffered -= held
+            counters.budget.used -= held
+        if stream.unsized:
+            unsized, stream.unsized = stream.unsized, 0
+            self._ack(unsized)
+
+    def _hold(self, stream: Stream, count: int) -> bool:
+        """Count ``count`` more bytes buffered for ``stream``, unless that takes the
+        connection past its limit (one body alone may take more) or the server past its
+        own: then the stream is refused and what it holds dropped."""
+        counters = self._counters
+        limit = self._room(count, stream.held)
+        if limit is None:
+            stream.held += count
+            self._held += count
+            counters.buffered += count
+            counters.budget.used += count
+            return True
+        counters.exceeded[limit] += 1
+        stream.discard = True
+        stream.body.clear()
+        stream.buffer = None
+        self._release(stream)
+        server_wide = limit == "server_buffer"
+        self._app.buffers_full(self, stream, server_wide)  # type: ignore[arg-type]
+        return False
+
+    def _room(self, count: int, own: int) -> str | None:
+        """Which buffering limit ``count`` more bytes would pass (None: neither), for a
+        stream holding ``own`` of the connection's: the server's, or the connection's
+        (which a stream holding all the connection holds may pass, for one large body)."""
+        budget = self._counters.budget
+        if budget.limit and budget.used + count > budget.limit:
+            return "server_buffer"
+        if self._held + count > self._limits.connection_buffer_bytes and self._held != own:
+            return "connection_buffer"
+        return None
+
+    # -- budgets --------------------------------------------------------------------------
+    def _spend_control(self) -> None:
+        """A frame that does no work: a client sending too many is told to calm down."""
+        self._control += 1
+        if self._control > self._limits.max_control_frames:
+            self._control, self._control_at = self._leak(
+                self._control, self._control_at, self._limits.control_frames_per_s
+            )
+            if self._control > self._limits.max_control_frames:
+                self._calm("control_frames", "too many frames that do no work")
+
+    def _spend_reset(self) -> None:
+        """A stream reset by the peer before it was answered, refused, or reset for its
+        peer's error (the rapid reset and reset flood attacks)."""
+        self._resets += 1
+        if self._resets > self._limits.max_resets:
+            self._resets, self._resets_at = self._leak(
+                self._resets, self._resets_at, self._limits.resets_per_s
+            )
+            if self._resets > self._limits.max_resets:
+                self._calm("resets", "too many streams reset or refused")
+
+    def _leak(self, count: int, since: float, rate: float) -> tuple[int, float]:
+        """A budget's count less what leaked since ``since`` at ``rate`` per second."""
+        now = self._loop.time() if self._loop is not None else since
+        drained = int((now - since) * rate)
+        if count <= drained:
+            return 0, now
+        return count - drained, since + drained / rate if rate else now
+
+    def _calm(self, limit: str, message: str) -> None:
+        self._counters.exceeded[limit] += 1
+        raise Http2Error(ENHANCE_YOUR_CALM, message)
+
+    # -- timers ---------------------------------------------------------------------------
+    def _arm(self, at: float) -> None:
+        """Make sure the connection's timer looks at it no later than ``at``."""
+        if at >= self._timer_at or self._loop is None or self._closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(at, self._on_timer)
+        self._timer_at = at
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        if not self._closed and self._loop is not None:
+            self._check(self._loop.time())
+
+    def _check(self, now: float) -> None:
+        """Act on every timeout due at ``now``, and arm the timer for the next."""
+        limits = self._limits
+        wake = math.inf
+        if not self._settings_seen:
+            if limits.preface_timeout_s:
+                at = self._born + limits.preface_timeout_s
+                if now >= at:
+                    message = f"no connection preface within {limits.preface_timeout_s:g} s"
+                    return self._time_out("preface_timeout", message)
+                wake = at
+        else:
+            wake = self._check_settled(now, limits)
+        if self._closed:
+            return
+        if limits.send_timeout_s:
+            if self._paused_at is not None:
+                at = self._paused_at + limits.send_timeout_s
+                if now >= at:  # the peer reads nothing: what we wrote cannot leave
+                    self._counters.exceeded["send_timeout"] += 1
+                    self._drop_streams()
+                    self.abort()
+                    return
+                wake = min(wake, at)
+            for stream in list(self._blocked.values()):
+                at = stream.stalled_since + limits.send_timeout_s
+                if now >= at:
+                    self._counters.exceeded["send_timeout"] += 1
+                    self._reset(stream, CANCEL)
+                else:
+                    wake = min(wake, at)
+        if wake < math.inf:
+            self._arm(max(wake, now + _TICK_S))
+
+    def _check_settled(self, now: float, limits: Http2Limits) -> float:
+        """``_check`` once the preface is in: age, idle time, keepalive; the next moment
+        one of them needs a look."""
+        wake = math.inf
+        if limits.max_connection_age_s:
+            if self._age_deadline is None:
+                at = self._born + limits.max_connection_age_s
+                if now >= at:
+                    self._counters.exceeded["max_connection_age"] += 1
+                    grace = limits.max_connection_age_grace_s
+                    self._age_deadline = now + grace if grace else math.inf
+                    self.goaway()
+                else:
+                    wake = at
+            if self._age_deadline is not None:
+                if now >= self._age_deadline:  # the grace is over: what is open is cancelled
+                    self._fail(NO_ERROR, "maximum connection age reached")
+                    return wake
+                wake = min(wake, self._age_deadline)
+        if limits.idle_timeout_s:
+            if self.streams:
+                wake = min(wake, now + limits.idle_timeout_s)
+            else:
+                at = self._idle_since + limits.idle_timeout_s
+                if now >= at:
+                    self._time_out("idle_timeout", "idle for too long")
+                    return wake
+                wake = min(wake, at)
+        if limits.keepalive_s:
+            if self._reads != self._ka_reads:  # the peer sent something: it is there
+                self._ka_reads, self._ka_at, self._ping_sent_at = self._reads, now, None
+            if self._ping_sent_at is not None:
+                at = self._ping_sent_at + limits.keepalive_timeout_s
+                if now >= at:
+                    self._time_out("keepalive_timeout", "no answer to a keepalive PING")
+                    return wake
+                wake = min(wake, at)
+            elif now >= self._ka_at + limits.keepalive_s:
+                self._write(frame(PING, 0, 0, _KEEPALIVE_PING))
+                self._ping_sent_at = now
+                wake = min(wake, now + limits.keepalive_timeout_s)
+            else:
+                wake = min(wake, self._ka_at + limits.keepalive_s)
+        return wake
+
+    def _time_out(self, limit: str, message: str) -> None:
+        self._counters.exceeded[limit] += 1
+        self._fail(NO_ERROR, message)
+
+    # -- closing --------------------------------------------------------------------------
+    @property
+    def idle(self) -> bool:
+        """No open streams, and no graceful close half done."""
+        return not self.streams and self._draining is None
+
+    def finish_writing(self) -> None:
+        """The server is done with this connection: the final GOAWAY, then our side ends
+        (FIN). Reading goes on until the peer closes its side: closing a socket with unread
+        data makes the kernel reset the connection and drop what we sent last."""
+        self._final_goaway()
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._write_closed = True
+        else:
+            transport.close()
+
+    def goaway(self) -> None:
+        """Graceful close, in two steps as gRPC servers do: a first GOAWAY naming the
+        largest stream id (the peer stops opening streams; those already on their way are
+        still served) and a PING; when its ACK (one round trip) or a second has passed, the
+        final GOAWAY with the last stream id taken. Open streams finish; the server closes
+        the connection (after every connection's streams have finished)."""
+        if self._goaway_sent or self._draining is not None or self._loop is None:
+            return
+        self._write(
+            frame(GOAWAY, 0, 0, _U32.pack(MAX_WINDOW) + _U32.pack(NO_ERROR))
+            + frame(PING, 0, 0, _DRAIN_PING)
+        )
+        self._draining = self._loop.call_later(DRAIN_PING_TIMEOUT_S, self._final_goaway)
+
+    def _final_goaway(self) -> None:
+        if self._draining is not None:
+            self._draining.cancel()
+            self._draining = None
+        if not self._goaway_sent:
+            self._goaway_sent = True
+            self._write(frame(GOAWAY, 0, 0, _U32.pack(self._last_stream_id) + _U32.pack(0)))
+        self._close_if_done()
+
+    def _close_if_done(self) -> None:
+        # After our own GOAWAY the connection stays open until the server closes it: a peer
+        # that reuses an idle connection before reading the GOAWAY (nginx) would otherwise
+        # send its next call into a closing socket. A connection draining for its age
+        # closes itself once its streams are done.
+        if self.streams or self._transport is None:
+            return
+        if self._peer_leaving or (self._age_deadline is not None and self._goaway_sent):
+            self._fail(NO_ERROR, "done")
+
+    def _fail(self, code: int, message: str) -> None:
+        """The connection ends: GOAWAY naming why, every open stream cancelled, our FIN,
+        and what the peer still sends read and dropped for LINGER_S before the close."""
+        if self._closed:
+            return
+        if code != NO_ERROR:
+            logger.debug("HTTP/2 connection error %d: %s", code, message)
+        if code != NO_ERROR or not self._goaway_sent:
+            goaway = _U32.pack(self._last_stream_id) + _U32.pack(code) + message.encode()[:256]
+            self._write(frame(GOAWAY, 0, 0, goaway))
+        self._goaway_sent = True
+        self._drop_streams()
+        self._closed = True  # nothing more is handled or written
+        for handle in (self._draining, self._timer):
+            if handle is not None:
+                handle.cancel()
+        self._draining, self._timer, self._timer_at = None, None, math.inf
+        transport = self._transport
+        if transport is None:
+            return
+        if self._write_closed or not transport.can_write_eof() or self._loop is None:
+            transport.close()
+            return
+        transport.write_eof()
+        self._write_closed = True
+        transport.resume_reading()  # read and drop: unread bytes would make a reset
+        self._linger = self._loop.call_later(LINGER_S, self.abort)
+
+    def _drop_streams(self) -> None:
+        streams, self.streams = self.streams, {}
+        self._blocked.clear()
+        for stream in streams.values():
+            self._release(stream)
+            self._app.stream_reset(stream)
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
