@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from inferplex.errors import (
     HeadersTooLargeError,
     InferplexError,
@@ -49,12 +51,12 @@ __all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method"]
 
 logger = logging.getLogger(__name__)
 
-# status codes (grpc/doc/statuscodes.md)
-DEADLINE_EXCEEDED = 4
-RESOURCE_EXHAUSTED = 8
-UNIMPLEMENTED = 12
-INTERNAL = 13
-UNAVAILABLE = 14
+# status codes: grpcio's numbers, the ones THE table (protocol/v2/errors.py) maps errors to
+DEADLINE_EXCEEDED: int = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+RESOURCE_EXHAUSTED: int = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+UNIMPLEMENTED: int = grpc.StatusCode.UNIMPLEMENTED.value[0]
+INTERNAL: int = grpc.StatusCode.INTERNAL.value[0]
+UNAVAILABLE: int = grpc.StatusCode.UNAVAILABLE.value[0]
 
 #: seconds a stopping server waits for its peers to close their connections
 CLOSE_WAIT_S = 1.0

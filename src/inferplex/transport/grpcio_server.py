@@ -1,0 +1,250 @@
+"""The reference gRPC server: grpc.aio serving a table of unary methods
+(``--grpc-server grpcio``).
+
+It serves the same table the built-in server (``frontends/grpc_server.py``) serves, with the
+same guard, so that the same tests run against both (DESIGN.md, "The edge"):
+
+- each method is a generic unary-unary handler by its exact path (any other path:
+  UNIMPLEMENTED); grpc.aio hands over the message as bytes and the table's ``parse`` reads
+  it in the handler, so that a message that does not parse is INVALID_ARGUMENT as with the
+  built-in server (grpc.aio would answer a failing deserializer with INTERNAL); ``serialize``
+  writes the answer there too;
+- the guard is a server interceptor: it sees the method and the metadata when the call's
+  headers arrive, and a refused call is answered by a handler that never reads the message
+  (grpc.aio reads a unary call's message before its handler runs: the refusal is registered as
+  a streaming handler, which it starts at once). The tracing wrapper is part of the table
+  (the ModelInfer handler), so it runs here as it does in the built-in server;
+- errors go through THE table (``protocol/v2/errors.py``): an InferplexError aborts the call
+  with its gRPC code, anything else is INTERNAL;
+- from our config: the message size limit both ways, the metadata limit, TLS (mutual when a
+  client CA is given).
+
+grpc.aio cannot serve on a socket it did not create: it binds its own to the address of the
+one the composition root bound. That socket stays bound (never listening) until the server
+stops: on Linux a socket with SO_REUSEADDR may bind an address another such socket holds as
+long as that one does not listen, so grpc-core binds and listens beside it and the port is
+never free for another process to take. Where the platform refuses that, the
+socket is closed first and grpc.aio binds right after: a process could take the port in
+between, and the start then fails naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from inferplex.errors import ConfigError, InferplexError, InvalidInputError, PayloadTooLargeError
+from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.transport.interface import GrpcMethod, Guard, Metadata
+
+__all__ = ["GrpcioCall", "GrpcioServer", "server_credentials"]
+
+logger = logging.getLogger(__name__)
+
+#: metadata a call may carry when no limit is configured (the built-in server's default)
+DEFAULT_METADATA_LIMIT = 1 << 20
+
+
+class GrpcioCall:
+    """What a method handler sees of a call besides its message (as the built-in ``Call``)."""
+
+    __slots__ = ("_context", "method")
+
+    def __init__(self, method: str, context: aio.ServicerContext[Any, Any]) -> None:
+        self.method = method
+        self._context = context
+
+    def metadata(self) -> Metadata:
+        """The call's metadata: keys lower-case, ``-bin`` values as bytes."""
+        return list(self._context.invocation_metadata() or ())
+
+
+def server_credentials(cert: Path, key: Path, client_ca: Path | None) -> grpc.ServerCredentials:
+    """TLS for the listener from the PEM files (security/tls.py has checked them); with
+    ``client_ca``, clients must present a certificate signed by it."""
+    try:
+        pair = (key.read_bytes(), cert.read_bytes())
+        root = client_ca.read_bytes() if client_ca is not None else None
+    except OSError as exc:
+        raise ConfigError(f"TLS files could not be used: {exc}") from None
+    return grpc.ssl_server_credentials(
+        [pair], root_certificates=root, require_client_auth=client_ca is not None
+    )
+
+
+class _Budget:
+    used = 0
+
+
+class Counters:
+    """The built-in server's transport counters, as far as grpc.aio tells: nothing (its
+    connections, buffered bytes and limits are inside grpc-core)."""
+
+    __slots__ = ("budget", "buffered", "connections", "exceeded")
+
+    def __init__(self) -> None:
+        self.budget = _Budget()
+        self.buffered = 0
+        self.connections = 0
+        self.exceeded: Counter[str] = Counter()
+
+
+class GrpcioServer:
+    """Serves ``methods`` (by path, e.g. ``/package.Service/Method``) on one address."""
+
+    def __init__(
+        self,
+        methods: Mapping[str, GrpcMethod],
+        *,
+        max_message_bytes: int,
+        max_header_bytes: int = 0,
+        guard: Guard | None = None,
+        credentials: grpc.ServerCredentials | None = None,
+        options: Mapping[str, int] | None = None,
+    ) -> None:
+        """``options``: further grpc.aio channel arguments (``grpc.max_connection_idle_ms``...)."""
+        self._handlers = {
+            path: _method_handler(path, method, max_message_bytes)
+            for path, method in methods.items()
+        }
+        self._guard = guard
+        self._credentials = credentials
+        metadata = max_header_bytes or DEFAULT_METADATA_LIMIT
+        self._options: dict[str, int] = {
+            "grpc.max_receive_message_length": max_message_bytes,
+            "grpc.max_send_message_length": max_message_bytes,
+            "grpc.max_metadata_size": metadata,
+            "grpc.absolute_max_metadata_size": metadata,
+            # a port another process listens on is a clash, never shared
+            "grpc.so_reuseport": 0,
+            **(options or {}),
+        }
+        self._server: aio.Server | None = None
+        self._sock: socket.socket | None = None
+        self.counters = Counters()
+
+    async def start(self, sock: socket.socket) -> int:
+        """Serve on the address of ``sock`` (bound; ``frontends.sockets.bind``), which is
+        closed when the server stops; returns the port."""
+        host, port = sock.getsockname()[:2]
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        interceptors = [_Guarding(self._guard, set(self._handlers))] if self._guard else []
+        server = aio.server(
+            handlers=[_Methods(self._handlers)],
+            interceptors=interceptors,
+            options=list(self._options.items()),
+        )
+        try:
+            try:
+                self._add_port(server, where)
+            except RuntimeError:
+                sock.close()  # the platform does not share a bound address: free it first
+                self._add_port(server, where)
+            await server.start()
+        except BaseException as exc:
+            sock.close()
+            if isinstance(exc, RuntimeError):
+                raise ConfigError(f"cannot listen for gRPC on {where}: {exc}") from None
+            raise
+        self._server = server
+        self._sock = sock  # kept bound until stop(): harmless beside grpc-core's listener
+        return int(port)
+
+    def _add_port(self, server: aio.Server, where: str) -> None:
+        if self._credentials is not None:
+            bound = server.add_secure_port(where, self._credentials)
+        else:
+            bound = server.add_insecure_port(where)
+        if not bound:  # older grpcio answers 0 instead of raising
+            raise RuntimeError(f"failed to bind to {where}")
+
+    async def stop(self, grace: float) -> None:
+        """Stop accepting; open calls get ``grace`` seconds, then are cancelled."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        await server.stop(grace)
+
+
+class _Methods(grpc.GenericRpcHandler):
+    """The table: a call's handler by its exact method path."""
+
+    def __init__(self, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self._handlers = handlers
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        return self._handlers.get(handler_call_details.method)
+
+
+class _Guarding(aio.ServerInterceptor):
+    """The guard, on each call of a method of the table, before its message is read."""
+
+    def __init__(self, guard: Guard, paths: set[str]) -> None:
+        self._guard = guard
+        self._paths = paths
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method: str = handler_call_details.method
+        if method in self._paths:  # an unknown path is UNIMPLEMENTED, whoever calls it
+            metadata = handler_call_details.invocation_metadata
+            try:
+                self._guard(method, list(metadata or ()))
+            except InferplexError as exc:
+                return _refusal(GRPC_STATUS[exc.code], exc.message)
+            except Exception as exc:  # a guard's bug must not take the server down
+                logger.exception("gRPC guard failed on %s", method)
+                return _refusal(grpc.StatusCode.INTERNAL, f"{method} failed: {exc}")
+        return await continuation(handler_call_details)
+
+
+def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    """A handler that answers ``code`` at once, without waiting for a message."""
+
+    async def refuse(requests: Any, context: aio.ServicerContext[Any, Any]) -> None:
+        await context.abort(code, message)
+
+    return grpc.stream_stream_rpc_method_handler(refuse)
+
+
+def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.RpcMethodHandler:
+    if method.refused is not None:
+        refused = method.refused
+        return _refusal(GRPC_STATUS[refused.code], refused.message)
+
+    async def unary(message: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
+        try:
+            try:
+                request = method.parse(message)
+            except InferplexError:
+                raise
+            except Exception as exc:
+                raise InvalidInputError(f"the request message could not be parsed: {exc}") from None
+            body = method.serialize(await method.handler(request, GrpcioCall(path, context)))
+        except InferplexError as exc:
+            await context.abort(GRPC_STATUS[exc.code], exc.message)
+        except Exception as exc:  # never let one call take the server down
+            logger.exception("gRPC %s failed", path)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{path} failed: {exc}")
+        if len(body) > max_message:
+            too_large = PayloadTooLargeError(
+                f"the response message is larger than the limit of {max_message} bytes "
+                "(INFERPLEX_MAX_GRPC_MESSAGE_BYTES)"
+            )
+            await context.abort(GRPC_STATUS[too_large.code], too_large.message)
+        return body
+
+    return grpc.unary_unary_rpc_method_handler(unary)

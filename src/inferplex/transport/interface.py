@@ -1,0 +1,62 @@
+"""What the frontends and the composition root see of a server, whichever serves: the
+built-in ones or the reference twins."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from inferplex.errors import InferplexError
+
+#: call metadata: keys lower-case, ``-bin`` values as bytes
+Metadata = list[tuple[str, str | bytes]]
+#: sees every call's method (path) and metadata first; raises InferplexError to refuse it
+Guard = Callable[[str, Metadata], None]
+
+
+class GrpcCall(Protocol):
+    """What a method handler and the guard see of a call besides its message."""
+
+    @property
+    def method(self) -> str: ...
+
+    def metadata(self) -> Metadata: ...
+
+
+class GrpcMethod(Protocol):
+    """One unary RPC of a server's table (``frontends.grpc_server.Method``): ``parse`` reads
+    the request message (bytes-like), ``handler(request, call)`` answers it, ``serialize``
+    writes the response; ``refused`` (streaming methods) answers every call at once."""
+
+    @property
+    def handler(self) -> Callable[[Any, Any], Awaitable[Any]]: ...
+
+    @property
+    def parse(self) -> Callable[[Any], Any]: ...
+
+    @property
+    def serialize(self) -> Callable[[Any], bytes]: ...
+
+    @property
+    def refused(self) -> InferplexError | None: ...
+
+
+class GrpcServing(Protocol):
+    """A gRPC server of a method table: serves on a bound socket, stops with a grace;
+    ``counters`` are its transport's (connections, buffered bytes, limits exceeded)."""
+
+    @property
+    def counters(self) -> Any: ...
+
+    async def start(self, sock: socket.socket) -> int: ...
+
+    async def stop(self, grace: float) -> None: ...
+
+
+class HttpServing(Protocol):
+    """An HTTP/1.1 server of an ASGI app: serves on a bound socket, stops with a grace."""
+
+    async def start(self, sock: socket.socket) -> None: ...
+
+    async def stop(self, grace: float) -> None: ...

@@ -1,0 +1,198 @@
+"""The reference HTTP/1.1 server: uvicorn (uvloop, httptools) serving an ASGI app on a socket
+the composition root has already bound (``--http-server uvicorn``).
+
+It stands beside the built-in server (``frontends/http_server.py``) with the same
+``start(sock)`` / ``stop(grace)`` and the counters the metrics read, so that the same tests
+run against both and a difference in behaviour is a failing test (DESIGN.md, "The edge").
+
+What our config sets in uvicorn: keep-alive (``http_keep_alive_s``), the header limit of its
+h11 protocol (``h11_max_incomplete_event_size``; httptools, used here, has none), TLS from the
+same SSLContext the built-in server gets, and the graceful shutdown (``stop(grace)``: open
+requests get ``grace`` seconds, whole seconds as uvicorn counts them). Lifespan, access log,
+proxy headers and websockets are off. The body limit is the application's (the V2 app counts
+the body in ``_read``); ASGI apps run their admission check when uvicorn calls them, on a
+complete header block, before any of the body is asked for.
+
+A thin ASGI wrapper (:class:`_Edge`) keeps two of the built-in server's answers that uvicorn
+does not give, so the twins answer alike:
+
+- a header block above ``max_header_bytes`` gets 414 / 431 (counted once the block is whole:
+  uvicorn's httptools protocol does not bound it as it arrives, as the built-in server does);
+- an answer sent before the request's body was read whole (a refused token, a 413) closes the
+  connection, as the built-in server does; uvicorn would read and drop the rest of the body
+  to keep the connection.
+
+Not enforced here, unlike the built-in server (uvicorn has no such settings): the header,
+body-rate and send timeouts, and the server-wide buffered-bytes budget. Each connection's
+buffered body is bounded by uvicorn's own flow control (reading pauses past 64 KiB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, MutableMapping, Sized
+from typing import Any
+
+import orjson
+import uvicorn
+
+__all__ = ["UvicornHttpServer"]
+
+logger = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class _NoBudget:
+    """The metrics read a listener's buffered bytes; uvicorn does not count them."""
+
+    used = 0
+
+
+class _Edge:
+    """The ASGI app as the built-in server would present it (see the module's docstring)."""
+
+    def __init__(self, app: App, max_header_bytes: int, refusals: dict[str, int]) -> None:
+        self._app = app
+        self._max_header_bytes = max_header_bytes
+        self._refusals = refusals
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        limit = self._max_header_bytes
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        if limit and size > limit:
+            await self._refuse(send, "uri_too_long", 414, "the request line is above the limit")
+            return
+        has_body = False
+        for name, value in scope["headers"]:
+            size += len(name) + len(value) + 4  # the separator and the line end, as the built-in
+            if name == b"content-length":
+                has_body = has_body or value != b"0"
+            elif name == b"transfer-encoding":
+                has_body = True
+        if limit and size > limit:
+            await self._refuse(send, "header_too_large", 431, "request headers are above the limit")
+            return
+        if not has_body:
+            await self._app(scope, receive, send)
+            return
+        body_read = False
+
+        async def receiving() -> Message:
+            nonlocal body_read
+            message = await receive()
+            if not message.get("more_body", False):
+                body_read = True
+            return message
+
+        async def sending(message: Message) -> None:
+            if not body_read and message["type"] == "http.response.start":
+                # the rest of the body is not read: the connection cannot carry another request
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self._app(scope, receiving, sending)
+
+    async def _refuse(self, send: Send, reason: str, status: int, what: str) -> None:
+        self._refusals[reason] = self._refusals.get(reason, 0) + 1
+        message = f"{what} of {self._max_header_bytes} bytes (INFERPLEX_MAX_HEADER_BYTES)"
+        body = orjson.dumps({"error": message})
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+class UvicornHttpServer:
+    """Serves one ASGI ``app`` on one bound socket with uvicorn.
+
+    ``refusals`` counts the requests answered without the application, by reason (the
+    built-in server's reasons); ``send_timeouts`` stays 0 (uvicorn has no send timeout).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        max_header_bytes: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        keep_alive_s: float = 5.0,
+    ) -> None:
+        self.refusals: dict[str, int] = {}
+        self.send_timeouts = 0
+        self.budget = _NoBudget()
+        self._edge = _Edge(app, max_header_bytes, self.refusals)
+        self._max_header_bytes = max_header_bytes
+        self._ssl = ssl_context
+        self._keep_alive_s = keep_alive_s
+        self._server: uvicorn.Server | None = None
+        self._ticking: asyncio.Task[None] | None = None
+
+    @property
+    def connections(self) -> Sized:
+        """The open connections."""
+        return self._server.server_state.connections if self._server is not None else ()
+
+    async def start(self, sock: socket.socket) -> None:
+        """Serve on ``sock`` (bound; ``frontends.sockets.bind``); returns once it accepts
+        connections."""
+        config = uvicorn.Config(
+            self._edge,
+            loop="none",  # the caller's loop (uvloop: server.py runs on one)
+            http="httptools",
+            ws="none",
+            lifespan="off",
+            interface="asgi3",
+            log_config=None,  # the process's logging stays ours
+            access_log=False,
+            proxy_headers=False,  # the client address is the peer's, as with the built-in
+            server_header=False,
+            # uvicorn's hint says int; it hands the value to call_later
+            timeout_keep_alive=self._keep_alive_s,  # type: ignore[arg-type]
+            h11_max_incomplete_event_size=self._max_header_bytes or None,
+            backlog=2048,
+        )
+        config.load()
+        config.ssl = self._ssl  # the built-in server's context: same files, same client CA
+        server = uvicorn.Server(config)
+        # what Server.serve() does besides installing signal handlers, which are the
+        # composition root's
+        server.lifespan = config.lifespan_class(config)
+        await server.startup(sockets=[sock])
+        self._server = server
+        # uvicorn's tick: the Date header once a second, and the exit flag stop() sets
+        self._ticking = asyncio.get_running_loop().create_task(server.main_loop())
+
+    async def stop(self, grace: float) -> None:
+        """Stop accepting, let in-flight requests finish (up to ``grace`` seconds), close."""
+        server = self._server
+        if server is None:
+            return
+        self._server = None
+        server.should_exit = True
+        if self._ticking is not None:
+            await self._ticking
+            self._ticking = None
+        server.config.timeout_graceful_shutdown = math.ceil(grace)
+        # closes the listening socket, idle connections at once and busy ones after their
+        # answer; past the grace the running requests are cancelled
+        await server.shutdown()
+        for connection in list(server.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if transport is not None:
+                transport.abort()  # one that still waits (e.g. for a TLS close_notify)
