@@ -19,6 +19,7 @@ import pytest
 from inferplex.config.server_config import ServerConfig
 from inferplex.modelgen import add_sub
 from inferplex.server import Server
+from tests.conftest import TWINS
 from tests.support.h2client import INFER, SERVICE, H2Client
 
 TOKENS = {
@@ -49,8 +50,11 @@ VARIANTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+@pytest.fixture(scope="module", params=list(TWINS))
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """The built-in HTTP and gRPC servers, then their reference twins (tests/conftest.py)."""
     repository = tmp_path_factory.mktemp("authz-repo")
     add_sub(repository)
     config = ServerConfig(
@@ -62,6 +66,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         model_control_mode="explicit",
         inference_token="inference-token",
         management_token="management-token",
+        **TWINS[request.param],
     )
     with Server(config) as running:
         yield running

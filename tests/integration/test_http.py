@@ -22,15 +22,16 @@ DATATYPES = sorted(V2_TO_NUMPY)
 
 
 @pytest.fixture(scope="module")
-def client(server: Any) -> Iterator[httpclient.InferenceServerClient]:
-    triton = httpclient.InferenceServerClient(server.http_url)
+def client(twin_server: Any) -> Iterator[httpclient.InferenceServerClient]:
+    """A client of the built-in server, then of its reference twin (tests/conftest.py)."""
+    triton = httpclient.InferenceServerClient(twin_server.http_url)
     yield triton
     triton.close()
 
 
 @pytest.fixture(scope="module")
-def base(server: Any) -> str:
-    return f"http://{server.http_url}"
+def base(twin_server: Any) -> str:
+    return f"http://{twin_server.http_url}"
 
 
 def values_for(datatype: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -18,6 +18,7 @@ from inferplex.cli.main import main as cli
 from inferplex.config.server_config import ServerConfig
 from inferplex.modelgen import add_sub
 from inferplex.server import Server
+from tests.conftest import TWINS
 from tests.support.certs import Certificates, make_certificates
 
 INFERENCE = {"Authorization": "Bearer inference-token"}
@@ -36,6 +37,13 @@ def serve(repository: Path, **settings: Any) -> Server:
         **settings,
     )
     return Server(config).start_in_thread()
+
+
+@pytest.fixture(scope="module", params=list(TWINS))
+def twin(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The settings of the built-in HTTP and gRPC servers, then of their reference twins
+    (tests/conftest.py): the tests that take it run against both."""
+    return TWINS[request.param]
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +76,13 @@ def grpc_inputs() -> list[grpcclient.InferInput]:
 
 
 @pytest.fixture(scope="module")
-def guarded(repository: Path) -> Iterator[Server]:
+def guarded(repository: Path, twin: dict[str, str]) -> Iterator[Server]:
     server = serve(
         repository,
         inference_token="inference-token",
         management_token="management-token",
         management_port=0,
+        **twin,
     )
     yield server
     server.stop_thread()
@@ -140,8 +149,8 @@ def test_grpc_tokens(guarded: Server) -> None:
     client.close()
 
 
-def test_oversized_headers_are_431(repository: Path) -> None:
-    server = serve(repository, max_header_bytes=2048)
+def test_oversized_headers_are_431(repository: Path, twin: dict[str, str]) -> None:
+    server = serve(repository, max_header_bytes=2048, **twin)
     try:
         url = f"http://127.0.0.1:{server.http_port}/v2/health/ready"
         assert requests.get(url, timeout=5).status_code == 200
@@ -176,8 +185,10 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     return make_certificates(tmp_path_factory.mktemp("certs"))
 
 
-def test_https_and_grpc_tls(repository: Path, certs: Certificates) -> None:
-    server = serve(repository, tls_cert_file=certs.server_cert, tls_key_file=certs.server_key)
+def test_https_and_grpc_tls(repository: Path, certs: Certificates, twin: dict[str, str]) -> None:
+    server = serve(
+        repository, tls_cert_file=certs.server_cert, tls_key_file=certs.server_key, **twin
+    )
     try:
         base = f"127.0.0.1:{server.http_port}"
         response = requests.post(
@@ -195,12 +206,15 @@ def test_https_and_grpc_tls(repository: Path, certs: Certificates) -> None:
         server.stop_thread()
 
 
-def test_mutual_tls_needs_a_client_certificate(repository: Path, certs: Certificates) -> None:
+def test_mutual_tls_needs_a_client_certificate(
+    repository: Path, certs: Certificates, twin: dict[str, str]
+) -> None:
     server = serve(
         repository,
         tls_cert_file=certs.server_cert,
         tls_key_file=certs.server_key,
         tls_client_ca=certs.ca,
+        **twin,
     )
     try:
         url = f"https://127.0.0.1:{server.http_port}/v2/health/ready"

@@ -51,6 +51,16 @@ def main() -> None:
 @click.option("--grpc-port", type=int, help="gRPC port (default 8001; 0 = any free port).")
 @click.option("--metrics-port", type=int, help="Metrics port (default 8002; 0 = any free port).")
 @click.option(
+    "--http-server",
+    type=click.Choice(["builtin", "uvicorn"]),
+    help="HTTP/1.1 server: builtin (default) or uvicorn, the reference twin.",
+)
+@click.option(
+    "--grpc-server",
+    type=click.Choice(["builtin", "grpcio"]),
+    help="gRPC server: builtin (default) or grpcio (grpc.aio), the reference twin.",
+)
+@click.option(
     "--max-request-bytes", type=int, help="Largest HTTP request body (larger: 413; 256 MiB)."
 )
 @click.option(

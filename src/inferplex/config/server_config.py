@@ -36,6 +36,16 @@ class ServerConfig(BaseSettings):
     enable_http: bool = True
     enable_grpc: bool = True
     enable_metrics: bool = True
+    http_server: Literal["builtin", "uvicorn"] = Field(
+        default="builtin",
+        description="the HTTP/1.1 server: the built-in one, or uvicorn (the reference twin: "
+        "same app, its own limits; docs/security.md)",
+    )
+    grpc_server: Literal["builtin", "grpcio"] = Field(
+        default="builtin",
+        description="the gRPC server: the built-in one, or grpc.aio (the reference twin: same "
+        "methods and guard, grpc-core's HTTP/2)",
+    )
     max_request_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="requests with a larger body get 413"
     )
