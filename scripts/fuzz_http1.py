@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/fuzz_http1.py -max_total_time=600 [CORPUS_DIR ...]
 
-Each input drives one ``_Connection`` (frontends/http_server.py) over a fake transport: the
+Each input drives one ``Connection`` (frontends/http_connection.py) over a fake transport: the
 input is a program of reads (bytes as the socket would deliver them, honouring pauses and the
 buffer the protocol offers), padding (so bodies and header blocks can outgrow one read), clock
 jumps with a sweep, application progress, write pauses and a disconnect. Invariants checked
@@ -32,8 +32,9 @@ import atheris
 import httptools
 
 with atheris.instrument_imports(include=["inferplex.frontends"]):
+    from inferplex.frontends.http_connection import Connection
     from inferplex.frontends.http_limits import ByteBudget, Http1Limits
-    from inferplex.frontends.http_server import HttpServer, _Connection
+    from inferplex.frontends.http_server import HttpServer
 
 _READ = 1 << 16  # the server's read buffer: one read is at most this
 _SEEDS = (
@@ -94,7 +95,7 @@ class FakeTransport:
         self.lost = False
         self.reading = True
         self.eof = False
-        self.protocol: _Connection | None = None
+        self.protocol: Connection | None = None
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 40000)}.get(
@@ -187,7 +188,7 @@ class Run:
         )
         self.server.loop = loop
         self.transport = FakeTransport(loop)
-        self.connection = _Connection(self.server)
+        self.connection = Connection(self.server)
         self.transport.protocol = self.connection
         self.connection.connection_made(self.transport)  # type: ignore[arg-type]
         self.ahead = 0.0

@@ -1,4 +1,5 @@
-"""ASGI ``receive`` and ``send`` for one request of the HTTP/1.1 server (http_server.py)."""
+"""One request of the HTTP/1.1 server (http_server.py): as parsed (``Request``), as the
+server answers it itself (``Refusal``), and its ASGI ``receive`` and ``send`` (``Cycle``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    from inferplex.frontends.http_server import _Connection, _Request
+    from inferplex.frontends.http_connection import Connection
 
 logger = logging.getLogger("inferplex.frontends.http_server")
 
@@ -21,6 +22,71 @@ _DISCONNECT = {"type": "http.disconnect"}
 def status_line(status: int) -> bytes:
     line = _STATUS_LINES.get(status)
     return line if line is not None else f"HTTP/1.1 {status} \r\n".encode("latin-1")
+
+
+class Request:
+    """One parsed request, complete with its body; ``scope`` is its ASGI scope when it was
+    made (for the admission check) before the body was read; ``size``, its body's bytes in
+    the server's ByteBudget until the application gets it."""
+
+    __slots__ = (
+        "body",
+        "headers",
+        "http_version",
+        "keep_alive",
+        "method",
+        "scope",
+        "size",
+        "url",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        url: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes | memoryview,
+        http_version: str,
+        keep_alive: bool,
+        scope: dict[str, Any] | None,
+        size: int,
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.http_version = http_version
+        self.keep_alive = keep_alive
+        self.scope = scope
+        self.size = size
+
+
+class Refusal:
+    """An answer the server gives itself, then closes the connection: ``body`` is JSON."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(
+        self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers or []
+
+    def encode(self) -> bytes:
+        """The whole answer: status line, headers, ``Connection: close`` and the body."""
+        head = [status_line(self.status)]
+        head.extend(
+            b"%s: %s\r\n" % (name, value)
+            for name, value in self.headers
+            if name not in (b"content-type", b"content-length", b"connection")
+        )
+        return (
+            b"".join(head)
+            + b"content-type: application/json\r\nconnection: close\r\n"
+            + b"content-length: %d\r\n\r\n" % len(self.body)
+            + self.body
+        )
 
 
 class Cycle:
@@ -37,9 +103,9 @@ class Cycle:
         "_status",
     )
 
-    def __init__(self, connection: _Connection, request: _Request) -> None:
+    def __init__(self, connection: Connection, request: Request) -> None:
         self._connection = connection
-        self._request: _Request | None = request
+        self._request: Request | None = request
         self._status = 0
         self._headers: list[tuple[bytes, bytes]] | None = None
         self._keep_alive = request.keep_alive

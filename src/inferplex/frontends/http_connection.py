@@ -1,0 +1,568 @@
+"""One client connection of the HTTP/1.1 server (http_server.py): parsing, the bounds of
+``Http1Limits`` as the bytes arrive, and running requests one at a time, in order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import unquote
+
+import httptools
+import orjson
+
+from inferplex.frontends.buffers import uninitialised
+from inferplex.frontends.http_cycle import Cycle, Refusal, Request
+
+if TYPE_CHECKING:
+    from inferplex.frontends.http_server import HttpServer
+
+__all__ = ["READ_BUFFER_BYTES", "Connection"]
+
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: bodies below this size are joined to their header block; larger ones go out with writev
+_COPY_LIMIT = 64 * 1024
+#: the server's read buffer; request bodies of at least this size are read into their own
+READ_BUFFER_BYTES = 64 * 1024
+#: complete requests a connection may queue behind the running one before reading pauses
+_MAX_PIPELINED = 8
+#: after a refusal the server half-closes and reads (and drops) what the client still sends,
+#: this long and this much at most, so that its answer is not lost to a TCP reset
+_LINGER_S = 2.0
+_LINGER_BYTES = 1 << 20
+
+
+class _Halt(Exception):
+    """Raised in a parser callback once the request is refused: the parser stops there."""
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One client connection: parses requests and runs them one at a time, in order.
+
+    Reads land in the server's read buffer, which the parser consumes before the next read of
+    any connection (the buffer is shared: idle connections hold none). The body of a request
+    with a large Content-Length gets a buffer of its size instead: once the parser has passed
+    on the part that came with the header block, the rest is read from the socket straight
+    into place (without this, uvloop's copy into a bytes object, the parser's copy of each
+    piece and the join copied every body three times on the event loop). The parser, left
+    expecting that body, is replaced by a new one for the next request.
+
+    Bounds (``Http1Limits``): the header block is counted as it arrives, through the parser's
+    callbacks and, while a header block spans reads, by the bytes of those reads (httptools
+    joins a header's pieces itself, copying the whole value on every read: without a cap a
+    header sent in small pieces costs quadratic time). The body bytes a connection holds are
+    counted in the server's ByteBudget from the moment they are read until the application
+    gets them. Clocks are read by the server's sweep: ``_head_since`` (a header block is
+    arriving), ``_body_since`` (a body is), ``_idle_since`` (the last answer, or the start).
+    """
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self._app = server.app
+        self._loop = server.loop
+        self._limits = server.limits
+        self._budget = server.budget
+        self._parser = httptools.HttpRequestParser(self)
+        self._read_buffer = server.read_buffer
+        self._transport: asyncio.Transport | None = None
+        self._scope_base: dict[str, Any] = {}
+        self._queue: deque[Request | Refusal] = deque()  # parsed, not yet answered
+        self._queued_bytes = 0  # the sizes of the requests in the queue
+        self._busy = False  # a request is with the application
+        self._closing = False  # answer what runs, then close
+        self._reading = True
+        self._refused = False  # a refusal is queued: the connection reads nothing more
+        self._disconnected: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None  # set while writing is paused
+        self.last_active = 0.0  # the time of the last read
+        self._idle_since = 0.0
+        self._head_since = 0.0  # 0: no header block is arriving
+        self._body_since = 0.0  # 0: no body is arriving; else the start of its rate window
+        self._body_mark = 0  # the body's bytes at that start
+        self._write_paused_since = 0.0
+        self._lingering = 0.0  # a refusal was sent: since when the rest is dropped
+        self._lingered = 0
+        # header blocks seen so far, whether the parser is before or in one, and the bytes of
+        # reads that were nothing but header block
+        self._heads = 0
+        self._in_head = True
+        self._head_fed = 0
+        # the request being parsed
+        self._url = b""
+        self._url_parts: list[bytes] | None = None  # a URL that came in several pieces
+        self._version = "1.1"
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._header_bytes = 0
+        self._body: list[bytes] = []
+        self._body_bytes = 0  # read so far, and held in the server's ByteBudget
+        self._large_body: memoryview | None = None  # a large body's own buffer
+        self._body_rest: memoryview | None = None  # its part still to read, past the parser
+        self._scope: dict[str, Any] | None = None  # made early, for the admission check
+
+    # -- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's are not subclasses
+        server = self.server
+        self._scope_base = {
+            "type": "http",
+            "asgi": _ASGI,
+            "scheme": server.scheme,
+            "server": _address(transport.get_extra_info("sockname")),
+            "client": _address(transport.get_extra_info("peername")),
+            "root_path": "",
+        }
+        self.last_active = self._idle_since = self._loop.time()
+        server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self._transport = None
+        self._release()
+        self._budget.used -= self._queued_bytes
+        self._queued_bytes = 0
+        self._queue.clear()
+        if self._disconnected is not None and not self._disconnected.done():
+            self._disconnected.set_result(None)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # the rest of a large body, exactly: a pipelined request after it is the parser's
+        rest = self._body_rest
+        return self._read_buffer if rest is None else rest
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.last_active = self._loop.time()
+        rest = self._body_rest
+        if rest is None:
+            self._parse(self._read_buffer[:nbytes])
+        else:
+            self._body_bytes += nbytes
+            budget = self._budget
+            budget.used += nbytes
+            if nbytes < len(rest):
+                self._body_rest = rest[nbytes:]
+                if 0 < budget.limit < budget.used:
+                    self._refuse_buffer_full()
+            else:
+                self._body_rest = None
+                assert self._large_body is not None
+                self._complete(self._large_body)
+                # the parser still awaits this body: the next request gets a new one
+                self._parser = httptools.HttpRequestParser(self)
+                self._in_head = True
+        self._next()
+
+    def _parse(self, data: memoryview) -> None:
+        if self._refused:
+            self._lingered += len(data)
+            if self._lingering and self._lingered > _LINGER_BYTES:
+                self.close()
+            return
+        in_head = self._in_head
+        heads = self._heads
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            # no protocol upgrades (WebSocket, h2c): answer the request as plain HTTP/1.1
+            self._closing = True
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _Halt):
+                return  # refused in a callback
+            raise
+        except httptools.HttpParserError as exc:
+            self._refuse_malformed(exc)
+            return
+        if self._large_body is not None:  # not complete yet: the rest is read into place
+            self._body_rest = self._large_body[self._body_bytes :]
+        elif in_head and self._in_head and heads == self._heads:
+            # all of ``data`` was header block (or blank lines before one): the parser keeps
+            # a header's incomplete pieces to itself, so they are counted here
+            self._head_fed += len(data)
+            limit = self.server.max_header_bytes
+            if limit and self._head_fed > limit:
+                self._refuse_head(limit)
+
+    def pause_writing(self) -> None:
+        self._drained = self._loop.create_future()
+        self._write_paused_since = self._loop.time()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+        self._write_paused_since = 0.0
+        self._next()  # the next request waited for its answer to have room
+
+    # -- httptools callbacks ----------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._url_parts = None
+        self._headers = []
+        self._header_bytes = 0
+        self._body = []
+        self._large_body = None
+        self._scope = None
+        self._head_since = self.last_active
+
+    def on_url(self, url: bytes) -> None:
+        if self._url_parts is not None:
+            self._url_parts.append(url)
+        elif self._url:
+            self._url_parts = [self._url, url]
+        else:
+            self._url = url
+        self._header_bytes += len(url)
+        limit = self.server.max_header_bytes
+        if limit and self._header_bytes > limit:
+            self._halt(
+                "uri_too_long",
+                414,
+                f"the request line is above the limit of {limit} bytes "
+                "(INFERPLEX_MAX_HEADER_BYTES)",
+            )
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # the separator and line end count too: many tiny headers are not free
+        self._header_bytes += len(name) + len(value) + 4
+        limit = self.server.max_header_bytes
+        if limit and self._header_bytes > limit:
+            self._refuse_head(limit)
+            raise _Halt
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self._heads += 1
+        self._in_head = False
+        self._head_since = 0.0
+        self._head_fed = 0
+        if self._url_parts is not None:
+            self._url = b"".join(self._url_parts)
+            self._url_parts = None
+        parser = self._parser
+        version = self._version = parser.get_http_version()
+        length = None
+        expect_continue = chunked = False
+        hosts = 0
+        for name, value in self._headers:
+            if name == b"content-length" and value.isdigit():
+                length = int(value)
+            elif name == b"host":
+                hosts += 1
+            elif name == b"expect" and value.lower() == b"100-continue":
+                expect_continue = True
+            elif name == b"transfer-encoding":
+                chunked = True
+        if version != "1.1" and version != "1.0":
+            self._halt_version(f"HTTP/{version}")
+        if hosts != 1 and (hosts or version == "1.1"):
+            # RFC 9112 3.2: an HTTP/1.1 request names its host once, and no request twice
+            self._halt("missing_host", 400, f"{hosts} Host headers: send exactly one")
+        admit = self.server.admit
+        if admit is not None and (length or chunked):
+            # a request with a body is admitted (route, method, token) before any of the body
+            # is read or buffered: a client that may not call the endpoint sends nothing more
+            self._scope = self._make_scope(
+                parser.get_method().decode("ascii"), self._url, self._headers, version
+            )
+            refusal = admit(self._scope)
+            if refusal is not None:
+                self._refuse_with(Refusal(*refusal), "admission")
+                raise _Halt
+        if length:
+            if length > self.server.max_body_bytes:
+                self._refuse_body(f"Content-Length {length}")
+                raise _Halt
+            budget = self._budget
+            if 0 < budget.limit < budget.used + length:
+                self._refuse_buffer_full()
+                raise _Halt
+            if length >= READ_BUFFER_BYTES and not parser.should_upgrade():
+                self._large_body = uninitialised(length)
+        if length or chunked:
+            self._body_since = self.last_active
+            self._body_mark = 0
+        if expect_continue and self._transport is not None:
+            self._transport.write(_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        start = self._body_bytes
+        end = self._body_bytes = start + len(body)
+        budget = self._budget
+        budget.used += len(body)
+        if self._large_body is not None:  # its size was checked against the limits
+            self._large_body[start:end] = body
+            return
+        if end > self.server.max_body_bytes:
+            self._refuse_body(f"at least {end} bytes")
+            raise _Halt
+        if 0 < budget.limit < budget.used:
+            self._refuse_buffer_full()
+            raise _Halt
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self._in_head = True
+        if self._large_body is not None:
+            self._complete(self._large_body)
+        else:
+            body = self._body
+            self._complete(body[0] if len(body) == 1 else b"".join(body))
+
+    def _complete(self, body: bytes | memoryview) -> None:
+        """The request being parsed is complete, with ``body``."""
+        parser = self._parser
+        size = self._body_bytes
+        self._body_bytes = 0
+        self._queued_bytes += size
+        self._body = []
+        self._large_body = None
+        self._body_since = 0.0
+        self._queue.append(
+            Request(
+                parser.get_method().decode("ascii"),
+                self._url,
+                self._headers,
+                body,
+                self._version,
+                parser.should_keep_alive(),
+                self._scope,
+                size,
+            )
+        )
+        self._scope = None
+
+    # -- refusals -------------------------------------------------------------------------
+    def _halt(self, reason: str, status: int, message: str) -> NoReturn:
+        """Refuse the request being parsed, from a parser callback: the parser stops."""
+        self._refuse(reason, status, message)
+        raise _Halt
+
+    def _halt_version(self, version: str) -> NoReturn:
+        self._halt(
+            "http_version",
+            505,
+            f"{version} is not served here: use HTTP/1.1 (HTTP/2 is the gRPC port's)",
+        )
+
+    def _refuse_malformed(self, exc: httptools.HttpParserError) -> None:
+        message = str(exc)
+        if "PRI" in message:  # the HTTP/2 connection preface
+            self._refuse(
+                "http_version", 505, "HTTP/2 is not served here: use HTTP/1.1 or the gRPC port"
+            )
+        elif "HTTP version" in message:
+            self._refuse("http_version", 505, f"{message}: use HTTP/1.1")
+        else:
+            self._refuse("malformed", 400, f"malformed HTTP request: {message}")
+
+    def _refuse_head(self, limit: int) -> None:
+        self._refuse(
+            "header_too_large",
+            431,
+            f"request headers are above the limit of {limit} bytes (INFERPLEX_MAX_HEADER_BYTES)",
+        )
+
+    def _refuse_body(self, size: str) -> None:
+        self._refuse(
+            "body_too_large",
+            413,
+            f"request body of {size} is above the limit of {self.server.max_body_bytes} "
+            "bytes (INFERPLEX_MAX_REQUEST_BYTES)",
+        )
+
+    def _refuse_buffer_full(self) -> None:
+        self._refuse_with(
+            Refusal(
+                503,
+                orjson.dumps(
+                    {
+                        "error": "the server holds too many request bytes to read this body "
+                        "now (INFERPLEX_MAX_BUFFERED_BYTES): retry later"
+                    }
+                ),
+                [(b"retry-after", b"1")],
+            ),
+            "server_buffer_full",
+        )
+
+    def _refuse(self, reason: str, status: int, message: str) -> None:
+        """Answer ``status`` after the requests before it, then close; read nothing more."""
+        self._refuse_with(Refusal(status, orjson.dumps({"error": message})), reason)
+
+    def _refuse_with(self, refusal: Refusal, reason: str) -> None:
+        self._refused = True
+        self.server.refusals[reason] += 1
+        self._queue.append(refusal)
+        self._stop_reading()
+        self._release()
+        self._head_since = self._body_since = 0.0
+
+    def _release(self) -> None:
+        """Drop the request being parsed and give its bytes back to the budget."""
+        self._budget.used -= self._body_bytes
+        self._body_bytes = 0
+        self._body = []
+        self._large_body = self._body_rest = None
+        self._url_parts = None
+
+    def _stop_reading(self) -> None:
+        if self._reading and self._transport is not None:
+            self._reading = False
+            self._transport.pause_reading()
+
+    # -- running requests -----------------------------------------------------------------
+    def _next(self) -> None:
+        """Start the next parsed request unless one runs; pause or resume reading."""
+        if self._transport is None:
+            return
+        # while the client does not read its answers, no more are made (nor buffered)
+        waiting = self._busy or self._drained is not None
+        if not waiting and self._queue:
+            item = self._queue.popleft()
+            if isinstance(item, Refusal):
+                self._write_refusal(item)
+                return
+            if item.size:
+                self._queued_bytes -= item.size
+                self._budget.used -= item.size
+            self._busy = True
+            scope = item.scope
+            if scope is None:
+                scope = self._make_scope(item.method, item.url, item.headers, item.http_version)
+            cycle = Cycle(self, item)
+            task = self._loop.create_task(self._app(scope, cycle.receive, cycle.send))
+            task.add_done_callback(cycle.finished)
+            waiting = True
+        # a client pipelining far ahead of its answers waits for them
+        if waiting and (
+            len(self._queue) > _MAX_PIPELINED
+            or self._queued_bytes + self._body_bytes > self._limits.connection_buffer_bytes
+        ):
+            self._stop_reading()
+        elif not self._reading and not self._refused:
+            self._reading = True
+            self._transport.resume_reading()
+
+    def _write_refusal(self, refusal: Refusal) -> None:
+        transport = self._transport
+        assert transport is not None
+        transport.write(refusal.encode())
+        if not transport.can_write_eof():  # TLS
+            transport.close()
+            return
+        # closing with the client's bytes unread would reset the connection, and the client
+        # might never read its answer: half-close, then drop what still comes, for a while
+        transport.write_eof()
+        self._lingering = self._loop.time()
+        self._reading = True
+        transport.resume_reading()
+
+    def _make_scope(
+        self, method: str, url: bytes, headers: list[tuple[bytes, bytes]], http_version: str
+    ) -> dict[str, Any]:
+        path, _, query = url.partition(b"?")
+        scope = dict(self._scope_base)
+        scope["http_version"] = http_version
+        scope["method"] = method
+        scope["path"] = unquote(path.decode("latin-1")) if b"%" in path else path.decode("latin-1")
+        scope["raw_path"] = path
+        scope["query_string"] = query
+        scope["headers"] = headers
+        return scope
+
+    def answered(self, keep_alive: bool) -> None:
+        """The running request's response is complete."""
+        self._busy = False
+        self._idle_since = self._loop.time()
+        transport = self._transport
+        if transport is None:
+            return
+        if not keep_alive or (self._closing and not self._queue) or self.server.stopping:
+            transport.close()
+            return
+        self._next()
+
+    def expire(self, now: float) -> None:
+        """Apply the clocks of ``Http1Limits`` at ``now`` (the server's sweep)."""
+        transport = self._transport
+        if transport is None:
+            return
+        limits = self._limits
+        if self._write_paused_since and now - self._write_paused_since > limits.send_timeout_s:
+            # the client has not read its answer for that long: the bytes waiting for it go
+            self.server.send_timeouts += 1
+            transport.abort()
+            return
+        if self._lingering:
+            if now - self._lingering > _LINGER_S:
+                transport.close()
+            return
+        if self._busy or self._queue or self._refused:
+            return  # the application has it, or a refusal is waiting to be written
+        if self._head_since:
+            if now - max(self._head_since, self._idle_since) > limits.header_timeout_s:
+                self._refuse(
+                    "header_timeout",
+                    408,
+                    f"the request's header block took more than {limits.header_timeout_s} s "
+                    "(INFERPLEX_HTTP_HEADER_TIMEOUT_S)",
+                )
+                self._next()
+        elif self._body_since:
+            since = max(self._body_since, self._idle_since)
+            elapsed = now - since
+            if elapsed < limits.body_timeout_s:
+                return
+            received = self._body_bytes - self._body_mark
+            if not received or received < limits.body_min_rate * elapsed:
+                self._refuse(
+                    "body_timeout",
+                    408,
+                    f"the request body came at {received / elapsed:.0f} bytes/s over "
+                    f"{elapsed:.0f} s, below the minimum of {limits.body_min_rate} "
+                    "(INFERPLEX_HTTP_BODY_MIN_RATE, INFERPLEX_HTTP_BODY_TIMEOUT_S)",
+                )
+                self._next()
+            else:  # a new window
+                self._body_since = now
+                self._body_mark = self._body_bytes
+        elif now - self._idle_since > limits.keep_alive_s:
+            transport.close()
+
+    def disconnected(self) -> asyncio.Future[None]:
+        if self._disconnected is None:
+            self._disconnected = self._loop.create_future()
+            if self._transport is None:
+                self._disconnected.set_result(None)
+        return self._disconnected
+
+    def write(self, head: bytes, body: bytes) -> asyncio.Future[None] | None:
+        """Write a response's header block (may be empty) and body in one go; a future to
+        await when the transport asked us to pause."""
+        transport = self._transport
+        if transport is not None:
+            if len(body) < _COPY_LIMIT:
+                transport.write(head + body)  # one small copy beats a list and a writev
+            else:
+                transport.writelines((head, body))
+        return self._drained
+
+    @property
+    def idle(self) -> bool:
+        return not self._busy and not self._queue
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+
+def _address(value: Any) -> tuple[str, int] | None:
+    if isinstance(value, tuple) and len(value) >= 2:
+        return (str(value[0]), int(value[1]))
+    return None
