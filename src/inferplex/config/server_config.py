@@ -219,8 +219,9 @@ class ServerConfig(BaseSettings):
     http2_idle_timeout_s: float = Field(
         default=300.0,
         ge=0,
-        description="seconds a gRPC connection may sit with no open stream; then GOAWAY "
-        "(NO_ERROR) and close; 0 = no limit",
+        description="seconds a gRPC connection may sit with no call in progress and nothing "
+        "received (calls whose request stopped arriving do not count); then GOAWAY (NO_ERROR) "
+        "and close; 0 = no limit",
     )
     http2_keepalive_s: float = Field(
         default=0.0,

@@ -103,6 +103,7 @@ class Http2Base(asyncio.BufferedProtocol):
         self._born = 0.0
         self._idle_since = 0.0
         self._reads = 0
+        self._idle_reads = 0
         self._ka_reads = 0
         self._ka_at = 0.0
         self._ping_sent_at: float | None = None
@@ -332,7 +333,11 @@ class Http2Base(asyncio.BufferedProtocol):
                     return wake
                 wake = min(wake, self._age_deadline)
         if limits.idle_timeout_s:
-            if self.streams:
+            # idle: no request the server works on or answers, and nothing read for a while
+            # (streams waiting on a peer that stopped sending their bodies hold nothing)
+            if self._reads != self._idle_reads:
+                self._idle_reads, self._idle_since = self._reads, now
+            if any(stream.remote_closed for stream in self.streams.values()):
                 wake = min(wake, now + limits.idle_timeout_s)
             else:
                 at = self._idle_since + limits.idle_timeout_s

@@ -609,3 +609,36 @@ def test_limits_stay_within_the_config_and_a_delay_makes_batches_wait() -> None:
     assert b.next_batch(0.0) is None  # waits for the delay now
     batch = b.next_batch(2 * MS)
     assert (tags(batch), batch.reason) == (["a"], CloseReason.DELAY)
+
+
+# --- callers that went away -------------------------------------------------------------------
+
+
+def test_withdrawn_requests_leave_the_queue_and_free_their_place() -> None:
+    """A reset stream's request (issue 18, rapid reset) leaves the queue: it never runs, and
+    no longer counts toward max_queue_size or a level's deadlines."""
+    b = make(
+        max_batch_size=2,
+        default_queue_policy=QueuePolicy(max_queue_size=3, default_timeout_microseconds=500),
+    )
+    gone = {"b", "c"}
+    submit_all(b, req(tag="a"), req(tag="b"), req(tag="c"))
+    with pytest.raises(ServerBusyError):
+        b.submit(req(tag="full"), 0.0)
+    assert b.withdraw(lambda r: r.payload in gone) == 2
+    assert (b.pending_requests, b.pending_rows) == (1, 1)
+    b.submit(req(tag="d"), 0.0)  # a place is free again
+    assert tags(b.next_batch(0.0)) == ["a", "d"]
+    assert b.withdraw(lambda r: True) == 0
+    assert b.next_wakeup(0.0) is None and not b.expire(1.0)
+
+
+def test_withdrawing_from_a_fifo_queue() -> None:
+    from inferplex.core.fifo import FifoQueue
+
+    q = FifoQueue()
+    for tag, timeout in (("a", 0), ("b", 100), ("c", 0)):
+        q.submit(PendingRequest(1, None, 0.0, timeout_us=timeout, payload=tag), 0.0)
+    assert q.withdraw(lambda r: r.payload == "b") == 1
+    assert q.next_wakeup(0.0, instance_idle=False) is None  # its deadline went with it
+    assert [tags(q.next_batch(0.0)), tags(q.next_batch(0.0))] == [["a"], ["c"]]

@@ -13,7 +13,6 @@ import hpack
 import numpy as np
 import pytest
 
-from inferplex.frontends import http2
 from inferplex.frontends.grpc_server import _percent_encode, _timeout_seconds
 from inferplex.frontends.http2 import (
     CONNECTION_WINDOW,
@@ -25,7 +24,6 @@ from inferplex.frontends.http2 import (
 )
 from inferplex.frontends.http2_base import LINGER_S
 from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
-from inferplex.frontends.http_limits import ByteBudget
 from inferplex.frontends.http2_wire import (
     CONTINUATION,
     DATA,
@@ -42,6 +40,7 @@ from inferplex.frontends.http2_wire import (
     frame,
     literal_header_block,
 )
+from inferplex.frontends.http_limits import ByteBudget
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.grpc_codec import decode_infer_request_bytes
 
@@ -568,9 +567,9 @@ def test_connections_sharing_a_read_buffer_keep_what_they_have_not_handled(cut: 
 def test_a_header_block_larger_than_the_read_buffer(cut: str) -> None:
     """HEADERS and CONTINUATION frames are read whole: the buffer grows for them."""
     peer = _Peer(_App(), max_block=1 << 20)
+    big = b"v" * 200_000
     block = literal_header_block(
-        [(b":method", b"POST"), (b":path", b"/s/m"), (b":scheme", b"http")]
-        + [(b"x-big", b"v" * 200_000)]
+        [(b":method", b"POST"), (b":path", b"/s/m"), (b":scheme", b"http"), (b"x-big", big)]
     )
     body = _message(1000)
     data = (
@@ -647,3 +646,132 @@ def test_a_message_read_into_place_decodes_into_read_only_views(kind: str) -> No
         assert not array.flags.writeable
         if attempt and kind == "memoryview":
             assert np.shares_memory(array, np.frombuffer(received, np.uint8))
+
+
+# ---------------------------------------------------------------------- timers and budgets
+#
+# The connection's clock is the test's (_Clock): timeouts are checked without waiting.
+
+
+def test_no_preface_in_time_closes_the_connection() -> None:
+    counters = Http2Counters()
+    peer = _Peer(_App(), limits=Http2Limits(preface_timeout_s=10), counters=counters)
+    peer.feed(PREFACE[:10])
+    peer.loop.advance(9.9)
+    assert not peer.sent(GOAWAY)
+    peer.loop.advance(0.2)
+    (goaway,) = peer.sent(GOAWAY)
+    assert goaway[1][4:8] == bytes(4)  # NO_ERROR
+    assert peer.transport.eof and counters.exceeded["preface_timeout"] == 1
+
+
+def test_a_request_whose_body_stopped_does_not_keep_a_connection() -> None:
+    """Idle: nothing being worked on and nothing read; a stream waiting for the rest of a
+    body the peer stopped sending holds its buffer no longer than that."""
+    counters = Http2Counters()
+    peer = _Peer(_App(), limits=Http2Limits(idle_timeout_s=60), counters=counters)
+    peer.feed(peer.preface() + peer.headers(1) + _data_frames(1, _message(100_000), 1000)[0])
+    assert counters.buffered == 100_000
+    peer.loop.advance(59)
+    peer.feed(frame(PING, 0, 0, bytes(8)))  # something read: the idle time starts again
+    peer.loop.advance(59)
+    assert not peer.sent(GOAWAY)
+    peer.loop.advance(62)
+    assert peer.sent(GOAWAY) and peer.app.resets == [1]
+    assert counters.buffered == 0 and counters.exceeded["idle_timeout"] == 1
+
+
+def test_a_call_being_answered_is_not_idle() -> None:
+    peer = _Peer(_App(), limits=Http2Limits(idle_timeout_s=60))
+    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, _message(10), 100)))
+    assert peer.app.bodies
+    peer.loop.advance(600)  # the application takes its time
+    assert not peer.sent(GOAWAY)
+    stream = peer.connection.streams[1]
+    peer.connection.respond(stream, literal_header_block([(b":status", b"200")]), b"ok", b"")
+    peer.loop.advance(61)
+    assert peer.sent(GOAWAY)
+
+
+def test_a_response_stalled_on_a_closed_window_is_dropped() -> None:
+    counters = Http2Counters()
+    peer = _Peer(_App(), limits=Http2Limits(send_timeout_s=30), counters=counters)
+    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, _message(10), 100)))
+    stream = peer.connection.streams[1]
+    head = literal_header_block([(b":status", b"200")])
+    peer.connection.respond(stream, head, bytes(200_000), b"")  # 64 KiB - 1 go out
+    assert stream.outbox is not None
+    peer.loop.advance(20)
+    peer.feed(frame(WINDOW_UPDATE, 0, 0, (10).to_bytes(4, "big")))  # the connection's only
+    peer.feed(frame(WINDOW_UPDATE, 0, 1, (10).to_bytes(4, "big")))  # 10 bytes: progress
+    peer.loop.advance(29)
+    assert 1 in peer.connection.streams
+    peer.loop.advance(2)
+    assert peer.sent(RST_STREAM)[-1] == (1, (0x8).to_bytes(4, "big"))  # CANCEL
+    assert stream.outbox is None or not peer.connection.streams
+    assert counters.exceeded["send_timeout"] == 1 and not peer.sent(GOAWAY)
+
+
+def test_keepalive_pings_a_silent_peer_and_closes_if_it_stays_silent() -> None:
+    limits = Http2Limits(keepalive_s=100, keepalive_timeout_s=20)
+    peer = _Peer(_App(), limits=limits)
+    peer.feed(peer.preface())
+    peer.loop.advance(101)
+    (ping,) = [p for k, _, _, p in peer.frames() if k == PING]
+    peer.feed(frame(PING, 1, 0, ping))  # answered
+    peer.loop.advance(99)
+    assert not peer.sent(GOAWAY)
+    peer.loop.advance(130)  # the next PING unanswered
+    assert peer.sent(GOAWAY) and peer.transport.eof
+
+
+def test_a_flood_of_pings_runs_out_of_its_budget_and_the_budget_refills() -> None:
+    limits = Http2Limits(max_control_frames=100, control_frames_per_s=10)
+    peer = _Peer(_App(), limits=limits)
+    peer.feed(peer.preface() + frame(PING, 0, 0, bytes(8)) * 99)
+    peer.loop.advance(5)  # 50 given back
+    peer.feed(frame(PING, 0, 0, bytes(8)) * 50)
+    assert not peer.sent(GOAWAY)
+    peer.feed(frame(PING, 0, 0, bytes(8)) * 5)
+    (goaway,) = peer.sent(GOAWAY)
+    assert goaway[1][4:8] == (0xB).to_bytes(4, "big")  # ENHANCE_YOUR_CALM
+
+
+def test_answered_streams_give_back_the_reset_budget() -> None:
+    """A client that resets some calls but has most answered is never told to calm down."""
+    peer = _Peer(_App(), limits=Http2Limits(max_resets=10, resets_per_s=0))
+    peer.feed(peer.preface())
+    head = literal_header_block([(b":status", b"200")])
+    for n in range(100):
+        sid = 4 * n + 1
+        peer.feed(peer.headers(sid) + b"".join(_data_frames(sid, _message(10), 100)))
+        peer.connection.respond(peer.connection.streams[sid], head, b"ok", b"")
+        peer.feed(peer.headers(sid + 2) + frame(RST_STREAM, 0, sid + 2, (8).to_bytes(4, "big")))
+    assert not peer.sent(GOAWAY)
+    for n in range(11):
+        sid = 401 + 2 * n
+        peer.feed(peer.headers(sid) + frame(RST_STREAM, 0, sid, (8).to_bytes(4, "big")))
+    assert peer.sent(GOAWAY)
+
+
+def test_the_receive_window_opens_only_as_bodies_are_taken() -> None:
+    """Bytes kept as they came (not in a buffer the application sized) are given back to
+    the connection window once the application has the body, not on receipt."""
+    peer = _Peer(_App(announce=False))
+    piece = bytes((1 << 20) - 10)  # within each stream's window
+    peer.feed(peer.preface())
+    for sid in range(1, 20, 2):  # 10 MiB: past half the connection window, if given back
+        peer.feed(peer.headers(sid) + frame(DATA, 0, sid, _message(0) + piece))
+    assert [s for s, _ in peer.sent(WINDOW_UPDATE)] == [0]  # the preface's only
+    for sid in range(1, 20, 2):
+        peer.feed(frame(DATA, END_STREAM, sid, b""))
+    assert len(peer.app.bodies) == 10
+    (_, update) = peer.sent(WINDOW_UPDATE)
+    assert update[0] == 0 and int.from_bytes(update[1], "big") >= 8 << 20
+
+
+def test_data_past_a_window_is_a_flow_control_error() -> None:
+    peer = _Peer(_App(announce=False))
+    peer.feed(peer.preface() + peer.headers(1) + frame(DATA, 0, 1, bytes(1 << 20)))
+    peer.feed(frame(DATA, 0, 1, b"x"))  # one byte past the stream's window
+    assert peer.sent(RST_STREAM) == [(1, (0x3).to_bytes(4, "big"))]
