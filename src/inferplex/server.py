@@ -145,11 +145,16 @@ class Server:
                 ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
+                budget=self._http_budget,  # one bound on buffered request bytes for both
             )
             self.grpc_port = await self._grpc.start(grpc_sock)
         metrics_sock = sockets.get("metrics")
         if metrics_sock is not None:
-            self._metrics = create_metrics_app(self.engine, listeners=self._http_servers)
+            self._metrics = create_metrics_app(
+                self.engine,
+                listeners=self._http_servers,
+                http2=self._grpc.counters if self._grpc is not None else None,
+            )
             self._metrics.sampler.start(asyncio.get_running_loop())
             self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)
 

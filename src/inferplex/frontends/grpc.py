@@ -18,6 +18,8 @@ from google.protobuf import message_factory
 
 from inferplex.errors import UnsupportedError
 from inferplex.frontends.grpc_server import Call, GrpcServer, Guard, Handler, Method
+from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
+from inferplex.frontends.http_limits import ByteBudget
 from inferplex.frontends.sockets import address, bind
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
@@ -47,9 +49,11 @@ class GrpcFrontend:
         guard: Guard | None = None,
         trace: Callable[[Handler], Handler] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         """``guard`` sees every call first (security); ``trace`` wraps ModelInfer (tracing);
-        ``ssl_context`` turns on TLS."""
+        ``ssl_context`` turns on TLS; ``budget`` bounds request bytes buffered server-wide
+        (the one the HTTP listeners share; default: one of max_buffered_bytes)."""
         self.engine = engine
         self.config = config
         self._limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
@@ -59,6 +63,8 @@ class GrpcFrontend:
             max_header_bytes=config.max_header_bytes,
             guard=guard,
             ssl_context=ssl_context,
+            limits=http2_limits(config),
+            budget=budget if budget is not None else ByteBudget(config.max_buffered_bytes),
         )
 
     async def start(self, sock: socket.socket | None = None) -> int:
@@ -73,6 +79,11 @@ class GrpcFrontend:
     async def stop(self, grace: float) -> None:
         """Stop taking calls; in-flight calls get ``grace`` seconds to finish."""
         await self._server.stop(grace)
+
+    @property
+    def counters(self) -> Http2Counters:
+        """The transport's counters: connections, buffered bytes, limits exceeded."""
+        return self._server.counters
 
     # -- wiring -------------------------------------------------------------------------
     def _methods(self, trace: Callable[[Handler], Handler] | None) -> dict[str, Method]:
@@ -208,3 +219,23 @@ def _without_call(rpc: Unary) -> Handler:
         return await rpc(request)
 
     return handler
+
+
+def http2_limits(config: ServerConfig) -> Http2Limits:
+    """The gRPC port's HTTP/2 limits, from the ``http2_*`` settings."""
+    return Http2Limits(
+        max_concurrent_streams=config.http2_max_concurrent_streams,
+        max_header_frames=config.http2_max_header_frames,
+        max_resets=config.http2_max_resets,
+        resets_per_s=config.http2_resets_per_s,
+        max_control_frames=config.http2_max_control_frames,
+        control_frames_per_s=config.http2_control_frames_per_s,
+        preface_timeout_s=config.http2_preface_timeout_s,
+        idle_timeout_s=config.http2_idle_timeout_s,
+        keepalive_s=config.http2_keepalive_s,
+        keepalive_timeout_s=config.http2_keepalive_timeout_s,
+        max_connection_age_s=config.http2_max_connection_age_s,
+        max_connection_age_grace_s=config.http2_max_connection_age_grace_s,
+        send_timeout_s=config.http2_send_timeout_s,
+        connection_buffer_bytes=config.http2_connection_buffer_bytes,
+    )
