@@ -218,6 +218,11 @@ class Conn:
         self.expect(lambda f: f.kind == PING and f.payload == b"stillok?", "the PING's ACK")
 
 
+def open_slow(conn: Conn, stream_id: int) -> None:
+    """A stream that stays open: its request is complete, its answer waits a minute."""
+    conn.send(conn.call(stream_id, SLOW))
+
+
 # -- the server ------------------------------------------------------------------------------
 
 
