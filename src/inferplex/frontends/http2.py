@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 
 from inferplex.frontends.buffers import uninitialised
-from inferplex.frontends.http2_base import CONNECTION_WINDOW, STREAM_WINDOW
+from inferplex.frontends.http2_base import _HALF_WINDOW, CONNECTION_WINDOW, STREAM_WINDOW
 from inferplex.frontends.http2_frames import Http2Frames
 from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
 from inferplex.frontends.http2_stream import Http2App, Stream
@@ -424,7 +424,11 @@ class Http2Connection(Http2Frames):
         # taken now: all but what was kept as it came, given back once the application has
         # the body or it is dropped (Http2Output._release)
         kept = self._data_kept
-        self._ack(flow - kept)
+        unacked = self._unacked + flow - kept
+        if unacked < _HALF_WINDOW:
+            self._unacked = unacked
+        else:
+            self._ack(flow - kept)
         if stream is None or self.streams.get(stream.id) is not stream:
             return  # not for a stream, or it was answered or reset meanwhile
         if self._data_flags & END_STREAM:

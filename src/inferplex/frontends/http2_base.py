@@ -40,6 +40,7 @@ _U32 = U32
 #: connection as a whole this much (both replenished once half is taken)
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 16 << 20
+_HALF_WINDOW = CONNECTION_WINDOW // 2
 #: the PING of a graceful close, and how long its ACK is awaited
 _DRAIN_PING = b"draining"
 DRAIN_PING_TIMEOUT_S = 1.0
@@ -179,7 +180,7 @@ class Http2Base(asyncio.BufferedProtocol):
         """``count`` flow-controlled bytes were taken: the connection window gets them back
         (in one WINDOW_UPDATE once half the window is owed)."""
         unacked = self._unacked + count
-        if unacked >= CONNECTION_WINDOW // 2:
+        if unacked >= _HALF_WINDOW:
             self._write(frame(WINDOW_UPDATE, 0, 0, _U32.pack(unacked)))
             self._recv_window += unacked
             unacked = 0
@@ -194,9 +195,14 @@ class Http2Base(asyncio.BufferedProtocol):
             counters = self._counters
             counters.buffered -= held
             counters.budget.used -= held
-        if stream.unsized:
-            unsized, stream.unsized = stream.unsized, 0
-            self._ack(unsized)
+        unsized = stream.unsized
+        if unsized:
+            stream.unsized = 0
+            unacked = self._unacked + unsized
+            if unacked < _HALF_WINDOW:
+                self._unacked = unacked
+            else:
+                self._ack(unsized)
 
     def _hold(self, stream: Stream, count: int) -> bool:
         """Count ``count`` more bytes buffered for ``stream``, unless that takes the
@@ -338,6 +344,7 @@ class Http2Base(asyncio.BufferedProtocol):
             if self._reads != self._idle_reads:
                 self._idle_reads, self._idle_since = self._reads, now
             if any(stream.remote_closed for stream in self.streams.values()):
+                self._idle_since = now  # busy now: idle time counts from here at the most
                 wake = min(wake, now + limits.idle_timeout_s)
             else:
                 at = self._idle_since + limits.idle_timeout_s

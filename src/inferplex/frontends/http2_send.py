@@ -77,8 +77,9 @@ class Http2Output(Http2Base):
             stream.send_window -= allowed
             self._send_window -= allowed
             sent += 1
-        control = self._control - sent  # DATA sent: the peer's WINDOW_UPDATEs follow
-        self._control = control if control > 0 else 0
+        if self._control:  # DATA sent: the peer's WINDOW_UPDATEs follow
+            control = self._control - sent
+            self._control = control if control > 0 else 0
         if outbox:
             return
         stream.outbox = None
@@ -112,8 +113,8 @@ class Http2Output(Http2Base):
         # an answered stream gives back some of the budgets
         if self._resets:
             self._resets -= 1
-        control = self._control - _STREAM_REFUND
-        self._control = control if control > 0 else 0
-        if not self.streams and self._loop is not None:
-            self._idle_since = self._loop.time()
-        self._close_if_done()
+        if self._control:
+            control = self._control - _STREAM_REFUND
+            self._control = control if control > 0 else 0
+        if not self.streams:
+            self._close_if_done()
