@@ -241,6 +241,7 @@ def test_a_client_that_never_reads_its_answers_is_dropped(server: Server) -> Non
         sock.sendall(request)
         _, headers, _ = read_answer(sock)
     answer_bytes = int(headers["content-length"])  # the least one answer takes
+    dropped = gauge(server, "inferplex_http_send_timeouts")
     with Watch(server.http_port) as watch:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -252,7 +253,10 @@ def test_a_client_that_never_reads_its_answers_is_dropped(server: Server) -> Non
                 sent += sock.send(request * 100)
             except BlockingIOError:
                 time.sleep(0.05)
-        time.sleep(2.5)  # past the send timeout
+        deadline = time.monotonic() + 15  # the send timeout is 1 s
+        while gauge(server, "inferplex_http_send_timeouts") == dropped:
+            assert time.monotonic() < deadline, "the connection was never dropped"
+            time.sleep(0.1)
         sock.setblocking(True)
         sock.settimeout(10)
         received = 0
@@ -264,7 +268,6 @@ def test_a_client_that_never_reads_its_answers_is_dropped(server: Server) -> Non
         sock.close()
     watch.check()
     assert received // answer_bytes < sent // len(request), "every request was answered"
-    assert gauge(server, "inferplex_http_send_timeouts") >= 1
 
 
 # -- protocol ---------------------------------------------------------------------------------
@@ -334,23 +337,41 @@ def test_uploads_past_the_server_wide_budget_get_503_and_leave_nothing_behind(
     server: Server,
 ) -> None:
     """The budget (8 MiB here) counts body bytes being read on every connection: a body that
-    would pass it is refused before it is read, and a closed connection gives back its own."""
+    would pass it is refused before it is read, and a closed connection gives back its own.
+    The client holding the budget keeps its body coming above the minimum rate: a stalled one
+    would be cut by the body clock (408) and give its bytes back by itself."""
     head = (
         "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
         "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n"
     )
     with Watch(server.http_port) as watch:
         holder = socket.create_connection((HOST, server.http_port))
-        holder.sendall(head.format(6 * MiB).encode() + b" " * (5 * MiB))
-        deadline = time.monotonic() + 15
-        while gauge(server, "inferplex_http_buffered_bytes") < 5 * MiB:
-            assert time.monotonic() < deadline, "the partial upload was never buffered"
-            time.sleep(0.05)
-        with socket.create_connection((HOST, server.http_port)) as sock:
-            sock.sendall(head.format(4 * MiB).encode())
-            status, headers, _ = read_answer(sock)
-        assert status == 503 and headers["retry-after"] == "1"
-        holder.close()
+        holder.sendall(head.format(6 * MiB).encode() + b" " * (4 * MiB))
+        # then 200 KB/s, well above the minimum rate, so that its body stays unfinished and
+        # in time (10 s at most)
+        stop = threading.Event()
+
+        def trickle() -> None:
+            for _ in range(100):
+                if stop.wait(0.1):
+                    return
+                holder.sendall(b" " * 20_000)
+
+        trickling = threading.Thread(target=trickle)
+        trickling.start()
+        try:
+            deadline = time.monotonic() + 15
+            while gauge(server, "inferplex_http_buffered_bytes") < 4 * MiB:
+                assert time.monotonic() < deadline, "the partial upload was never buffered"
+                time.sleep(0.05)
+            with socket.create_connection((HOST, server.http_port)) as sock:
+                sock.sendall(head.format(4 * MiB + MiB // 2).encode())
+                status, headers, _ = read_answer(sock)
+            assert status == 503 and headers["retry-after"] == "1"
+        finally:
+            stop.set()
+            trickling.join()
+            holder.close()
         while gauge(server, "inferplex_http_buffered_bytes") > 0:
             assert time.monotonic() < deadline, "a closed connection kept its bytes"
             time.sleep(0.05)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import unquote
@@ -54,7 +55,9 @@ class Connection(asyncio.BufferedProtocol):
     header sent in small pieces costs quadratic time). The body bytes a connection holds are
     counted in the server's ByteBudget from the moment they are read until the application
     gets them. Clocks are read by the server's sweep: ``_head_since`` (a header block is
-    arriving), ``_body_since`` (a body is), ``_idle_since`` (the last answer, or the start).
+    arriving), ``_body_since`` (a body is), ``_idle_since`` (the start, or the last answer:
+    0 until the sweep stamps it, so that an answer costs no clock reading). Per request the
+    bounds cost stores and comparisons only.
     """
 
     def __init__(self, server: HttpServer) -> None:
@@ -83,11 +86,11 @@ class Connection(asyncio.BufferedProtocol):
         self._write_paused_since = 0.0
         self._lingering = 0.0  # a refusal was sent: since when the rest is dropped
         self._lingered = 0
-        # header blocks seen so far, whether the parser is before or in one, and the bytes of
-        # reads that were nothing but header block
-        self._heads = 0
-        self._in_head = True
-        self._head_fed = 0
+        # bytes of reads that were nothing but header block; -1: no header block was
+        # unfinished at the end of the previous read
+        self._head_fed = -1
+        self._max_head = server.max_header_bytes or sys.maxsize
+        self._max_buffered = self._limits.connection_buffer_bytes
         # the request being parsed
         self._url = b""
         self._url_parts: list[bytes] | None = None  # a URL that came in several pieces
@@ -151,7 +154,6 @@ class Connection(asyncio.BufferedProtocol):
                 self._complete(self._large_body)
                 # the parser still awaits this body: the next request gets a new one
                 self._parser = httptools.HttpRequestParser(self)
-                self._in_head = True
         self._next()
 
     def _parse(self, data: memoryview) -> None:
@@ -160,8 +162,6 @@ class Connection(asyncio.BufferedProtocol):
             if self._lingering and self._lingered > _LINGER_BYTES:
                 self.close()
             return
-        in_head = self._in_head
-        heads = self._heads
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -176,13 +176,16 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self._large_body is not None:  # not complete yet: the rest is read into place
             self._body_rest = self._large_body[self._body_bytes :]
-        elif in_head and self._in_head and heads == self._heads:
-            # all of ``data`` was header block (or blank lines before one): the parser keeps
-            # a header's incomplete pieces to itself, so they are counted here
-            self._head_fed += len(data)
-            limit = self.server.max_header_bytes
-            if limit and self._head_fed > limit:
-                self._refuse_head(limit)
+        elif self._head_since:
+            # a header block is unfinished. The parser keeps a header's pieces to itself, so
+            # they are counted here: a read that began inside this block was nothing but it
+            # (the part of the read where the block began is left out: one read at most)
+            if self._head_fed < 0:
+                self._head_fed = 0
+            else:
+                self._head_fed += len(data)
+                if self._head_fed > self._max_head:
+                    self._refuse_head()
 
     def pause_writing(self) -> None:
         self._drained = self._loop.create_future()
@@ -197,8 +200,7 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self._url = b""
-        self._url_parts = None
+        self._url = b""  # (_url_parts is None: reset when a header block ends or is refused)
         self._headers = []
         self._header_bytes = 0
         self._body = []
@@ -207,36 +209,32 @@ class Connection(asyncio.BufferedProtocol):
         self._head_since = self.last_active
 
     def on_url(self, url: bytes) -> None:
-        if self._url_parts is not None:
-            self._url_parts.append(url)
-        elif self._url:
+        if not self._url:
+            self._url = url
+        elif self._url_parts is None:  # a URL in pieces: joined once, not re-joined per piece
             self._url_parts = [self._url, url]
         else:
-            self._url = url
+            self._url_parts.append(url)
         self._header_bytes += len(url)
-        limit = self.server.max_header_bytes
-        if limit and self._header_bytes > limit:
+        if self._header_bytes > self._max_head:
             self._halt(
                 "uri_too_long",
                 414,
-                f"the request line is above the limit of {limit} bytes "
+                f"the request line is above the limit of {self._max_head} bytes "
                 "(INFERPLEX_MAX_HEADER_BYTES)",
             )
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # the separator and line end count too: many tiny headers are not free
         self._header_bytes += len(name) + len(value) + 4
-        limit = self.server.max_header_bytes
-        if limit and self._header_bytes > limit:
-            self._refuse_head(limit)
+        if self._header_bytes > self._max_head:
+            self._refuse_head()
             raise _Halt
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
-        self._heads += 1
-        self._in_head = False
         self._head_since = 0.0
-        self._head_fed = 0
+        self._head_fed = -1
         if self._url_parts is not None:
             self._url = b"".join(self._url_parts)
             self._url_parts = None
@@ -256,7 +254,7 @@ class Connection(asyncio.BufferedProtocol):
                 chunked = True
         if version != "1.1" and version != "1.0":
             self._halt_version(f"HTTP/{version}")
-        if hosts != 1 and (hosts or version == "1.1"):
+        if hosts != 1 and (hosts or version != "1.0"):
             # RFC 9112 3.2: an HTTP/1.1 request names its host once, and no request twice
             self._halt("missing_host", 400, f"{hosts} Host headers: send exactly one")
         admit = self.server.admit
@@ -303,7 +301,6 @@ class Connection(asyncio.BufferedProtocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        self._in_head = True
         if self._large_body is not None:
             self._complete(self._large_body)
         else:
@@ -314,9 +311,9 @@ class Connection(asyncio.BufferedProtocol):
         """The request being parsed is complete, with ``body``."""
         parser = self._parser
         size = self._body_bytes
-        self._body_bytes = 0
-        self._queued_bytes += size
-        self._body = []
+        if size:
+            self._body_bytes = 0
+            self._queued_bytes += size
         self._large_body = None
         self._body_since = 0.0
         self._queue.append(
@@ -357,11 +354,12 @@ class Connection(asyncio.BufferedProtocol):
         else:
             self._refuse("malformed", 400, f"malformed HTTP request: {message}")
 
-    def _refuse_head(self, limit: int) -> None:
+    def _refuse_head(self) -> None:
         self._refuse(
             "header_too_large",
             431,
-            f"request headers are above the limit of {limit} bytes (INFERPLEX_MAX_HEADER_BYTES)",
+            f"request headers are above the limit of {self._max_head} bytes "
+            "(INFERPLEX_MAX_HEADER_BYTES)",
         )
 
     def _refuse_body(self, size: str) -> None:
@@ -415,11 +413,16 @@ class Connection(asyncio.BufferedProtocol):
     # -- running requests -----------------------------------------------------------------
     def _next(self) -> None:
         """Start the next parsed request unless one runs; pause or resume reading."""
-        if self._transport is None:
+        transport = self._transport
+        if transport is None:
             return
         # while the client does not read its answers, no more are made (nor buffered)
-        waiting = self._busy or self._drained is not None
-        if not waiting and self._queue:
+        if not self._busy and self._drained is None:
+            if not self._queue:
+                if not self._reading and not self._refused:
+                    self._reading = True
+                    transport.resume_reading()
+                return
             item = self._queue.popleft()
             if isinstance(item, Refusal):
                 self._write_refusal(item)
@@ -434,16 +437,15 @@ class Connection(asyncio.BufferedProtocol):
             cycle = Cycle(self, item)
             task = self._loop.create_task(self._app(scope, cycle.receive, cycle.send))
             task.add_done_callback(cycle.finished)
-            waiting = True
         # a client pipelining far ahead of its answers waits for them
-        if waiting and (
+        if (self._queue or self._body_bytes) and (
             len(self._queue) > _MAX_PIPELINED
-            or self._queued_bytes + self._body_bytes > self._limits.connection_buffer_bytes
+            or self._queued_bytes + self._body_bytes > self._max_buffered
         ):
             self._stop_reading()
         elif not self._reading and not self._refused:
             self._reading = True
-            self._transport.resume_reading()
+            transport.resume_reading()
 
     def _write_refusal(self, refusal: Refusal) -> None:
         transport = self._transport
@@ -475,7 +477,7 @@ class Connection(asyncio.BufferedProtocol):
     def answered(self, keep_alive: bool) -> None:
         """The running request's response is complete."""
         self._busy = False
-        self._idle_since = self._loop.time()
+        self._idle_since = 0.0  # stamped by the sweep
         transport = self._transport
         if transport is None:
             return
@@ -501,6 +503,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         if self._busy or self._queue or self._refused:
             return  # the application has it, or a refusal is waiting to be written
+        if not self._idle_since:
+            self._idle_since = now  # answered since the last sweep
         if self._head_since:
             if now - max(self._head_since, self._idle_since) > limits.header_timeout_s:
                 self._refuse(
