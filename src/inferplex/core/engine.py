@@ -20,7 +20,8 @@ from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.registry import ModelRegistry, ModelState
 from inferplex.core.scheduler import Scheduler
 from inferplex.core.types import InferenceRequest, InferenceResponse
-from inferplex.errors import ModelNotFoundError, ModelNotReadyError
+from inferplex.core.validation import RequestValidator
+from inferplex.errors import InferplexError, ModelNotFoundError, ModelNotReadyError
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.repository.s3 import S3Repository
 from inferplex.resilience.guard import GuardDefaults, ModelGuards
@@ -209,6 +210,19 @@ class InferenceEngine:
         return self.lifecycle.memory()
 
     # -- inference ------------------------------------------------------------------------
+    def input_checks(self, name: str, version: str = "") -> RequestValidator | None:
+        """What the model serving a request checks of its inputs, for a frontend to run on
+        each input's declared datatype and shape before it decodes a large body
+        (``RequestValidator.check_declared``); None where that is not known before the
+        request runs (a route, a model that is not loaded). Reads only: safe off the loop."""
+        if self.routes.get(name) is not None:
+            return None
+        try:
+            served = self.registry.route(name, version)
+        except InferplexError:
+            return None
+        return RequestValidator(served.config)
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         route = self.routes.get(request.model_name)
         if route is not None:

@@ -11,6 +11,7 @@ the proto does not declare are skipped.
 
 from __future__ import annotations
 
+import threading
 from math import prod
 from typing import Any
 
@@ -24,7 +25,6 @@ from inferplex.core.datatypes import (
     element_count,
     reshape_input,
     serialize_bytes,
-    to_bytes_elements,
     view_input,
 )
 from inferplex.core.types import (
@@ -36,6 +36,7 @@ from inferplex.core.types import (
 )
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.v2 import generated as pb
+from inferplex.protocol.v2.checks import CheckFactory, InputCheck
 from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
 
 #: V2 datatype -> (InferTensorContents field, numpy dtype the field's values decode to).
@@ -94,10 +95,16 @@ def fill_parameters(target: Any, params: Parameters) -> None:
 # ---- ModelInferRequest -> InferenceRequest ----
 
 
-def decode_infer_request(msg: Any, shm: SharedMemoryRegistry | None = None) -> InferenceRequest:
+def decode_infer_request(
+    msg: Any, shm: SharedMemoryRegistry | None = None, checks: CheckFactory | None = None
+) -> InferenceRequest:
     """Turn a ModelInferRequest into an InferenceRequest; InvalidInputError naming the tensor
     and field when the data does not match the declared datatype and shape. Tensors that name
-    a shared-memory region are read from / checked against ``shm``."""
+    a shared-memory region are read from / checked against ``shm``. ``checks`` gives what
+    runs on each input's declared name, datatype and shape before its data is decoded."""
+    check: InputCheck | None = None
+    if checks is not None:
+        check = checks(msg.model_name, msg.model_version)
     # every field read from a message builds a Python object: each is read once
     raw = msg.raw_input_contents
     tensors = msg.inputs
@@ -117,6 +124,8 @@ def decode_infer_request(msg: Any, shm: SharedMemoryRegistry | None = None) -> I
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
             raise InvalidInputError(f"input '{name}': shape {list(shape)} has a negative dimension")
+        if check is not None:
+            check(name, datatype, shape)
         params: Parameters = {}
         if tensor.parameters:
             params = parameters_from_proto(tensor.parameters)
@@ -288,7 +297,7 @@ def _response_without_data(response: InferenceResponse) -> Any:
 def tensor_bytes(tensor: Tensor) -> bytes:
     """A tensor's data in the raw V2 layout (BYTES: length-prefixed elements)."""
     if tensor.datatype == "BYTES":
-        return serialize_bytes(to_bytes_elements(np.asarray(tensor.data)))
+        return serialize_bytes(np.asarray(tensor.data))  # str elements UTF-8 encoded
     data = tensor.data
     expected = V2_TO_NUMPY[tensor.datatype]
     dtype = data.dtype
@@ -313,24 +322,38 @@ _LAYOUTS_KEPT = 256
 
 
 def decode_infer_request_bytes(
-    data: bytes | bytearray | memoryview, shm: SharedMemoryRegistry | None = None
+    data: bytes | bytearray | memoryview,
+    shm: SharedMemoryRegistry | None = None,
+    checks: CheckFactory | None = None,
 ) -> InferenceRequest:
     """A serialised ModelInferRequest as an InferenceRequest, like ``decode_infer_request``;
     a message protobuf cannot parse is an InvalidInputError. ``data`` may be any bytes-like
-    object (the gRPC server's is a writable buffer): the tensors viewing it are read-only."""
+    object (the gRPC server's is a writable buffer): the tensors viewing it are read-only.
+    A message of a layout seen before holds fixed-size raw tensors only, viewed in place:
+    ``checks`` run on the others."""
+    view = memoryview(data).toreadonly()
+    request = known_request(view)
+    if request is not None:
+        return request
+    try:
+        message = pb.ModelInferRequest.FromString(view)
+    except DecodeError as exc:
+        raise InvalidInputError(f"malformed ModelInferRequest: {exc}") from None
+    request = decode_infer_request(message, shm, checks)
+    if message.raw_input_contents:
+        _remember_layout(view, request)
+    return request
+
+
+def known_request(data: bytes | bytearray | memoryview) -> InferenceRequest | None:
+    """The request in ``data`` if it is a message of a layout seen before (fixed-size raw
+    tensors, viewed in place: microseconds at any size), else None."""
     view = memoryview(data).toreadonly()
     for layout in _REQUEST_LAYOUTS.get(len(view), ()):
         request = layout.request(view)
         if request is not None:
             return request
-    try:
-        message = pb.ModelInferRequest.FromString(view)
-    except DecodeError as exc:
-        raise InvalidInputError(f"malformed ModelInferRequest: {exc}") from None
-    request = decode_infer_request(message, shm)
-    if message.raw_input_contents:
-        _remember_layout(view, request)
-    return request
+    return None
 
 
 def encode_infer_response_bytes(
@@ -352,9 +375,10 @@ def encode_infer_response_bytes(
     known = _RESPONSE_LAYOUTS.get(tuple(key))
     if known is None:
         known = _response_layout(response)
-        if len(_RESPONSE_LAYOUTS) >= _LAYOUTS_KEPT:
-            del _RESPONSE_LAYOUTS[next(iter(_RESPONSE_LAYOUTS))]  # the oldest
-        _RESPONSE_LAYOUTS[tuple(key)] = known
+        with _LAYOUTS_LOCK:  # large messages are coded in worker threads
+            if len(_RESPONSE_LAYOUTS) >= _LAYOUTS_KEPT:
+                del _RESPONSE_LAYOUTS[next(iter(_RESPONSE_LAYOUTS))]  # the oldest
+            _RESPONSE_LAYOUTS[tuple(key)] = known
     prefix, fields = known
     parts = [prefix]
     for tensor, (field, nbytes) in zip(outputs, fields, strict=True):
@@ -437,6 +461,8 @@ class _RequestLayout:
 #: layouts by the length of their messages
 _REQUEST_LAYOUTS: dict[int, list[_RequestLayout]] = {}
 _RESPONSE_LAYOUTS: dict[tuple[Any, ...], tuple[bytes, list[tuple[bytes, int]]]] = {}
+#: held to change either cache (readers only look a key up)
+_LAYOUTS_LOCK = threading.Lock()
 
 
 def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
@@ -450,9 +476,10 @@ def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
     layout = _RequestLayout(data[:start].tobytes(), request)
     if layout.size != len(data):
         return
-    if sum(map(len, _REQUEST_LAYOUTS.values())) >= _LAYOUTS_KEPT:
-        _REQUEST_LAYOUTS.clear()
-    _REQUEST_LAYOUTS.setdefault(len(data), []).append(layout)
+    with _LAYOUTS_LOCK:
+        if sum(map(len, _REQUEST_LAYOUTS.values())) >= _LAYOUTS_KEPT:
+            _REQUEST_LAYOUTS.clear()
+        _REQUEST_LAYOUTS.setdefault(len(data), []).append(layout)
 
 
 def _raw_inputs_start(data: memoryview) -> int | None:

@@ -1,0 +1,139 @@
+"""Decoding and encoding large inference bodies off the event loop.
+
+Turning a large body into tensors (parsing JSON, cutting BYTES elements) or tensors into one
+(formatting JSON, copying raw data) takes milliseconds to seconds; on the event loop, that
+freezes every other client of the server, health checks included. Above ``OFFLOAD_BYTES`` of
+work the codec runs in a worker thread and the loop goes on serving; below it the thread hop
+would cost more than the work, so small requests (the hot path) stay on the loop.
+
+Off the loop, each input's declared name, datatype and shape are checked (``checks``: the
+limits, then the model's inputs) before its data is decoded, so a body the model would refuse
+costs no decoding; on the loop the engine's checks after decoding are as cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.protocol.v2 import grpc_codec, rest
+from inferplex.protocol.v2.checks import CheckFactory, ModelChecks, declared_checks
+from inferplex.security.limits import RequestLimits
+from inferplex.shm.registry import SharedMemoryRegistry
+
+__all__ = [
+    "OFFLOAD_BYTES",
+    "decode_grpc",
+    "decode_rest",
+    "encode_grpc",
+    "encode_rest",
+    "rest_work",
+]
+
+#: bytes of work from which a body is decoded or encoded in a worker thread. Measured with
+#: bench/decode_offload.py: a hop through asyncio.to_thread takes about 25-35 us, what
+#: decoding 8-16 KiB of JSON numbers or strings, or 1-2 KiB of binary BYTES elements, takes
+#: on the loop. Above 16 KiB every codec costs more than a hop; a fixed-size binary tensor
+#: (viewed in place) is no work at any size.
+OFFLOAD_BYTES = 16 << 10
+
+
+def rest_work(body: bytes | memoryview, header_length: int | None) -> int:
+    """How many bytes of a REST body cost decoding work: the JSON, and the binary data when
+    the header names a BYTES input (fixed-size binary tensors are viewed in place, free)."""
+    size = len(body)
+    if header_length is None or header_length >= size:
+        return size
+    header = body[:header_length]
+    if b'"BYTES"' in (header.tobytes() if isinstance(header, memoryview) else header):
+        return size
+    return header_length
+
+
+async def decode_rest(
+    body: bytes | memoryview,
+    header_length: int | None,
+    model: str,
+    version: str,
+    shm: SharedMemoryRegistry | None,
+    limits: RequestLimits,
+    models: ModelChecks,
+) -> InferenceRequest:
+    """``rest.decode_infer_request`` and ``limits.check``, off the loop for a large body."""
+    if len(body) <= OFFLOAD_BYTES or rest_work(body, header_length) <= OFFLOAD_BYTES:
+        request = rest.decode_infer_request(body, header_length, model, version, shm)
+        limits.check(request)
+        return request
+    checks = declared_checks(limits, models)
+    return await asyncio.to_thread(
+        _decode_rest, body, header_length, model, version, shm, limits, checks
+    )
+
+
+def _decode_rest(
+    body: bytes | memoryview,
+    header_length: int | None,
+    model: str,
+    version: str,
+    shm: SharedMemoryRegistry | None,
+    limits: RequestLimits,
+    checks: CheckFactory,
+) -> InferenceRequest:
+    request = rest.decode_infer_request(body, header_length, model, version, shm, checks)
+    limits.check(request)
+    return request
+
+
+async def decode_grpc(
+    message: bytes | bytearray | memoryview,
+    shm: SharedMemoryRegistry | None,
+    limits: RequestLimits,
+    models: ModelChecks,
+) -> InferenceRequest:
+    """``grpc_codec.decode_infer_request_bytes`` and ``limits.check``, off the loop for a
+    large message (protobuf copies every byte of it) unless it is of a layout seen before."""
+    request = grpc_codec.known_request(message)
+    if request is not None or len(message) <= OFFLOAD_BYTES:
+        if request is None:
+            request = grpc_codec.decode_infer_request_bytes(message, shm)
+        limits.check(request)
+        return request
+    checks = declared_checks(limits, models)
+    return await asyncio.to_thread(_decode_grpc, message, shm, limits, checks)
+
+
+def _decode_grpc(
+    message: bytes | bytearray | memoryview,
+    shm: SharedMemoryRegistry | None,
+    limits: RequestLimits,
+    checks: CheckFactory,
+) -> InferenceRequest:
+    request = grpc_codec.decode_infer_request_bytes(message, shm, checks)
+    limits.check(request)
+    return request
+
+
+def response_work(response: InferenceResponse) -> int:
+    """Bytes of output data (a BYTES element counts as 8, a pointer)."""
+    total = 0
+    for tensor in response.outputs:
+        total += getattr(tensor.data, "nbytes", 0)
+    return total
+
+
+async def encode_rest(
+    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
+) -> tuple[bytes, int | None]:
+    """``rest.encode_infer_response``, off the loop for large outputs."""
+    if response_work(response) <= OFFLOAD_BYTES:
+        return rest.encode_infer_response(response, request, shm)
+    return await asyncio.to_thread(rest.encode_infer_response, response, request, shm)
+
+
+async def encode_grpc(
+    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
+) -> bytes:
+    """``grpc_codec.encode_infer_response_bytes``, off the loop for large outputs."""
+    if response_work(response) <= OFFLOAD_BYTES:
+        return grpc_codec.encode_infer_response_bytes(response, request, shm)
+    return await asyncio.to_thread(grpc_codec.encode_infer_response_bytes, response, request, shm)
