@@ -22,7 +22,8 @@ from inferplex.backends.worker_process import pass_to_workers
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, InferenceResponse
-from inferplex.frontends.grpc import GrpcFrontend
+from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
+from inferplex.frontends.grpc_server import Method
 from inferplex.frontends.http import HttpApp, create_http_app
 from inferplex.frontends.http_server import ByteBudget, Http1Limits, HttpServer
 from inferplex.frontends.sockets import address, bind
@@ -31,12 +32,52 @@ from inferplex.security.access import Access, Surface
 from inferplex.security.encryption import load_key, use_key
 from inferplex.security.tls import grpc_ssl_context, server_ssl_context
 from inferplex.security.tokens import TokenAuth
+from inferplex.transport.grpcio_server import GrpcioServer, server_credentials
+from inferplex.transport.interface import Guard
+from inferplex.transport.uvicorn_http import UvicornHttpServer
 
 logger = logging.getLogger(__name__)
 
 
 def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
+
+
+def reference_grpc_server(config: ServerConfig) -> ServerFactory:
+    """What builds the reference gRPC server (grpc.aio, ``--grpc-server grpcio``) of a
+    GrpcFrontend's method table, with the limits of ``config``."""
+    credentials = None
+    if config.tls_cert_file is not None and config.tls_key_file is not None:
+        credentials = server_credentials(
+            config.tls_cert_file, config.tls_key_file, config.tls_client_ca
+        )
+    # the http2_* bounds grpc-core has a setting for (the others it keeps its own way)
+    options = {"grpc.max_concurrent_streams": config.http2_max_concurrent_streams}
+    for option, seconds in (
+        ("grpc.server_handshake_timeout_ms", config.http2_preface_timeout_s),
+        ("grpc.max_connection_idle_ms", config.http2_idle_timeout_s),
+        ("grpc.keepalive_time_ms", config.http2_keepalive_s),
+        ("grpc.max_connection_age_ms", config.http2_max_connection_age_s),
+    ):
+        if seconds > 0:  # 0: no limit, grpc-core's default
+            options[option] = int(seconds * 1000)
+    if config.http2_keepalive_s > 0:
+        options["grpc.keepalive_timeout_ms"] = int(config.http2_keepalive_timeout_s * 1000)
+    if config.http2_max_connection_age_s > 0 and config.http2_max_connection_age_grace_s > 0:
+        grace = config.http2_max_connection_age_grace_s
+        options["grpc.max_connection_age_grace_ms"] = int(grace * 1000)
+
+    def serve(methods: dict[str, Method], guard: Guard | None) -> GrpcioServer:
+        return GrpcioServer(
+            methods,
+            max_message_bytes=config.max_grpc_message_bytes,
+            max_header_bytes=config.max_header_bytes,
+            guard=guard,
+            credentials=credentials,
+            options=options,
+        )
+
+    return serve
 
 
 class Server:
@@ -53,7 +94,7 @@ class Server:
         self.grpc_port = 0
         self.metrics_port = 0
         self.management_port = 0
-        self._http_servers: list[HttpServer] = []
+        self._http_servers: list[HttpServer | UvicornHttpServer] = []
         #: request bytes buffered by all HTTP listeners together
         self._http_budget = ByteBudget(config.max_buffered_bytes)
         self._grpc: GrpcFrontend | None = None
@@ -145,6 +186,7 @@ class Server:
                 ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
+                server=reference_grpc_server(config) if config.grpc_server == "grpcio" else None,
                 budget=self._http_budget,  # one bound on buffered request bytes for both
             )
             self.grpc_port = await self._grpc.start(grpc_sock)
@@ -197,6 +239,17 @@ class Server:
         """Serve an ASGI ``app``; ``v2``, the V2 app inside it, admits requests with a body
         before the body is read."""
         config = self.config
+        server: HttpServer | UvicornHttpServer
+        if config.http_server == "uvicorn":  # the reference twin (transport/uvicorn_http.py)
+            server = UvicornHttpServer(
+                app,
+                max_header_bytes=config.max_header_bytes,
+                ssl_context=tls,
+                keep_alive_s=config.http_keep_alive_s,
+            )
+            await server.start(sock)
+            self._http_servers.append(server)
+            return int(sock.getsockname()[1])
         server = HttpServer(
             app,
             max_body_bytes=config.max_request_bytes,

@@ -30,6 +30,7 @@ from inferplex.errors import (
 )
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.protocol.v2 import generated as pb
+from inferplex.server import reference_grpc_server
 from inferplex.shm import SharedMemoryRegistry
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -45,8 +46,9 @@ SERVICE = "/inference.GRPCInferenceService/"
 
 
 @pytest.fixture(scope="module")
-def client(server) -> Any:
-    with grpcclient.InferenceServerClient(server.grpc_url) as triton:
+def client(twin_server) -> Any:
+    """A client of the built-in server, then of its reference twin (tests/conftest.py)."""
+    with grpcclient.InferenceServerClient(twin_server.grpc_url) as triton:
         yield triton
 
 
@@ -222,8 +224,8 @@ def unary(channel: grpc.Channel, method: str, response_class: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def channel(server) -> Any:
-    with grpc.insecure_channel(server.grpc_url) as raw_channel:
+def channel(twin_server) -> Any:
+    with grpc.insecure_channel(twin_server.grpc_url) as raw_channel:
         yield raw_channel
 
 
@@ -309,15 +311,24 @@ class StubEngine:
         return InferenceResponse(request.model_name, "1", [out], id=request.id)
 
 
-def stub_frontend(engine: StubEngine, repository: Path, **settings: Any) -> GrpcFrontend:
+def stub_frontend(
+    engine: StubEngine, repository: Path, grpc_server: str = "builtin", **settings: Any
+) -> GrpcFrontend:
+    """A frontend on the built-in server, or on its reference twin ("grpcio")."""
     config = ServerConfig(model_repository=repository, **{"grpc_port": 0, **settings})
-    return GrpcFrontend(engine, config)  # type: ignore[arg-type]
+    twin = reference_grpc_server(config) if grpc_server == "grpcio" else None
+    return GrpcFrontend(engine, config, server=twin)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["builtin", "grpcio"])
+def grpc_server(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
-async def stub(tmp_path: Path) -> Any:
+async def stub(tmp_path: Path, grpc_server: str) -> Any:
     engine = StubEngine()
-    frontend = stub_frontend(engine, tmp_path, max_grpc_message_bytes=4096)
+    frontend = stub_frontend(engine, tmp_path, grpc_server, max_grpc_message_bytes=4096)
     port = await frontend.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as aio_channel:
         yield engine, aio_channel, port
@@ -373,15 +384,15 @@ async def test_stub_errors_map_to_status_codes(stub, error, code) -> None:
     ).live
 
 
-async def test_stub_port_clash_fails_loudly(stub, tmp_path) -> None:
+async def test_stub_port_clash_fails_loudly(stub, tmp_path, grpc_server) -> None:
     _, _, port = stub
-    clash = stub_frontend(StubEngine(), tmp_path, grpc_port=port)
+    clash = stub_frontend(StubEngine(), tmp_path, grpc_server, grpc_port=port)
     with pytest.raises(ConfigError, match=f"cannot listen for gRPC on 127.0.0.1:{port}"):
         await clash.start()
 
 
-async def test_stop_closes_the_port(tmp_path) -> None:
-    frontend = stub_frontend(StubEngine(), tmp_path)
+async def test_stop_closes_the_port(tmp_path, grpc_server) -> None:
+    frontend = stub_frontend(StubEngine(), tmp_path, grpc_server)
     port = await frontend.start()
     await frontend.stop(0)
     with socket.socket() as probe:

@@ -23,8 +23,10 @@ from inferplex.frontends.http_limits import ByteBudget
 from inferplex.frontends.sockets import address, bind
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
+from inferplex.protocol.v2 import offload
 from inferplex.security.limits import RequestLimits
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
+from inferplex.transport.interface import GrpcServing
 
 if TYPE_CHECKING:
     from inferplex.config.server_config import ServerConfig
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Unary = Callable[[Any], Awaitable[Any]]
+#: builds a server of a method table with a guard (--grpc-server)
+ServerFactory = Callable[[dict[str, Method], Guard | None], GrpcServing]
 _STREAMING_REFUSED = UnsupportedError(
     "ModelStreamInfer: streaming inference is not available yet; use ModelInfer"
 )
@@ -50,13 +54,20 @@ class GrpcFrontend:
         trace: Callable[[Handler], Handler] | None = None,
         ssl_context: ssl.SSLContext | None = None,
         budget: ByteBudget | None = None,
+        server: ServerFactory | None = None,
     ) -> None:
         """``guard`` sees every call first (security); ``trace`` wraps ModelInfer (tracing);
         ``ssl_context`` turns on TLS; ``budget`` bounds request bytes buffered server-wide
-        (the one the HTTP listeners share; default: one of max_buffered_bytes)."""
+        (the one the HTTP listeners share; default: one of max_buffered_bytes); ``server``
+        builds the server of the method table and guard instead of the built-in one (the
+        reference twin: transport/grpcio_server.py)."""
         self.engine = engine
         self.config = config
         self._limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
+        self._server: GrpcServing
+        if server is not None:
+            self._server = server(self._methods(trace), guard)
+            return
         self._server = GrpcServer(
             self._methods(trace),
             max_message_bytes=config.max_grpc_message_bytes,
@@ -72,8 +83,9 @@ class GrpcFrontend:
         ``config.host:config.grpc_port`` (0 picks a free port); returns the port."""
         if sock is None:
             sock = bind(self.config.host, self.config.grpc_port, "gRPC")
+        where = address(sock)  # a server that binds its own socket closes this one
         port = await self._server.start(sock)
-        logger.info("gRPC listening on %s", address(sock))
+        logger.info("gRPC listening on %s", where)
         return port
 
     async def stop(self, grace: float) -> None:
@@ -143,10 +155,10 @@ class GrpcFrontend:
 
     async def _model_infer(self, request: bytes, call: Call) -> bytes:
         shm = self.engine.shared_memory
-        decoded = codec.decode_infer_request_bytes(request, shm)
-        self._limits.check(decoded)
+        # a large message is decoded (and its response encoded) in a worker thread
+        decoded = await offload.decode_grpc(request, shm, self._limits, self.engine)
         response = await self.engine.infer(decoded)
-        return codec.encode_infer_response_bytes(response, decoded, shm)
+        return await offload.encode_grpc(response, decoded, shm)
 
     # -- system shared memory (docs/shared_memory.md) ----------------------------------------
     async def _shm_status(self, request: Any) -> Any:

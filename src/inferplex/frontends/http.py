@@ -51,12 +51,9 @@ from inferplex.errors import (
 )
 from inferplex.frontends.compression import CODINGS, accepted, compress, decompress
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
+from inferplex.protocol.v2 import offload
 from inferplex.protocol.v2.errors import HTTP_STATUS
-from inferplex.protocol.v2.rest import (
-    decode_infer_request,
-    encode_infer_response,
-    parse_header_length,
-)
+from inferplex.protocol.v2.rest import parse_header_length
 from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.access import Access
 from inferplex.security.limits import RequestLimits
@@ -272,12 +269,14 @@ class HttpApp:
     ) -> Reply:
         length = None if header_length is None else parse_header_length(header_length)
         shm = self._engine.shared_memory
-        request = decode_infer_request(body, length, model, version, shm)
+        # a large body is decoded (and its response encoded) in a worker thread
+        request = await offload.decode_rest(
+            body, length, model, version, shm, self._limits, self._engine
+        )
         if routing_key is not None and ROUTING_KEY not in request.parameters:
             request.parameters = {**request.parameters, ROUTING_KEY: routing_key}
-        self._limits.check(request)
         response = await self._engine.infer(request)
-        payload, json_length = encode_infer_response(response, request, shm)
+        payload, json_length = await offload.encode_rest(response, request, shm)
         if json_length is None:
             return 200, payload, _JSON
         return (
