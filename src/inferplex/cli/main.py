@@ -139,9 +139,7 @@ def main() -> None:
 @click.option(
     "--http2-preface-timeout-s", type=float, help="Seconds to send the HTTP/2 preface (10)."
 )
-@click.option(
-    "--http2-idle-timeout-s", type=float, help="Seconds a connection may sit idle (300)."
-)
+@click.option("--http2-idle-timeout-s", type=float, help="Seconds a connection may sit idle (300).")
 @click.option(
     "--http2-keepalive-s", type=float, help="PING after this many silent seconds (0=off)."
 )
