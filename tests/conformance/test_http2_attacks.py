@@ -389,3 +389,40 @@ def test_responses_stalled_on_a_closed_window_are_dropped(server: RunningServer)
         with h2client.H2Client(server.grpc_port) as other:
             other.live()
     assert _metric(server, "inferplex_http2_limit_exceeded", limit="send_timeout") >= 20
+
+
+def test_closed_http_connections_take_their_requests_out_of_the_queue(
+    server: RunningServer,
+) -> None:
+    """The HTTP/1.1 twin of the rapid reset: clients that send a request to the slow model
+    and close their connection leave nothing in its queue to be computed for nobody."""
+    executions = _metric(server, "nv_inference_exec_count", model="slow")
+    instances = _metric(server, "inferplex_model_instances", model="slow")
+    body = b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[0]}]}'
+    request = (
+        b"POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    clients = [socket.create_connection((h2client.HOST, server.http_port)) for _ in range(40)]
+    try:
+        for client in clients:
+            client.sendall(request)
+        _eventually(
+            lambda: _metric(server, "nv_inference_pending_request_count", model="slow") >= 16,
+            "the requests to be queued",
+        )
+    finally:
+        for client in clients:
+            client.close()
+    _eventually(
+        lambda: _metric(server, "nv_inference_pending_request_count", model="slow") == 0,
+        "the queue to empty",
+    )
+    answer = requests.post(
+        f"http://{h2client.HOST}:{server.http_port}/v2/models/slow/infer",
+        data=body,
+        timeout=TIMEOUT,
+    )
+    assert answer.status_code == 200, answer.text
+    # the batches running when the clients left (one per instance at most), and the fresh one
+    assert _metric(server, "nv_inference_exec_count", model="slow") - executions <= instances + 1

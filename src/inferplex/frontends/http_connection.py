@@ -73,6 +73,7 @@ class Connection(asyncio.BufferedProtocol):
         self._queue: deque[Request | Refusal] = deque()  # parsed, not yet answered
         self._queued_bytes = 0  # the sizes of the requests in the queue
         self._busy = False  # a request is with the application
+        self._task: asyncio.Task[None] | None = None  # the application running it
         self._closing = False  # answer what runs, then close
         self._reading = True
         self._refused = False  # a refusal is queued: the connection reads nothing more
@@ -125,6 +126,10 @@ class Connection(asyncio.BufferedProtocol):
         self._budget.used -= self._queued_bytes
         self._queued_bytes = 0
         self._queue.clear()
+        if self._task is not None and not self._task.done():
+            # the client is gone: its request leaves the model's queue (or its running
+            # handler is told) instead of being computed for nobody
+            self._task.cancel()
         if self._disconnected is not None and not self._disconnected.done():
             self._disconnected.set_result(None)
         if self._drained is not None and not self._drained.done():
@@ -437,6 +442,7 @@ class Connection(asyncio.BufferedProtocol):
             cycle = Cycle(self, item)
             task = self._loop.create_task(self._app(scope, cycle.receive, cycle.send))
             task.add_done_callback(cycle.finished)
+            self._task = task
         # a client pipelining far ahead of its answers waits for them
         if (self._queue or self._body_bytes) and (
             len(self._queue) > _MAX_PIPELINED
@@ -552,6 +558,11 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 transport.writelines((head, body))
         return self._drained
+
+    @property
+    def lost(self) -> bool:
+        """The client's connection is gone."""
+        return self._transport is None
 
     @property
     def idle(self) -> bool:

@@ -179,6 +179,8 @@ class Cycle:
         """The application returned: a request it left unanswered gets a 500 (or, when it
         had started a response, the connection is closed)."""
         if task.cancelled():
+            if self._connection.lost:
+                return  # cancelled because the client went away: nobody to answer
             exc: BaseException | None = asyncio.CancelledError()
         else:
             exc = task.exception()
