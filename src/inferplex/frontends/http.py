@@ -270,13 +270,18 @@ class HttpApp:
         length = None if header_length is None else parse_header_length(header_length)
         shm = self._engine.shared_memory
         # a large body is decoded (and its response encoded) in a worker thread
-        request = await offload.decode_rest(
-            body, length, model, version, shm, self._limits, self._engine
-        )
+        request = offload.decode_rest_here(body, length, model, version, shm, self._limits)
+        if request is None:
+            request = await offload.decode_rest(
+                body, length, model, version, shm, self._limits, self._engine
+            )
         if routing_key is not None and ROUTING_KEY not in request.parameters:
             request.parameters = {**request.parameters, ROUTING_KEY: routing_key}
         response = await self._engine.infer(request)
-        payload, json_length = await offload.encode_rest(response, request, shm)
+        encoded = offload.encode_rest_here(response, request, shm)
+        if encoded is None:
+            encoded = await offload.encode_rest(response, request, shm)
+        payload, json_length = encoded
         if json_length is None:
             return 200, payload, _JSON
         return (

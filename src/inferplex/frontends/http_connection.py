@@ -263,9 +263,11 @@ class Connection(asyncio.BufferedProtocol):
             # RFC 9112 3.2: an HTTP/1.1 request names its host once, and no request twice
             self._halt("missing_host", 400, f"{hosts} Host headers: send exactly one")
         admit = self.server.admit
-        if admit is not None and (length or chunked):
-            # a request with a body is admitted (route, method, token) before any of the body
-            # is read or buffered: a client that may not call the endpoint sends nothing more
+        if admit is not None and (chunked or (length or 0) >= READ_BUFFER_BYTES):
+            # a request with a body larger than one read is admitted (route, method, token)
+            # before any of its body is read or buffered: a client that may not call the
+            # endpoint sends nothing more (a smaller body comes with its headers: the app
+            # admits it as it does every request, at no cost beside the hot path's)
             self._scope = self._make_scope(
                 parser.get_method().decode("ascii"), self._url, self._headers, version
             )

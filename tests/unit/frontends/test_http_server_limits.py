@@ -378,7 +378,7 @@ async def test_a_refused_admission_frees_its_body_and_is_counted(serve: Serve) -
     server, _, port = await serve()
     server.admit = lambda scope: (403, b'{"error": "no"}', [])
     reader, writer = await asyncio.open_connection(HOST, port)
-    writer.write(post("/a", b"q" * 100))
+    writer.write(post("/a", b"q" * (64 << 10)))
     status, _, _ = await answer(reader)
     writer.close()
     assert status == 403

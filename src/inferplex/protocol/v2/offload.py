@@ -25,8 +25,10 @@ __all__ = [
     "OFFLOAD_BYTES",
     "decode_grpc",
     "decode_rest",
+    "decode_rest_here",
     "encode_grpc",
     "encode_rest",
+    "encode_rest_here",
     "rest_work",
 ]
 
@@ -48,6 +50,24 @@ def rest_work(body: bytes | memoryview, header_length: int | None) -> int:
     if b'"BYTES"' in (header.tobytes() if isinstance(header, memoryview) else header):
         return size
     return header_length
+
+
+def decode_rest_here(
+    body: bytes | memoryview,
+    header_length: int | None,
+    model: str,
+    version: str,
+    shm: SharedMemoryRegistry | None,
+    limits: RequestLimits,
+) -> InferenceRequest | None:
+    """The request of a body whose work is small, decoded and checked on the caller's
+    thread; None for one that :func:`decode_rest` should decode in a worker thread. (The
+    hot path calls this first: no coroutine to create and await for a small request.)"""
+    if len(body) <= OFFLOAD_BYTES or rest_work(body, header_length) <= OFFLOAD_BYTES:
+        request = rest.decode_infer_request(body, header_length, model, version, shm)
+        limits.check(request)
+        return request
+    return None
 
 
 async def decode_rest(
@@ -119,6 +139,16 @@ def response_work(response: InferenceResponse) -> int:
     for tensor in response.outputs:
         total += getattr(tensor.data, "nbytes", 0)
     return total
+
+
+def encode_rest_here(
+    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
+) -> tuple[bytes, int | None] | None:
+    """``rest.encode_infer_response`` of small outputs, on the caller's thread; None for
+    large ones (:func:`encode_rest`)."""
+    if response_work(response) <= OFFLOAD_BYTES:
+        return rest.encode_infer_response(response, request, shm)
+    return None
 
 
 async def encode_rest(
