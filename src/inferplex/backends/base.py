@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,46 @@ class BatchRequest:
 RequestOutcome = dict[str, np.ndarray] | InferplexError
 
 
+class Cancellation:
+    """Which requests of one running batch lost their callers (a closed connection, a reset
+    stream, a deadline), for a ``cancellable`` backend.
+
+    The server makes one per batch of such a backend when it launches it and calls ``cancel``
+    on the event loop as callers go away; the backend, in the instance's thread, says how to
+    pass the news on with ``forward_to`` before the batch starts running. Whichever comes
+    first, every cancelled index reaches the forwarder (some may reach it twice: forwarding
+    must be idempotent). The forwarder runs on the event loop (or, for the indexes known
+    before, in the instance's thread) and must not block.
+    """
+
+    __slots__ = ("_forward", "_lock", "indexes")
+
+    def __init__(self) -> None:
+        #: the indexes (in the batch's request order) cancelled so far
+        self.indexes: set[int] = set()
+        self._forward: Callable[[Iterable[int]], None] | None = None
+        # uncontended but once per batch (forward_to); it makes the hand-over race-free
+        # without counting on the GIL
+        self._lock = threading.Lock()
+
+    def cancel(self, indexes: Iterable[int]) -> None:
+        """Event loop: the callers of these requests went away."""
+        with self._lock:
+            new = [index for index in indexes if index not in self.indexes]
+            self.indexes.update(new)
+            forward = self._forward
+        if new and forward is not None:
+            forward(new)
+
+    def forward_to(self, forward: Callable[[Iterable[int]], None]) -> None:
+        """Instance thread: pass cancellations on with ``forward``, those already known now."""
+        with self._lock:
+            self._forward = forward
+            known = list(self.indexes)
+        if known:
+            forward(known)
+
+
 @dataclass(frozen=True)
 class InstanceSpec:
     """Where and how one instance of a model runs."""
@@ -77,6 +119,9 @@ class Backend(abc.ABC):
     #: batches go to ``execute_requests`` with the requests they hold (ids, parameters, rows),
     #: and each request may fail on its own (Triton's python backend: one response each)
     per_request: bool = False
+    #: a ``per_request`` backend that can tell a running batch which of its requests lost
+    #: their callers: ``execute_requests`` gets the batch's ``Cancellation``
+    cancellable: bool = False
 
     @abc.abstractmethod
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
@@ -87,10 +132,16 @@ class Backend(abc.ABC):
         """Run one batch: input name -> array, returns the requested output name -> array."""
 
     def execute_requests(
-        self, inputs: dict[str, np.ndarray], outputs: list[str], requests: list[BatchRequest]
+        self,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        requests: list[BatchRequest],
+        cancellation: Cancellation | None = None,
     ) -> list[RequestOutcome]:
         """For a ``per_request`` backend: run one batch (``inputs`` hold the requests' rows in
-        order) and return each request's outputs, or the error that failed it alone."""
+        order) and return each request's outputs, or the error that failed it alone. A
+        ``cancellable`` backend gets the batch's ``cancellation`` (others are called without
+        it)."""
         raise NotImplementedError(f"{type(self).__name__} does not take per-request batches")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends free on collection

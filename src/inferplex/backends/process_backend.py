@@ -63,15 +63,23 @@ class ProcessBackend(Backend):
     #: who runs in the worker, as error messages name it
     role = "the worker"
 
-    def _launch(self, config: ModelConfig, init: dict[str, Any], instance: InstanceSpec) -> None:
+    def _launch(
+        self,
+        config: ModelConfig,
+        init: dict[str, Any],
+        instance: InstanceSpec,
+        cancel_slots: int = 0,
+    ) -> None:
         """Start the worker with ``init`` (what ``inferplex.handler.worker`` loads) and wait
-        until it has loaded; ModelExecutionError with the reason if it cannot."""
+        until it has loaded; ModelExecutionError with the reason if it cannot. With
+        ``cancel_slots`` the worker gets a cancel board for batches of that many requests."""
         self._name = config.name
         self._caller: ModelCaller | None = instance.caller
         self._timeout = number_parameter(config, TIMEOUT_PARAMETER, 0.0)
         self._load_timeout = number_parameter(config, LOAD_TIMEOUT_PARAMETER, DEFAULT_LOAD_TIMEOUT)
         arena_size = int(number_parameter(config, ARENA_PARAMETER, DEFAULT_SIZE))
-        self._worker = WorkerProcess(init, worker_env(instance.intra_op_threads), arena_size)
+        env = worker_env(instance.intra_op_threads)
+        self._worker = WorkerProcess(init, env, arena_size, cancel_slots)
         try:
             self._start()
         except BaseException:

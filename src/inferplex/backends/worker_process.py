@@ -17,6 +17,7 @@ from typing import Any
 
 import inferplex
 from inferplex.handler.arena import Arena
+from inferplex.handler.cancel import CancelBoard
 
 Message = tuple[Any, ...]
 
@@ -36,10 +37,15 @@ class WorkerFailed(Exception):
 
 
 class WorkerProcess:
-    """One worker process with its pipe and arena. The arena outlives restarts."""
+    """One worker process with its pipe, its arena and, with ``cancel_slots``, a cancel board
+    for batches of up to that many requests (``inferplex.handler.cancel``). The arena and the
+    board outlive restarts."""
 
-    def __init__(self, init: dict[str, Any], env: dict[str, str], arena_size: int) -> None:
+    def __init__(
+        self, init: dict[str, Any], env: dict[str, str], arena_size: int, cancel_slots: int = 0
+    ) -> None:
         self.arena = Arena.create(arena_size)
+        self.board = CancelBoard.create(cancel_slots) if cancel_slots else None
         self._init = init
         self._env = env
         self._process: subprocess.Popen[bytes] | None = None
@@ -54,10 +60,13 @@ class WorkerProcess:
     def start(self) -> None:
         """Start a worker and send it the model to load; ``wait_ready`` waits for it."""
         ours, theirs = socket.socketpair()
+        fds = [theirs.fileno(), self.arena.fd]
+        if self.board is not None:
+            fds.append(self.board.fd)
         with theirs:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), str(self.arena.fd)],
-                pass_fds=(theirs.fileno(), self.arena.fd),
+                [sys.executable, "-m", WORKER_MODULE, *map(str, fds)],
+                pass_fds=fds,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
             )
@@ -139,6 +148,8 @@ class WorkerProcess:
                 pass
         self.kill()
         self.arena.close()
+        if self.board is not None:
+            self.board.close()
 
 
 #: glibc's malloc in the worker: allocations under 64 MiB come from the heap, and up to 64 MiB

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from inferplex.backends.base import Backend, BatchRequest, RequestOutcome
+from inferplex.backends.base import Backend, BatchRequest, Cancellation, RequestOutcome
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.adaptive import AdaptiveBatching
 from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
@@ -57,8 +57,9 @@ class _Payload:
 
 
 #: one batch handed to an instance: (batch, scheduler ticket or None for a composite model,
-#: the instance running it)
-_Job = tuple[Batch, "Ticket | None", ModelInstance]
+#: the instance running it, what a cancellable backend is told of its requests' callers
+#: going away or None)
+_Job = tuple[Batch, "Ticket | None", ModelInstance, Cancellation | None]
 #: what the worker hands back: (outputs per request in batch order, began, prepared, executed,
 #: ended ns). ``began`` ends each request's queue time; the others bound the compute phases.
 #: (a per-request backend's requests may each have failed alone: an error in place of outputs)
@@ -128,6 +129,10 @@ class ModelVersion:
         self.composite = bool(backends) and all(b.composite for b in backends)
         #: batches go to ``execute_requests``, and a request may fail alone
         self._per_request = bool(backends) and all(b.per_request for b in backends)
+        #: a running batch is told which of its requests lost their callers
+        self._cancellable = self._per_request and all(b.cancellable for b in backends)
+        #: the cancellable batches running now, by instance
+        self._running: dict[ModelInstance, _Job] = {}
         #: the highest pipeline-step precedence among the queued requests (0: none queued)
         self.precedence = 0
         self._validator = RequestValidator(config)
@@ -182,7 +187,9 @@ class ModelVersion:
             return response
         except asyncio.CancelledError:
             # the caller went away (a reset stream, a closed connection): its queued request
-            # leaves the queue, so nothing runs for it and it holds no place in line
+            # leaves the queue, so nothing runs for it and it holds no place in line; a
+            # handler already running it is told
+            self.stats.cancelled += 1
             self._withdraw_cancelled()
             raise
         finally:
@@ -239,8 +246,9 @@ class ModelVersion:
         return future
 
     def _withdraw_cancelled(self) -> None:
-        """Take the requests whose callers were cancelled out of the queue, once for all
-        those cancelled in this turn of the event loop."""
+        """Take the requests whose callers were cancelled out of the queue, and tell the
+        running batches that hold others, once for all those cancelled in this turn of the
+        event loop."""
         if not self._withdraw_queued:
             self._withdraw_queued = True
             self._loop.call_soon(self._withdraw)
@@ -249,6 +257,12 @@ class ModelVersion:
         self._withdraw_queued = False
         if self.queue.withdraw(_caller_gone) and not self.queue.pending_requests:
             self.precedence = 0
+        for batch, _, _, cancellation in self._running.values():
+            gone = [i for i, r in enumerate(batch.requests) if r.payload.future.done()]
+            if gone:
+                assert cancellation is not None
+                # a few shared-memory stores for the Python backend: nothing here waits
+                cancellation.cancel(gone)
 
     # -- batches: called by the dispatcher -------------------------------------------------------
     def launch(self, batch: Batch, ticket: Ticket | None) -> None:
@@ -256,10 +270,15 @@ class ModelVersion:
         event loop when it is measured to take less than the hand-over to the instance's
         thread and back, else in that thread."""
         instance = self.idle.pop()
-        if self._runs_inline(batch.rows):
-            instance.run_inline((batch, ticket, instance))
+        if self._cancellable:
+            job: _Job = (batch, ticket, instance, Cancellation())
+            self._running[instance] = job
         else:
-            instance.run((batch, ticket, instance))
+            job = (batch, ticket, instance, None)
+        if self._runs_inline(batch.rows):
+            instance.run_inline(job)
+        else:
+            instance.run(job)
         if not self.queue.pending_requests:
             self.precedence = 0
 
@@ -293,7 +312,11 @@ class ModelVersion:
         prepared = _now_ns()
         try:
             if self._per_request:
-                answers = backend.execute_requests(feeds, wanted, _batch_requests(requests))
+                infos = _batch_requests(requests)
+                if job[3] is not None:
+                    answers = backend.execute_requests(feeds, wanted, infos, job[3])
+                else:
+                    answers = backend.execute_requests(feeds, wanted, infos)
             else:
                 results = backend.execute(feeds, wanted)
         except InferplexError:
@@ -354,7 +377,9 @@ class ModelVersion:
 
     def _done(self, job: _Job, result: _Result | None, error: BaseException | None) -> None:
         """On the event loop: a batch finished; free its instance and slot, answer it."""
-        batch, ticket, instance = job
+        batch, ticket, instance, cancellation = job
+        if cancellation is not None:
+            del self._running[instance]
         if self._retire_wanted:
             self._retire(instance)
         else:
@@ -431,9 +456,11 @@ class ModelVersion:
             self._next_seq += 1
 
     def statistics(self) -> dict[str, Any]:
-        """Triton's statistics of this version, plus why its batches closed."""
+        """Triton's statistics of this version, plus why its batches closed and how many
+        requests were cancelled (their callers went away)."""
         stats = self.stats.to_dict()
         stats["batch_close_reasons"] = {str(k): n for k, n in self.queue.close_reasons.items()}
+        stats["cancelled_count"] = self.stats.cancelled
         return stats
 
     # -- life cycle ----------------------------------------------------------------------------

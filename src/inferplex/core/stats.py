@@ -81,6 +81,9 @@ class ModelStats:
         self.inference_count = 0
         self.execution_count = 0
         self.last_inference_ms = 0
+        #: requests whose callers went away before the answer (a closed connection, a reset
+        #: stream, a deadline); counted as failures too, as Triton does
+        self.cancelled = 0
         self.phases = {phase: Duration() for phase in _PHASES}
         self.batches: dict[int, _BatchStats] = {}
         #: latency distributions: per successful request, per queued request, per execution

@@ -13,10 +13,13 @@ handler that overrides these methods runs as it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from inferplex.handler.cancel import never
 
 
 @dataclass
@@ -39,6 +42,11 @@ class Context:
     model_yaml_config: dict[str, Any] = field(default_factory=dict)
     #: the current batch's rows -> the id of the client request each belongs to (TorchServe's)
     request_ids: dict[int, str] = field(default_factory=dict)
+    # the current batch, for is_cancelled: rows of each request in order, the check of a
+    # request (by its index) and, worked out on first use, the request of each row
+    _request_rows: Sequence[int] = field(default=(), init=False, repr=False)
+    _cancelled: Callable[[int], bool] = field(default_factory=lambda: never, init=False, repr=False)
+    _row_requests: list[int] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # the names TorchServe handlers read
@@ -64,6 +72,29 @@ class Context:
     def get_request_id(self, index: int = 0) -> str | None:
         """The id of the client request that row ``index`` of the current batch came in."""
         return self.request_ids.get(index)
+
+    def is_cancelled(self, index: int | None = None) -> bool:
+        """Whether the client of the request that row ``index`` of the current batch came in
+        went away (a closed connection, a reset stream, its timeout): that row's result will
+        be dropped. Without ``index``: whether every request of the batch went away, so
+        nothing the handler still computes will be used; a long handler may check now and
+        then and stop (return anything, or raise: no error is logged for such a batch). Once
+        true it stays true for the batch. Reads flags in shared memory: cheap in a loop."""
+        if index is None:
+            count = len(self._request_rows)
+            return count > 0 and all(self._cancelled(i) for i in range(count))
+        rows = self._row_requests
+        if rows is None:
+            rows = self._row_requests = [
+                request for request, n in enumerate(self._request_rows) for _ in range(n)
+            ]
+        return 0 <= index < len(rows) and self._cancelled(rows[index])
+
+    def _begin_batch(self, request_rows: Sequence[int], cancelled: Callable[[int], bool]) -> None:
+        """The worker starts a batch: each request's rows, and the check of a request."""
+        self._request_rows = request_rows
+        self._cancelled = cancelled
+        self._row_requests = None
 
     def get_request_header(self, index: int, key: str) -> str | None:
         """TorchServe's per-request HTTP headers; the V2 protocol carries none to models."""

@@ -12,6 +12,7 @@ Either way the outputs are cast to the datatypes the model's config declares.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import json
@@ -27,6 +28,7 @@ from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import triton
 from inferplex.handler.base import BaseHandler, Context
+from inferplex.handler.cancel import never
 
 #: the classes looked for when the config names none (Triton's name first)
 DEFAULT_CLASSES = ("TritonPythonModel", "Handler")
@@ -90,16 +92,20 @@ class Runner:
         inputs: dict[str, np.ndarray],
         outputs: list[str],
         requests: list[tuple[str, dict[str, Any], int]],
+        cancelled: Callable[[int], bool] = never,
     ) -> tuple[dict[str, np.ndarray], list[tuple[int, str, str]]]:
         """One batch with who asked for its rows ((id, parameters, rows) per request): the
         outputs of the requests that did not fail, rows in order, and (index, message, code)
         of each that did. A Triton-style model gets one InferenceRequest per client request
-        and answers each; a TorchServe-style handler gets the batch's rows as before."""
+        and answers each; a TorchServe-style handler gets the batch's rows as before.
+        ``cancelled(index)`` tells whether a request's caller went away (the handler's
+        ``request.is_cancelled()``, ``context.is_cancelled(row)``)."""
         if not self._triton:
             ids = [request_id for request_id, _, rows in requests for _ in range(rows)]
             self.context.request_ids = dict(enumerate(ids))
+            self.context._begin_batch([rows for _, _, rows in requests], cancelled)
             return self.run(inputs, outputs), []
-        results, failed = self._run_triton_requests(inputs, outputs, requests)
+        results, failed = self._run_triton_requests(inputs, outputs, requests, cancelled)
         if len(failed) == len(requests):
             return {}, failed
         return {name: self._finish(name, results) for name in outputs}, failed
@@ -114,21 +120,23 @@ class Runner:
         inputs: dict[str, np.ndarray],
         outputs: list[str],
         requests: list[tuple[str, dict[str, Any], int]],
+        cancelled: Callable[[int], bool] = never,
     ) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
         split: list[triton.InferenceRequest] = []
         offset = 0
-        for request_id, parameters, rows in requests:
+        for index, (request_id, parameters, rows) in enumerate(requests):
             end = offset + rows
             tensors = [
                 triton.Tensor(name, array[offset:end] if self._batched else array)
                 for name, array in inputs.items()
             ]
-            split.append(
-                triton.InferenceRequest(
-                    self.context.model_name, tensors, outputs, request_id=request_id,
-                    parameters=parameters,
-                )
+            request = triton.InferenceRequest(
+                self.context.model_name, tensors, outputs, request_id=request_id,
+                parameters=parameters,
             )  # fmt: skip
+            if cancelled is not never:
+                request._cancelled = functools.partial(cancelled, index)
+            split.append(request)
             offset = end
         responses = self.handler.execute(split)
         if not isinstance(responses, list | tuple) or len(responses) != len(split):

@@ -4,7 +4,8 @@ model runs with one import changed (it was ``import triton_python_backend_utils 
     from inferplex.handler import triton as pb_utils
 
 Requests, responses and tensors hold numpy arrays (BYTES: object arrays of ``bytes``).
-``InferenceRequest(...).exec()`` calls another served model in-process (BLS). Not supported:
+``InferenceRequest(...).exec()`` calls another served model in-process (BLS);
+``request.is_cancelled()`` tells whether a request's client went away. Not supported:
 decoupled models (response senders), ``async_exec``, GPU tensors (``is_cpu()`` is always
 true).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,6 +162,17 @@ class InferenceRequest:
         self._timeout_us = timeout
         self._id = request_id
         self._parameters = json.loads(parameters) if isinstance(parameters, str) else parameters
+        #: set by the worker on the requests a model gets in ``execute``
+        self._cancelled: Callable[[], bool] | None = None
+
+    def is_cancelled(self) -> bool:
+        """Whether the client of this request went away while the model runs it (a closed
+        connection, a reset stream, its timeout), as Triton's (23.10+): its answer will be
+        dropped, so the model may stop early (and answer it with an error, say
+        ``TritonError.CANCELLED``). Once true it stays true; always False for a request the
+        model builds itself. Reads a flag in shared memory: cheap enough to call in a loop."""
+        check = self._cancelled
+        return check is not None and check()
 
     def inputs(self) -> list[Tensor]:
         return self._inputs

@@ -1,15 +1,18 @@
 """The worker process that runs one instance of a Python model (or of an isolated model's
 backend, when the init message names a ``loader``).
 
-    python -m inferplex.handler.worker CONNECTION_FD ARENA_FD
+    python -m inferplex.handler.worker CONNECTION_FD ARENA_FD [CANCEL_FD]
 
-The server starts it with a socket (``multiprocessing.connection`` framing) and the
-arena's file descriptor. Messages are small tuples; tensors stay in the arena:
+The server starts it with a socket (``multiprocessing.connection`` framing), the arena's
+file descriptor and, for a Python model, its cancel board's (``inferplex.handler.cancel``:
+how a running handler learns that a request's caller went away, without a message).
+Messages are small tuples; tensors stay in the arena:
 
   server -> worker  ("init", {...})                         then "ready" or ("failed", why)
                     ("run", headers, output names)          then ("done", headers) or
                                                             ("error", why, error code)
-                    ("run", headers, output names, requests)   a Python model's batch with
+                    ("run", headers, output names, requests, number)   a Python model's
+                                                            batch number ``number`` with
                                                             [(id, parameters, rows)] per
                                                             request: ("done", headers,
                                                             [(index, why, code)] that failed)
@@ -39,6 +42,7 @@ from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import bls
 from inferplex.handler.arena import Arena
 from inferplex.handler.base import Context
+from inferplex.handler.cancel import CancelBoard, never
 from inferplex.handler.runner import Runner, find_class, load_module
 
 
@@ -91,7 +95,7 @@ def loader(init: dict[str, Any]) -> Callable[[dict[str, Any]], Loaded]:
     return found
 
 
-def serve(connection: Connection, arena: Arena) -> int:
+def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None) -> int:
     """The worker's life: initialise, then run batches until told to stop."""
     _, init = connection.recv()
     model_dir = str(Path(init["model_file"]).parent)
@@ -112,20 +116,28 @@ def serve(connection: Connection, arena: Arena) -> int:
             return 0
         if message[0] == "stop":
             break
-        _, headers, outputs, *requests = message
+        _, headers, outputs, *batch = message
         base = Arena.end(headers)
         link.begin(base)
+        cancelled: Callable[[int], bool] = never
         try:
             inputs = arena.read(headers, copy=False)
-            if requests:  # who asked for which rows: a handler may fail one request alone
-                results, failed = cast(Runner, runner).run_requests(inputs, outputs, requests[0])
+            if batch:  # who asked for which rows: a handler may fail one request alone
+                requests, number = batch
+                if board is not None:
+                    cancelled = board.checker(number)
+                results, failed = cast(Runner, runner).run_requests(
+                    inputs, outputs, requests, cancelled
+                )
                 reply: tuple[Any, ...] = ("done", arena.write(results, base)[0], failed)
             else:
                 reply = ("done", arena.write(runner.run(inputs, outputs), base)[0])
         except InferplexError as exc:  # a clear message with its code (a bad input, say)
             reply = ("error", exc.message, exc.code.value)
         except Exception as exc:
-            traceback.print_exc()
+            # a handler that gives up on a batch nobody waits for any more is no error to log
+            if not (batch and all(cancelled(i) for i in range(len(batch[0])))):
+                traceback.print_exc()
             reply = ("error", describe(exc, model_dir), ErrorCode.INTERNAL.value)
         finally:
             link.end()
@@ -141,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     connection = Connection(int(args[0]))
     arena = Arena(int(args[1]))
-    return serve(connection, arena)
+    board = CancelBoard(int(args[2])) if len(args) > 2 else None
+    return serve(connection, arena, board)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,11 @@ class Collector:
     def _model_families(self) -> list[Family]:
         success = Family("nv_inference_request_success", "counter", "Successful inference requests")
         failure = Family("nv_inference_request_failure", "counter", "Failed inference requests")
+        cancelled = Family(
+            "inferplex_inference_request_cancelled",
+            "counter",
+            "Requests whose callers went away before the answer (also counted as failures)",
+        )
         count = Family("nv_inference_count", "counter", "Inferences performed (batch rows)")
         executions = Family("nv_inference_exec_count", "counter", "Model executions (batches)")
         durations = {phase: Family(name, "counter", text) for name, text, phase in _DURATIONS}
@@ -146,6 +151,7 @@ class Collector:
             phases = stats.phases
             success.add(labels, phases["success"].count)
             failure.add(labels, phases["fail"].count)
+            cancelled.add(labels, stats.cancelled)
             count.add(labels, stats.inference_count)
             executions.add(labels, stats.execution_count)
             for phase, family in durations.items():
@@ -179,6 +185,7 @@ class Collector:
         return [
             success,
             failure,
+            cancelled,
             count,
             executions,
             *durations.values(),

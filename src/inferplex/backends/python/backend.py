@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from inferplex.backends.base import BatchRequest, InstanceSpec, RequestOutcome
+from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec, RequestOutcome
 from inferplex.backends.process_backend import ProcessBackend
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError
@@ -33,6 +33,7 @@ class PythonBackend(ProcessBackend):
     default_model_filename = "model.py"
     role = "the handler"
     per_request = True
+    cancellable = True
 
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
         # A handler that waits on the models it calls while holding one of the scheduler's
@@ -52,15 +53,28 @@ class PythonBackend(ProcessBackend):
             "device_id": instance.device_id,
             "handler_class": config.parameters.get(CLASS_PARAMETER, ""),
         }
-        self._launch(config, init, instance)
+        # batches are numbered for the cancel board (inferplex.handler.cancel); a batch holds
+        # at most max_batch_size requests (one row each at least), an unbatched model's one
+        self._batch_numbers = itertools.count(1)
+        self._launch(config, init, instance, cancel_slots=max(1, config.max_batch_size))
 
     def execute_requests(
-        self, inputs: dict[str, np.ndarray], outputs: list[str], requests: list[BatchRequest]
+        self,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        requests: list[BatchRequest],
+        cancellation: Cancellation | None = None,
     ) -> list[RequestOutcome]:
         """The batch with who asked for its rows: a Triton-style model gets one request each
-        (with its id and parameters) and may fail one alone."""
+        (with its id and parameters) and may fail one alone. Requests whose callers go away
+        while it runs are marked on the worker's cancel board, where the handler's
+        ``is_cancelled()`` finds them."""
         meta = [(r.id, r.parameters, r.rows) for r in requests]
-        done = self._exchange(inputs, (outputs, meta))
+        number = next(self._batch_numbers)
+        board = self._worker.board
+        if cancellation is not None and board is not None:
+            cancellation.forward_to(lambda indexes: board.cancel(number, indexes))
+        done = self._exchange(inputs, (outputs, meta, number))
         results = self._worker.arena.read(done[1], copy=True)
         failed = {index: self._failure(why, code) for index, why, code in done[2]}
         if len(requests) - len(failed) == 1:  # the one answered gets all (unbatched models too)
