@@ -48,8 +48,21 @@ class TensorConfig(_Frozen):
     )
     optional: bool = False
     is_shape_tensor: bool = False
+    format: Literal["FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW"] = Field(
+        default="FORMAT_NONE", description="layout of an image input (inputs only); served back"
+    )
+    label_filename: str = Field(
+        default="",
+        description="file of class labels in the model's folder (outputs only); served back",
+    )
 
     _check_datatype = field_validator("data_type", mode="before")(_normalise_datatype)
+
+    @field_validator("label_filename")
+    @classmethod
+    def _check_label_file(cls, value: str) -> str:
+        # like every configured file: inside the model's folder (config/paths.py)
+        return check_file_name(value, "the model folder") if value else value
 
     @field_validator("dims", "reshape")
     @classmethod
@@ -340,7 +353,7 @@ def _input_dict(tensor: TensorConfig) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": tensor.name,
         "data_type": V2_TO_TRITON[tensor.data_type],
-        "format": "FORMAT_NONE",
+        "format": tensor.format,
         "dims": list(tensor.dims),
         "is_shape_tensor": tensor.is_shape_tensor,
         "allow_ragged_batch": False,
@@ -356,7 +369,7 @@ def _output_dict(tensor: TensorConfig) -> dict[str, Any]:
         "name": tensor.name,
         "data_type": V2_TO_TRITON[tensor.data_type],
         "dims": list(tensor.dims),
-        "label_filename": "",
+        "label_filename": tensor.label_filename,
         "is_shape_tensor": tensor.is_shape_tensor,
     }
     if tensor.reshape is not None:

@@ -1,22 +1,33 @@
-"""A reader for protobuf text format as Triton users write ``config.pbtxt``.
+"""Reading Triton's ``config.pbtxt`` (protobuf text format) against the compiled schema.
 
-The result is plain nested dicts, untyped: enums (``TYPE_FP32``, ``KIND_CPU``) come back as
-strings, ``true``/``false`` as bools, numbers as int or float. Types are checked later, once,
-by :class:`~inferplex.config.model_config.ModelConfig`.
+The schema is ``proto/model_config.proto`` (Triton's model_config.proto with inferplex's own
+sections), compiled by scripts/gen_proto.sh into ``model_config.desc`` beside this file. The
+text is cut into tokens by protobuf's own text-format tokenizer (``text_format.Tokenizer``:
+comments, separators, numbers as protobuf reads them), and the compiled ``ModelConfig`` says
+what each field is:
 
-Whether a field is a list never depends on how often it appears in the file: every name in
-:data:`REPEATED_FIELDS` (a repeated field or a map somewhere in Triton's
-``model_config.proto``) always yields a list, every other name a single value, and giving a
-single-valued field twice is an error, as it is for protobuf. Map fields come back as lists of
-``{"key": ..., "value": ...}`` entries, exactly as they are written.
+- a repeated field or a map always comes back as a list, however often the file writes it
+  (``dims: 16`` is ``[16]``; maps as they are written, ``{"key": ..., "value": ...}``
+  entries); every other field as one value, and giving one twice is an error, as it is for
+  protobuf;
+- an enum field written as a number comes back as its name (``data_type: 11`` is
+  ``"TYPE_FP32"``); other values as written: strings, ints, floats, ``true``/``false`` as
+  bools, enum names and other bare words as strings.
 
-Accepted syntax, a superset of what protobuf's own text parser takes::
+Values are checked once, later, by :class:`~inferplex.config.model_config.ModelConfig`: the
+same checks with the same messages as a ``config.yaml`` gets. A name the schema does not have
+(a typo) is kept as written, for readers.py to list as an unknown field rather than fail the
+load. Both are why this is not ``text_format.Parse`` into a ModelConfig message: protobuf stops
+at the first unknown field, and proto3 cannot tell a field written as its zero value from one
+left out (``max_batch_size: 0`` says "never batch"; leaving it out lets auto-complete choose).
+
+Accepted syntax is protobuf's::
 
     name: "resnet"                      # strings in "..." or '...', with C escapes
     max_batch_size: 8;                  # ',' or ';' after a field is optional
-    input [ { name: "in" dims: [ 3, -1 ] } ]     # lists, colon optional before '['
+    input [ { name: "in" dims: [ 3, -1 ] } ]     # lists; ':' optional before a message
     dynamic_batching { preferred_batch_size: 4 preferred_batch_size: 8 }
-    version_policy: { specific: { versions: [ 0x1, 3 ] } }   # ':' before '{' optional
+    version_policy: < specific: { versions: [ 0x1, 3 ] } >
     parameters { key: "k" value { string_value: "v" } }      # map entries
 
 Errors are :class:`~inferplex.errors.ConfigError` with ``file:line:column:`` in front.
@@ -24,316 +35,252 @@ Errors are :class:`~inferplex.errors.ConfigError` with ``file:line:column:`` in 
 
 from __future__ import annotations
 
-import math
+import functools
 import re
-from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
-from inferplex.errors import ConfigError
+from google.protobuf import descriptor_pb2, descriptor_pool, text_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-#: Every repeated field and map of Triton's model_config.proto (names are unambiguous there:
-#: no name is repeated in one message and single in another).
-REPEATED_FIELDS = frozenset(
-    # ModelConfig
-    {"input", "output", "batch_input", "batch_output", "instance_group", "model_warmup"}
-    | {"cc_model_filenames", "metric_tags", "parameters"}
-    # tensors, reshape, version policy, instance groups
-    | {"dims", "shape", "versions", "gpus", "secondary_devices", "profile", "resources"}
-    # dynamic and sequence batching
-    | {"preferred_batch_size", "priority_queue_policy", "control_input", "control", "state"}
-    | {"int32_false_true", "fp32_false_true", "bool_false_true", "initial_state"}
-    # batch inputs and outputs, ensembles, optimisation, warmup, agents, metrics
-    | {"target_name", "source_input", "step", "input_map", "output_map", "graph_spec", "dim"}
-    | {"gpu_execution_accelerator", "cpu_execution_accelerator", "inputs", "agents"}
-    | {"op_library_filename", "metric_control", "buckets"}
-    # inferplex's own sections: routing rules
-    | {"rule", "max_dims"}
-)
+from inferplex.errors import ConfigError
 
 #: Nesting deeper than this is certainly not a model configuration; the limit keeps a hostile
 #: file from exhausting the interpreter's recursion limit.
 MAX_DEPTH = 64
 
-# Strings are read by _read_string before this is tried: their escapes need more than a regex.
-_TOKEN = re.compile(
-    r"""
-    (?P<space>[ \t\r\f\v]+|\#[^\n]*)
-  | (?P<newline>\n)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<number>(?:0[xX][0-9A-Fa-f]+|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fF]?)
-               [A-Za-z0-9_.]*)
-  | (?P<punct>[{}\[\]<>:,;-])
-    """,
-    re.VERBOSE,
-)
-_FLOAT = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fF]?")
-_SIMPLE_ESCAPES = {
-    "a": 7,
-    "b": 8,
-    "f": 12,
-    "n": 10,
-    "r": 13,
-    "t": 9,
-    "v": 11,
-    "\\": 92,
-    "'": 39,
-    '"': 34,
-    "?": 63,
-}
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DECIMAL = re.compile(r"[-+]?[0-9]+")
 _CLOSING = {"{": "}", "<": ">"}
-_TRUE = frozenset({"true", "True"})
-_FALSE = frozenset({"false", "False"})
-_FLOAT_WORDS = {"inf": math.inf, "infinity": math.inf, "nan": math.nan}
+_WORDS = {"true": True, "True": True, "false": False, "False": False}
+# C's escapes, as protobuf's C++ parser (Triton's) reads them; octal and hex give bytes
+_ESCAPE = re.compile(
+    r"""\\(?: (?P<simple>[abfnrtv\\'"?]) | (?P<octal>[0-7]{1,3}) | [xX](?P<hex>[0-9A-Fa-f]{1,2})
+            | u(?P<u>[0-9A-Fa-f]{4}) | U(?P<U>[0-9A-Fa-f]{8}) | (?P<bad>.?) )""",
+    re.VERBOSE | re.DOTALL,
+)
+_SIMPLE = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11}
 
 
-@dataclass(frozen=True)
-class _Token:
-    kind: str  # ident | number | string | punct | eof
-    text: str  # the source text (for strings: the decoded value)
-    line: int
-    column: int
+@functools.cache
+def model_config_schema() -> Descriptor:
+    """The compiled ``inference.ModelConfig``, in a private descriptor pool (tritonclient
+    registers its own ``inference.*`` in protobuf's default one)."""
+    data = resources.files(__package__).joinpath("model_config.desc").read_bytes()
+    pool = descriptor_pool.DescriptorPool()
+    for file_proto in descriptor_pb2.FileDescriptorSet.FromString(data).file:
+        pool.Add(file_proto)
+    return pool.FindMessageTypeByName("inference.ModelConfig")
 
 
 def parse_pbtxt(text: str, source: str = "config.pbtxt") -> dict[str, Any]:
-    """Parse protobuf text format into nested dicts; ``source`` names the file in errors."""
-    return _Parser(_tokenize(text, source), source).parse()
-
-
-def _tokenize(text: str, source: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    line, line_start, pos = 1, 0, 0
-    while pos < len(text):
-        column = pos - line_start + 1
-        if text[pos] in "\"'":
-            value, pos = _read_string(text, pos, source, line, column)
-            tokens.append(_Token("string", value, line, column))
-            continue
-        match = _TOKEN.match(text, pos)
-        if match is None:
-            raise ConfigError(f"{source}:{line}:{column}: unexpected character {text[pos]!r}")
-        kind = match.lastgroup or ""
-        pos = match.end()
-        if kind == "newline":
-            line, line_start = line + 1, pos
-        elif kind != "space":
-            tokens.append(_Token(kind, match.group(), line, column))
-    tokens.append(_Token("eof", "end of file", line, len(text) - line_start + 1))
-    return tokens
-
-
-def _read_string(text: str, start: int, source: str, line: int, column: int) -> tuple[str, int]:
-    """Decode the quoted string starting at ``start``; returns the value and the position after
-    the closing quote. Escapes are C's, as protobuf reads them (octal and hex give bytes)."""
-    quote = text[start]
-    out = bytearray()
-    pos = start + 1
-    while pos < len(text) and text[pos] not in (quote, "\n"):
-        if text[pos] == "\\":
-            where = f"{source}:{line}:{column + pos - start}"
-            pos = _read_escape(text, pos, out, where)
-        else:
-            out += text[pos].encode("utf-8", "surrogatepass")
-            pos += 1
-    if pos >= len(text) or text[pos] != quote:
-        raise ConfigError(f"{source}:{line}:{column}: unterminated string (missing {quote})")
+    """Parse a config.pbtxt into nested dicts; ``source`` names the file in errors."""
+    lines = text.split("\n")
     try:
-        return out.decode("utf-8"), pos + 1
-    except UnicodeDecodeError:
-        raise ConfigError(f"{source}:{line}:{column}: string is not valid UTF-8") from None
+        return _Reader(text_format.Tokenizer(lines)).message(model_config_schema(), None, 0)
+    except text_format.ParseError as exc:
+        # the tokenizer's own errors carry "LINE:COLUMN : 'the line': " in front
+        message = str(exc).split(" : ", 1)[-1]
+        line, column = exc.GetLine() or 1, exc.GetColumn() or 1
+        current = lines[line - 1] if line <= len(lines) else ""
+        message = message.removeprefix(f"'{current}': ")
+        raise ConfigError(f"{source}:{line}:{column}: {message}") from None
 
 
-def _read_escape(text: str, pos: int, out: bytearray, where: str) -> int:
-    """Append the bytes of the escape sequence at ``pos`` (a backslash); returns the position
-    after it."""
-    escape = text[pos + 1 : pos + 2]
-    if escape in _SIMPLE_ESCAPES:
-        out.append(_SIMPLE_ESCAPES[escape])
-        return pos + 2
-    octal = re.match(r"[0-7]{1,3}", text[pos + 1 : pos + 4])
-    if octal is not None:
-        if int(octal.group(), 8) > 255:
-            raise ConfigError(f"{where}: octal escape \\{octal.group()} is above \\377")
-        out.append(int(octal.group(), 8))
-        return pos + 1 + len(octal.group())
-    if escape in ("x", "X"):
-        digits = re.match(r"[0-9A-Fa-f]{1,2}", text[pos + 2 : pos + 4])
-        if digits is None:
-            raise ConfigError(f"{where}: expected hex digits after \\{escape}")
-        out.append(int(digits.group(), 16))
-        return pos + 2 + len(digits.group())
-    if escape in ("u", "U"):
-        width = 4 if escape == "u" else 8
-        digits = re.fullmatch(f"[0-9A-Fa-f]{{{width}}}", text[pos + 2 : pos + 2 + width])
-        if digits is None or int(digits.group(), 16) > 0x10FFFF:
-            raise ConfigError(
-                f"{where}: expected {width} hex digits of a code point after \\{escape}"
-            )
-        out += chr(int(digits.group(), 16)).encode("utf-8", "surrogatepass")
-        return pos + 2 + width
-    shown = f"'{escape}'" if escape not in ("", "\n") else "end of line"
-    raise ConfigError(f"{where}: unknown escape sequence: backslash followed by {shown}")
+def is_repeated(field: FieldDescriptor) -> bool:
+    """Whether a field is repeated (or a map); protobuf 7 dropped ``label``."""
+    repeated = getattr(field, "is_repeated", None)
+    if repeated is not None:
+        return bool(repeated)
+    return field.label == FieldDescriptor.LABEL_REPEATED
 
 
-class _Parser:
-    def __init__(self, tokens: list[_Token], source: str) -> None:
-        self._tokens = tokens
-        self._pos = 0
-        self._source = source
+class _Reader:
+    def __init__(self, tokenizer: text_format.Tokenizer) -> None:
+        self._t = tokenizer
 
-    def parse(self) -> dict[str, Any]:
-        return self._message(closing="", opened=None, depth=0)
+    def _error(self, message: str) -> text_format.ParseError:
+        """An error at the current token."""
+        here = self._t.ParseError("")
+        return text_format.ParseError(message, here.GetLine(), here.GetColumn())
 
-    # ----------------------------------------------------------------- helpers
-    def _peek(self) -> _Token:
-        return self._tokens[self._pos]
+    def _where(self) -> tuple[int, int]:
+        """Line and column of the current token."""
+        here = self._t.ParseError("")
+        return here.GetLine() or 1, here.GetColumn() or 1
 
-    def _next(self) -> _Token:
-        token = self._tokens[self._pos]
-        if token.kind != "eof":
-            self._pos += 1
-        return token
+    def _shown(self) -> str:
+        token = self._t.token
+        return "end of file" if not token else f"'{token}'"
 
-    def _is(self, text: str) -> bool:
-        token = self._peek()
-        return token.kind == "punct" and token.text == text
-
-    def _error(self, token: _Token, message: str) -> ConfigError:
-        return ConfigError(f"{self._source}:{token.line}:{token.column}: {message}")
-
-    @staticmethod
-    def _show(token: _Token) -> str:
-        if token.kind == "eof":
-            return "end of file"
-        if token.kind == "string":
-            return f"string {token.text!r}"
-        return f"'{token.text}'"
-
-    # ----------------------------------------------------------------- grammar
-    def _message(self, closing: str, opened: tuple[str, _Token] | None, depth: int) -> dict:
+    def message(
+        self, schema: Descriptor | None, opened: tuple[str, str, int] | None, depth: int
+    ) -> dict[str, Any]:
+        """The fields up to ``opened``'s closing token (name, closing, line), or to the end of
+        the file; ``schema`` None: a message the schema does not describe."""
         if depth > MAX_DEPTH:
-            raise self._error(self._peek(), f"messages nested deeper than {MAX_DEPTH} levels")
+            raise self._error(f"messages nested deeper than {MAX_DEPTH} levels")
         fields: dict[str, Any] = {}
-        first_seen: dict[str, _Token] = {}
+        first_line: dict[str, int] = {}
+        t = self._t
         while True:
-            token = self._peek()
-            if token.kind == "eof":
-                if not closing:
-                    return fields
-                assert opened is not None
-                name, start = opened
-                raise self._error(
-                    token,
-                    f"unexpected end of file: expected '{closing}' to close '{name}' "
-                    f"opened at line {start.line}",
-                )
-            if closing and self._is(closing):
-                self._next()
+            if opened is None and t.AtEnd():
                 return fields
-            if token.kind != "ident":
-                expected = f"a field name or '{closing}'" if closing else "a field name"
-                raise self._error(token, f"expected {expected}, got {self._show(token)}")
-            self._next()
-            value, is_list = self._field_value(token, depth)
-            self._store(fields, first_seen, token, value, is_list)
-            if self._is(",") or self._is(";"):
-                self._next()
+            if opened is not None and t.TryConsume(opened[1]):
+                return fields
+            if t.AtEnd():
+                assert opened is not None
+                name, closing, line = opened
+                raise self._error(
+                    f"unexpected end of file: expected '{closing}' to close '{name}' "
+                    f"opened at line {line}"
+                )
+            if not _NAME.fullmatch(t.token):
+                closing = f" or '{opened[1]}'" if opened else ""
+                raise self._error(f"expected a field name{closing}, got {self._shown()}")
+            name, (line, column) = t.token, self._where()
+            t.NextToken()
+            field = schema.fields_by_name.get(name) if schema is not None else None
+            value, is_list = self._field_value(name, field, depth)
+            values = value if is_list else [value]
+            if field is not None and is_repeated(field):
+                fields.setdefault(name, []).extend(values)
+            elif name not in fields:
+                fields[name], first_line[name] = value, line
+            elif field is not None:
+                raise text_format.ParseError(
+                    f"'{name}' is set twice (first at line {first_line[name]}); it is not a "
+                    "repeated field",
+                    line,
+                    column,
+                )
+            else:  # not in the schema: whether it repeats is unknown, so keep every value
+                earlier = fields[name]
+                fields[name] = [*(earlier if isinstance(earlier, list) else [earlier]), *values]
+            if not t.TryConsume(","):
+                t.TryConsume(";")
 
-    def _field_value(self, name: _Token, depth: int) -> tuple[Any, bool]:
+    def _field_value(
+        self, name: str, field: FieldDescriptor | None, depth: int
+    ) -> tuple[Any, bool]:
         """The value after a field name; the flag tells whether it was written as a list."""
-        has_colon = self._is(":")
-        if has_colon:
-            self._next()
-        token = self._peek()
-        if token.kind == "punct" and token.text in _CLOSING:
-            self._next()
-            return self._message(_CLOSING[token.text], (name.text, token), depth + 1), False
-        if self._is("["):
-            return self._list(name, depth), True
+        t = self._t
+        has_colon = t.TryConsume(":")
+        if t.token in _CLOSING:
+            return self._nested(name, field, depth), False
+        if t.token == "[":
+            return self._list(name, field, depth), True
         if not has_colon:
-            raise self._error(token, f"expected ':' or '{{' after '{name.text}'")
-        return self._scalar(f"a value after '{name.text}:'"), False
+            raise self._error(f"expected ':' or '{{' after '{name}'")
+        return self._scalar(field, f"a value after '{name}:'"), False
 
-    def _list(self, name: _Token, depth: int) -> list[Any]:
-        opening = self._next()
+    def _nested(self, name: str, field: FieldDescriptor | None, depth: int) -> dict[str, Any]:
+        schema = field.message_type if field is not None else None
+        opened = (name, _CLOSING[self._t.token], self._where()[0])
+        self._t.NextToken()
+        return self.message(schema, opened, depth + 1)
+
+    def _list(self, name: str, field: FieldDescriptor | None, depth: int) -> list[Any]:
+        t = self._t
+        line = self._where()[0]
+        t.NextToken()
         items: list[Any] = []
-        while not self._is("]"):
-            token = self._peek()
-            if token.kind == "punct" and token.text in _CLOSING:
-                self._next()
-                items.append(self._message(_CLOSING[token.text], (name.text, token), depth + 1))
-            elif token.kind != "eof":
-                items.append(self._scalar(f"a value or ']' in the list of '{name.text}'"))
-            token = self._peek()
-            if token.kind == "eof":
+        while not t.TryConsume("]"):
+            if t.token in _CLOSING:
+                items.append(self._nested(name, field, depth))
+            elif t.token:
+                items.append(self._scalar(field, f"a value or ']' in the list of '{name}'"))
+            if t.AtEnd():
                 raise self._error(
-                    token,
-                    f"unexpected end of file: expected ']' to close the list of '{name.text}' "
-                    f"opened at line {opening.line}",
+                    f"unexpected end of file: expected ']' to close the list of '{name}' "
+                    f"opened at line {line}"
                 )
-            if self._is(","):
-                self._next()
-            elif not self._is("]"):
+            if not t.TryConsume(",") and t.token != "]":
                 raise self._error(
-                    token,
-                    f"expected ',' or ']' in the list of '{name.text}', got {self._show(token)}",
+                    f"expected ',' or ']' in the list of '{name}', got {self._shown()}"
                 )
-        self._next()
         return items
 
-    def _scalar(self, expected: str) -> Any:
-        token = self._next()
-        if token.kind == "string":
-            parts = [token.text]
-            while self._peek().kind == "string":  # "a" "b" is one string, as in C
-                parts.append(self._next().text)
+    def _scalar(self, field: FieldDescriptor | None, expected: str) -> Any:
+        t = self._t
+        token = t.token
+        if token[:1] in ("'", '"'):
+            parts = []
+            while t.token[:1] in ("'", '"'):  # "a" "b" is one string, as in C
+                parts.append(self._string(t.token))
+                t.NextToken()
             return "".join(parts)
-        if token.kind == "ident":
-            if token.text in _TRUE:
-                return True
-            if token.text in _FALSE:
-                return False
-            return token.text  # an enum value such as TYPE_FP32, or inf / nan
-        negative = token.kind == "punct" and token.text == "-"
-        if negative:
-            token = self._next()
-            if token.kind == "ident" and token.text.lower() in _FLOAT_WORDS:
-                return -_FLOAT_WORDS[token.text.lower()]
-        if token.kind == "number":
-            value = self._number(token)
-            return -value if negative else value
-        if negative:
-            raise self._error(token, f"expected a number after '-', got {self._show(token)}")
-        raise self._error(token, f"expected {expected}, got {self._show(token)}")
+        if _NAME.fullmatch(token):
+            t.NextToken()
+            return _WORDS.get(token, token)  # enum values such as TYPE_FP32 stay names
+        if token == "-":  # "- 7": protobuf's tokenizer makes "-" a token of its own
+            t.NextToken()
+            word = t.token.lower() in ("inf", "infinity", "nan")
+            if not word and not (t.token[:1].isdigit() or t.token[:1] == "."):
+                raise self._error(f"expected a number after '-', got {self._shown()}")
+            token = "-" + t.token
+        if not token or not (token[0].isdigit() or token[0] in ".-+"):
+            raise self._error(f"expected {expected}, got {self._shown()}")
+        value = self._number(token)
+        t.NextToken()
+        if isinstance(value, int) and field is not None and field.enum_type is not None:
+            named = field.enum_type.values_by_number.get(value)
+            return named.name if named is not None else value
+        return value
 
-    def _number(self, token: _Token) -> int | float:
-        text = token.text
-        if re.fullmatch(r"0[xX][0-9A-Fa-f]+", text):
-            return int(text[2:], 16)
-        if re.fullmatch(r"0[0-7]+", text):  # protobuf reads a leading 0 as octal
-            return int(text, 8)
-        if re.fullmatch(r"0|[1-9][0-9]*", text):
-            return int(text)
-        if _FLOAT.fullmatch(text) and not text.isdigit():  # "08" is neither octal nor float
-            return float(text.rstrip("fF"))
-        raise self._error(token, f"invalid number '{text}'")
+    def _number(self, token: str) -> int | float:
+        if _DECIMAL.fullmatch(token) and not re.fullmatch(r"[-+]?0[0-9]+", token):
+            return int(token)  # any size: ModelConfig checks the range
+        for signed in (True, False):
+            try:
+                return text_format.ParseInteger(token, is_signed=signed, is_long=True)
+            except ValueError:
+                pass
+        if not _DECIMAL.fullmatch(token):  # "08" is neither octal nor a float
+            try:
+                return text_format.ParseFloat(token)
+            except ValueError:
+                pass
+        raise self._error(f"invalid number '{token}'")
 
-    def _store(
-        self,
-        fields: dict[str, Any],
-        first_seen: dict[str, _Token],
-        name: _Token,
-        value: Any,
-        is_list: bool,
-    ) -> None:
-        key = name.text
-        if key in REPEATED_FIELDS:
-            fields.setdefault(key, []).extend(value if is_list else [value])
-            return
-        if key in fields:
-            first = first_seen[key]
-            raise self._error(
-                name,
-                f"'{key}' is set twice (first at line {first.line}); it is not a repeated field",
-            )
-        fields[key] = value
-        first_seen[key] = name
+    def _string(self, token: str) -> str:
+        """A quoted string token's value; escapes as protobuf's C++ parser reads them
+        (protobuf's Python one passes unknown escapes through)."""
+        quote = token[0]
+        if len(token) < 2 or token[-1] != quote:
+            raise self._error(f"unterminated string (missing {quote})")
+        body = token[1:-1]
+        out = bytearray()
+        position = 0
+        for match in _ESCAPE.finditer(body):
+            out += body[position : match.start()].encode("utf-8", "surrogatepass")
+            position = match.end()
+            out += self._escape(match)
+        out += body[position:].encode("utf-8", "surrogatepass")
+        try:
+            return out.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self._error("string is not valid UTF-8") from None
+
+    def _escape(self, match: re.Match[str]) -> bytes:
+        simple, octal, hex_, u, big_u = match.group("simple", "octal", "hex", "u", "U")
+        if simple is not None:
+            return bytes([_SIMPLE.get(simple, ord(simple))])
+        if octal is not None:
+            if int(octal, 8) > 255:
+                raise self._error(f"octal escape \\{octal} is above \\377")
+            return bytes([int(octal, 8)])
+        if hex_ is not None:
+            return bytes([int(hex_, 16)])
+        code = u or big_u
+        if code is not None and int(code, 16) <= 0x10FFFF:
+            return chr(int(code, 16)).encode("utf-8", "surrogatepass")
+        bad = match.group("bad")
+        if code is not None or bad in ("u", "U"):
+            width = 4 if (code and len(code) == 4) or bad == "u" else 8
+            letter = "u" if width == 4 else "U"
+            raise self._error(f"expected {width} hex digits of a code point after \\{letter}")
+        if bad in ("x", "X"):
+            raise self._error(f"expected hex digits after \\{bad}")
+        shown = f"'{bad}'" if bad else "end of string"
+        raise self._error(f"unknown escape sequence: backslash followed by {shown}")

@@ -66,8 +66,7 @@ from inferplex.config.model_config import (
     Scheduling,
     TensorConfig,
 )
-from inferplex.config.paths import check_file_name
-from inferplex.config.pbtxt import parse_pbtxt
+from inferplex.config.pbtxt import model_config_schema, parse_pbtxt
 from inferplex.errors import ConfigError
 
 PBTXT_NAME = "config.pbtxt"
@@ -78,31 +77,33 @@ YAML_NAMES = ("config.yaml", "config.yml")
 DEFAULT_MAX_BATCH_SIZE = 4
 
 _NONE: frozenset[str] = frozenset()
-# What ModelConfig has is supported: a field added there is read from both formats.
+
+
+def _schema_fields(message: str) -> frozenset[str]:
+    """The field names of ``inference.<message>`` in the compiled schema
+    (proto/model_config.proto: Triton's model_config.proto and inferplex's sections)."""
+    pool = model_config_schema().file.pool
+    return frozenset(pool.FindMessageTypeByName(f"inference.{message}").fields_by_name)
+
+
+# What ModelConfig has is supported: a field added there is read from both formats. What only
+# the compiled schema has is listed as not supported yet; a name in neither is unknown.
 _MODEL_FIELDS = frozenset(ModelConfig.model_fields) - {"unsupported_fields"}
-_INPUT_FIELDS = frozenset(TensorConfig.model_fields)
-_OUTPUT_FIELDS = _INPUT_FIELDS - {"optional"}  # Triton's ModelOutput has no optional
+_INPUT_FIELDS = frozenset(TensorConfig.model_fields) & _schema_fields("ModelInput")
+_OUTPUT_FIELDS = frozenset(TensorConfig.model_fields) & _schema_fields("ModelOutput")
 _GROUP_FIELDS = frozenset(InstanceGroup.model_fields)
 _BATCHING_FIELDS = frozenset(DynamicBatching.model_fields)
 _QUEUE_FIELDS = frozenset(QueuePolicy.model_fields)
 _SCHEDULING_FIELDS = frozenset(Scheduling.model_fields)
 _CACHE_FIELDS = frozenset(ResponseCache.model_fields)
-_RESOURCE_FIELDS = frozenset({"name", "count", "global"})
-# The rest of Triton's model_config.proto, message by message.
-_MODEL_NOT_YET = frozenset(
-    {"runtime", "batch_input", "batch_output", "sequence_batching"}
-    | {"cc_model_filenames", "metric_tags"}
-    | {"model_operations", "model_transaction_policy", "model_repository_agents"}
-    | {"model_metrics"}
-)
-_INPUT_NOT_YET = frozenset({"format", "allow_ragged_batch", "is_non_linear_format_io"})
-_OUTPUT_NOT_YET = frozenset({"label_filename", "is_non_linear_format_io"})
-_GROUP_NOT_YET = frozenset({"secondary_devices", "profile", "passive", "host_policy"})
+_RESOURCE_FIELDS = _schema_fields("ModelRateLimiter.Resource")  # "global" is global_ there
+_MODEL_NOT_YET = _schema_fields("ModelConfig") - _MODEL_FIELDS
+_INPUT_NOT_YET = _schema_fields("ModelInput") - _INPUT_FIELDS
+_OUTPUT_NOT_YET = _schema_fields("ModelOutput") - _OUTPUT_FIELDS
+_GROUP_NOT_YET = _schema_fields("ModelInstanceGroup") - _GROUP_FIELDS
 _POLICIES = ("latest", "all", "specific")
-_OPT_NOT_YET = frozenset(
-    {"graph", "priority", "cuda", "input_pinned_memory", "output_pinned_memory"}
-    | {"gather_kernel_buffer_threshold", "eager_batching"}
-)
+_OPT_NOT_YET = _schema_fields("ModelOptimizationPolicy") - {"execution_accelerators"}
+_ENSEMBLE_NOT_YET = _schema_fields("ModelEnsembling") - {"step"}
 # ModelConfig fields that need reading rather than passing on
 _MODEL_MESSAGES = frozenset(
     {"name", "input", "output", "instance_group", "version_policy", "dynamic_batching"}
@@ -110,11 +111,10 @@ _MODEL_MESSAGES = frozenset(
     | {"size_routing"}
     | {"model_warmup", "optimization"}
 )
-_WARMUP_FIELDS = frozenset({"name", "batch_size", "inputs", "count"})
-_WARMUP_INPUT_FIELDS = frozenset(
-    {"data_type", "dims", "zero_data", "random_data", "input_data_file"}
-)
+_WARMUP_FIELDS = _schema_fields("ModelWarmup")
+_WARMUP_INPUT_FIELDS = _schema_fields("ModelWarmup.Input")
 _STEP_FIELDS = frozenset(EnsembleStep.model_fields)
+_STEP_NOT_YET = _schema_fields("ModelEnsembling.Step") - _STEP_FIELDS
 _CASCADE_FIELDS = frozenset(Cascade.model_fields)
 _SIZE_ROUTING_FIELDS = frozenset(SizeRouting.model_fields)
 _RULE_FIELDS = frozenset(SizeRule.model_fields)
@@ -267,7 +267,6 @@ class _Reader:
             f = self.fields(raw, path, _INPUT_FIELDS, _INPUT_NOT_YET) or {}
         else:
             f = self.fields(raw, path, _OUTPUT_FIELDS, _OUTPUT_NOT_YET) or {}
-            self.label_file(raw, f"{path}.label_filename")
         out = _plain(f, ("dims", "reshape"))
         if "dims" in f:
             out["dims"] = _as_list(f["dims"])
@@ -276,16 +275,6 @@ class _Reader:
             if reshape is not None:
                 out["reshape"] = _as_list(reshape.get("shape"))
         return out
-
-    def label_file(self, raw: Any, path: str) -> None:
-        """Triton's label_filename is not read yet, but a config naming a file outside the
-        model's folder is refused now, as every configured file is (config/paths.py)."""
-        label = raw.get("label_filename") if isinstance(raw, Mapping) else None
-        if isinstance(label, str) and label:
-            try:
-                check_file_name(label, "the model folder")
-            except ValueError as exc:
-                self.error(path, str(exc))
 
     def instance_group(self, raw: Any, path: str) -> dict[str, Any]:
         f = self.fields(raw, path, _GROUP_FIELDS, _GROUP_NOT_YET) or {}
@@ -346,11 +335,11 @@ class _Reader:
 
     def ensemble_scheduling(self, raw: Any) -> dict[str, Any]:
         path = "ensemble_scheduling"
-        f = self.fields(raw, path, frozenset({"step"}), _NONE) or {}
+        f = self.fields(raw, path, frozenset({"step"}), _ENSEMBLE_NOT_YET) or {}
         steps = []
         for i, step in enumerate(_as_list(f.get("step"))):
             where = f"{path}.step[{i}]"
-            g = self.fields(step, where, _STEP_FIELDS, frozenset({"model_namespace"})) or {}
+            g = self.fields(step, where, _STEP_FIELDS, _STEP_NOT_YET) or {}
             out = _plain(g, ("input_map", "output_map"))
             for name in ("input_map", "output_map"):
                 if name in g:

@@ -1,5 +1,5 @@
-"""The protobuf text format reader: Triton's documented examples, every piece of syntax, every
-error with its position, and properties on random input."""
+"""The config.pbtxt reader: Triton's documented examples, list-ness and enums from the compiled
+schema, every piece of syntax, every error with its position, and properties on random input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplex.config.pbtxt import MAX_DEPTH, REPEATED_FIELDS, parse_pbtxt
+from inferplex.config.pbtxt import MAX_DEPTH, is_repeated, model_config_schema, parse_pbtxt
 from inferplex.errors import ConfigError
 
 # --------------------------------------------------------------------------- Triton's examples
@@ -170,7 +170,7 @@ dynamic_batching {
     ]
 
 
-# --------------------------------------------------------------------------- lists
+# --------------------------------------------------------------------------- lists, from the schema
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ dynamic_batching {
     ],
 )
 def test_repeated_scalars_are_lists_however_written(text: str, expected: list[int]) -> None:
-    assert parse_pbtxt(text) == {"dims": expected}
+    assert parse_pbtxt(f"input {{ {text} }}") == {"input": [{"dims": expected}]}
 
 
 @pytest.mark.parametrize(
@@ -209,32 +209,114 @@ def test_repeated_messages_collect_in_order() -> None:
     assert [o["name"] for o in parse_pbtxt(text)["output"]] == ["a", "b", "c", "d"]
 
 
-def test_every_repeated_field_of_tritons_proto_is_known() -> None:
-    # A sample across messages: a miss here would make list-ness depend on repetition.
-    for name in (
-        "input",
-        "output",
-        "dims",
-        "instance_group",
-        "preferred_batch_size",
-        "versions",
-        "gpus",
-        "shape",
-        "parameters",
-        "priority_queue_policy",
-        "model_warmup",
-        "step",
-        "input_map",
-        "control_input",
-        "batch_input",
-    ):
-        assert name in REPEATED_FIELDS
-    for single in ("name", "max_batch_size", "data_type", "reshape", "count", "kind"):
-        assert single not in REPEATED_FIELDS
+def _schema_fields(descriptor: Any, seen: set[str] | None = None):
+    """(message, field) for every field of every message the schema's ModelConfig reaches."""
+    seen = set() if seen is None else seen
+    if descriptor.full_name in seen:
+        return
+    seen.add(descriptor.full_name)
+    for field in descriptor.fields:
+        yield descriptor, field
+        if field.message_type is not None:
+            yield from _schema_fields(field.message_type, seen)
 
 
-def test_a_single_field_given_a_list_stays_that_list() -> None:
-    assert parse_pbtxt("something: [ 1, 2 ]") == {"something": [1, 2]}
+def _path_to(target: Any) -> list[str]:
+    """Field names from ModelConfig down to the message ``target``."""
+    queue: list[tuple[Any, list[str]]] = [(model_config_schema(), [])]
+    seen: set[str] = set()
+    while queue:
+        message, path = queue.pop(0)
+        if message.full_name == target.full_name:
+            return path
+        seen.add(message.full_name)
+        for field in message.fields:
+            if field.message_type is not None and field.message_type.full_name not in seen:
+                queue.append((field.message_type, [*path, field.name]))
+    raise AssertionError(target.full_name)
+
+
+def test_every_repeated_field_of_the_schema_is_a_list_and_no_other_is() -> None:
+    """Written once, each field of each message comes back as a list exactly when the compiled
+    schema (Triton's model_config.proto) declares it repeated or a map."""
+    checked = 0
+    for message, field in _schema_fields(model_config_schema()):
+        if message.GetOptions().map_entry:
+            continue
+        path = _path_to(message)
+        value = "{ }" if field.message_type is not None else ": 1"
+        text = f"{field.name} {value}"
+        for name in reversed(path):
+            text = f"{name} {{ {text} }}"
+        parsed: Any = parse_pbtxt(text)
+        for name in path:
+            parsed = parsed[name]
+            parsed = parsed[0] if isinstance(parsed, list) else parsed
+        assert isinstance(parsed[field.name], list) == is_repeated(field), field.full_name
+        checked += 1
+    assert checked > 150
+
+
+def test_enum_numbers_come_back_as_names() -> None:
+    text = """
+    input { data_type: 11 format: 2 }
+    instance_group { kind: 2 }
+    dynamic_batching { priority_queue_policy { key: 1 value { timeout_action: 1 } } }
+    input { data_type: 99 }
+    """
+    parsed = parse_pbtxt(text)
+    assert parsed["input"] == [
+        {"data_type": "TYPE_FP32", "format": "FORMAT_NCHW"},
+        {"data_type": 99},  # not a value of the enum: ModelConfig says so
+    ]
+    assert parsed["instance_group"] == [{"kind": "KIND_CPU"}]
+    assert parsed["dynamic_batching"]["priority_queue_policy"][0]["value"] == {
+        "timeout_action": "DELAY"
+    }
+
+
+def test_inferplex_sections_are_in_the_schema() -> None:
+    text = """
+    scheduling { weight: 2 slo_p99_ms: 5.5 adaptive_batching: true nice: 3 }
+    cascade { light_model: "s" heavy_model: "b" confidence_output: "p" confidence: max
+              threshold: 0.9 }
+    size_routing { input_name: "x" rule [ { model_name: "a" max_dims: 64 }, { model_name: "b" } ] }
+    """
+    parsed = parse_pbtxt(text)
+    assert parsed["size_routing"]["rule"] == [
+        {"model_name": "a", "max_dims": [64]},
+        {"model_name": "b"},
+    ]
+    assert parsed["cascade"]["confidence"] == "max"
+    assert parsed["scheduling"] == {
+        "weight": 2,
+        "slo_p99_ms": 5.5,
+        "adaptive_batching": True,
+        "nice": 3,
+    }
+
+
+def test_names_the_schema_lacks_are_kept_as_written() -> None:
+    """A typo is not fatal: readers.py lists it as an unknown field. Nothing in the schema says
+    whether it repeats, so a name given twice keeps both values."""
+    text = 'max_batchsize: 8 input { name: "a" dim: [ 2 ] } extra { a: 1 a: 2 b { c: "d" } }'
+    assert parse_pbtxt(text) == {
+        "max_batchsize": 8,
+        "input": [{"name": "a", "dim": [2]}],
+        "extra": {"a": [1, 2], "b": {"c": "d"}},
+    }
+    assert parse_pbtxt("something: [ 1, 2 ] something: 3") == {"something": [1, 2, 3]}
+
+
+def test_values_are_kept_as_written_for_model_config_to_check() -> None:
+    """The reader does not check a value against its field's type: ModelConfig does, with the
+    same messages for config.pbtxt and config.yaml (test_readers.py)."""
+    text = 'max_batch_size: "x" platform: onnxruntime_onnx parameters { key: "k" value: "v" }'
+    assert parse_pbtxt(text) == {
+        "max_batch_size": "x",
+        "platform": "onnxruntime_onnx",
+        "parameters": [{"key": "k", "value": "v"}],
+    }
 
 
 # --------------------------------------------------------------------------- scalars
@@ -251,6 +333,7 @@ def test_a_single_field_given_a_list_stays_that_list() -> None:
         ("0XfF", 255),
         ("-0x10", -16),
         ("017", 15),
+        ("18446744073709551616", 2**64),
         ("1.5", 1.5),
         ("-2.25", -2.25),
         (".5", 0.5),
@@ -358,33 +441,39 @@ def test_windows_line_endings() -> None:
             "config.pbtxt:1:9: expected a value or ']' in the list of 'dims', got '['",
         ),
         ("}", "config.pbtxt:1:1: expected a field name, got '}'"),
-        ('"name": 1', "config.pbtxt:1:1: expected a field name, got string 'name'"),
+        ('"name": 1', "config.pbtxt:1:1: expected a field name, got '\"name\"'"),
         ("12: 1", "config.pbtxt:1:1: expected a field name, got '12'"),
         (
-            "a: 1 a: 2",
-            "config.pbtxt:1:6: 'a' is set twice (first at line 1); it is not a repeated field",
+            'name: "a" name: "b"',
+            "config.pbtxt:1:11: 'name' is set twice (first at line 1); it is not a repeated field",
         ),
         (
             "max_batch_size: 1\nmax_batch_size: 2",
             "config.pbtxt:2:1: 'max_batch_size' is set twice (first at line 1); "
             "it is not a repeated field",
         ),
+        (
+            "dynamic_batching { }\ndynamic_batching { }",
+            "config.pbtxt:2:1: 'dynamic_batching' is set twice (first at line 1); "
+            "it is not a repeated field",
+        ),
         ("a: 08", "config.pbtxt:1:4: invalid number '08'"),
         ("a: 12abc", "config.pbtxt:1:4: invalid number '12abc'"),
         ("a: 0x", "config.pbtxt:1:4: invalid number '0x'"),
         ("a: 1.2.3", "config.pbtxt:1:4: invalid number '1.2.3'"),
-        ("a: -x", "config.pbtxt:1:5: expected a number after '-', got 'x'"),
-        ("a: --1", "config.pbtxt:1:5: expected a number after '-', got '-'"),
+        ("a: -x", "config.pbtxt:1:4: invalid number '-x'"),
+        ("a: - x", "config.pbtxt:1:6: expected a number after '-', got 'x'"),
+        ("a: --1", "config.pbtxt:1:4: invalid number '--1'"),
         ('a: "abc', 'config.pbtxt:1:4: unterminated string (missing ")'),
         ("a: 'abc\"\n'", "config.pbtxt:1:4: unterminated string (missing ')"),
-        (r'a: "\q"', "config.pbtxt:1:5: unknown escape sequence: backslash followed by 'q'"),
-        (r'a: "\x"', "config.pbtxt:1:5: expected hex digits after \\x"),
-        (r'a: "\u12"', "config.pbtxt:1:5: expected 4 hex digits of a code point after \\u"),
-        (r'a: "\U00110000"', "config.pbtxt:1:5: expected 8 hex digits of a code point after \\U"),
-        (r'a: "ok\777"', "config.pbtxt:1:7: octal escape \\777 is above \\377"),
+        (r'a: "\q"', "config.pbtxt:1:4: unknown escape sequence: backslash followed by 'q'"),
+        (r'a: "\x"', "config.pbtxt:1:4: expected hex digits after \\x"),
+        (r'a: "\u12"', "config.pbtxt:1:4: expected 4 hex digits of a code point after \\u"),
+        (r'a: "\U00110000"', "config.pbtxt:1:4: expected 8 hex digits of a code point after \\U"),
+        (r'a: "ok\777"', "config.pbtxt:1:4: octal escape \\777 is above \\377"),
         (r'a: "\xff"', "config.pbtxt:1:4: string is not valid UTF-8"),
-        ("a: 1 @", "config.pbtxt:1:6: unexpected character '@'"),
-        ("a: 1\n  b: 2 $", "config.pbtxt:2:8: unexpected character '$'"),
+        ("a: 1 @", "config.pbtxt:1:6: expected a field name, got '@'"),
+        ("a: 1\n  b: 2 $", "config.pbtxt:2:8: expected a field name, got '$'"),
         ("[ext]: 1", "config.pbtxt:1:1: expected a field name, got '['"),
     ],
 )
@@ -416,7 +505,7 @@ def test_errors_are_invalid_argument() -> None:
 
 # --------------------------------------------------------------------------- properties
 
-_PBTXT_ALPHABET = st.sampled_from([*"{}[]<>:;,-.'\"\\#\n \t_aeEfxX019", "true", "dims"])
+_PBTXT_ALPHABET = st.sampled_from([*"{}[]<>:;,-.'\"\\#\n \t_aeEfxX019", "true", "dims", "input"])
 
 
 @settings(max_examples=400)
@@ -430,9 +519,15 @@ def test_random_text_gives_a_dict_or_a_config_error(text: str) -> None:
         assert isinstance(result, dict)
 
 
+def _all_names() -> set[str]:
+    return {field.name for _, field in _schema_fields(model_config_schema())}
+
+
 _RESERVED = {"true", "false", "True", "False", "inf", "infinity", "nan"}
-_IDENT = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(lambda s: s not in _RESERVED)
-_FIELD = _IDENT.filter(lambda s: s not in REPEATED_FIELDS)
+# names the schema does not have: nothing but the text says what they hold
+_IDENT = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(
+    lambda s: s not in _RESERVED and s not in _all_names()
+)
 _SCALAR = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**64),
     st.floats(allow_nan=False, allow_infinity=False),
@@ -443,10 +538,8 @@ _SCALAR = st.one_of(
 
 
 def _message(children: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
-    single = st.dictionaries(_FIELD, children, max_size=4)
-    repeated = st.dictionaries(
-        st.sampled_from(sorted(REPEATED_FIELDS)), st.lists(children, max_size=3), max_size=2
-    )
+    single = st.dictionaries(_IDENT, children, max_size=4)
+    repeated = st.dictionaries(_IDENT, st.lists(children, max_size=3), max_size=2)
     return st.tuples(single, repeated).map(lambda pair: {**pair[0], **pair[1]})
 
 

@@ -1,0 +1,300 @@
+"""One schema: the compiled model_config.proto is what config.pbtxt is read against, what
+readers.py lists as "not supported yet", and what a served config parses into, field for
+field; every field of it round-trips through protobuf's own text format."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import descriptor_pb2, json_format, message_factory, text_format
+
+from inferplex.config.model_config import ModelConfig, TensorConfig
+from inferplex.config.pbtxt import is_repeated, model_config_schema, parse_pbtxt
+from inferplex.config.readers import config_from_dict
+from inferplex.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+COMMITTED = ROOT / "src/inferplex/config/model_config.desc"
+GRPC_SET = ROOT / "src/inferplex/protocol/v2/generated/inference.desc"
+
+
+def _descriptor_set(path: Path) -> descriptor_pb2.FileDescriptorSet:
+    return descriptor_pb2.FileDescriptorSet.FromString(path.read_bytes())
+
+
+def _message(descriptor: Any = None) -> Any:
+    return message_factory.GetMessageClass(descriptor or model_config_schema())()
+
+
+# --------------------------------------------------------------------------- one source
+
+
+def test_committed_schema_matches_the_proto(tmp_path: Path) -> None:
+    pytest.importorskip("grpc_tools")
+    shutil.copytree(ROOT / "proto", tmp_path / "proto")
+    shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
+    subprocess.run(
+        ["bash", str(tmp_path / "scripts/gen_proto.sh"), str(tmp_path / "g"), str(tmp_path / "c")],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    fresh = _descriptor_set(tmp_path / "c/model_config.desc")
+    assert fresh == _descriptor_set(COMMITTED), "run scripts/gen_proto.sh and commit the result"
+
+
+def test_the_config_schema_is_the_one_the_grpc_frontend_serves() -> None:
+    (ours,) = _descriptor_set(COMMITTED).file
+    served = {f.name: f for f in _descriptor_set(GRPC_SET).file}["model_config.proto"]
+    assert ours == served
+
+
+def test_every_model_config_field_is_in_the_schema() -> None:
+    """What ModelConfig holds has a place in the compiled message: served configs parse into
+    it strictly, and readers.py can tell supported fields from not-yet-supported ones."""
+    schema = model_config_schema()
+    assert set(ModelConfig.model_fields) - {"unsupported_fields"} <= set(schema.fields_by_name)
+    tensor_fields = set(TensorConfig.model_fields)
+    inputs = set(schema.fields_by_name["input"].message_type.fields_by_name)
+    outputs = set(schema.fields_by_name["output"].message_type.fields_by_name)
+    assert tensor_fields <= inputs | outputs
+
+
+def test_not_yet_supported_means_in_the_schema_but_not_in_model_config() -> None:
+    """readers.py keeps no list of Triton's fields: a field of the compiled ModelConfig that
+    the pydantic ModelConfig lacks is "not supported yet", any other name "unknown"."""
+    supported = set(ModelConfig.model_fields)
+    message = json_format.ParseDict(_filled(model_config_schema(), 1), _message())
+    for name in supported & set(message.DESCRIPTOR.fields_by_name):
+        message.ClearField(name)
+    text = text_format.MessageToString(message) + "\nmax_batchsize: 2"
+    config = config_from_dict(parse_pbtxt(text), "m", "m/config.pbtxt")
+    not_yet = set(model_config_schema().fields_by_name) - supported
+    assert set(config.unsupported_fields) == {
+        *(f"{name} (not supported yet)" for name in not_yet),
+        "max_batchsize (unknown field)",
+    }
+    assert "sequence_batching (not supported yet)" in config.unsupported_fields
+    config = config_from_dict(
+        parse_pbtxt("ensemble_scheduling { step { model_name: 'a' } max_inflight_responses: 2 }"),
+        "m",
+        "m/config.pbtxt",
+    )
+    assert config.unsupported_fields == (
+        "ensemble_scheduling.max_inflight_responses (not supported yet)",
+    )
+
+
+# --------------------------------------------------------------------------- every field
+
+
+def _sample(field: Any, variant: int, depth: int) -> Any:
+    """A value for ``field`` that protobuf's text format writes out (not a zero value)."""
+    if field.message_type is not None:
+        return _filled(field.message_type, variant, depth + 1)
+    if field.enum_type is not None:
+        values = field.enum_type.values
+        return values[-1 - variant % len(values)].name if len(values) > 1 else values[0].name
+    kind = field.type
+    if kind == field.TYPE_BOOL:
+        return True
+    if kind == field.TYPE_STRING:
+        return ['it\'s "quoted"', "é\n", "plain"][variant % 3]
+    if kind in (field.TYPE_FLOAT, field.TYPE_DOUBLE):
+        return [0.5, 2.25, -8.0][variant % 3]
+    if kind in (field.TYPE_UINT32, field.TYPE_UINT64, field.TYPE_FIXED32, field.TYPE_FIXED64):
+        return 7 + variant
+    return -3 - variant  # signed integers
+
+
+def _filled(descriptor: Any, variant: int, depth: int = 0) -> dict[str, Any]:
+    """Every field of ``descriptor`` set (JSON form); of a oneof, member ``variant``."""
+    if descriptor.GetOptions().map_entry:
+        key = descriptor.fields_by_name["key"]
+        return {"key": str(variant) if key.type == key.TYPE_STRING else variant + 1}
+    out: dict[str, Any] = {}
+    for field in descriptor.fields:
+        oneof = field.containing_oneof
+        if oneof is not None and oneof.fields[variant % len(oneof.fields)] is not field:
+            continue
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            key_field = field.message_type.fields_by_name["key"]
+            keys = ["b", "a"] if key_field.type == key_field.TYPE_STRING else [2, 1]
+            out[field.name] = {str(k): _sample(value_field, variant, depth) for k in keys}
+        elif is_repeated(field):
+            out[field.name] = [_sample(field, variant, depth), _sample(field, variant + 1, depth)]
+        else:
+            out[field.name] = _sample(field, variant, depth)
+    return out
+
+
+def _as_read(message: Any) -> dict[str, Any]:
+    """What parse_pbtxt gives for the text protobuf writes for ``message``: maps as sorted
+    ``key``/``value`` entries, enums by name, everything set (proto3 drops zero values)."""
+    out: dict[str, Any] = {}
+    for field, value in message.ListFields():
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            value_field = field.message_type.fields_by_name["value"]
+            out[field.name] = [
+                {"key": key, "value": _read_value(value_field, value[key])} for key in sorted(value)
+            ]
+        elif is_repeated(field):
+            out[field.name] = [_read_value(field, item) for item in value]
+        else:
+            out[field.name] = _read_value(field, value)
+    return out
+
+
+def _read_value(field: Any, value: Any) -> Any:
+    if field.message_type is not None:
+        return _as_read(value)
+    if field.enum_type is not None:
+        return field.enum_type.values_by_number[value].name
+    return value
+
+
+@pytest.mark.parametrize("variant", [0, 1, 2])
+@pytest.mark.parametrize("one_line", [False, True])
+def test_every_field_of_the_schema_reads_back_from_protobufs_own_text(
+    variant: int, one_line: bool
+) -> None:
+    """A ModelConfig message with every field of every message set (each member of each
+    oneof in one of the variants), written by protobuf's text_format, reads back field for
+    field: names, nesting, lists, maps, enums, strings with escapes, numbers."""
+    message = json_format.ParseDict(_filled(model_config_schema(), variant), _message())
+    text = text_format.MessageToString(message, as_one_line=one_line)
+    assert parse_pbtxt(text) == _as_read(message)
+    assert len(text) > 2000
+
+
+# --------------------------------------------------------------------------- served configs
+
+SERVED = [
+    """
+    name: "classify"
+    platform: "onnxruntime_onnx"
+    max_batch_size: 8
+    input [ { name: "image" data_type: TYPE_UINT8 format: FORMAT_NHWC dims: [ 224, 224, 3 ] } ]
+    output [ { name: "probs" data_type: TYPE_FP32 dims: [ 1000 ]
+               label_filename: "labels.txt" } ]
+    instance_group [ { name: "g" count: 2 kind: KIND_CPU
+                       rate_limiter { resources [ { name: "R1" global: true count: 2 } ]
+                                      priority: 2 } } ]
+    version_policy { specific { versions: [ 1, 3 ] } }
+    dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100
+                       priority_levels: 2 default_priority_level: 1
+                       default_queue_policy { timeout_action: DELAY max_queue_size: 10 }
+                       priority_queue_policy { key: 2 value { max_queue_size: 3 } } }
+    parameters { key: "intra_op_thread_count" value { string_value: "2" } }
+    model_warmup [ { name: "w" batch_size: 2 count: 3
+                     inputs { key: "image" value { data_type: TYPE_UINT8 dims: [ 224, 224, 3 ]
+                                                  random_data: true } } } ]
+    optimization { execution_accelerators { cpu_execution_accelerator [
+                   { name: "openvino" parameters { key: "k" value: "v" } } ] } }
+    scheduling { weight: 2 slo_p99_ms: 20 adaptive_batching: true nice: 3 }
+    response_cache { enable: true }
+    default_model_filename: "model.onnx"
+    """,
+    """
+    name: "pipe"
+    platform: "ensemble"
+    input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] optional: true } ]
+    output [ { name: "y" data_type: TYPE_STRING dims: [ 1 ] reshape { shape: [ ] } } ]
+    ensemble_scheduling { step [
+      { model_name: "a" model_version: -1 input_map { key: "in" value: "x" }
+        output_map { key: "out" value: "t" } },
+      { model_name: "b" model_version: 2 input_map { key: "in" value: "t" }
+        output_map { key: "out" value: "y" } } ] }
+    """,
+    """
+    name: "routed"
+    backend: "size_routing"
+    max_batch_size: 4
+    input [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]
+    output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] } ]
+    size_routing { input_name: "x" rule [ { model_name: "small" max_dims: [ 64 ] },
+                                          { model_name: "big" } ] }
+    version_policy { all { } }
+    """,
+    """
+    name: "cascaded"
+    backend: "cascade"
+    max_batch_size: 4
+    input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+    output [ { name: "p" data_type: TYPE_FP32 dims: [ 3 ] } ]
+    cascade { light_model: "s" heavy_model: "b" heavy_model_version: 2
+              confidence_output: "p" confidence: max threshold: 0.75 }
+    """,
+]
+
+
+@pytest.mark.parametrize("text", SERVED, ids=["classify", "ensemble", "size_routing", "cascade"])
+def test_a_served_config_is_the_compiled_message_and_reads_back_the_same(text: str) -> None:
+    """GET /v2/models/{m}/config (to_triton_dict) parses strictly into the compiled
+    ModelConfig: no key it renders is unknown to the schema. Written back as a config.pbtxt by
+    protobuf, it reads as the same served config: every field round-trips."""
+    name = parse_pbtxt(text)["name"]
+    config = config_from_dict(parse_pbtxt(text), name, f"{name}/config.pbtxt")
+    assert config.unsupported_fields == ()
+    served = config.to_triton_dict()
+    message = json_format.ParseDict(served, _message())
+    again = config_from_dict(
+        parse_pbtxt(text_format.MessageToString(message)), name, f"{name}/config.pbtxt"
+    )
+    assert again.to_triton_dict() == served
+
+
+def test_format_and_label_filename_are_kept_and_served() -> None:
+    config = config_from_dict(parse_pbtxt(SERVED[0]), "classify", "classify/config.pbtxt")
+    assert config.input[0].format == "FORMAT_NHWC"
+    assert config.output[0].label_filename == "labels.txt"
+    served = config.to_triton_dict()
+    assert served["input"][0]["format"] == "FORMAT_NHWC"
+    assert served["output"][0]["label_filename"] == "labels.txt"
+    yaml_like = {
+        "input": [{"name": "i", "data_type": "FP32", "dims": [1], "format": "FORMAT_NCHW"}],
+        "output": [{"name": "o", "data_type": "FP32", "dims": [1], "label_filename": "l.txt"}],
+    }
+    config = config_from_dict(yaml_like, "m", "m/config.yaml")
+    assert config.to_triton_dict()["input"][0]["format"] == "FORMAT_NCHW"
+    assert config.to_triton_dict()["output"][0]["label_filename"] == "l.txt"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'input [ { name: "a" data_type: TYPE_FP32 format: FORMAT_NWHC } ]',
+            "m/config.pbtxt: input[0].format: expected 'FORMAT_NONE', 'FORMAT_NHWC' or "
+            "'FORMAT_NCHW', got 'FORMAT_NWHC'",
+        ),
+        (
+            'output [ { name: "a" data_type: TYPE_FP32 label_filename: "/etc/passwd" } ]',
+            "m/config.pbtxt: output[0].label_filename: '/etc/passwd' ",
+        ),
+    ],
+)
+def test_format_and_label_filename_are_checked(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(parse_pbtxt(text), "m", "m/config.pbtxt")
+    assert info.value.message.startswith(message)
+
+
+def test_format_is_an_input_field_and_label_filename_an_output_field() -> None:
+    text = """
+    input [ { name: "a" data_type: TYPE_FP32 label_filename: "l.txt" } ]
+    output [ { name: "b" data_type: TYPE_FP32 format: FORMAT_NCHW } ]
+    """
+    config = config_from_dict(parse_pbtxt(text), "m", "m/config.pbtxt")
+    assert config.unsupported_fields == (
+        "input[0].label_filename (unknown field)",
+        "output[0].format (unknown field)",
+    )
+    assert (config.input[0].label_filename, config.output[0].format) == ("", "FORMAT_NONE")
