@@ -1,9 +1,17 @@
-"""ServerConfig: the server-wide settings, from flags or INFERPLEX_* environment variables."""
+"""ServerConfig: the server-wide settings, from flags or INFERPLEX_* environment variables.
+
+Each field is one setting, in one place: its type, default and description are also its
+``inferplex serve`` flag (``--field-name``; cli/options.py builds the flags from the fields),
+its environment variable (``INFERPLEX_FIELD_NAME``) and its documentation. Two markers say what
+the type alone does not: :class:`NoFlag` (set through the environment only) and
+:class:`FlagChoices` (the values a ``str`` flag offers).
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,6 +28,19 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
+class NoFlag:
+    """Marks a field without an ``inferplex serve`` flag: set through its INFERPLEX_*
+    variable only (or, for derived fields, by ServerConfig itself)."""
+
+
+@dataclass(frozen=True)
+class FlagChoices:
+    """The values a ``str`` field's flag offers, where the field's type does not list them
+    (another part checks the value, with its own message)."""
+
+    values: tuple[str, ...]
+
+
 class ServerConfig(BaseSettings):
     """Validated once at start-up, then frozen. Every field can be set as INFERPLEX_<NAME>."""
 
@@ -33,9 +54,11 @@ class ServerConfig(BaseSettings):
     http_port: int = Field(default=8000, ge=0, le=65535, description="0 picks a free port")
     grpc_port: int = Field(default=8001, ge=0, le=65535, description="0 picks a free port")
     metrics_port: int = Field(default=8002, ge=0, le=65535, description="0 picks a free port")
-    enable_http: bool = True
-    enable_grpc: bool = True
-    enable_metrics: bool = True
+    enable_http: Annotated[bool, NoFlag] = Field(default=True, description="serve HTTP")
+    enable_grpc: Annotated[bool, NoFlag] = Field(default=True, description="serve gRPC")
+    enable_metrics: Annotated[bool, NoFlag] = Field(
+        default=True, description="serve Prometheus metrics"
+    )
     http_server: Literal["builtin", "uvicorn"] = Field(
         default="builtin",
         description="the HTTP/1.1 server: the built-in one, or uvicorn (the reference twin: "
@@ -77,8 +100,8 @@ class ServerConfig(BaseSettings):
     )
     rate_limit_resources: dict[str, int] = Field(
         default_factory=dict,
-        description="total tokens per rate-limiter resource (JSON in the environment); a "
-        "resource not listed gets the largest count any model asks for",
+        description='total tokens per rate-limiter resource, a JSON object such as {"R1": 4}; '
+        "a resource not listed gets the largest count any model asks for",
     )
     drain_delay_s: float = Field(
         default=0.0,
@@ -92,17 +115,19 @@ class ServerConfig(BaseSettings):
         description="bytes of the response cache shared by models with response_cache enabled; "
         "0 = no cache",
     )
-    strict_model_config: bool = Field(
+    strict_model_config: Annotated[bool, NoFlag] = Field(
         default=False, description="refuse models without a config file instead of completing it"
     )
     # -- security (docs/security.md) ---------------------------------------------------------
     inference_token: SecretStr | None = Field(
-        default=None, description="API token for inference endpoints (none = open)"
+        default=None,
+        description="API token for inference endpoints (none = open); prefer the environment "
+        "variable to the flag, which other users of the machine see in ps",
     )
     management_token: SecretStr | None = Field(
         default=None,
         description="API token for the management API (load/unload, shared memory); once any "
-        "token is set, management needs this one",
+        "token is set, management needs this one; prefer the environment variable to the flag",
     )
     management_port: int | None = Field(
         default=None,
@@ -336,7 +361,7 @@ class ServerConfig(BaseSettings):
         description="unload models without requests for this long (scale to zero); 0 = never",
     )
     # -- remote repositories, resilience (docs/routing.md) ---------------------------------
-    model_repository_url: str = Field(
+    model_repository_url: Annotated[str, NoFlag] = Field(
         default="",
         description="s3://bucket/prefix the repository is synced from (set from "
         "model_repository when that is an s3:// URL)",
@@ -368,7 +393,10 @@ class ServerConfig(BaseSettings):
         description="answer 504 to requests not answered in time (model parameter "
         "request_timeout_ms overrides); 0 = no timeout",
     )
-    log_level: str = Field(default="info", description="debug, info, warning or error")
+    # a str checked by configure_logging, so that INFERPLEX_LOG_LEVEL gets its message too
+    log_level: Annotated[str, FlagChoices(("debug", "info", "warning", "error"))] = Field(
+        default="info", description="debug, info, warning or error"
+    )
     log_format: Literal["plain", "json"] = Field(
         default="plain", description="log lines as plain text or one JSON object per line"
     )
@@ -387,7 +415,9 @@ class ServerConfig(BaseSettings):
         description="OTLP/HTTP traces URL (empty: the exporter's default, "
         "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
     )
-    server_name: str = "inferplex"
+    server_name: Annotated[str, NoFlag] = Field(
+        default="inferplex", description="the name server metadata answers with"
+    )
 
     @field_validator("load_model", mode="before")
     @classmethod
