@@ -101,8 +101,7 @@ class _Reader:
 
     def _error(self, message: str) -> text_format.ParseError:
         """An error at the current token."""
-        here = self._t.ParseError("")
-        return text_format.ParseError(message, here.GetLine(), here.GetColumn())
+        return text_format.ParseError(message, *self._where())
 
     def _where(self) -> tuple[int, int]:
         """Line and column of the current token."""
@@ -123,18 +122,7 @@ class _Reader:
         fields: dict[str, Any] = {}
         first_line: dict[str, int] = {}
         t = self._t
-        while True:
-            if opened is None and t.AtEnd():
-                return fields
-            if opened is not None and t.TryConsume(opened[1]):
-                return fields
-            if t.AtEnd():
-                assert opened is not None
-                name, closing, line = opened
-                raise self._error(
-                    f"unexpected end of file: expected '{closing}' to close '{name}' "
-                    f"opened at line {line}"
-                )
+        while not self._closed(opened):
             if not _NAME.fullmatch(t.token):
                 closing = f" or '{opened[1]}'" if opened else ""
                 raise self._error(f"expected a field name{closing}, got {self._shown()}")
@@ -159,6 +147,22 @@ class _Reader:
                 fields[name] = [*(earlier if isinstance(earlier, list) else [earlier]), *values]
             if not t.TryConsume(","):
                 t.TryConsume(";")
+        return fields
+
+    def _closed(self, opened: tuple[str, str, int] | None) -> bool:
+        """Whether the message ends here (its closing token is consumed)."""
+        t = self._t
+        if opened is None:
+            return bool(t.AtEnd())
+        if t.TryConsume(opened[1]):
+            return True
+        if t.AtEnd():
+            name, closing, line = opened
+            raise self._error(
+                f"unexpected end of file: expected '{closing}' to close '{name}' "
+                f"opened at line {line}"
+            )
+        return False
 
     def _field_value(
         self, name: str, field: FieldDescriptor | None, depth: int
