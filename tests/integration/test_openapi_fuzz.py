@@ -91,8 +91,19 @@ def test_no_server_errors(case: schemathesis.Case, served: tuple[str, dict[str, 
     # 501 (not implemented), 503 (model not ready, control disabled) and 504 (deadline) are
     # answers; a 500 is a crash
     assert response.status_code not in (500, 502), response.text
-    if response.status_code >= 400 and response.status_code != 405:
+    if response.status_code < 400 or response.status_code == 405:
+        return
+    if _documented_without_body(case, response.status_code):
+        assert not response.content, response.text
+    else:
         assert response.json()["error"], response.text
+
+
+def _documented_without_body(case: schemathesis.Case, status: int) -> bool:
+    """Readiness answers are a bare status: 503 for a model that is known but not ready (in
+    the explicit-mode runs only add_sub is loaded, so a drawn 'slow' is not)."""
+    documented = case.operation.definition.raw["responses"].get(str(status), {})
+    return bool(documented) and "content" not in documented and "$ref" not in documented
 
 
 def test_server_still_answers_correctly_afterwards(served: tuple[str, dict[str, str]]) -> None:
