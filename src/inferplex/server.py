@@ -256,6 +256,8 @@ class Server:
             max_header_bytes=config.max_header_bytes,
             ssl_context=tls,
             admit=v2.refusal if v2 is not None else None,
+            # the V2 app unwrapped (tracing off) is answered without ASGI messages
+            respond=v2.respond if v2 is not None and v2 is app else None,
             limits=Http1Limits(
                 header_timeout_s=config.http_header_timeout_s,
                 body_timeout_s=config.http_body_timeout_s,

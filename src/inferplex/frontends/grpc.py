@@ -156,9 +156,14 @@ class GrpcFrontend:
     async def _model_infer(self, request: bytes, call: Call) -> bytes:
         shm = self.engine.shared_memory
         # a large message is decoded (and its response encoded) in a worker thread
-        decoded = await offload.decode_grpc(request, shm, self._limits, self.engine)
+        decoded = offload.decode_grpc_here(request, shm, self._limits)
+        if decoded is None:
+            decoded = await offload.decode_grpc(request, shm, self._limits, self.engine)
         response = await self.engine.infer(decoded)
-        return await offload.encode_grpc(response, decoded, shm)
+        encoded = offload.encode_grpc_here(response, decoded, shm)
+        if encoded is None:
+            encoded = await offload.encode_grpc(response, decoded, shm)
+        return encoded
 
     # -- system shared memory (docs/shared_memory.md) ----------------------------------------
     async def _shm_status(self, request: Any) -> Any:

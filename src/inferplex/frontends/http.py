@@ -58,6 +58,7 @@ from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.access import Access
 from inferplex.security.limits import RequestLimits
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
+from inferplex.transport.interface import ADMITTED_KEY, HttpRequest
 
 __all__ = ["HttpApp", "create_http_app"]
 
@@ -112,19 +113,48 @@ class HttpApp:
         self._routing_header = config.routing_header.lower().encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI 3 (uvicorn, the tracing wrapper): the body comes through ``receive``."""
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, receive, send)
+            reply = await self._serve(
+                scope["method"],
+                scope["path"],
+                scope.get("raw_path"),
+                scope.get("query_string", b""),
+                scope["headers"],
+                scope.get(ADMITTED_KEY),
+                receive,
+            )
+            if reply is None:
+                return  # the client went away before its body was whole
+            status, payload, headers = reply
+            headers = [*headers, (b"content-length", str(len(payload)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": payload})
         elif kind == "lifespan":
             await _lifespan(receive, send)
         # any other scope (websocket) is refused by returning: the server closes it
 
-    def admit(self, scope: Scope) -> Route:
-        """The route of an ``http`` scope, once its method and the caller's access to it are
+    async def respond(self, request: HttpRequest) -> Reply:
+        """The built-in server's way in (no ASGI messages): a request complete with its body,
+        answered with (status, body, headers other than content-length)."""
+        reply = await self._serve(
+            request.method,
+            request.path,
+            request.raw_path,
+            request.query,
+            request.headers,
+            request.admitted,
+            request.body,
+        )
+        assert reply is not None  # a complete body cannot go missing
+        return reply
+
+    def admit(
+        self, method: str, path: str, raw_path: bytes | None, query: bytes, headers: Headers
+    ) -> Route:
+        """The route of a request, once its method and the caller's access to it are
         checked; raises RouteError (400/404/405) or InferplexError (401/403)."""
-        path = scope["path"]
-        raw_path = scope.get("raw_path")
-        query = scope.get("query_string", b"")
         # a path that came percent-encoded is resolved afresh: its decoded form may match a
         # remembered canonical path that it must not be taken for
         encoded = raw_path is not None and b"%" in raw_path
@@ -132,7 +162,6 @@ class HttpApp:
         if route is None:
             route = self._resolve(path, raw_path, query, remember=not encoded)
         endpoint = route[0]
-        method = scope["method"]
         if method != endpoint.method and not (method == "HEAD" and endpoint.method == "GET"):
             raise RouteError(
                 405,
@@ -140,60 +169,74 @@ class HttpApp:
                 [(b"allow", endpoint.method.encode())],
             )
         if self._access is not None:
-            authorization = _header(scope, b"authorization")
+            authorization = _header(headers, b"authorization")
             self._access.check(endpoint.scope, authorization, path)
         return route
 
-    def refusal(self, scope: Scope) -> tuple[int, bytes, Headers] | None:
-        """The answer to a request that :meth:`admit` refuses (status, body, headers), or
-        None when it may go on; an admitted route is kept in the scope for the app."""
+    def refusal(self, request: HttpRequest) -> tuple[int, bytes, Headers] | None:
+        """The answer to a request (its header block complete, its body not yet read) that
+        :meth:`admit` refuses (status, body, headers), or None when it may go on: then its
+        route is kept in ``request.admitted``."""
         try:
-            scope[_ADMITTED] = self.admit(scope)
+            request.admitted = self.admit(
+                request.method, request.path, request.raw_path, request.query, request.headers
+            )
         except (InferplexError, RouteError) as exc:
-            status, payload, headers = _error_reply(exc)
-            return status, payload, headers
+            return _error_reply(exc)
         return None
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(
+        self,
+        method: str,
+        path: str,
+        raw_path: bytes | None,
+        query: bytes,
+        headers: Headers,
+        admitted: Route | None,
+        body: Body | Receive,
+    ) -> Reply | None:
+        """The answer to one request whose body is ``body``, or comes through it (ASGI's
+        ``receive``); None when the client went away before its body was whole."""
         try:
-            route = scope.get(_ADMITTED) or self.admit(scope)
-            endpoint, handler, model, version = route
+            endpoint, handler, model, version = admitted or self.admit(
+                method, path, raw_path, query, headers
+            )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
-                body, header_length, accept = await self._read(scope, receive)
+                header_length, coding, accept = self._body_headers(headers)
+                if not isinstance(body, bytes | memoryview):
+                    body = await self._receive(body)
+                elif len(body) > self._max_body:
+                    raise self._too_large(f"{len(body)} bytes")
+                if coding is not None:
+                    body = await self._decompressed(body, coding)
             else:
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
-                key = _header(scope, self._routing_header)
-                status, payload, headers = await self._infer(
-                    model, version, body, header_length, key
-                )
+                key = _header(headers, self._routing_header)
+                reply = await self._infer(model, version, body, header_length, key)
             else:
-                status, payload, headers = await handler(model, version, body, header_length)
+                reply = await handler(model, version, body, header_length)
             if accept is not None and is_infer:
-                payload, headers = await _compressed(payload, headers, accept)
+                status, payload, reply_headers = reply
+                payload, reply_headers = await _compressed(payload, reply_headers, accept)
+                reply = status, payload, reply_headers
+            return reply
         except (InferplexError, RouteError) as exc:
-            status, payload, headers = _error_reply(exc)
+            return _error_reply(exc)
         except _Disconnected:
-            return
+            return None
         except Exception as exc:
             # never let one request take the connection or the server down
-            logger.exception("unexpected error serving %s %s", scope["method"], scope["path"])
-            status = 500
-            payload = _error(f"internal server error: {type(exc).__name__}: {exc}")
-            headers = _JSON
-        headers = [*headers, (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+            logger.exception("unexpected error serving %s %s", method, path)
+            return 500, _error(f"internal server error: {type(exc).__name__}: {exc}"), _JSON
 
-    async def _read(
-        self, scope: Scope, receive: Receive
-    ) -> tuple[Body, bytes | None, bytes | None]:
-        """The request body (refused with 413 as soon as it is known to be too large;
-        decompressed if it came compressed), the raw ``Inference-Header-Content-Length``
-        header and the ``Accept-Encoding`` header, if any."""
+    def _body_headers(self, headers: Headers) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
+        identity) and the ``Accept-Encoding`` of a request with a body; a declared length
+        above the limit is refused (413) before any of the body is read."""
         header_length = coding = accept = None
-        for key, value in scope["headers"]:
+        for key, value in headers:
             if key == b"content-length":
                 if not value.isdigit():
                     raise InvalidInputError(
@@ -214,34 +257,34 @@ class HttpApp:
                     )
             elif key == b"accept-encoding":
                 accept = value
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        body = message.get("body", b"")
-        size = len(body)
-        if size > self._max_body:
-            raise self._too_large(f"at least {size} bytes")
-        if message.get("more_body"):
-            # a body in pieces (chunked, or larger than one read): count as it arrives and
-            # never hold more than the limit
-            chunks = [body]
-            while message.get("more_body"):
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise _Disconnected
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self._max_body:
-                    raise self._too_large(f"at least {size} bytes")
-                chunks.append(chunk)
-            body = b"".join(chunks)
-        if coding is not None:
-            body = await _off_loop(
-                decompress, body, coding, self._max_body, f"the {coding.decode()} request body"
-            )
-            if len(body) > self._max_body:
-                raise self._too_large(f"more than {self._max_body} bytes once decompressed")
-        return body, header_length, accept
+        return header_length, coding, accept
+
+    async def _receive(self, receive: Receive) -> Body:
+        """The body of an ASGI request, refused with 413 as soon as it is known to be too
+        large: a body in pieces (chunked, or larger than one read) is counted as it arrives,
+        never holding more than the limit."""
+        size = 0
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self._max_body:
+                raise self._too_large(f"at least {size} bytes")
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _decompressed(self, body: Body, coding: bytes) -> bytes:
+        body = await _off_loop(
+            decompress, body, coding, self._max_body, f"the {coding.decode()} request body"
+        )
+        if len(body) > self._max_body:
+            raise self._too_large(f"more than {self._max_body} bytes once decompressed")
+        return body
 
     def _resolve(self, path: str, raw_path: bytes | None, query: bytes, remember: bool) -> Route:
         endpoint, model, version = resolve(path, raw_path, query)
@@ -392,8 +435,6 @@ Route = tuple[Endpoint, Handler, str, str]
 
 #: how many resolved paths an app remembers
 _ROUTES_KEPT = 1024
-#: the scope key under which a request admitted before its body was read keeps its route
-_ADMITTED = "inferplex.route"
 
 
 #: bodies (de)compressed on the event loop up to this size; larger ones in a thread
@@ -427,8 +468,8 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
+def _header(headers: Headers, name: bytes) -> str | None:
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None

@@ -7,13 +7,13 @@ import asyncio
 import sys
 from collections import deque
 from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import unquote
 
 import httptools
 import orjson
 
 from inferplex.frontends.buffers import uninitialised
-from inferplex.frontends.http_cycle import Cycle, Refusal, Request
+from inferplex.frontends.http_cycle import Cycle, Refusal, Request, answer
+from inferplex.transport.interface import ADMITTED_KEY
 
 if TYPE_CHECKING:
     from inferplex.frontends.http_server import HttpServer
@@ -63,6 +63,7 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: HttpServer) -> None:
         self.server = server
         self._app = server.app
+        self._respond = server.respond
         self._loop = server.loop
         self._limits = server.limits
         self._budget = server.budget
@@ -102,7 +103,7 @@ class Connection(asyncio.BufferedProtocol):
         self._body_bytes = 0  # read so far, and held in the server's ByteBudget
         self._large_body: memoryview | None = None  # a large body's own buffer
         self._body_rest: memoryview | None = None  # its part still to read, past the parser
-        self._scope: dict[str, Any] | None = None  # made early, for the admission check
+        self._request: Request | None = None  # made early, for the admission check
 
     # -- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -210,7 +211,7 @@ class Connection(asyncio.BufferedProtocol):
         self._header_bytes = 0
         self._body = []
         self._large_body = None
-        self._scope = None
+        self._request = None
         self._head_since = self.last_active
 
     def on_url(self, url: bytes) -> None:
@@ -268,10 +269,10 @@ class Connection(asyncio.BufferedProtocol):
             # before any of its body is read or buffered: a client that may not call the
             # endpoint sends nothing more (a smaller body comes with its headers: the app
             # admits it as it does every request, at no cost beside the hot path's)
-            self._scope = self._make_scope(
+            self._request = Request(
                 parser.get_method().decode("ascii"), self._url, self._headers, version
             )
-            refusal = admit(self._scope)
+            refusal = admit(self._request)
             if refusal is not None:
                 self._refuse_with(Refusal(*refusal), "admission")
                 raise _Halt
@@ -317,25 +318,23 @@ class Connection(asyncio.BufferedProtocol):
     def _complete(self, body: bytes | memoryview) -> None:
         """The request being parsed is complete, with ``body``."""
         parser = self._parser
+        request = self._request
+        if request is None:
+            request = Request(
+                parser.get_method().decode("ascii"), self._url, self._headers, self._version
+            )
+        else:
+            self._request = None
+        request.body = body
+        request.keep_alive = parser.should_keep_alive()
         size = self._body_bytes
         if size:
             self._body_bytes = 0
             self._queued_bytes += size
+            request.size = size
         self._large_body = None
         self._body_since = 0.0
-        self._queue.append(
-            Request(
-                parser.get_method().decode("ascii"),
-                self._url,
-                self._headers,
-                body,
-                self._version,
-                parser.should_keep_alive(),
-                self._scope,
-                size,
-            )
-        )
-        self._scope = None
+        self._queue.append(request)
 
     # -- refusals -------------------------------------------------------------------------
     def _halt(self, reason: str, status: int, message: str) -> NoReturn:
@@ -438,13 +437,14 @@ class Connection(asyncio.BufferedProtocol):
                 self._queued_bytes -= item.size
                 self._budget.used -= item.size
             self._busy = True
-            scope = item.scope
-            if scope is None:
-                scope = self._make_scope(item.method, item.url, item.headers, item.http_version)
-            cycle = Cycle(self, item)
-            task = self._loop.create_task(self._app(scope, cycle.receive, cycle.send))
-            task.add_done_callback(cycle.finished)
-            self._task = task
+            if self._respond is not None:
+                self._task = self._loop.create_task(answer(self, item, self._respond))
+            else:
+                cycle = Cycle(self, item)
+                self._task = self._loop.create_task(
+                    self._app(self._make_scope(item), cycle.receive, cycle.send)
+                )
+                self._task.add_done_callback(cycle.finished)
         # a client pipelining far ahead of its answers waits for them
         if (self._queue or self._body_bytes) and (
             len(self._queue) > _MAX_PIPELINED
@@ -469,17 +469,16 @@ class Connection(asyncio.BufferedProtocol):
         self._reading = True
         transport.resume_reading()
 
-    def _make_scope(
-        self, method: str, url: bytes, headers: list[tuple[bytes, bytes]], http_version: str
-    ) -> dict[str, Any]:
-        path, _, query = url.partition(b"?")
+    def _make_scope(self, request: Request) -> dict[str, Any]:
         scope = dict(self._scope_base)
-        scope["http_version"] = http_version
-        scope["method"] = method
-        scope["path"] = unquote(path.decode("latin-1")) if b"%" in path else path.decode("latin-1")
-        scope["raw_path"] = path
-        scope["query_string"] = query
-        scope["headers"] = headers
+        scope["http_version"] = request.http_version
+        scope["method"] = request.method
+        scope["path"] = request.path
+        scope["raw_path"] = request.raw_path
+        scope["query_string"] = request.query
+        scope["headers"] = request.headers
+        if request.admitted is not None:
+            scope[ADMITTED_KEY] = request.admitted
         return scope
 
     def answered(self, keep_alive: bool) -> None:

@@ -1,5 +1,7 @@
 """One request of the HTTP/1.1 server (http_server.py): as parsed (``Request``), as the
-server answers it itself (``Refusal``), and its ASGI ``receive`` and ``send`` (``Cycle``)."""
+server answers it itself (``Refusal``), and as an application answers it: whole, through
+the server's native way in (``answer``), or through ASGI ``receive`` and ``send``
+(``Cycle``)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,13 @@ import asyncio
 import logging
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import orjson
 
 if TYPE_CHECKING:
     from inferplex.frontends.http_connection import Connection
+    from inferplex.transport.interface import Respond
 
 logger = logging.getLogger("inferplex.frontends.http_server")
 
@@ -25,40 +29,38 @@ def status_line(status: int) -> bytes:
 
 
 class Request:
-    """One parsed request, complete with its body; ``scope`` is its ASGI scope when it was
-    made (for the admission check) before the body was read; ``size``, its body's bytes in
-    the server's ByteBudget until the application gets it."""
+    """One parsed request (``transport.interface.HttpRequest``): its head, made when its
+    header block is complete (or earlier, for the admission check), then its body;
+    ``size`` is the body's bytes in the server's ByteBudget until the application gets it,
+    ``admitted`` what the admission check returned."""
 
     __slots__ = (
+        "admitted",
         "body",
         "headers",
         "http_version",
         "keep_alive",
         "method",
-        "scope",
+        "path",
+        "query",
+        "raw_path",
         "size",
-        "url",
     )
 
     def __init__(
-        self,
-        method: str,
-        url: bytes,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes | memoryview,
-        http_version: str,
-        keep_alive: bool,
-        scope: dict[str, Any] | None,
-        size: int,
+        self, method: str, url: bytes, headers: list[tuple[bytes, bytes]], http_version: str
     ) -> None:
+        raw_path, _, self.query = url.partition(b"?")
+        self.raw_path = raw_path
+        path = raw_path.decode("latin-1")
+        self.path = unquote(path) if b"%" in raw_path else path
         self.method = method
-        self.url = url
         self.headers = headers
-        self.body = body
         self.http_version = http_version
-        self.keep_alive = keep_alive
-        self.scope = scope
-        self.size = size
+        self.body: bytes | memoryview = b""
+        self.keep_alive = True
+        self.size = 0
+        self.admitted: Any = None
 
 
 class Refusal:
@@ -87,6 +89,34 @@ class Refusal:
             + b"content-length: %d\r\n\r\n" % len(self.body)
             + self.body
         )
+
+
+def response_head(
+    status: int, headers: list[tuple[bytes, bytes]], length: int, close: bool
+) -> bytes:
+    """The status line and header block of a whole response of ``length`` bytes."""
+    lines = [status_line(status)]
+    lines.extend([b"%s: %s\r\n" % header for header in headers])
+    lines.append(b"content-length: %d\r\n" % length)
+    if close:
+        lines.append(b"connection: close\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+async def answer(connection: Connection, request: Request, respond: Respond) -> None:
+    """Run ``respond`` on ``request`` and write its answer in one go (no ASGI messages: the
+    request is complete, the answer whole)."""
+    try:
+        status, body, headers = await respond(request)
+    except Exception:
+        logger.exception("the HTTP application failed")
+        status, headers = 500, [(b"content-type", b"application/json")]
+        body = orjson.dumps({"error": "internal server error: the request got no response"})
+    keep_alive = request.keep_alive and not connection.server.stopping
+    head = response_head(status, headers, len(body), not keep_alive)
+    connection.write(head, b"" if request.method == "HEAD" else body)
+    connection.answered(keep_alive)
 
 
 class Cycle:

@@ -1,5 +1,7 @@
 """A small HTTP/1.1 server for ASGI applications: asyncio protocol + httptools, one socket
-write per response.
+write per response. An application may also be called the native way (``respond``: the
+whole request in, ``(status, body, headers)`` out), as the V2 app is when tracing is off:
+no scope dict, no receive/send messages, no cycle object per request.
 
 Why not uvicorn (DESIGN.md's first choice): per request, uvicorn builds its scope, a
 RequestResponseCycle, a flow-control object and a keep-alive timer, and runs the application
@@ -37,14 +39,17 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from inferplex.frontends.http_connection import READ_BUFFER_BYTES, Connection
+from inferplex.frontends.http_cycle import Request
 from inferplex.frontends.http_limits import REASONS, ByteBudget, Http1Limits
+from inferplex.transport.interface import Respond
 
 __all__ = ["ByteBudget", "Http1Limits", "HttpServer"]
 
 App = Callable[[dict[str, Any], Any, Any], Coroutine[Any, Any, None]]
-#: sees the scope of a request with a body once its headers are complete, before any of the
-#: body is read: returns None to go on, or (status, body, headers) to refuse it
-Admit = Callable[[dict[str, Any]], tuple[int, bytes, list[tuple[bytes, bytes]]] | None]
+#: sees a request with a body (``http_cycle.Request``) once its headers are complete, before
+#: any of the body is read: returns None to go on (it may set ``request.admitted``), or
+#: (status, body, headers) to refuse it
+Admit = Callable[[Request], tuple[int, bytes, list[tuple[bytes, bytes]]] | None]
 
 #: seconds a closing TLS connection waits for the peer's close_notify
 TLS_SHUTDOWN_TIMEOUT_S = 1.0
@@ -67,10 +72,13 @@ class HttpServer:
         ssl_context: ssl.SSLContext | None = None,
         keep_alive_s: float | None = None,
         admit: Admit | None = None,
+        respond: Respond | None = None,
         limits: Http1Limits | None = None,
         budget: ByteBudget | None = None,
     ) -> None:
-        """``admit`` checks each request with a body before the body is read; ``budget``
+        """``admit`` checks each request with a body before the body is read; ``respond``,
+        when given, answers every request instead of the ASGI ``app`` (the native way in:
+        no scope, no messages); ``budget``
         is shared by the listeners of one process (default: this server's own, unlimited);
         ``keep_alive_s`` replaces that of ``limits``."""
         limits = limits or Http1Limits()
@@ -78,6 +86,7 @@ class HttpServer:
             limits = dataclasses.replace(limits, keep_alive_s=keep_alive_s)
         self.app = app
         self.admit = admit
+        self.respond = respond
         self.max_body_bytes = max_body_bytes
         self.max_header_bytes = max_header_bytes
         self.limits = limits

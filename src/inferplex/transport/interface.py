@@ -54,6 +54,30 @@ class GrpcServing(Protocol):
     async def stop(self, grace: float) -> None: ...
 
 
+#: the ASGI scope key under which a request admitted before its body was read keeps what
+#: the admission check returned (the built-in server serving an ASGI app sets it)
+ADMITTED_KEY = "inferplex.route"
+
+
+class HttpRequest(Protocol):
+    """A request as the built-in HTTP server hands it to a handler, complete with its body
+    (``frontends.http_cycle.Request``): ``path`` percent-decoded, ``raw_path`` as sent;
+    ``admitted``, what the admission check returned when it ran before the body was read."""
+
+    method: str
+    path: str
+    raw_path: bytes
+    query: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes | memoryview
+    admitted: Any
+
+
+#: the built-in HTTP server's way into an application without ASGI messages: a complete
+#: request in, (status, body, headers other than content-length) out
+Respond = Callable[[HttpRequest], Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]]]]
+
+
 class HttpServing(Protocol):
     """An HTTP/1.1 server of an ASGI app: serves on a bound socket, stops with a grace."""
 

@@ -24,9 +24,11 @@ from inferplex.shm.registry import SharedMemoryRegistry
 __all__ = [
     "OFFLOAD_BYTES",
     "decode_grpc",
+    "decode_grpc_here",
     "decode_rest",
     "decode_rest_here",
     "encode_grpc",
+    "encode_grpc_here",
     "encode_rest",
     "encode_rest_here",
     "rest_work",
@@ -64,7 +66,8 @@ def decode_rest_here(
     thread; None for one that :func:`decode_rest` should decode in a worker thread. (The
     hot path calls this first: no coroutine to create and await for a small request.)"""
     if len(body) <= OFFLOAD_BYTES or rest_work(body, header_length) <= OFFLOAD_BYTES:
-        request = rest.decode_infer_request(body, header_length, model, version, shm)
+        # at most OFFLOAD_BYTES of JSON: far below what pauses the garbage collector
+        request = rest.decode_body(body, header_length, model, version, shm)
         limits.check(request)
         return request
     return None
@@ -80,9 +83,8 @@ async def decode_rest(
     models: ModelChecks,
 ) -> InferenceRequest:
     """``rest.decode_infer_request`` and ``limits.check``, off the loop for a large body."""
-    if len(body) <= OFFLOAD_BYTES or rest_work(body, header_length) <= OFFLOAD_BYTES:
-        request = rest.decode_infer_request(body, header_length, model, version, shm)
-        limits.check(request)
+    request = decode_rest_here(body, header_length, model, version, shm, limits)
+    if request is not None:
         return request
     checks = declared_checks(limits, models)
     return await asyncio.to_thread(
@@ -104,6 +106,23 @@ def _decode_rest(
     return request
 
 
+def decode_grpc_here(
+    message: bytes | bytearray | memoryview,
+    shm: SharedMemoryRegistry | None,
+    limits: RequestLimits,
+) -> InferenceRequest | None:
+    """The request in a small message, or one of a layout seen before (fixed-size raw
+    tensors, viewed in place: no work at any size), decoded and checked on the caller's
+    thread; None for one that :func:`decode_grpc` should decode in a worker thread."""
+    request = grpc_codec.known_request(message)
+    if request is None:
+        if len(message) > OFFLOAD_BYTES:
+            return None
+        request = grpc_codec.decode_infer_request_bytes(message, shm)
+    limits.check(request)
+    return request
+
+
 async def decode_grpc(
     message: bytes | bytearray | memoryview,
     shm: SharedMemoryRegistry | None,
@@ -112,11 +131,8 @@ async def decode_grpc(
 ) -> InferenceRequest:
     """``grpc_codec.decode_infer_request_bytes`` and ``limits.check``, off the loop for a
     large message (protobuf copies every byte of it) unless it is of a layout seen before."""
-    request = grpc_codec.known_request(message)
-    if request is not None or len(message) <= OFFLOAD_BYTES:
-        if request is None:
-            request = grpc_codec.decode_infer_request_bytes(message, shm)
-        limits.check(request)
+    request = decode_grpc_here(message, shm, limits)
+    if request is not None:
         return request
     checks = declared_checks(limits, models)
     return await asyncio.to_thread(_decode_grpc, message, shm, limits, checks)
@@ -133,12 +149,16 @@ def _decode_grpc(
     return request
 
 
-def response_work(response: InferenceResponse) -> int:
-    """Bytes of output data (a BYTES element counts as 8, a pointer)."""
+def small_response(response: InferenceResponse) -> bool:
+    """Whether encoding ``response`` is little enough work to do on the loop: at most
+    ``OFFLOAD_BYTES`` of output data (a BYTES element counts as 8, a pointer)."""
     total = 0
-    for tensor in response.outputs:
-        total += getattr(tensor.data, "nbytes", 0)
-    return total
+    try:
+        for tensor in response.outputs:
+            total += tensor.data.nbytes
+    except AttributeError:  # not an array: the codec makes one of it
+        return False
+    return total <= OFFLOAD_BYTES
 
 
 def encode_rest_here(
@@ -146,7 +166,7 @@ def encode_rest_here(
 ) -> tuple[bytes, int | None] | None:
     """``rest.encode_infer_response`` of small outputs, on the caller's thread; None for
     large ones (:func:`encode_rest`)."""
-    if response_work(response) <= OFFLOAD_BYTES:
+    if small_response(response):
         return rest.encode_infer_response(response, request, shm)
     return None
 
@@ -155,15 +175,25 @@ async def encode_rest(
     response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
 ) -> tuple[bytes, int | None]:
     """``rest.encode_infer_response``, off the loop for large outputs."""
-    if response_work(response) <= OFFLOAD_BYTES:
+    if small_response(response):
         return rest.encode_infer_response(response, request, shm)
     return await asyncio.to_thread(rest.encode_infer_response, response, request, shm)
+
+
+def encode_grpc_here(
+    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
+) -> bytes | None:
+    """``grpc_codec.encode_infer_response_bytes`` of small outputs, on the caller's thread;
+    None for large ones (:func:`encode_grpc`)."""
+    if small_response(response):
+        return grpc_codec.encode_infer_response_bytes(response, request, shm)
+    return None
 
 
 async def encode_grpc(
     response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
 ) -> bytes:
     """``grpc_codec.encode_infer_response_bytes``, off the loop for large outputs."""
-    if response_work(response) <= OFFLOAD_BYTES:
+    if small_response(response):
         return grpc_codec.encode_infer_response_bytes(response, request, shm)
     return await asyncio.to_thread(grpc_codec.encode_infer_response_bytes, response, request, shm)
