@@ -255,6 +255,20 @@ def served_case(
     return partial(http_load, server.http_port, request, concurrency, check, cpu)
 
 
+def add_sub_cases(server: RunningServer, prefix: str = "") -> dict[str, Case]:
+    """The hot path's cases: add_sub per protocol and concurrency, keyed
+    ``<prefix><protocol>/c<concurrency>``."""
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    b = np.full((1, 16), 0.5, dtype=np.float32)
+    inputs, expected = {"INPUT0": a, "INPUT1": b}, {"OUTPUT0": a + b, "OUTPUT1": a - b}
+    return {
+        f"{prefix}{protocol}/c{concurrency}": served_case(
+            server, protocol, "add_sub", inputs, expected, concurrency
+        )
+        for protocol, concurrency in ADD_SUB_CASES
+    }
+
+
 def cases(server: RunningServer, model: Path, threads: int) -> dict[str, Case]:
     """Every case by key: ``cnn/<mode>`` and ``<protocol>/c<concurrency>``."""
     image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
@@ -273,14 +287,42 @@ def cases(server: RunningServer, model: Path, threads: int) -> dict[str, Case]:
         all_cases[f"cnn/{mode}"] = served_case(
             server, protocol, served_model, feeds, logits, CNN_CONCURRENCY, atol=1e-3
         )
-    a = np.arange(16, dtype=np.float32).reshape(1, 16)
-    b = np.full((1, 16), 0.5, dtype=np.float32)
-    inputs, expected = {"INPUT0": a, "INPUT1": b}, {"OUTPUT0": a + b, "OUTPUT1": a - b}
+    return {**all_cases, **add_sub_cases(server)}
+
+
+def paired_cases(server: RunningServer, against: RunningServer) -> dict[str, Case]:
+    """The hot path's cases on both servers, each case of one beside its twin of the other
+    (``against/<key>``), so that a burst of unrelated load hits both alike."""
+    ours, theirs = add_sub_cases(server), add_sub_cases(against, AGAINST)
+    pairs = zip(ours.items(), theirs.items(), strict=True)
+    return {key: case for pair in pairs for key, case in pair}
+
+
+#: what --against compares (lower is better for all but the rate) and the prefix of the
+#: other server's cases
+COMPARED = ("rate", "p50_ms", "p99_ms", "server_cpu_us_per_request")
+AGAINST = "against/"
+#: how far a figure may move the wrong way before the comparison calls it a regression
+TOLERANCE = 0.03
+
+
+def comparison(flat: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per add_sub case and figure, this server's over the other's (``--against``), and
+    print them: each ratio marked MISS where it is more than TOLERANCE the wrong way."""
+    ratios: dict[str, dict[str, float]] = {}
+    print(f"\nthis server / --against, add_sub (MISS: over {TOLERANCE:.0%} the wrong way)")
+    print(f"{'case':16}" + "".join(f"{name:>29}" for name in COMPARED))
     for protocol, concurrency in ADD_SUB_CASES:
-        all_cases[f"{protocol}/c{concurrency}"] = served_case(
-            server, protocol, "add_sub", inputs, expected, concurrency
-        )
-    return all_cases
+        key = f"{protocol}/c{concurrency}"
+        row = ratios[key] = {}
+        cells = []
+        for name in COMPARED:
+            ours, theirs = flat[f"{key}/{name}"], flat[f"{AGAINST}{key}/{name}"]
+            ratio = row[name] = round(ours / theirs, 3)
+            worse = ratio < 1 - TOLERANCE if name == "rate" else ratio > 1 + TOLERANCE
+            cells.append(f"{ours:>9} / {theirs:<9} {ratio:5.3f}{' MISS' if worse else '     '}")
+        print(f"{key:16}" + "".join(f"{cell:>29}" for cell in cells))
+    return ratios
 
 
 async def run_rounds(all_cases: dict[str, Case], rounds: int, timing: Timing) -> Results:
@@ -319,6 +361,12 @@ def main() -> None:
         "--threads", type=int, default=os.cpu_count() or 1,
         help="intra-op threads of the server's sessions and of the in-process session",
     )  # fmt: skip
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="the src/ folder of another inferplex (e.g. a git worktree of an older commit): "
+        "only the add_sub cases run, on both servers side by side, and the ratios are printed",
+    )
     args = parser.parse_args()
     rounds, timing = round_options(args, quick=Timing(0.5, 0.2))
 
@@ -333,22 +381,30 @@ def main() -> None:
         repo = Path(tmp) / "models"
         model = build_repository(repo, args.threads)
         print(f"starting the server ({args.threads} intra-op threads)", flush=True)
-        server = start_server(
-            repo,
-            Path(tmp) / "server.log",
-            env={"INFERPLEX_INTRA_OP_THREADS": str(args.threads), "INFERPLEX_LOG_LEVEL": "warning"},
-        )
+        env = {"INFERPLEX_INTRA_OP_THREADS": str(args.threads), "INFERPLEX_LOG_LEVEL": "warning"}
+        servers = [start_server(repo, Path(tmp) / "server.log", env=env)]
         try:
+            if args.against is not None:
+                print(f"starting the server of {args.against}", flush=True)
+                other = {**env, "PYTHONPATH": str(args.against.resolve())}
+                servers.append(start_server(repo, Path(tmp) / "against.log", env=other))
+                chosen = paired_cases(*servers)
+            else:
+                chosen = cases(servers[0], model, args.threads)
             import uvloop
 
-            results = uvloop.run(run_rounds(cases(server, model, args.threads), rounds, timing))
+            results = uvloop.run(run_rounds(chosen, rounds, timing))
         finally:
-            code = server.stop()
-            if code != 0:
-                print(f"server exited with {code}:\n{server.log()[-3000:]}", file=sys.stderr)
+            for server in servers:
+                code = server.stop()
+                if code != 0:
+                    print(f"server exited with {code}:\n{server.log()[-3000:]}", file=sys.stderr)
 
     flat = figures(results)
-    outcomes = report(flat, args.threads)
+    if args.against is not None:
+        outcomes: Any = comparison(flat)
+    else:
+        outcomes = report(flat, args.threads)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
     document = {
@@ -359,7 +415,12 @@ def main() -> None:
             "load_average_before": load_before,
             "load_average_after": os.getloadavg()[0],
         },
-        "options": {**vars(args), "duration": timing.duration, "rounds": rounds},
+        "options": {
+            **vars(args),
+            "against": args.against and str(args.against),
+            "duration": timing.duration,
+            "rounds": rounds,
+        },
         "figures": flat,
         "targets": outcomes,
     }
