@@ -1,4 +1,4 @@
-"""inferplex's gRPC server (its own HTTP/2, frontends/grpc_server.py) next to a bare grpc.aio
+"""inferplex's gRPC server (its own HTTP/2, transport/grpc_server.py) next to a bare grpc.aio
 server that does nothing, in one run: the evidence for leaving grpc.aio.
 
     python -m bench.grpc_floor [--duration S] [--rounds N] [--quick]

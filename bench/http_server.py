@@ -3,7 +3,7 @@
     python -m bench.http_server [--duration S] [--rounds N] [--quick]
 
 DESIGN.md chose raw ASGI on uvicorn + uvloop + httptools by measurement; inferplex now serves
-its ASGI app with ``inferplex.frontends.http_server`` instead. This benchmark keeps that choice
+its ASGI app with ``inferplex.transport.http_server`` instead. This benchmark keeps that choice
 honest: it starts two child processes that serve the same app over the same engine and the
 same model repository (add_sub, dynamically batched), one with uvicorn (``pip install
 uvicorn``) and one with the built-in server, and drives both alternately with the same cheap
@@ -46,7 +46,7 @@ async def _serve(kind: str, repo: Path, sock: socket.socket) -> None:
     from inferplex.config.server_config import ServerConfig
     from inferplex.core.engine import InferenceEngine
     from inferplex.frontends.http import create_http_app
-    from inferplex.frontends.http_server import HttpServer
+    from inferplex.transport.http_server import HttpServer
 
     config = ServerConfig(model_repository=repo, log_level="warning")
     engine = InferenceEngine(config)

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/fuzz_http1.py -max_total_time=600 [CORPUS_DIR ...]
 
-Each input drives one ``Connection`` (frontends/http_connection.py) over a fake transport: the
+Each input drives one ``Connection`` (transport/http_connection.py) over a fake transport: the
 input is a program of reads (bytes as the socket would deliver them, honouring pauses and the
 buffer the protocol offers), padding (so bodies and header blocks can outgrow one read), clock
 jumps with a sweep, application progress, write pauses and a disconnect. Invariants checked
@@ -32,9 +32,9 @@ import atheris
 import httptools
 
 with atheris.instrument_imports(include=["inferplex.frontends"]):
-    from inferplex.frontends.http_connection import Connection
-    from inferplex.frontends.http_limits import ByteBudget, Http1Limits
-    from inferplex.frontends.http_server import HttpServer
+    from inferplex.transport.http_connection import Connection
+    from inferplex.transport.http_limits import ByteBudget, Http1Limits
+    from inferplex.transport.http_server import HttpServer
 
 _READ = 1 << 16  # the server's read buffer: one read is at most this
 _SEEDS = (

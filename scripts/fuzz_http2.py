@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/fuzz_http2.py -max_total_time=600 [CORPUS_DIR ...]
 
-Each input drives one ``Http2Connection`` (frontends/http2.py) over a fake transport and a
+Each input drives one ``Http2Connection`` (transport/http2.py) over a fake transport and a
 clock the harness moves: the input is a program of raw reads (cut anywhere), frames of any
 type, flags and stream (valid header blocks among them, so requests get far), gRPC-like
 bodies, clock jumps (every timer: preface, idle, keepalive, age, send), application answers,
@@ -17,7 +17,7 @@ write pauses and a disconnect. Invariants, after every step and at the end:
   once lost, every byte it held is given back.
 
 Arguments are libFuzzer's (``-runs=N``, ``-max_total_time=S``, ``-seed=N``, corpus folders);
-without a corpus folder a temporary one is seeded. tests/unit/frontends/test_http2_fuzz.py
+without a corpus folder a temporary one is seeded. tests/unit/transport/test_http2_fuzz.py
 runs a bounded pass.
 """
 
@@ -33,11 +33,11 @@ import atheris
 with atheris.instrument_imports(include=["inferplex.frontends"]):
     import hpack
 
-    from inferplex.frontends.http2 import READ_BUFFER, RECEIVE_FRAME_SIZE, Http2Connection
-    from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
-    from inferplex.frontends.http2_stream import Stream
-    from inferplex.frontends.http2_wire import PREFACE, frame, literal_header_block
-    from inferplex.frontends.http_limits import ByteBudget
+    from inferplex.transport.http2 import READ_BUFFER, RECEIVE_FRAME_SIZE, Http2Connection
+    from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+    from inferplex.transport.http2_stream import Stream
+    from inferplex.transport.http2_wire import PREFACE, frame, literal_header_block
+    from inferplex.transport.http_limits import ByteBudget
 
 MAX_BODY = 1 << 17
 MAX_BLOCK = 4096

@@ -21,19 +21,25 @@ from pydantic import SecretStr
 from inferplex.backends.worker_process import pass_to_workers
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
+from inferplex.core.registry import ModelRegistry
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
-from inferplex.frontends.grpc_server import Method
 from inferplex.frontends.http import HttpApp, create_http_app
-from inferplex.frontends.http_server import ByteBudget, Http1Limits, HttpServer
-from inferplex.frontends.sockets import address, bind
+from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.metrics.app import MetricsApp, create_metrics_app
+from inferplex.repository.s3 import S3Repository
+from inferplex.resilience.guard import GuardDefaults, ModelGuards
+from inferplex.routing.table import RouteTable
 from inferplex.security.access import Access, Surface
 from inferplex.security.encryption import load_key, use_key
 from inferplex.security.tls import grpc_ssl_context, server_ssl_context
 from inferplex.security.tokens import TokenAuth
+from inferplex.shm import SharedMemoryRegistry
+from inferplex.transport.grpc_server import Method
 from inferplex.transport.grpcio_server import GrpcioServer, server_credentials
+from inferplex.transport.http_server import ByteBudget, Http1Limits, HttpServer
 from inferplex.transport.interface import Guard
+from inferplex.transport.sockets import address, bind
 from inferplex.transport.uvicorn_http import UvicornHttpServer
 
 logger = logging.getLogger(__name__)
@@ -41,6 +47,31 @@ logger = logging.getLogger(__name__)
 
 def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
+
+
+def build_engine(config: ServerConfig) -> InferenceEngine:
+    """The engine of ``config`` with its collaborators: the registry and the lifecycle that
+    loads into it, circuit breakers and timeouts, the route table, the shared-memory regions
+    and, for an ``s3://`` repository, the bucket synced into the repository folder."""
+    registry = ModelRegistry()
+    remote = (
+        S3Repository(config.model_repository_url, config.model_repository, config.s3_endpoint_url)
+        if config.model_repository_url
+        else None
+    )
+    return InferenceEngine(
+        config,
+        registry=registry,
+        lifecycle=LifecycleManager(config, registry),
+        guards=ModelGuards(
+            GuardDefaults(
+                config.breaker_failures, config.breaker_cooldown_s, config.request_timeout_ms
+            )
+        ),
+        routes=RouteTable,
+        shared_memory=SharedMemoryRegistry(config.allow_shared_memory),
+        remote=remote,
+    )
 
 
 def reference_grpc_server(config: ServerConfig) -> ServerFactory:
@@ -89,7 +120,7 @@ class Server:
         self.config = config
         self._span_exporter = span_exporter
         self._tracing: Any = None
-        self.engine = InferenceEngine(config)
+        self.engine = build_engine(config)
         self.http_port = 0
         self.grpc_port = 0
         self.metrics_port = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferplex.frontends.http2_limits import Http2Limits
+from inferplex.transport.http2_limits import Http2Limits
 from tests.support.h2raw import (
     ACK,
     CANCEL,

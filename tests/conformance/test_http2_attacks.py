@@ -22,8 +22,8 @@ import pytest
 import requests
 from h2.errors import ErrorCodes
 
-from inferplex.frontends.http2_limits import Http2Limits
 from inferplex.protocol.v2 import generated as pb
+from inferplex.transport.http2_limits import Http2Limits
 from tests.support import h2client
 from tests.support.h2raw import (
     CONTINUATION,

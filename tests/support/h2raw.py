@@ -18,9 +18,9 @@ from typing import Any
 import hpack
 import uvloop
 
-from inferplex.frontends.grpc_server import GrpcServer, Method
-from inferplex.frontends.http2_limits import Http2Limits
-from inferplex.frontends.sockets import bind
+from inferplex.transport.grpc_server import GrpcServer, Method
+from inferplex.transport.http2_limits import Http2Limits
+from inferplex.transport.sockets import bind
 
 HOST = "127.0.0.1"
 #: seconds any one wait for the server may take before the test fails

@@ -23,7 +23,7 @@ from typing import cast
 from urllib.parse import unquote_to_bytes
 
 from inferplex.benchtool.clients import ConnectionClosed, RequestFailed
-from inferplex.frontends.http2_wire import (
+from inferplex.transport.http2_wire import (
     ACK,
     CANCEL,
     CONTINUATION,

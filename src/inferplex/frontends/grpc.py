@@ -1,5 +1,5 @@
 """The V2 gRPC frontend: ``inference.GRPCInferenceService`` on the built-in gRPC server
-(frontends/grpc_server.py), on the event loop the HTTP server runs on.
+(transport/grpc_server.py), on the event loop the HTTP server runs on.
 
 Each method's message classes come from the service descriptor (ModelInfer: the codec reads
 and writes its wire format itself). Every RPC is translate -> engine -> translate; errors go
@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import message_factory
 
 from inferplex.errors import UnsupportedError
-from inferplex.frontends.grpc_server import Call, GrpcServer, Guard, Handler, Method
-from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
-from inferplex.frontends.http_limits import ByteBudget
-from inferplex.frontends.sockets import address, bind
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
 from inferplex.protocol.v2 import offload
 from inferplex.security.limits import RequestLimits
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
+from inferplex.transport.grpc_server import Call, GrpcServer, Guard, Handler, Method
+from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.interface import GrpcServing
+from inferplex.transport.sockets import address, bind
 
 if TYPE_CHECKING:
     from inferplex.config.server_config import ServerConfig
@@ -79,7 +79,7 @@ class GrpcFrontend:
         )
 
     async def start(self, sock: socket.socket | None = None) -> int:
-        """Serve on ``sock`` (bound; ``frontends.sockets.bind``), by default on
+        """Serve on ``sock`` (bound; ``transport.sockets.bind``), by default on
         ``config.host:config.grpc_port`` (0 picks a free port); returns the port."""
         if sock is None:
             sock = bind(self.config.host, self.config.grpc_port, "gRPC")

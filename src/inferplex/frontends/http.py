@@ -1,7 +1,7 @@
 """The V2 HTTP/REST frontend: a raw ASGI 3 application with its own small router.
 
 No web framework: DESIGN.md measured raw ASGI at half the CPU of Starlette per request
-(:mod:`inferplex.frontends.http_server` serves it). The path is split once and matched by a
+(:mod:`inferplex.transport.http_server` serves it). The path is split once and matched by a
 few comparisons; each response is one bytes object sent as a single ``http.response.start`` plus one
 ``http.response.body`` (one write on the socket, see COMPAT.md's latency trap).
 
@@ -49,7 +49,6 @@ from inferplex.errors import (
     UnauthenticatedError,
     UnsupportedError,
 )
-from inferplex.frontends.compression import CODINGS, accepted, compress, decompress
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
 from inferplex.protocol.v2 import offload
 from inferplex.protocol.v2.errors import HTTP_STATUS
@@ -58,6 +57,7 @@ from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.access import Access
 from inferplex.security.limits import RequestLimits
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
+from inferplex.transport.compression import CODINGS, accepted, compress, decompress
 from inferplex.transport.interface import ADMITTED_KEY, HttpRequest
 
 __all__ = ["HttpApp", "create_http_app"]

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from inferplex.metrics.exposition import Family
 
-#: every limit, so each has a series (0 until first reached): frontends/http2_limits.py
+#: every limit, so each has a series (0 until first reached): transport/http2_limits.py
 LIMITS = (
     "header_frames",
     "header_block_bytes",
@@ -32,7 +32,7 @@ LIMITS = (
 
 
 class Http2Counts(Protocol):
-    """What the transport exposes (``frontends.http2_limits.Http2Counters``)."""
+    """What the transport exposes (``transport.http2_limits.Http2Counters``)."""
 
     @property
     def exceeded(self) -> Mapping[str, int]: ...

@@ -1,7 +1,7 @@
 """Families of the HTTP/1.1 listeners: the requests they answered themselves (a limit, a
 malformed request, a refused admission), open connections and buffered request bytes.
 
-Read at scrape time from the counters each ``frontends.http_server.HttpServer`` keeps; the
+Read at scrape time from the counters each ``transport.http_server.HttpServer`` keeps; the
 listeners do nothing per request for them beyond those counters.
 """
 

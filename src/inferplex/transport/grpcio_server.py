@@ -1,7 +1,7 @@
 """The reference gRPC server: grpc.aio serving a table of unary methods
 (``--grpc-server grpcio``).
 
-It serves the same table the built-in server (``frontends/grpc_server.py``) serves, with the
+It serves the same table the built-in server (``transport/grpc_server.py``) serves, with the
 same guard, so that the same tests run against both (DESIGN.md, "The edge"):
 
 - each method is a generic unary-unary handler by its exact path (any other path:
@@ -131,7 +131,7 @@ class GrpcioServer:
         self.counters = Counters()
 
     async def start(self, sock: socket.socket) -> int:
-        """Serve on the address of ``sock`` (bound; ``frontends.sockets.bind``), which is
+        """Serve on the address of ``sock`` (bound; ``transport.sockets.bind``), which is
         closed when the server stops; returns the port."""
         host, port = sock.getsockname()[:2]
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -25,7 +25,7 @@ class GrpcCall(Protocol):
 
 
 class GrpcMethod(Protocol):
-    """One unary RPC of a server's table (``frontends.grpc_server.Method``): ``parse`` reads
+    """One unary RPC of a server's table (``transport.grpc_server.Method``): ``parse`` reads
     the request message (bytes-like), ``handler(request, call)`` answers it, ``serialize``
     writes the response; ``refused`` (streaming methods) answers every call at once."""
 
@@ -61,7 +61,7 @@ ADMITTED_KEY = "inferplex.route"
 
 class HttpRequest(Protocol):
     """A request as the built-in HTTP server hands it to a handler, complete with its body
-    (``frontends.http_cycle.Request``): ``path`` percent-decoded, ``raw_path`` as sent;
+    (``transport.http_cycle.Request``): ``path`` percent-decoded, ``raw_path`` as sent;
     ``admitted``, what the admission check returned when it ran before the body was read."""
 
     method: str

@@ -1,7 +1,7 @@
 """The reference HTTP/1.1 server: uvicorn (uvloop, httptools) serving an ASGI app on a socket
 the composition root has already bound (``--http-server uvicorn``).
 
-It stands beside the built-in server (``frontends/http_server.py``) with the same
+It stands beside the built-in server (``transport/http_server.py``) with the same
 ``start(sock)`` / ``stop(grace)`` and the counters the metrics read, so that the same tests
 run against both and a difference in behaviour is a failing test (DESIGN.md, "The edge").
 
@@ -149,7 +149,7 @@ class UvicornHttpServer:
         return self._server.server_state.connections if self._server is not None else ()
 
     async def start(self, sock: socket.socket) -> None:
-        """Serve on ``sock`` (bound; ``frontends.sockets.bind``); returns once it accepts
+        """Serve on ``sock`` (bound; ``transport.sockets.bind``); returns once it accepts
         connections."""
         config = uvicorn.Config(
             self._edge,

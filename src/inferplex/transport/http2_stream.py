@@ -1,4 +1,4 @@
-"""One HTTP/2 request/response exchange of the built-in server (frontends/http2.py), and what
+"""One HTTP/2 request/response exchange of the built-in server (transport/http2.py), and what
 a connection tells its application about it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from inferplex.frontends.http2 import Http2Connection
+    from inferplex.transport.http2 import Http2Connection
 
 
 class Stream:

@@ -1,4 +1,4 @@
-"""What every part of a server HTTP/2 connection (frontends/http2.py) shares: its state, the
+"""What every part of a server HTTP/2 connection (transport/http2.py) shares: its state, the
 asyncio callbacks, receive windows and buffered bytes, the budgets of work a client may make
 it do for nothing, the connection's timers (preface, idle, keepalive, maximum age, stalled
 sends) and closing (http2_limits.py says what each limit is).
@@ -14,9 +14,9 @@ import asyncio
 import logging
 import math
 
-from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
-from inferplex.frontends.http2_stream import Http2App, Stream
-from inferplex.frontends.http2_wire import (
+from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http2_stream import Http2App, Stream
+from inferplex.transport.http2_wire import (
     CANCEL,
     DEFAULT_WINDOW,
     ENHANCE_YOUR_CALM,

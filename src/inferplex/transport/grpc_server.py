@@ -3,7 +3,7 @@
 Why not grpc.aio (DESIGN.md's first choice): on the 2-core machine most of a served call's
 server CPU was inside grpcio's Python/Cython layers (py-spy: 63% of the event loop's busy time
 in cygrpc, 17% in inferplex), and its floor alone was above the issue's latency target.
-Here a call is one HTTP/2 parse (frontends/http2.py), one task, one write; grpcio stays the
+Here a call is one HTTP/2 parse (transport/http2.py), one task, one write; grpcio stays the
 clients' library. ``python -m bench.grpc_floor`` measures this server beside a bare grpc.aio
 server.
 
@@ -39,13 +39,13 @@ from inferplex.errors import (
     PayloadTooLargeError,
     UnsupportedError,
 )
-from inferplex.frontends.compression import decompress
-from inferplex.frontends.http2 import READ_BUFFER, Http2Connection, Stream
-from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
-from inferplex.frontends.http2_wire import literal_header_block
-from inferplex.frontends.http_limits import ByteBudget
-from inferplex.frontends.http_server import TLS_SHUTDOWN_TIMEOUT_S
 from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.transport.compression import decompress
+from inferplex.transport.http2 import READ_BUFFER, Http2Connection, Stream
+from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http2_wire import literal_header_block
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.http_server import TLS_SHUTDOWN_TIMEOUT_S
 
 __all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method"]
 
@@ -159,7 +159,7 @@ class GrpcServer:
 
     # -- listening ----------------------------------------------------------------------------
     async def start(self, sock: socket.socket) -> int:
-        """Serve on ``sock`` (bound; ``frontends.sockets.bind``); returns its port."""
+        """Serve on ``sock`` (bound; ``transport.sockets.bind``); returns its port."""
         self._loop = loop = asyncio.get_running_loop()
         options: dict[str, Any] = {}
         if self._ssl is not None:

@@ -1,14 +1,14 @@
-"""Frames other than DATA of a server HTTP/2 connection (frontends/http2.py): header blocks
+"""Frames other than DATA of a server HTTP/2 connection (transport/http2.py): header blocks
 (HEADERS, CONTINUATION; requests checked as RFC 9113 section 8 says) and control frames, each
 within its limits (http2_limits.py)."""
 
 from __future__ import annotations
 
-from inferplex.frontends.http2_base import _DRAIN_PING, _GAPS_KEPT, _KEEPALIVE_PING, STREAM_WINDOW
-from inferplex.frontends.http2_limits import request_problem, trailers_problem
-from inferplex.frontends.http2_send import Http2Output
-from inferplex.frontends.http2_stream import Stream
-from inferplex.frontends.http2_wire import (
+from inferplex.transport.http2_base import _DRAIN_PING, _GAPS_KEPT, _KEEPALIVE_PING, STREAM_WINDOW
+from inferplex.transport.http2_limits import request_problem, trailers_problem
+from inferplex.transport.http2_send import Http2Output
+from inferplex.transport.http2_stream import Stream
+from inferplex.transport.http2_wire import (
     ACK,
     ENABLE_PUSH,
     END_HEADERS,

@@ -1,7 +1,7 @@
 """HTTP/2 on the wire, for both ends: the protocol's numbers and frame layout (RFC 9113),
 header blocks out (literals that index nothing) and in (HPACK decoding, with a cache for
 the blocks a peer repeating itself sends), and the connection error both ends answer with
-GOAWAY. The server's connection (frontends/http2.py) and the load generator's client
+GOAWAY. The server's connection (transport/http2.py) and the load generator's client
 (benchtool/grpc_wire.py) build their streams and flow control on these pieces.
 """
 

@@ -4,7 +4,7 @@ import zlib
 import pytest
 
 from inferplex.errors import InvalidInputError
-from inferplex.frontends.compression import accepted, compress, decompress
+from inferplex.transport.compression import accepted, compress, decompress
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from inferplex.frontends.http_limits import ByteBudget
+from inferplex.transport.http_limits import ByteBudget
 
 Headers = list[tuple[bytes, bytes]]
 

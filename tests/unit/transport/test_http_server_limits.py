@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from inferplex.frontends.http_limits import ByteBudget, Http1Limits
-from inferplex.frontends.http_server import HttpServer
-from tests.unit.frontends.test_http_server import EchoApp, post, read_response, split
+from inferplex.transport.http_limits import ByteBudget, Http1Limits
+from inferplex.transport.http_server import HttpServer
+from tests.unit.transport.test_http_server import EchoApp, post, read_response, split
 
 HOST = "127.0.0.1"
 HEADERS = 2000  # max_header_bytes of these servers

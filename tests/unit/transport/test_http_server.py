@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from inferplex.frontends.http_server import HttpServer
+from inferplex.transport.http_server import HttpServer
 
 HOST = "127.0.0.1"
 

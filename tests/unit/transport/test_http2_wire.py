@@ -1,4 +1,4 @@
-"""HTTP/2 pieces both ends share (frontends/http2_wire.py): frames, literal header blocks
+"""HTTP/2 pieces both ends share (transport/http2_wire.py): frames, literal header blocks
 out, HPACK decoding in (with its caches), padding and WINDOW_UPDATE increments."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import hpack
 import pytest
 
-from inferplex.frontends.http2_wire import (
+from inferplex.transport.http2_wire import (
     COMPRESSION_ERROR,
     FRAME_SIZE_ERROR,
     PADDED,

@@ -1,5 +1,5 @@
 """Server side of HTTP/2 (RFC 9113) for the built-in gRPC server: streams and flow control
-over one asyncio transport per connection (frames and HPACK are in frontends/http2_wire.py,
+over one asyncio transport per connection (frames and HPACK are in transport/http2_wire.py,
 shared with the load generator's client; sending, closing, timers and budgets in
 http2_send.py; the limits in http2_limits.py).
 
@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import asyncio
 
-from inferplex.frontends.buffers import uninitialised
-from inferplex.frontends.http2_base import _HALF_WINDOW, CONNECTION_WINDOW, STREAM_WINDOW
-from inferplex.frontends.http2_frames import Http2Frames
-from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
-from inferplex.frontends.http2_stream import Http2App, Stream
-from inferplex.frontends.http2_wire import (
+from inferplex.transport.buffers import uninitialised
+from inferplex.transport.http2_base import _HALF_WINDOW, CONNECTION_WINDOW, STREAM_WINDOW
+from inferplex.transport.http2_frames import Http2Frames
+from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http2_stream import Http2App, Stream
+from inferplex.transport.http2_wire import (
     ACK,
     CONTINUATION,
     DATA,

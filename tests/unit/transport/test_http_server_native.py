@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from inferplex.frontends.http_cycle import Request
-from inferplex.frontends.http_server import HttpServer
-from tests.unit.frontends.test_http_server import HOST, post, read_response, split
+from inferplex.transport.http_cycle import Request
+from inferplex.transport.http_server import HttpServer
+from tests.unit.transport.test_http_server import HOST, post, read_response, split
 
 Reply = tuple[int, bytes, list[tuple[bytes, bytes]]]
 

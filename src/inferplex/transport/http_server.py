@@ -38,9 +38,9 @@ import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from inferplex.frontends.http_connection import READ_BUFFER_BYTES, Connection
-from inferplex.frontends.http_cycle import Request
-from inferplex.frontends.http_limits import REASONS, ByteBudget, Http1Limits
+from inferplex.transport.http_connection import READ_BUFFER_BYTES, Connection
+from inferplex.transport.http_cycle import Request
+from inferplex.transport.http_limits import REASONS, ByteBudget, Http1Limits
 from inferplex.transport.interface import Respond
 
 __all__ = ["ByteBudget", "Http1Limits", "HttpServer"]
@@ -105,7 +105,7 @@ class HttpServer:
         self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self, sock: Any) -> None:
-        """Serve on ``sock`` (bound; ``frontends.sockets.bind``); returns once it accepts
+        """Serve on ``sock`` (bound; ``transport.sockets.bind``); returns once it accepts
         connections."""
         self.loop = asyncio.get_running_loop()
         options: dict[str, Any] = {}

@@ -13,8 +13,10 @@ import hpack
 import numpy as np
 import pytest
 
-from inferplex.frontends.grpc_server import _percent_encode, _timeout_seconds
-from inferplex.frontends.http2 import (
+from inferplex.protocol.v2 import generated as pb
+from inferplex.protocol.v2.grpc_codec import decode_infer_request_bytes
+from inferplex.transport.grpc_server import _percent_encode, _timeout_seconds
+from inferplex.transport.http2 import (
     CONNECTION_WINDOW,
     READ_BUFFER,
     RECEIVE_FRAME_SIZE,
@@ -22,9 +24,9 @@ from inferplex.frontends.http2 import (
     Http2Connection,
     Stream,
 )
-from inferplex.frontends.http2_base import LINGER_S
-from inferplex.frontends.http2_limits import Http2Counters, Http2Limits
-from inferplex.frontends.http2_wire import (
+from inferplex.transport.http2_base import LINGER_S
+from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http2_wire import (
     CONTINUATION,
     DATA,
     END_HEADERS,
@@ -40,9 +42,7 @@ from inferplex.frontends.http2_wire import (
     frame,
     literal_header_block,
 )
-from inferplex.frontends.http_limits import ByteBudget
-from inferplex.protocol.v2 import generated as pb
-from inferplex.protocol.v2.grpc_codec import decode_infer_request_bytes
+from inferplex.transport.http_limits import ByteBudget
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,10 @@ from urllib.parse import unquote
 import orjson
 
 if TYPE_CHECKING:
-    from inferplex.frontends.http_connection import Connection
+    from inferplex.transport.http_connection import Connection
     from inferplex.transport.interface import Respond
 
-logger = logging.getLogger("inferplex.frontends.http_server")
+logger = logging.getLogger("inferplex.transport.http_server")
 
 _STATUS_LINES = {int(s): f"HTTP/1.1 {int(s)} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
 _DISCONNECT = {"type": "http.disconnect"}

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import httptools
 import orjson
 
-from inferplex.frontends.buffers import uninitialised
-from inferplex.frontends.http_cycle import Cycle, Refusal, Request, answer
+from inferplex.transport.buffers import uninitialised
+from inferplex.transport.http_cycle import Cycle, Refusal, Request, answer
 from inferplex.transport.interface import ADMITTED_KEY
 
 if TYPE_CHECKING:
-    from inferplex.frontends.http_server import HttpServer
+    from inferplex.transport.http_server import HttpServer
 
 __all__ = ["READ_BUFFER_BYTES", "Connection"]
 

@@ -1,12 +1,12 @@
-"""Responses of a server HTTP/2 connection (frontends/http2.py): a header block, the body as
+"""Responses of a server HTTP/2 connection (transport/http2.py): a header block, the body as
 DATA frames as the peer's windows allow (what they do not is sent as they open, or dropped
 after the send timeout), and a trailer block."""
 
 from __future__ import annotations
 
-from inferplex.frontends.http2_base import _STREAM_REFUND, Http2Base
-from inferplex.frontends.http2_stream import Stream
-from inferplex.frontends.http2_wire import (
+from inferplex.transport.http2_base import _STREAM_REFUND, Http2Base
+from inferplex.transport.http2_stream import Stream
+from inferplex.transport.http2_wire import (
     CONTINUATION,
     DATA,
     END_HEADERS,
