@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh "test,examples,dev,deploy,torch"
 scripts/system_packages.sh
-.venv/bin/ruff check src tests examples bench
+.venv/bin/ruff check src tests examples bench scripts
+.venv/bin/ruff format --check src tests examples bench scripts
 .venv/bin/mypy
 # the OpenVINO execution provider needs an onnxruntime build of its own, in its own venv
 scripts/openvino_test.sh -q
