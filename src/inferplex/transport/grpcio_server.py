@@ -176,7 +176,7 @@ class GrpcioServer:
         await server.stop(grace)
 
 
-class _Methods(grpc.GenericRpcHandler):
+class _Methods(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no hints: Any
     """The table: a call's handler by its exact method path."""
 
     def __init__(self, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
@@ -186,7 +186,7 @@ class _Methods(grpc.GenericRpcHandler):
         return self._handlers.get(handler_call_details.method)
 
 
-class _Guarding(aio.ServerInterceptor):
+class _Guarding(aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no hints: Any
     """The guard, on each call of a method of the table, before its message is read."""
 
     def __init__(self, guard: Guard, paths: set[str]) -> None:

@@ -365,12 +365,14 @@ def encode_infer_response_bytes(
     if response.parameters or (
         request is not None and request.outputs and _shared_outputs(request)
     ):
-        return encode_infer_response(response, request, shm).SerializeToString()
+        whole: bytes = encode_infer_response(response, request, shm).SerializeToString()
+        return whole
     key: list[Any] = [response.model_name, response.model_version, response.id]
     outputs = response.outputs
     for tensor in outputs:
         if tensor.parameters:
-            return encode_infer_response(response).SerializeToString()
+            whole = encode_infer_response(response).SerializeToString()
+            return whole
         key.append((tensor.name, tensor.datatype, tuple(tensor.shape)))
     known = _RESPONSE_LAYOUTS.get(tuple(key))
     if known is None:

@@ -83,7 +83,7 @@ def array_from_json(
     return reshape_input(raw.astype(dtype, copy=False), shape, name)
 
 
-def _exact_integers(data: list, datatype: str, name: str) -> np.ndarray:
+def _exact_integers(data: list[Any], datatype: str, name: str) -> np.ndarray:
     """The slow path for integer data numpy could not hold as int64 or uint64."""
     try:
         values = np.array(data, dtype=np.object_).reshape(-1).tolist()
@@ -115,7 +115,7 @@ def _out_of_range(name: str, datatype: str) -> InvalidInputError:
     )
 
 
-def _bytes_from_json(data: list, shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
+def _bytes_from_json(data: list[Any], shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
     """Flatten nested JSON strings row-major into an object array of UTF-8 ``bytes``."""
     flat = _flat_strings(data, name)
     del data
@@ -132,7 +132,7 @@ def _bytes_from_json(data: list, shape: tuple[int, ...], count: int, name: str) 
     return reshape_input(array, shape, name)
 
 
-def _flat_strings(data: list, name: str) -> list[str]:
+def _flat_strings(data: list[Any], name: str) -> list[str]:
     """The strings of nested JSON ``data``, row-major, in a list the caller may empty
     (``data`` itself when it is flat, emptied otherwise).
 
@@ -188,7 +188,7 @@ def _kinds(items: list[Any]) -> set[type]:
     return kinds
 
 
-def _mixed_strings(data: list, name: str) -> list[str]:
+def _mixed_strings(data: list[Any], name: str) -> list[str]:
     flat: list[str] = []
     # iterative walk: orjson allows nesting deeper than Python's recursion limit
     stack: list[Any] = [iter(data)]
