@@ -44,12 +44,12 @@ CASES = (("live", 16), ("infer", 1), ("infer", 16))
 async def _serve(kind: str, repo: Path, sock: socket.socket) -> None:
     """The child: the inferplex HTTP app over an engine, served by ``kind`` on ``sock``."""
     from inferplex.config.server_config import ServerConfig
-    from inferplex.core.engine import InferenceEngine
     from inferplex.frontends.http import create_http_app
+    from inferplex.server import build_engine
     from inferplex.transport.http_server import HttpServer
 
     config = ServerConfig(model_repository=repo, log_level="warning")
-    engine = InferenceEngine(config)
+    engine = build_engine(config)
     await engine.start()
     app = create_http_app(engine, config)
     if kind == "builtin":

@@ -21,12 +21,12 @@ from pathlib import Path
 
 from inferplex import modelgen
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
 from inferplex.core.stats import Duration, Histogram, ModelStats
 from inferplex.dashboard.data import dashboard_data
 from inferplex.metrics.collector import Collector
 from inferplex.metrics.exposition import render
 from inferplex.metrics.sampler import Sampler
+from inferplex.server import build_engine
 from inferplex.tracing.context import TRACING
 
 
@@ -87,7 +87,7 @@ async def scrape_costs(models: int) -> tuple[float, float, float]:
             path = modelgen.add_sub(repo, name=f"m{i}")
             config = modelgen.model_config(path, max_batch_size=8)
             modelgen.write_config(repo / f"m{i}", config)
-        engine = InferenceEngine(ServerConfig(model_repository=repo, log_level="warning"))
+        engine = build_engine(ServerConfig(model_repository=repo, log_level="warning"))
         await engine.start()
         try:
             sampler = Sampler(engine)

@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
+from inferplex.handler.runner import Runner, find_class, load_module
 
 from inferplex import modelgen
 from inferplex.backends.base import InstanceSpec
@@ -40,7 +41,7 @@ from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.handler.base import Context
-from inferplex.handler.runner import Runner, find_class, load_module
+from inferplex.server import build_engine
 
 HANDLER = """
 from inferplex.handler import BaseHandler
@@ -110,7 +111,7 @@ async def timed_async(
 async def run(args: argparse.Namespace) -> None:
     repo = Path(tempfile.mkdtemp(prefix="bench_python_"))
     build(repo)
-    engine = InferenceEngine(ServerConfig(model_repository=repo, intra_op_threads=1))
+    engine = build_engine(ServerConfig(model_repository=repo, intra_op_threads=1))
     await engine.start()
     cases: dict[tuple[int, str], Callable[[int], object]] = {}
     closers = []

@@ -31,7 +31,7 @@ from bench.loadgen import measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from bench.serving import Served, latency_figures, machine_state, serve, write_results
 from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
-from inferplex.core.engine import InferenceEngine
+from inferplex.server import build_engine
 from tests.support.process import HOST
 
 DIRECT = "add_sub"
@@ -98,7 +98,7 @@ async def in_process(repo: Path, rounds: int, calls: int) -> dict[str, float]:
     far less disturbed by other processes than wall time."""
     x = np.arange(16, dtype=np.float32)[None]
     inputs = [Tensor("INPUT0", "FP32", x.shape, x), Tensor("INPUT1", "FP32", x.shape, x)]
-    engine = InferenceEngine(ServerConfig(model_repository=repo))
+    engine = build_engine(ServerConfig(model_repository=repo))
     await engine.start()
     per_round: dict[str, list[float]] = {case: [] for case in CASES}
     try:

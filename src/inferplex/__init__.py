@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from inferplex.core.engine import InferenceEngine
     from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
     from inferplex.errors import InferplexError
-    from inferplex.server import Server
+    from inferplex.server import Server, build_engine
 
 _EXPORTS = {
     "InferenceEngine": "inferplex.core.engine",
@@ -34,6 +34,7 @@ _EXPORTS = {
     "Server": "inferplex.server",
     "ServerConfig": "inferplex.config",
     "Tensor": "inferplex.core.types",
+    "build_engine": "inferplex.server",
 }
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "ServerConfig",
     "Tensor",
     "__version__",
+    "build_engine",
 ]
 
 

@@ -14,6 +14,7 @@ import pytest
 from inferplex import InferenceRequest, ServerConfig, Tensor
 from inferplex.core.engine import InferenceEngine
 from inferplex.errors import DeadlineExceededError, InvalidInputError, ServerBusyError
+from inferplex.server import build_engine
 from tests.support.repository import copy_model
 
 SLOW_PLATFORM = 'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
@@ -53,7 +54,7 @@ def batching_repository(test_repository: Path, tmp_path_factory: pytest.TempPath
 
 @pytest.fixture
 async def engine(batching_repository: Path) -> AsyncIterator[InferenceEngine]:
-    engine = InferenceEngine(ServerConfig(model_repository=batching_repository, cache_size=1 << 20))
+    engine = build_engine(ServerConfig(model_repository=batching_repository, cache_size=1 << 20))
     await engine.start()
     assert all(e["state"] == "READY" for e in engine.repository_index()), engine.repository_index()
     yield engine

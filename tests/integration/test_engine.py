@@ -11,6 +11,7 @@ import pytest
 from inferplex import InferenceRequest, RequestedOutput, Server, ServerConfig, Tensor
 from inferplex.core.engine import InferenceEngine
 from inferplex.errors import InvalidInputError, ModelNotFoundError, ModelNotReadyError
+from inferplex.server import build_engine
 
 
 def add_sub_request(rows: int = 1, **kwargs: object) -> InferenceRequest:
@@ -25,7 +26,7 @@ def add_sub_request(rows: int = 1, **kwargs: object) -> InferenceRequest:
 
 @pytest.fixture
 async def engine(test_repository: Path) -> InferenceEngine:
-    engine = InferenceEngine(ServerConfig(model_repository=test_repository))
+    engine = build_engine(ServerConfig(model_repository=test_repository))
     await engine.start()
     yield engine
     await engine.stop()

@@ -28,6 +28,7 @@ from inferplex.errors import (
 )
 from inferplex.lifecycle import pacing
 from inferplex.repository.local import fingerprint
+from inferplex.server import build_engine
 from tests.support.lifecycle import (
     add_model,
     add_sub_config,
@@ -43,7 +44,7 @@ Engine = Callable[..., Any]
 
 @asynccontextmanager
 async def running(repo: Path, **settings: Any) -> AsyncIterator[InferenceEngine]:
-    engine = InferenceEngine(ServerConfig(model_repository=repo, **settings))
+    engine = build_engine(ServerConfig(model_repository=repo, **settings))
     await engine.start()
     try:
         yield engine

@@ -13,6 +13,7 @@ from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.errors import InsufficientMemoryError
 from inferplex.lifecycle.memory import release_free_memory, rss_bytes
+from inferplex.server import build_engine
 from tests.support.lifecycle import add_model, add_sub_request
 
 MB = 1_000_000
@@ -37,7 +38,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[InferenceEngine]:
     config = ServerConfig(
         model_repository=tmp_path, model_control_mode="explicit", memory_limit="50MB"
     )
-    engine = InferenceEngine(config)
+    engine = build_engine(config)
     await engine.start()
     yield engine
     await engine.stop()
@@ -91,7 +92,7 @@ async def test_unloading_returns_the_memory(tmp_path: Path) -> None:
     modelgen.write_config(tmp_path / "big", modelgen.model_config(path, max_batch_size=8))
     size = path.stat().st_size
     config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
-    engine = InferenceEngine(config)
+    engine = build_engine(config)
     await engine.start()
     try:
         before = rss_bytes()

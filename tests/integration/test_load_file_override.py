@@ -25,6 +25,7 @@ from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.lifecycle.file_override import FOLDER_PREFIX
+from inferplex.server import build_engine
 from tests.support.process import RunningServer, start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -257,7 +258,7 @@ async def test_poll_mode_keeps_overrides_until_the_repository_changes(
         model_control_mode="poll",
         repository_poll_secs=3600,  # the test polls itself
     )
-    engine = InferenceEngine(config)
+    engine = build_engine(config)
     await engine.start()
     try:
         poller = engine.lifecycle.poller

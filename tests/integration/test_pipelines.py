@@ -16,6 +16,7 @@ from examples.build_models import build_camera_pipeline
 from inferplex import InferenceRequest, RequestedOutput, ServerConfig, Tensor, modelgen
 from inferplex.core.engine import InferenceEngine
 from inferplex.errors import InvalidInputError, ModelNotFoundError
+from inferplex.server import build_engine
 from tests.support.process import RunningServer, start_server
 
 #: A (16) and B (16): step 1 add_sub makes sum and diff, step 2 add_sub makes sum + diff = 2A
@@ -127,7 +128,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 async def engine(repository: Path) -> InferenceEngine:
     # one compute slot: a pipeline holding one while it waits on its steps would deadlock
-    engine = InferenceEngine(ServerConfig(model_repository=repository, max_concurrent_batches=1))
+    engine = build_engine(ServerConfig(model_repository=repository, max_concurrent_batches=1))
     await engine.start()
     yield engine
     await engine.stop()
@@ -282,7 +283,7 @@ async def test_the_camera_example_pipeline(tmp_path: Path) -> None:
     """examples/: face_detect -> face_embed beside object_classify and behaviour_classify
     answers as the four models called one after the other do."""
     build_camera_pipeline(tmp_path)
-    engine = InferenceEngine(ServerConfig(model_repository=tmp_path))
+    engine = build_engine(ServerConfig(model_repository=tmp_path))
     await engine.start()
     try:
         frames = np.random.default_rng(0).random((2, 3, 128, 128), dtype=np.float32)
@@ -325,7 +326,7 @@ async def test_shutdown_lets_pipelines_in_flight_finish(tmp_path: Path) -> None:
         modelgen.write_config(path.parent.parent, modelgen.model_config(path))
     (tmp_path / "pipe" / "1").mkdir(parents=True)
     (tmp_path / "pipe" / "config.pbtxt").write_text(SLOW_PIPE)
-    engine = InferenceEngine(ServerConfig(model_repository=tmp_path))
+    engine = build_engine(ServerConfig(model_repository=tmp_path))
     await engine.start()
     x = np.array([2.0, 4.0], dtype=np.float32)
     pending = asyncio.create_task(infer(engine, InferenceRequest("pipe", [tensor("x", x)])))

@@ -15,8 +15,8 @@ import pytest
 
 from examples.build_models import digits_reader
 from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
-from inferplex.core.engine import InferenceEngine
 from inferplex.errors import ModelExecutionError
+from inferplex.server import build_engine
 from tests.support.process import RunningServer, start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -328,7 +328,7 @@ async def test_handlers_waiting_on_calls_do_not_starve_the_models_they_call(
     path = modelgen.add_sub(tmp_path)
     modelgen.write_config(tmp_path / "add_sub", modelgen.model_config(path, max_batch_size=8))
     python_model(tmp_path, "py_bls", TRITON_BLS, instances=2)
-    engine = InferenceEngine(ServerConfig(model_repository=tmp_path, max_concurrent_batches=1))
+    engine = build_engine(ServerConfig(model_repository=tmp_path, max_concurrent_batches=1))
     await engine.start()
     try:
         a = np.ones((1, 16), np.float32)
@@ -358,7 +358,7 @@ class Handler(BaseHandler):
 
 async def test_a_failing_call_reports_the_servers_error_to_the_handler(tmp_path: Path) -> None:
     python_model(tmp_path, "py_calls_missing", CALLS_MISSING)
-    engine = InferenceEngine(ServerConfig(model_repository=tmp_path))
+    engine = build_engine(ServerConfig(model_repository=tmp_path))
     await engine.start()
     a = np.ones((1, 16), np.float32)
     request = InferenceRequest(

@@ -14,9 +14,9 @@ import requests
 from moto.server import ThreadedMotoServer
 
 from inferplex import ServerConfig, modelgen
-from inferplex.core.engine import InferenceEngine
 from inferplex.errors import ConfigError
 from inferplex.repository.s3 import MANIFEST, S3Repository
+from inferplex.server import build_engine
 from tests.support.process import RunningServer, start_server
 
 CREDENTIALS = {
@@ -170,7 +170,7 @@ async def test_explicit_mode_syncs_before_a_load(s3: Any, endpoint: str, tmp_pat
         s3_endpoint_url=endpoint,
         model_control_mode="explicit",
     )
-    engine = InferenceEngine(config)
+    engine = build_engine(config)
     await engine.start()
     try:
         index = engine.repository_index()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from inferplex.config.model_config import ModelConfig
@@ -24,7 +24,8 @@ from inferplex.core.validation import RequestValidator
 from inferplex.errors import InferplexError, ModelNotFoundError, ModelNotReadyError
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.repository.s3 import S3Repository
-from inferplex.resilience.guard import GuardDefaults, ModelGuards
+from inferplex.resilience.guard import ModelGuards
+from inferplex.routing.route import BreakerOpen, Queued, Serve
 from inferplex.routing.table import RouteTable
 from inferplex.shm import SharedMemoryRegistry
 from inferplex.version import __version__
@@ -35,33 +36,44 @@ EXTENSIONS = ("binary_tensor_data", "model_configuration", "model_repository", "
 SHARED_MEMORY_EXTENSION = "system_shared_memory"
 
 
-class InferenceEngine:
-    """Owns the models; answers health, metadata, statistics and inference."""
+#: what makes the route table, given the engine's ways to serve a model, count its queued
+#: requests and read its circuit breaker
+RouteTableFactory = Callable[[Serve, Queued, BreakerOpen], RouteTable]
 
-    def __init__(self, config: ServerConfig) -> None:
+
+class InferenceEngine:
+    """Owns the models; answers health, metadata, statistics and inference.
+
+    Its collaborators are made by the composition root (``inferplex.server.build_engine``)
+    and handed in, so a test builds an engine on fakes."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        registry: ModelRegistry,
+        lifecycle: LifecycleManager,
+        guards: ModelGuards,
+        routes: RouteTableFactory,
+        shared_memory: SharedMemoryRegistry,
+        remote: S3Repository | None = None,
+    ) -> None:
+        """``lifecycle`` loads into ``registry``; ``guards`` are the circuit breakers and
+        request timeouts, ``routes`` makes the table of routing.yaml (docs/routing.md);
+        ``shared_memory`` holds the regions clients registered (frontends register them,
+        codecs read and write them); ``remote``, a bucket synced into the repository folder
+        before each scan and explicit load."""
         self.config = config
-        self.registry = ModelRegistry()
-        self.lifecycle = LifecycleManager(config, self.registry)
-        # circuit breakers, request timeouts and routes (docs/routing.md)
-        self.guards = ModelGuards(
-            GuardDefaults(
-                config.breaker_failures, config.breaker_cooldown_s, config.request_timeout_ms
-            )
-        )
-        self.routes = RouteTable(self.serve, self._queued, self.guards.is_open)
-        self.remote = (
-            S3Repository(
-                config.model_repository_url, config.model_repository, config.s3_endpoint_url
-            )
-            if config.model_repository_url
-            else None
-        )
-        self.lifecycle.before_scan = self._before_scan
+        self.registry = registry
+        self.lifecycle = lifecycle
+        self.guards = guards
+        self.routes = routes(self.serve, self._queued, guards.is_open)
+        self.remote = remote
+        self.shared_memory = shared_memory
+        lifecycle.before_scan = self._before_scan
         self._routes_reload: asyncio.Task[bool] | None = None
         self._started = False
         self._stopping = False
-        #: regions clients registered (frontends register them; codecs read and write them)
-        self.shared_memory = SharedMemoryRegistry(config.allow_shared_memory)
 
     async def start(self, *, ready: bool = True) -> None:
         """Load the repository. Models that fail are reported in the index, not raised.

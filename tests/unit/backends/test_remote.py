@@ -15,8 +15,8 @@ from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.remote import RemoteBackend, RemoteUnavailableError
 from inferplex.config.readers import config_from_dict
-from inferplex.core.engine import InferenceEngine
 from inferplex.errors import ConfigError, DeadlineExceededError, InvalidInputError
+from inferplex.server import build_engine
 from tests.support.process import HOST, RunningServer, free_port, start_server
 
 #: seconds the remote "slow" model takes per call; timeout_s in the tests is well below it
@@ -159,7 +159,7 @@ async def test_fallback_answers_when_the_remote_is_down_or_slow(
     write_remote_model(tmp_path, "cloud_down", remote_config(closed_url(), fallback))
     slow = {"remote_model": "slow", "timeout_s": "0.1", "fallback_model": "half"}
     write_remote_model(tmp_path, "cloud_slow", remote_config(url, slow, max_batch_size=0))
-    engine = InferenceEngine(ServerConfig(model_repository=tmp_path))
+    engine = build_engine(ServerConfig(model_repository=tmp_path))
     await engine.start()
     try:
         x = np.array([[1.0, 2.0]], dtype=np.float32)

@@ -23,8 +23,8 @@ from inferplex.benchtool.clients import ConnectionClosed, RequestFailed
 from inferplex.benchtool.grpc_wire import RECEIVE_WINDOW, GrpcConnection
 from inferplex.benchtool.payloads import TensorPlan, decode_grpc, grpc_request
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
 from inferplex.frontends.grpc import GrpcFrontend
+from inferplex.server import build_engine
 
 HOST = "127.0.0.1"
 DEADLINE_S = 10.0
@@ -170,7 +170,7 @@ async def inferplex_port(tmp_path: Path) -> AsyncIterator[int]:
     path = modelgen.add_sub(tmp_path)
     modelgen.write_config(tmp_path / "add_sub", modelgen.model_config(path, max_batch_size=8))
     config = ServerConfig(model_repository=tmp_path, grpc_port=0)
-    engine = InferenceEngine(config)
+    engine = build_engine(config)
     await engine.start()
     frontend = GrpcFrontend(engine, config)
     port = await frontend.start()

@@ -15,12 +15,12 @@ from inferplex import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.cli.main import main
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
 from inferplex.core.registry import ModelRegistry
 from inferplex.errors import ConfigError, InsufficientMemoryError
 from inferplex.lifecycle.gpu_memory import GpuMemory, NvmlProbe
 from inferplex.lifecycle.loader import ModelLoader
 from inferplex.lifecycle.memory import Resident
+from inferplex.server import build_engine
 
 GPU0, GPU1 = InstanceSpec("KIND_GPU", 0), InstanceSpec("KIND_GPU", 1)
 CPU = InstanceSpec("KIND_CPU", 0)
@@ -259,7 +259,7 @@ async def test_no_effect_on_models_without_gpu_instances(tmp_path: Path) -> None
     or without one (the limit does nothing)."""
     modelgen.add_sub(tmp_path)
     config = ServerConfig(model_repository=tmp_path, gpu_memory_limit="0=1KiB")
-    engine = InferenceEngine(config)
+    engine = build_engine(config)
     await engine.start()
     try:
         assert engine.model_ready("add_sub", "")

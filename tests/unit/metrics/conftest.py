@@ -12,6 +12,7 @@ from inferplex import modelgen
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.server import build_engine
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def small_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def engine(small_repository: Path) -> AsyncIterator[InferenceEngine]:
-    engine = InferenceEngine(ServerConfig(model_repository=small_repository))
+    engine = build_engine(ServerConfig(model_repository=small_repository))
     await engine.start()
     yield engine
     await engine.stop()
