@@ -30,7 +30,6 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from inferplex.handler.runner import Runner, find_class, load_module
 
 from inferplex import modelgen
 from inferplex.backends.base import InstanceSpec
@@ -41,6 +40,7 @@ from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.handler.base import Context
+from inferplex.handler.runner import Runner, find_class, load_module
 from inferplex.server import build_engine
 
 HANDLER = """
