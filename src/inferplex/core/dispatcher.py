@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sized
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
+from inferplex.core.fifo import FifoQueue
 from inferplex.core.scheduler import ModelPolicy, Scheduler, Ticket
-
-if TYPE_CHECKING:
-    from inferplex.core.model import ModelVersion
 
 _now = time.perf_counter
 
@@ -32,28 +32,58 @@ _now = time.perf_counter
 STEP_PRECEDENCE: ContextVar[int] = ContextVar("inferplex_step_precedence", default=0)
 
 
+class ServedVersion(Protocol):
+    """What the dispatcher drives of one served version (a ``core.model.ModelVersion``): its
+    queue and idle instances, and starting or failing what it queued."""
+
+    @property
+    def key(self) -> str:
+        """The version's scheduler key, unique among the versions alive at once."""
+
+    @property
+    def composite(self) -> bool:
+        """Only waits on other models: its batches take no scheduler slot."""
+
+    @property
+    def precedence(self) -> int:
+        """The highest pipeline-step precedence among its queued requests (0: none)."""
+
+    @property
+    def idle(self) -> Sized:
+        """Its instances free to start a batch."""
+
+    @property
+    def queue(self) -> DynamicBatcher | FifoQueue: ...
+
+    def launch(self, batch: Batch, ticket: Ticket | None) -> None:
+        """Run ``batch`` on an idle instance; ``ticket`` is its scheduler slot."""
+
+    def fail_expired(self, requests: list[PendingRequest]) -> None:
+        """Answer ``requests``, taken out of the queue past their deadline, with an error."""
+
+
 class Dispatcher:
     def __init__(
         self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop, inline_execution_s: float = 0.0
     ) -> None:
         self.scheduler = scheduler
         #: batches measured to run within this many seconds may run on the event loop
-        #: (``ModelVersion.launch``)
+        #: (``ServedVersion.launch``)
         self.inline_execution_s = inline_execution_s
         self._loop = loop
-        self._versions: dict[str, ModelVersion] = {}
+        self._versions: dict[str, ServedVersion] = {}
         self._policies: dict[str, ModelPolicy] = {}
-        self._pending: set[ModelVersion] = set()  # versions that may have queued requests
+        self._pending: set[ServedVersion] = set()  # versions that may have queued requests
         self._pump_queued = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
 
-    def add(self, version: ModelVersion, policy: ModelPolicy) -> None:
+    def add(self, version: ServedVersion, policy: ModelPolicy) -> None:
         self.scheduler.register(version.key, policy)
         self._versions[version.key] = version
         self._policies[version.key] = policy
 
-    def remove(self, version: ModelVersion) -> None:
+    def remove(self, version: ServedVersion) -> None:
         """Forget a drained version (nothing of it queued or running)."""
         self._versions.pop(version.key, None)
         self._policies.pop(version.key, None)
@@ -67,7 +97,7 @@ class Dispatcher:
             self._pump_queued = True
             self._loop.call_soon(self._pump)
 
-    def arrived(self, version: ModelVersion, deadline: float | None) -> None:
+    def arrived(self, version: ServedVersion, deadline: float | None) -> None:
         """A request (with ``deadline``, if it has one) was queued for ``version``."""
         if not version.composite:  # a composite's batches never ask the scheduler for a slot
             self.scheduler.note_arrival(version.key, _now())
@@ -81,7 +111,7 @@ class Dispatcher:
             self._loop.call_soon(self._pump)
 
     def finished(
-        self, version: ModelVersion, ticket: Ticket | None, now: float, latencies: list[float]
+        self, version: ServedVersion, ticket: Ticket | None, now: float, latencies: list[float]
     ) -> None:
         """A batch of ``version`` finished: its slot (None: a composite's) and instance are
         free again."""
@@ -138,7 +168,7 @@ class Dispatcher:
         if pending or refused or self._timer is not None:
             self._arm(now, scheduler.reservation_lifts() if refused else None)
 
-    def _critical_step(self, picked: ModelVersion, ready: list[str]) -> ModelVersion:
+    def _critical_step(self, picked: ServedVersion, ready: list[str]) -> ServedVersion:
         """The ready pipeline step to start in the slot granted to ``picked`` (a step too): the
         one with the highest precedence. Only a step that the scheduler could have picked as
         well takes the slot: no rate-limiter resources, a weight no lower than ``picked``'s."""
@@ -153,7 +183,7 @@ class Dispatcher:
         return best
 
     @staticmethod
-    def _launch_composite(version: ModelVersion, now: float) -> None:
+    def _launch_composite(version: ServedVersion, now: float) -> None:
         """Start every ready batch of a composite version (a pipeline, a cascade) on its idle
         instances without a scheduler slot: it only waits on the models it calls, and
         holding slots while they wait for one could deadlock."""
