@@ -35,12 +35,12 @@ from inferplex import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.onnxruntime import OnnxRuntimeBackend
 from inferplex.backends.python import PythonBackend
+from inferplex.backends.python.runner import Runner, find_class, load_module
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.handler.base import Context
-from inferplex.handler.runner import Runner, find_class, load_module
 from inferplex.server import build_engine
 
 HANDLER = """

@@ -89,7 +89,7 @@ def workers(server: RunningServer) -> set[int]:
     found = set()
     for child in psutil.Process(server.process.pid).children():
         try:
-            if "inferplex.handler.worker" in child.cmdline():
+            if "inferplex.backends.python.worker" in child.cmdline():
                 found.add(child.pid)
         except psutil.NoSuchProcess:
             continue

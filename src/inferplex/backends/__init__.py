@@ -7,13 +7,24 @@ Built-in backends are listed here; third-party ones register a Backend subclass 
 from __future__ import annotations
 
 import functools
-from importlib.metadata import entry_points
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from inferplex.backends.base import Backend, InstanceSpec
-from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError
 
+if TYPE_CHECKING:
+    from inferplex.backends.base import Backend, InstanceSpec
+    from inferplex.config.model_config import ModelConfig
+
 __all__ = ["Backend", "InstanceSpec", "available_backends", "backend_for", "backend_for_file"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: a worker process (python -m inferplex.backends.python.worker)
+    # imports this package, and must start without the config models (pydantic) behind them.
+    if name in ("Backend", "InstanceSpec"):
+        return getattr(importlib.import_module("inferplex.backends.base"), name)
+    raise AttributeError(f"module 'inferplex.backends' has no attribute '{name}'")
 
 
 def available_backends() -> list[type[Backend]]:
@@ -35,6 +46,8 @@ def _plugin_backends() -> tuple[type[Backend], ...]:
     """Third-party backends, read once per process: reading the entry points scans every
     installed distribution, tens of ms of GIL-holding work that would slow every model load
     (and the requests served meanwhile)."""
+    from importlib.metadata import entry_points
+
     return tuple(entry.load() for entry in entry_points(group="inferplex.backends"))
 
 

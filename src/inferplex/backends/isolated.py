@@ -5,7 +5,7 @@ A model whose config says ``parameters { key: "isolation" value: { string_value:
 worker process of its own, started at load and ended at unload, so that everything the
 runtime keeps (arenas, thread pools, caches that ``malloc_trim`` cannot return) goes back to
 the system with the process. Batches travel through the worker's shared-memory arena, as a
-Python model's do (``backends/process_backend.py``, ``inferplex.handler.worker``); a crash or
+Python model's do (``backends/process_backend.py``, ``backends/python/worker.py``); a crash or
 a hang fails only the batch that instance was running, and the worker is replaced.
 
 Server side: ``served_backend`` picks ``IsolatedBackend`` for such a model. Worker side:
@@ -92,7 +92,7 @@ class BackendRunner:
 
 
 def load_backend(init: dict[str, Any]) -> BackendRunner:
-    """Worker side: create the backend the init message names (inferplex.handler.worker
+    """Worker side: create the backend the init message names (backends/python/worker.py
     calls it)."""
     use_key(init["model_key"])  # the server's key for encrypted models, if it has one
     cls: type[Backend] = init["backend"]

@@ -1,4 +1,4 @@
-"""Backends whose every instance runs in its own worker process (``inferplex.handler.worker``):
+"""Backends whose every instance runs in its own worker process (``backends/python/worker.py``):
 Python models (``backends/python``) and models isolated with the parameter ``isolation``
 (``backends/isolated.py``).
 
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
+from inferplex.backends.python.arena import DEFAULT_SIZE, Arena
 from inferplex.backends.worker_process import (
     WorkerFailed,
     WorkerGone,
@@ -36,7 +37,6 @@ from inferplex.errors import (
     ModelExecutionError,
     UnsupportedError,
 )
-from inferplex.handler.arena import DEFAULT_SIZE, Arena
 
 #: model parameters of every backend that runs in worker processes
 TIMEOUT_PARAMETER = "execute_timeout_seconds"
@@ -70,7 +70,7 @@ class ProcessBackend(Backend):
         instance: InstanceSpec,
         cancel_slots: int = 0,
     ) -> None:
-        """Start the worker with ``init`` (what ``inferplex.handler.worker`` loads) and wait
+        """Start the worker with ``init`` (what ``backends/python/worker.py`` loads) and wait
         until it has loaded; ModelExecutionError with the reason if it cannot. With
         ``cancel_slots`` the worker gets a cancel board for batches of that many requests."""
         self._name = config.name

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import inferplex
-from inferplex.handler.arena import Arena
-from inferplex.handler.cancel import CancelBoard
+from inferplex.backends.python.arena import Arena
+from inferplex.backends.python.cancel import CancelBoard
 
 Message = tuple[Any, ...]
 
-WORKER_MODULE = "inferplex.handler.worker"
+WORKER_MODULE = "inferplex.backends.python.worker"
 
 
 class WorkerGone(Exception):
@@ -38,7 +38,7 @@ class WorkerFailed(Exception):
 
 class WorkerProcess:
     """One worker process with its pipe, its arena and, with ``cancel_slots``, a cancel board
-    for batches of up to that many requests (``inferplex.handler.cancel``). The arena and the
+    for batches of up to that many requests (``backends/python/cancel.py``). The arena and the
     board outlive restarts."""
 
     def __init__(

@@ -19,7 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.handler.cancel import never
+
+def never(index: int) -> bool:
+    """The check of a batch nobody can cancel (no cancel board, or a request built by the
+    model): request index -> False."""
+    return False
 
 
 @dataclass

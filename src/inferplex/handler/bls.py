@@ -4,14 +4,10 @@ engine like any request, without a network hop. Tensors travel through the worke
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-
-from inferplex.handler.arena import Arena
 
 
 class ModelCallError(Exception):
@@ -24,22 +20,8 @@ class ModelCallError(Exception):
         self.code = code
 
 
-class Link:
-    """The worker's way back to the server while a request runs. Calls from several threads
-    of one handler take turns: the pipe and the arena carry one call at a time."""
-
-    def __init__(self, connection: Connection, arena: Arena) -> None:
-        self._connection = connection
-        self._arena = arena
-        self._lock = threading.Lock()
-        self._base = -1  # first arena offset free for calls; -1 while no request runs
-
-    def begin(self, base: int) -> None:
-        """A request whose inputs end at arena offset ``base`` starts running."""
-        self._base = base
-
-    def end(self) -> None:
-        self._base = -1
+class Caller(Protocol):
+    """The worker's way back to the server (``inferplex.backends.python.worker.Link``)."""
 
     def call(
         self,
@@ -49,28 +31,14 @@ class Link:
         version: str,
         timeout: float | None,
     ) -> dict[str, np.ndarray]:
-        with self._lock:
-            if self._base < 0:
-                raise ModelCallError(
-                    "other models can be called only while the handler runs a request "
-                    "(not in initialize or finalize)",
-                    "unavailable",
-                )
-            headers, _ = self._arena.write(inputs, self._base)
-            self._connection.send(
-                ("infer", model_name, version, headers, list(outputs or ()), timeout)
-            )
-            reply = self._connection.recv()
-            if reply[0] == "error":
-                raise ModelCallError(reply[2], reply[1])
-            # copies: the next call reuses this part of the arena
-            return self._arena.read(reply[1], copy=True)
+        """Run ``model_name`` in the server; raises ModelCallError."""
+        ...
 
 
-_link: Link | None = None
+_link: Caller | None = None
 
 
-def install(link: Link) -> None:
+def install(link: Caller) -> None:
     """Called once by the worker process."""
     global _link
     _link = link

@@ -53,7 +53,7 @@ class PythonBackend(ProcessBackend):
             "device_id": instance.device_id,
             "handler_class": config.parameters.get(CLASS_PARAMETER, ""),
         }
-        # batches are numbered for the cancel board (inferplex.handler.cancel); a batch holds
+        # batches are numbered for the cancel board (backends/python/cancel.py); a batch holds
         # at most max_batch_size requests (one row each at least), an unbatched model's one
         self._batch_numbers = itertools.count(1)
         self._launch(config, init, instance, cancel_slots=max(1, config.max_batch_size))

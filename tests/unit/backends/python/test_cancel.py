@@ -16,11 +16,11 @@ import pytest
 
 from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec
 from inferplex.backends.python import PythonBackend
+from inferplex.backends.python.cancel import CancelBoard
+from inferplex.backends.python.runner import Runner
 from inferplex.config.model_config import ModelConfig
 from inferplex.handler import BaseHandler
 from inferplex.handler import triton as pb_utils
-from inferplex.handler.cancel import CancelBoard
-from inferplex.handler.runner import Runner
 from tests.unit.backends.python.test_runner import context
 
 TIMEOUT = 30.0

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inferplex.backends.python.runner import HandlerError, Runner, find_class
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import BaseHandler, Context
 from inferplex.handler import triton as pb_utils
-from inferplex.handler.runner import HandlerError, Runner, find_class
 
 
 def context(

@@ -73,8 +73,3 @@ class CancelBoard:
     def close(self) -> None:
         """Close the descriptor (the mapping goes with this object)."""
         os.close(self.fd)
-
-
-def never(index: int) -> bool:
-    """The checker of a batch nobody can cancel (no board, or a request built by the model)."""
-    return False

@@ -1,11 +1,11 @@
 """The worker process that runs one instance of a Python model (or of an isolated model's
 backend, when the init message names a ``loader``).
 
-    python -m inferplex.handler.worker CONNECTION_FD ARENA_FD [CANCEL_FD]
+    python -m inferplex.backends.python.worker CONNECTION_FD ARENA_FD [CANCEL_FD]
 
 The server starts it with a socket (``multiprocessing.connection`` framing), the arena's
-file descriptor and, for a Python model, its cancel board's (``inferplex.handler.cancel``:
-how a running handler learns that a request's caller went away, without a message).
+file descriptor and, for a Python model, its cancel board's (``backends/python/cancel.py``: how
+a running handler learns that a request's caller went away, without a message).
 Messages are small tuples; tensors stay in the arena:
 
   server -> worker  ("init", {...})                         then "ready" or ("failed", why)
@@ -20,8 +20,9 @@ Messages are small tuples; tensors stay in the arena:
                     ("stop",)
   worker -> server  ("infer", model, version, headers, output names, timeout)   a call (BLS)
 
-It imports only numpy and this package (not the server), so it starts fast; it exits when the
-server says stop or goes away.
+It imports only numpy and the few modules of this package it needs (not the server, not the
+config models: the ``__init__`` of ``backends`` and ``backends/python`` import lazily for it),
+so it starts fast; it exits when the server says stop or goes away.
 """
 
 from __future__ import annotations
@@ -30,20 +31,21 @@ import importlib
 import logging
 import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
 
+from inferplex.backends.python.arena import Arena
+from inferplex.backends.python.cancel import CancelBoard
+from inferplex.backends.python.runner import Runner, find_class, load_module
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import bls
-from inferplex.handler.arena import Arena
-from inferplex.handler.base import Context
-from inferplex.handler.cancel import CancelBoard, never
-from inferplex.handler.runner import Runner, find_class, load_module
+from inferplex.handler.base import Context, never
 
 
 def describe(exc: BaseException, model_dir: str) -> str:
@@ -95,6 +97,49 @@ def loader(init: dict[str, Any]) -> Callable[[dict[str, Any]], Loaded]:
     return found
 
 
+class Link:
+    """The worker's way back to the server while a request runs. Calls from several threads
+    of one handler take turns: the pipe and the arena carry one call at a time."""
+
+    def __init__(self, connection: Connection, arena: Arena) -> None:
+        self._connection = connection
+        self._arena = arena
+        self._lock = threading.Lock()
+        self._base = -1  # first arena offset free for calls; -1 while no request runs
+
+    def begin(self, base: int) -> None:
+        """A request whose inputs end at arena offset ``base`` starts running."""
+        self._base = base
+
+    def end(self) -> None:
+        self._base = -1
+
+    def call(
+        self,
+        model_name: str,
+        inputs: Mapping[str, Any],
+        outputs: Sequence[str] | None,
+        version: str,
+        timeout: float | None,
+    ) -> dict[str, np.ndarray]:
+        with self._lock:
+            if self._base < 0:
+                raise bls.ModelCallError(
+                    "other models can be called only while the handler runs a request "
+                    "(not in initialize or finalize)",
+                    "unavailable",
+                )
+            headers, _ = self._arena.write(inputs, self._base)
+            self._connection.send(
+                ("infer", model_name, version, headers, list(outputs or ()), timeout)
+            )
+            reply = self._connection.recv()
+            if reply[0] == "error":
+                raise bls.ModelCallError(reply[2], reply[1])
+            # copies: the next call reuses this part of the arena
+            return self._arena.read(reply[1], copy=True)
+
+
 def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None) -> int:
     """The worker's life: initialise, then run batches until told to stop."""
     _, init = connection.recv()
@@ -106,7 +151,7 @@ def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None
         traceback.print_exc()
         connection.send(("failed", describe(exc, model_dir)))
         return 1
-    link = bls.Link(connection, arena)
+    link = Link(connection, arena)
     bls.install(link)
     connection.send(("ready",))
     while True:

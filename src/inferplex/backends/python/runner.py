@@ -27,8 +27,7 @@ import numpy as np
 from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import triton
-from inferplex.handler.base import BaseHandler, Context
-from inferplex.handler.cancel import never
+from inferplex.handler.base import BaseHandler, Context, never
 
 #: the classes looked for when the config names none (Triton's name first)
 DEFAULT_CLASSES = ("TritonPythonModel", "Handler")
