@@ -22,8 +22,8 @@ from pathlib import Path
 from inferplex import modelgen
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.stats import Duration, Histogram, ModelStats
-from inferplex.dashboard.data import dashboard_data
 from inferplex.metrics.collector import Collector
+from inferplex.metrics.dashboard import dashboard_data
 from inferplex.metrics.exposition import render
 from inferplex.metrics.sampler import Sampler
 from inferplex.server import build_engine
@@ -90,14 +90,14 @@ async def scrape_costs(models: int) -> tuple[float, float, float]:
         engine = build_engine(ServerConfig(model_repository=repo, log_level="warning"))
         await engine.start()
         try:
-            sampler = Sampler(engine)
-            collector = Collector(engine, sampler)
+            sampler = Sampler(engine.snapshot)
+            collector = Collector(engine.snapshot, sampler)
             sampler.sample()
             results = []
             for work in (
                 lambda: render(collector.collect()),
                 sampler.sample,
-                lambda: dashboard_data(engine, sampler),
+                lambda: dashboard_data(engine.snapshot(), sampler),
             ):
                 start = time.thread_time_ns()
                 for _ in range(50):

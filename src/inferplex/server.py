@@ -224,7 +224,7 @@ class Server:
         metrics_sock = sockets.get("metrics")
         if metrics_sock is not None:
             self._metrics = create_metrics_app(
-                self.engine,
+                self.engine.snapshot,
                 listeners=self._http_servers,
                 http2=self._grpc.counters if self._grpc is not None else None,
             )

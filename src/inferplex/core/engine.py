@@ -19,6 +19,7 @@ from inferplex.core.caller import EngineCaller
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.registry import ModelRegistry, ModelState
 from inferplex.core.scheduler import Scheduler
+from inferplex.core.snapshot import EngineSnapshot
 from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.core.validation import RequestValidator
 from inferplex.errors import InferplexError, ModelNotFoundError, ModelNotReadyError
@@ -188,6 +189,11 @@ class InferenceEngine:
             if breaker is not None:
                 stats["circuit_breaker"] = breaker
         return statistics
+
+    def snapshot(self) -> EngineSnapshot:
+        """The models, their states and served versions with their counters, for the
+        metrics port and the dashboard (read on the event loop, never per request)."""
+        return EngineSnapshot(self.config.server_name, self.ready(), self.registry.snapshot())
 
     def route_listing(self) -> dict[str, Any]:
         """Every route of routing.yaml (docs/routing.md)."""

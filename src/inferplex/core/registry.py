@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.model import ModelVersion
 from inferplex.core.scheduler import ModelPolicy
+from inferplex.core.snapshot import ModelSnapshot, VersionSnapshot
 from inferplex.errors import InvalidInputError, ModelNotFoundError, ModelNotReadyError
 
 if TYPE_CHECKING:
@@ -172,6 +173,18 @@ class ModelRegistry:
             raise ModelNotReadyError(_not_ready(entry))
         return entry.config
 
+    def snapshot(self) -> tuple[ModelSnapshot, ...]:
+        """Every model with its state and served versions, for observers (metrics)."""
+        return tuple(
+            ModelSnapshot(
+                entry.name,
+                entry.state.value,
+                entry.reason,
+                tuple(_version_snapshot(entry, number) for number in sorted(entry.versions)),
+            )
+            for entry in self.entries()
+        )
+
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Triton's repository index: one row per served or failed version, one per model
         without any; each with its state and the reason for it."""
@@ -213,6 +226,18 @@ def scheduling_policy(config: ModelConfig) -> ModelPolicy:
         slo_p99_ms=config.scheduling.slo_p99_ms,
         resources=resources,
         resource_priority=priority,
+    )
+
+
+def _version_snapshot(entry: ModelEntry, number: int) -> VersionSnapshot:
+    version = entry.versions[number]
+    return VersionSnapshot(
+        version.version_str,
+        version.stats,
+        version.queue.pending_requests,
+        len(version.instances),
+        version.in_flight,
+        entry.footprints.get(number),
     )
 
 

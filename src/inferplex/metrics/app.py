@@ -12,13 +12,12 @@ from typing import Any
 
 import orjson
 
-from inferplex.core.engine import InferenceEngine
-from inferplex.dashboard.data import STATIC_FILES, dashboard_data, load_static
 from inferplex.metrics.collector import Collector
+from inferplex.metrics.dashboard import STATIC_FILES, dashboard_data, load_static
 from inferplex.metrics.exposition import render
 from inferplex.metrics.http2 import Http2Counts
 from inferplex.metrics.listeners import Listener
-from inferplex.metrics.sampler import Sampler
+from inferplex.metrics.sampler import Sampler, Snapshot
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _JSON = b"application/json"
@@ -29,14 +28,14 @@ class MetricsApp:
 
     def __init__(
         self,
-        engine: InferenceEngine,
+        snapshot: Snapshot,
         sampler: Sampler | None = None,
         listeners: Sequence[Listener] = (),
         http2: Http2Counts | None = None,
     ) -> None:
-        self.engine = engine
-        self.sampler = sampler or Sampler(engine)
-        self.collector = Collector(engine, self.sampler, listeners, http2)
+        self.snapshot = snapshot
+        self.sampler = sampler or Sampler(snapshot)
+        self.collector = Collector(snapshot, self.sampler, listeners, http2)
         self._static = load_static()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -64,7 +63,7 @@ class MetricsApp:
         if path in ("/dashboard", "/dashboard/"):
             return 200, self._static["index.html"], STATIC_FILES["index.html"]
         if path == "/dashboard/data":
-            document = dashboard_data(self.engine, self.sampler, self.collector.gpus.read())
+            document = dashboard_data(self.snapshot(), self.sampler, self.collector.gpus.read())
             return 200, orjson.dumps(document), _JSON
         name = path.removeprefix("/dashboard/")
         if name in STATIC_FILES and name != path:
@@ -78,11 +77,12 @@ class MetricsApp:
 
 
 def create_metrics_app(
-    engine: InferenceEngine,
+    snapshot: Snapshot,
     sampler: Sampler | None = None,
     listeners: Sequence[Listener] = (),
     http2: Http2Counts | None = None,
 ) -> MetricsApp:
-    """The metrics port's application; ``sampler`` defaults to a one-second sampler;
-    ``listeners``, the HTTP servers whose counters it reports; ``http2``, the gRPC port's."""
-    return MetricsApp(engine, sampler, listeners, http2)
+    """The metrics port's application over what ``snapshot`` (the engine's) reads; ``sampler``
+    defaults to a one-second sampler; ``listeners``, the HTTP servers whose counters it
+    reports; ``http2``, the gRPC port's."""
+    return MetricsApp(snapshot, sampler, listeners, http2)

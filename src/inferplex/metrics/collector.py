@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from inferplex.core.engine import InferenceEngine
+from inferplex.core.snapshot import EngineSnapshot
 from inferplex.core.stats import Histogram, ModelStats
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
 from inferplex.metrics.http2 import Http2Counts, http2_families
@@ -22,7 +22,7 @@ from inferplex.metrics.process import (
     process_rss_bytes,
     system_memory_bytes,
 )
-from inferplex.metrics.sampler import Sampler, busy_ns, memory_bytes, served
+from inferplex.metrics.sampler import Sampler, Snapshot, busy_ns
 
 #: (metric name, help, statistics phase) of the cumulative durations in microseconds
 _DURATIONS = (
@@ -71,23 +71,25 @@ class Collector:
 
     def __init__(
         self,
-        engine: InferenceEngine,
+        snapshot: Snapshot,
         sampler: Sampler | None = None,
         listeners: Sequence[Listener] = (),
         http2: Http2Counts | None = None,
     ) -> None:
-        """``listeners``: the HTTP servers (a live list: read at each scrape); ``http2``:
-        the gRPC port's transport counters."""
-        self.engine = engine
+        """``snapshot`` reads the engine's models at each scrape; ``listeners``: the HTTP
+        servers (a live list: read at each scrape); ``http2``: the gRPC port's transport
+        counters."""
+        self.snapshot = snapshot
         self.sampler = sampler
         self.listeners = listeners
         self.http2 = http2
         self.gpus = GpuProbe()
 
     def collect(self) -> list[Family]:
+        snapshot = self.snapshot()
         return [
-            *self._model_families(),
-            *self._server_families(),
+            *self._model_families(snapshot),
+            *self._server_families(snapshot),
             *listener_families(self.listeners),
             *http2_families(self.http2),
             *self._gpu_families(),
@@ -96,7 +98,7 @@ class Collector:
     def close(self) -> None:
         self.gpus.close()
 
-    def _model_families(self) -> list[Family]:
+    def _model_families(self, snapshot: EngineSnapshot) -> list[Family]:
         success = Family("nv_inference_request_success", "counter", "Successful inference requests")
         failure = Family("nv_inference_request_failure", "counter", "Failed inference requests")
         cancelled = Family(
@@ -145,9 +147,9 @@ class Collector:
             "inferplex_model_inflight_requests", "gauge", "Requests accepted and not answered"
         )
         latest = self.sampler.latest if self.sampler is not None else None
-        for entry, version in served(self.engine):
+        for model, version in snapshot.served():
             stats = version.stats
-            labels: Labels = {"model": entry.name, "version": version.version_str}
+            labels: Labels = {"model": model.name, "version": version.version}
             phases = stats.phases
             success.add(labels, phases["success"].count)
             failure.add(labels, phases["fail"].count)
@@ -156,32 +158,31 @@ class Collector:
             executions.add(labels, stats.execution_count)
             for phase, family in durations.items():
                 family.add(labels, phases[phase].ns / 1000)
-            pending.add(labels, version.queue.pending_requests)
+            pending.add(labels, version.pending)
             request_hist.add_histogram(labels, _seconds(stats.request_hist))
             queue_hist.add_histogram(labels, _seconds(stats.queue_hist))
             for family, hist in zip(compute_hists, stats.compute_hists, strict=True):
                 family.add_histogram(labels, _seconds(hist))
             batch_size.add_histogram(labels, _batch_sizes(stats))
-            instances.add(labels, len(version.instances))
+            instances.add(labels, version.instances)
             busy.add(labels, busy_ns(stats) / 1e9)
-            point = latest.versions.get((entry.name, version.version_str)) if latest else None
+            point = latest.versions.get((model.name, version.version)) if latest else None
             if point is not None:
                 busy_ratio.add(labels, point.busy)
-            footprint = memory_bytes(entry, version)
-            if footprint is not None:
-                memory.add(labels, footprint)
+            if version.memory is not None:
+                memory.add(labels, version.memory)
             inflight.add(labels, version.in_flight)
         ready = Family("inferplex_model_ready", "gauge", "1 if the model version is ready to serve")
         state = Family(
             "inferplex_model_state", "gauge", "1 for the state the model is in (state label)"
         )
-        for entry in self.engine.registry.entries():
-            is_ready = 1.0 if entry.state.value == "READY" else 0.0
-            for number in sorted(entry.versions):
-                ready.add({"model": entry.name, "version": str(number)}, is_ready)
-            if not entry.versions:
-                ready.add({"model": entry.name, "version": ""}, 0.0)
-            state.add({"model": entry.name, "state": entry.state.value}, 1.0)
+        for model in snapshot.models:
+            is_ready = 1.0 if model.state == "READY" else 0.0
+            for served in model.versions:
+                ready.add({"model": model.name, "version": served.version}, is_ready)
+            if not model.versions:
+                ready.add({"model": model.name, "version": ""}, 0.0)
+            state.add({"model": model.name, "state": model.state}, 1.0)
         return [
             success,
             failure,
@@ -203,7 +204,7 @@ class Collector:
             state,
         ]
 
-    def _server_families(self) -> list[Family]:
+    def _server_families(self, snapshot: EngineSnapshot) -> list[Family]:
         cpu_seconds = Family(
             "inferplex_process_cpu_seconds", "counter", "User + system CPU seconds of the server"
         )
@@ -229,7 +230,7 @@ class Collector:
                 cpu.add({}, latest.server.cpu)
             if latest.server.system_cpu is not None:
                 system_cpu.add({}, latest.server.system_cpu)
-        inflight.add({}, sum(version.in_flight for _, version in served(self.engine)))
+        inflight.add({}, sum(version.in_flight for _, version in snapshot.served()))
         memory_total = Family("nv_cpu_memory_total_bytes", "gauge", "Machine memory")
         memory_used = Family("nv_cpu_memory_used_bytes", "gauge", "Machine memory in use")
         memory = system_memory_bytes()

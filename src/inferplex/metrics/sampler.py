@@ -13,12 +13,10 @@ import asyncio
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from inferplex.core.engine import InferenceEngine
-from inferplex.core.model import ModelVersion
-from inferplex.core.registry import ModelEntry
+from inferplex.core.snapshot import EngineSnapshot, ModelSnapshot, VersionSnapshot
 from inferplex.core.stats import LATENCY_BOUNDS_NS, ModelStats
 from inferplex.metrics.process import (
     process_cpu_seconds,
@@ -28,23 +26,8 @@ from inferplex.metrics.process import (
 
 #: (model name, version) of a served model version
 VersionId = tuple[str, str]
-
-
-def served(engine: InferenceEngine) -> Iterator[tuple[ModelEntry, ModelVersion]]:
-    """Every served version with its model's entry, in name and version order."""
-    for entry in engine.registry.entries():
-        for number in sorted(entry.versions):
-            yield entry, entry.versions[number]
-
-
-def memory_bytes(entry: ModelEntry, version: ModelVersion) -> int | None:
-    """The version's measured memory footprint, where the lifecycle measured one (the
-    registry keeps ``footprints``: version -> bytes)."""
-    footprints = getattr(entry, "footprints", None)
-    if not footprints:
-        return None
-    value = footprints.get(version.version)
-    return int(value) if value is not None else None
+#: what reads the engine's models now (``InferenceEngine.snapshot``)
+Snapshot = Callable[[], EngineSnapshot]
 
 
 def busy_ns(stats: ModelStats) -> int:
@@ -117,8 +100,8 @@ class Sample:
 class Sampler:
     """Keeps the last ``keep`` one-window samples of the engine."""
 
-    def __init__(self, engine: InferenceEngine, interval: float = 1.0, keep: int = 300) -> None:
-        self.engine = engine
+    def __init__(self, snapshot: Snapshot, interval: float = 1.0, keep: int = 300) -> None:
+        self.snapshot = snapshot
         self.interval = interval
         self.history: deque[Sample] = deque(maxlen=keep)
         # by (model, version): a reloaded version keeps its statistics object and counters
@@ -163,7 +146,7 @@ class Sampler:
         versions: dict[VersionId, VersionPoint] = {}
         totals: dict[VersionId, _Totals] = {}
         inflight = 0
-        for entry, version in served(self.engine):
+        for model, version in self.snapshot().served():
             inflight += version.in_flight
             stats = version.stats
             current = _Totals(
@@ -172,9 +155,9 @@ class Sampler:
                 list(stats.request_hist.counts),
                 busy_ns(stats),
             )
-            key = (entry.name, version.version_str)
+            key = (model.name, version.version)
             totals[key] = current
-            versions[key] = _point(entry, version, current, self._totals.get(key), window)
+            versions[key] = _point(model, version, current, self._totals.get(key), window)
         self._totals = totals
         server = ServerPoint(
             min(max(cpu_share, 0.0), 1.0), system_share, process_rss_bytes(), inflight
@@ -189,8 +172,8 @@ class Sampler:
 
 
 def _point(
-    entry: ModelEntry,
-    version: ModelVersion,
+    model: ModelSnapshot,
+    version: VersionSnapshot,
     current: _Totals,
     before: _Totals | None,
     window: float,
@@ -201,15 +184,15 @@ def _point(
     latency = [a - b for a, b in zip(current.latency_counts, before.latency_counts, strict=True)]
     p50 = histogram_quantile(0.5, latency)
     p99 = histogram_quantile(0.99, latency)
-    instances = max(len(version.instances), 1)
+    instances = max(version.instances, 1)
     busy = (current.busy_ns - before.busy_ns) * 1e-9 / (window * instances)
     return VersionPoint(
-        state=entry.state.value,
+        state=model.state,
         throughput=(current.requests - before.requests) / window,
         errors=(current.failures - before.failures) / window,
         p50_ms=None if p50 is None else p50 / 1e6,
         p99_ms=None if p99 is None else p99 / 1e6,
-        queue=version.queue.pending_requests,
+        queue=version.pending,
         busy=min(max(busy, 0.0), 1.0),
-        memory=memory_bytes(entry, version),
+        memory=version.memory,
     )

@@ -25,7 +25,7 @@ async def call(app: Any, path: str, method: str = "GET") -> tuple[int, dict[byte
 
 
 async def test_routes(engine: InferenceEngine) -> None:
-    app = create_metrics_app(engine)
+    app = create_metrics_app(engine.snapshot)
     status, headers, body = await call(app, "/metrics")
     assert status == 200 and headers[b"content-type"] == CONTENT_TYPE
     assert b"# TYPE inferplex_request_duration_seconds histogram" in body

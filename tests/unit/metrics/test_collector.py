@@ -7,6 +7,8 @@ import asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferplex.core.engine import InferenceEngine
+from inferplex.core.snapshot import EngineSnapshot, ModelSnapshot, VersionSnapshot
+from inferplex.core.stats import ModelStats
 from inferplex.metrics.collector import Collector
 from inferplex.metrics.exposition import render
 from inferplex.metrics.sampler import Sampler
@@ -32,8 +34,8 @@ def labels(**extra: str) -> tuple[tuple[str, str], ...]:
 
 
 async def test_histograms_gauges_and_counters_follow_requests(engine: InferenceEngine) -> None:
-    sampler = Sampler(engine)
-    collector = Collector(engine, sampler)
+    sampler = Sampler(engine.snapshot)
+    collector = Collector(engine.snapshot, sampler)
     await asyncio.gather(*(engine.infer(add_sub(rows)) for rows in (1, 2, 3)))
     sampler.sample()
     samples = scrape(collector)
@@ -66,7 +68,7 @@ async def test_histograms_gauges_and_counters_follow_requests(engine: InferenceE
 async def test_in_flight_requests_and_queue_are_read_at_scrape_time(
     engine: InferenceEngine,
 ) -> None:
-    collector = Collector(engine)
+    collector = Collector(engine.snapshot)
     pending = [asyncio.ensure_future(engine.infer(add_sub())) for _ in range(4)]
     await asyncio.sleep(0)  # every request is accepted; none has been answered yet
     samples = scrape(collector)
@@ -77,6 +79,34 @@ async def test_in_flight_requests_and_queue_are_read_at_scrape_time(
 
 
 async def test_no_gpu_families_without_nvml(engine: InferenceEngine) -> None:
-    collector = Collector(engine)
+    collector = Collector(engine.snapshot)
     names = {family.name for family in collector.collect()}
     assert ("nv_gpu_utilization" in names) == collector.gpus.available
+
+
+def test_families_come_from_the_snapshot_alone() -> None:
+    """No engine, no registry: what the snapshot says is what /metrics shows."""
+    stats = ModelStats("a", "2")
+    stats.record_request(True, 5_000)
+    served = VersionSnapshot("2", stats, pending=3, instances=2, in_flight=4, memory=1 << 20)
+    snapshot = EngineSnapshot(
+        "test",
+        True,
+        (
+            ModelSnapshot("a", "READY", "", (served,)),
+            ModelSnapshot("b", "UNAVAILABLE", "failed", ()),
+        ),
+    )
+    collector = Collector(lambda: snapshot)
+    samples = scrape(collector)
+    a = tuple(sorted({"model": "a", "version": "2"}.items()))
+    assert samples[("nv_inference_request_success", a)] == 1
+    assert samples[("nv_inference_pending_request_count", a)] == 3
+    assert samples[("inferplex_model_instances", a)] == 2
+    assert samples[("inferplex_model_inflight_requests", a)] == 4
+    assert samples[("inferplex_model_memory_bytes", a)] == 1 << 20
+    assert samples[("inferplex_inflight_requests", ())] == 4
+    assert samples[("inferplex_model_ready", a)] == 1
+    assert samples[("inferplex_model_ready", (("model", "b"), ("version", "")))] == 0
+    assert samples[("inferplex_model_state", (("model", "b"), ("state", "UNAVAILABLE")))] == 1
+    collector.close()

@@ -6,13 +6,13 @@ import asyncio
 
 from inferplex.core.engine import InferenceEngine
 from inferplex.core.stats import ModelStats
-from inferplex.dashboard.data import dashboard_data, load_static
+from inferplex.metrics.dashboard import dashboard_data, load_static
 from inferplex.metrics.sampler import Sampler
 from tests.unit.metrics.conftest import add_sub
 
 
 async def test_each_window_counts_only_its_own_requests(engine: InferenceEngine) -> None:
-    sampler = Sampler(engine, keep=3)
+    sampler = Sampler(engine.snapshot, keep=3)
     await asyncio.gather(*(engine.infer(add_sub()) for _ in range(5)))
     first = sampler.sample().versions[("add_sub", "1")]
     assert first.throughput > 0 and first.errors == 0
@@ -27,7 +27,7 @@ async def test_each_window_counts_only_its_own_requests(engine: InferenceEngine)
 
 
 async def test_the_sampler_ticks_on_the_loop(engine: InferenceEngine) -> None:
-    sampler = Sampler(engine, interval=0.01)
+    sampler = Sampler(engine.snapshot, interval=0.01)
     sampler.start(asyncio.get_running_loop())
     try:
         deadline = asyncio.get_running_loop().time() + 10
@@ -41,11 +41,11 @@ async def test_the_sampler_ticks_on_the_loop(engine: InferenceEngine) -> None:
 async def test_dashboard_data_aligns_every_series_on_the_sample_times(
     engine: InferenceEngine,
 ) -> None:
-    sampler = Sampler(engine)
+    sampler = Sampler(engine.snapshot)
     await engine.infer(add_sub())
     sampler.sample()
     sampler.sample()
-    data = dashboard_data(engine, sampler)
+    data = dashboard_data(engine.snapshot(), sampler)
     assert len(data["time"]) == 2
     models = {m["name"]: m for m in data["models"]}
     assert models["broken"]["state"] == "UNAVAILABLE" and models["broken"]["reason"]
@@ -69,7 +69,7 @@ def test_the_page_ships_with_the_package() -> None:
 async def test_new_counters_after_a_fresh_load_start_a_new_window(
     engine: InferenceEngine,
 ) -> None:
-    sampler = Sampler(engine)
+    sampler = Sampler(engine.snapshot)
     await asyncio.gather(*(engine.infer(add_sub()) for _ in range(3)))
     sampler.sample()
     version = engine.registry.entry("add_sub").versions[1]

@@ -1,12 +1,13 @@
 """What the dashboard page polls: models, versions and states, and the sampler's history
-as one array per series, aligned on the sample times."""
+as one array per series, aligned on the sample times. The page itself (HTML, JS, CSS) is
+package data of ``inferplex.dashboard``."""
 
 from __future__ import annotations
 
 from importlib import resources
 from typing import Any
 
-from inferplex.core.engine import InferenceEngine
+from inferplex.core.snapshot import EngineSnapshot
 from inferplex.metrics.process import GpuReading
 from inferplex.metrics.sampler import Sampler, VersionPoint
 
@@ -27,15 +28,16 @@ def load_static() -> dict[str, bytes]:
 
 
 def dashboard_data(
-    engine: InferenceEngine, sampler: Sampler, gpus: list[GpuReading] | None = None
+    snapshot: EngineSnapshot, sampler: Sampler, gpus: list[GpuReading] | None = None
 ) -> dict[str, Any]:
-    """The JSON document of ``GET /dashboard/data``; ``gpus`` are NVML's readings now."""
+    """The JSON document of ``GET /dashboard/data`` of the engine's ``snapshot``; ``gpus``
+    are NVML's readings now."""
     history = list(sampler.history)
     times = [round(s.time, 3) for s in history]
     server = {
-        "name": engine.config.server_name,
+        "name": snapshot.server_name,
         "interval_s": sampler.interval,
-        "ready": engine.ready(),
+        "ready": snapshot.ready,
         "gpus": [
             {
                 "index": gpu.index,
@@ -54,17 +56,16 @@ def dashboard_data(
         },
     }
     models: list[dict[str, Any]] = []
-    for entry in engine.registry.entries():
+    for model in snapshot.models:
         versions = []
-        for number in sorted(entry.versions):
-            version = entry.versions[number]
-            key = (entry.name, version.version_str)
+        for version in model.versions:
+            key = (model.name, version.version)
             points: list[VersionPoint | None] = [s.versions.get(key) for s in history]
             versions.append(
                 {
-                    "version": version.version_str,
-                    "instances": len(version.instances),
-                    "queue": version.queue.pending_requests,
+                    "version": version.version,
+                    "instances": version.instances,
+                    "queue": version.pending,
                     "series": {
                         name: [None if p is None else getattr(p, name) for p in points]
                         for name in _SERIES
@@ -73,9 +74,9 @@ def dashboard_data(
             )
         models.append(
             {
-                "name": entry.name,
-                "state": entry.state.value,
-                "reason": entry.reason,
+                "name": model.name,
+                "state": model.state,
+                "reason": model.reason,
                 "versions": versions,
             }
         )
