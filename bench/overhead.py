@@ -55,7 +55,7 @@ from bench.loadgen import (
 from bench.report import ADD_SUB_CASES, report
 from inferplex import modelgen
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, session_options
-from inferplex.repository.local import INTRA_OP_PARAMETER
+from inferplex.lifecycle.planning import INTRA_OP_PARAMETER
 from tests.support.process import HOST, RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -249,7 +249,7 @@ class ModelConfig(_Frozen):
     @classmethod
     def _check_filename(cls, value: str) -> str:
         # a config may come from a client (the load API): it names a file in a version
-        # folder, never one elsewhere (repository/local.py resolves links too)
+        # folder, never one elsewhere (lifecycle/planning.py resolves links too)
         return check_file_name(value, "the version folder") if value else value
 
     @model_validator(mode="after")

@@ -21,7 +21,7 @@ from inferplex.core.snapshot import ModelSnapshot, VersionSnapshot
 from inferplex.errors import InvalidInputError, ModelNotFoundError, ModelNotReadyError
 
 if TYPE_CHECKING:
-    from inferplex.repository.local import ModelPlan
+    from inferplex.lifecycle.planning import ModelPlan
 
 _monotonic = time.monotonic
 

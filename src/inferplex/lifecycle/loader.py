@@ -41,8 +41,9 @@ from inferplex.lifecycle.file_override import OverrideFolders, remove_folder
 from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import Resident, choose_evictions, release_free_memory, rss_bytes
 from inferplex.lifecycle.pacing import UNPACED, Pacer
+from inferplex.lifecycle.planning import ModelPlan, plan_model
 from inferplex.lifecycle.warmup import run_warmup, warmup_requests
-from inferplex.repository.local import ModelPlan, digest, list_files, plan_model
+from inferplex.repository.local import digest, list_files
 
 logger = logging.getLogger(__name__)
 

@@ -32,6 +32,7 @@ import onnxruntime as ort
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.readers import read_model_config
 from inferplex.errors import ConfigError, InvalidInputError, ModelNotFoundError
+from inferplex.lifecycle.planning import plan_model
 from inferplex.optimize import measure
 from inferplex.optimize.data import (
     DataSet,
@@ -54,7 +55,6 @@ from inferplex.optimize.quantize import (
     quantize_static_int8,
 )
 from inferplex.optimize.report import REPORT_STEM, CandidateReport, Report
-from inferplex.repository.local import plan_model
 
 ONNX_FILENAME = "model.onnx"
 #: rows of synthetic input made up when no data set is given

@@ -1,5 +1,7 @@
 """A local model repository in Triton's layout: ``DIR/<model>/config.*`` and
-``DIR/<model>/<version>/<model file>``."""
+``DIR/<model>/<version>/<model file>``: finding its models and their version folders, and
+the fingerprints that tell when a model's files change. What to load from a model folder, and
+how, is decided in lifecycle/planning.py."""
 
 from __future__ import annotations
 
@@ -9,34 +11,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferplex.backends import Backend, InstanceSpec, backend_for, backend_for_file
-from inferplex.backends.isolated import served_backend
-from inferplex.config.model_config import InstanceGroup, ModelConfig
-from inferplex.config.paths import inside, name_problem
-from inferplex.config.readers import complete_config, read_model_config
+from inferplex.config.paths import name_problem
 from inferplex.errors import ConfigError
-from inferplex.repository.placement import auto_kind, model_bytes
-from inferplex.resilience.guard import check_parameters
 
 logger = logging.getLogger(__name__)
-
-#: Triton's ONNX Runtime backend parameter for the threads of one session
-INTRA_OP_PARAMETER = "intra_op_thread_count"
-#: model parameter: "true" lets a KIND_GPU group run on the CPU where there is no GPU
-CPU_FALLBACK_PARAMETER = "allow_cpu_fallback"
-#: instances of a composite model (pipeline, cascade, remote) whose config sets none: the
-#: batches it can have in flight at once
-COMPOSITE_INSTANCES = 8
-
-
-@dataclass(frozen=True)
-class ModelPlan:
-    """What to load for one model: its completed config, backend and version files."""
-
-    config: ModelConfig
-    backend: type[Backend]
-    version_files: dict[int, Path]
-    instances: tuple[InstanceSpec, ...]
 
 
 def list_models(repository: Path) -> list[Path]:
@@ -55,20 +33,9 @@ def list_models(repository: Path) -> list[Path]:
     return found
 
 
-def _version_dirs(model_dir: Path) -> dict[int, Path]:
+def version_dirs(model_dir: Path) -> dict[int, Path]:
+    """The version folders of a model folder by version number (folders named by digits)."""
     return {int(p.name): p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()}
-
-
-def _detect_backend(model_dir: Path, versions: dict[int, Path]) -> type[Backend]:
-    for version_dir in versions.values():
-        for file in sorted(version_dir.iterdir()):
-            cls = backend_for_file(file.name)
-            if cls is not None:
-                return cls
-    raise ConfigError(
-        f"model '{model_dir.name}' has no config naming a backend and no known model file "
-        "(e.g. 1/model.onnx) in its version folders"
-    )
 
 
 @dataclass(frozen=True)
@@ -130,128 +97,3 @@ def fingerprint(path: Path) -> str:
 def scan_repository(repository: Path) -> dict[str, str]:
     """Each model folder of the repository and the fingerprint of its contents."""
     return {model_dir.name: fingerprint(model_dir) for model_dir in list_models(repository)}
-
-
-def plan_model(
-    model_dir: Path, server_intra_op_threads: int = 0, override: ModelConfig | None = None
-) -> ModelPlan:
-    """Read and complete the model's config and find its files; ConfigError with the reason
-    if the model cannot be served. ``override`` replaces the config file (Triton's load
-    request with a config). Blocking (reads files): call it off the event loop."""
-    name = model_dir.name
-    config = override if override is not None else read_model_config(model_dir)
-    versions = _version_dirs(model_dir)
-    if not versions:
-        raise ConfigError(f"model '{name}' has no version folder (expected e.g. {name}/1/)")
-    backend = (
-        backend_for(config)
-        if config and (config.backend or config.platform)
-        else (_detect_backend(model_dir, versions))
-    )
-    filename = (config.default_model_filename if config else "") or backend.default_model_filename
-    selected = (config.version_policy if config else ModelConfig(name=name).version_policy).select(
-        list(versions)
-    )
-    # the config may be a client's (the load API): its file stays in the version folder
-    files = {
-        v: inside(versions[v], filename, "default_model_filename", model_dir) for v in selected
-    }
-    missing = [str(p.relative_to(model_dir.parent)) for p in files.values() if not p.exists()]
-    if missing:
-        raise ConfigError(f"model '{name}': model file(s) not found: {', '.join(missing)}")
-    if not files:
-        raise ConfigError(
-            f"model '{name}': version_policy selects none of the versions on disk "
-            f"({sorted(versions)})"
-        )
-    signature = backend.signature(files[max(files)])
-    if signature is not None:
-        config = complete_config(config, name, *signature)
-    elif config is None:
-        raise ConfigError(
-            f"model '{name}' has no config file and its format cannot describe itself"
-        )
-    # both names filled in, as Triton renders a config (platform onnxruntime_onnx, backend
-    # onnxruntime; an ensemble's backend stays empty): clients that read either one see what
-    # serves the model
-    names = {
-        **(
-            {} if config.backend or config.platform == "ensemble" else {"backend": backend.names[0]}
-        ),
-        **({} if config.platform or not backend.platforms else {"platform": backend.platforms[0]}),
-    }
-    if names:
-        config = config.model_copy(update=names)
-    if not config.default_model_filename:
-        config = config.model_copy(update={"default_model_filename": filename})
-    if config.unsupported_fields:
-        logger.warning(
-            "model '%s': config fields not honoured: %s", name, ", ".join(config.unsupported_fields)
-        )
-    if backend.composite and not config.instance_group:
-        # a composite instance is a thread waiting on the models it calls: without enough of
-        # them, concurrent requests would wait for each other's whole pipeline
-        group = InstanceGroup(count=COMPOSITE_INSTANCES, kind="KIND_CPU")
-        config = config.model_copy(update={"instance_group": (group,)})
-    gpu = backend.gpu_available()
-    size = model_bytes(files[max(files)]) if gpu else 0  # only KIND_AUTO on a GPU asks
-    check_parameters(config)  # breaker and timeout parameters (resilience/guard.py)
-    instances = _instances(config, server_intra_op_threads, gpu, size)
-    return ModelPlan(config, served_backend(backend, config), files, instances)
-
-
-def _instances(
-    config: ModelConfig, server_intra_op_threads: int, gpu: bool, size: int = 0
-) -> tuple[InstanceSpec, ...]:
-    """One spec per instance. KIND_AUTO means a GPU where there is one for a heavy model of
-    ``size`` bytes, else the CPU (repository/placement.py); a KIND_GPU group on a machine
-    without one fails the model, or runs on the CPU when the model sets the parameter
-    allow_cpu_fallback."""
-    groups = config.instance_group or (InstanceGroup(),)
-    threads = _intra_op_threads(config, server_intra_op_threads, sum(g.count for g in groups))
-    specs: list[InstanceSpec] = []
-    for index, group in enumerate(groups):
-        kind = group.kind
-        if kind == "KIND_AUTO":
-            kind = auto_kind(config, group, size, gpu)
-        elif kind == "KIND_MODEL":
-            kind = "KIND_CPU"
-        if kind == "KIND_GPU" and not gpu:
-            if config.parameters.get(CPU_FALLBACK_PARAMETER, "").lower() != "true":
-                raise ConfigError(
-                    f"model '{config.name}': instance_group[{index}] asks for KIND_GPU but "
-                    f"its backend ('{config.backend or config.platform}') finds no GPU here "
-                    "(ONNX Runtime: no CUDA execution provider; torch: no CUDA device); set "
-                    "parameters { key: "
-                    f'"{CPU_FALLBACK_PARAMETER}" value {{ string_value: "true" }} }} to run on '
-                    "the CPU instead"
-                )
-            logger.warning(
-                "model '%s': no GPU here, instance_group[%d] runs on the CPU (%s)",
-                config.name,
-                index,
-                CPU_FALLBACK_PARAMETER,
-            )
-            kind = "KIND_CPU"
-        devices = group.gpus or (0,)
-        for i in range(group.count):
-            specs.append(InstanceSpec(kind, devices[i % len(devices)], threads))
-    return tuple(specs)
-
-
-def _intra_op_threads(config: ModelConfig, server_setting: int, instances: int) -> int:
-    value = config.parameters.get(INTRA_OP_PARAMETER)
-    if value is not None:
-        try:
-            threads = int(value)
-        except ValueError:
-            raise ConfigError(
-                f"model '{config.name}': parameter {INTRA_OP_PARAMETER} must be an integer, "
-                f"got '{value}'"
-            ) from None
-        if threads > 0:
-            return threads
-    if server_setting > 0:
-        return server_setting
-    # Instances of one model share the cores rather than oversubscribe them.
-    return max(1, (os.cpu_count() or 1) // instances)

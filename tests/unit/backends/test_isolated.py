@@ -19,7 +19,7 @@ from inferplex.backends.process_backend import WorkerError
 from inferplex.backends.python import PythonBackend
 from inferplex.config import ModelConfig
 from inferplex.errors import ConfigError, ErrorCode
-from inferplex.repository.local import plan_model
+from inferplex.lifecycle.planning import plan_model
 
 
 def config(backend: str = "onnxruntime", **parameters: str) -> ModelConfig:

@@ -19,7 +19,7 @@ from inferplex.backends.pytorch import PyTorchBackend  # noqa: E402
 from inferplex.config import ModelConfig  # noqa: E402
 from inferplex.core.datatypes import V2_TO_NUMPY  # noqa: E402
 from inferplex.errors import ConfigError, ModelExecutionError  # noqa: E402
-from inferplex.repository.local import plan_model  # noqa: E402
+from inferplex.lifecycle.planning import plan_model  # noqa: E402
 from inferplex.security.encryption import encrypt_file, generate_key, parse_key  # noqa: E402
 from tests.support import torch_models as tm  # noqa: E402
 

@@ -1,90 +1,23 @@
-"""Planning a model's load: files, versions, instances and their placement."""
+"""A local repository: its model folders, and the fingerprints of change detection."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import pytest
-
-from inferplex import modelgen
-from inferplex.errors import ConfigError
-from inferplex.repository.local import digest, fingerprint, list_files, list_models, plan_model
-
-
-def add_sub_model(repo: Path, extra: str = "") -> Path:
-    path = modelgen.add_sub(repo)
-    config = modelgen.to_pbtxt(modelgen.model_config(path, max_batch_size=8)) + extra
-    (repo / "add_sub" / "config.pbtxt").write_text(config)
-    return repo / "add_sub"
-
-
-def test_gpu_group_without_a_gpu_fails_with_the_reason(tmp_path: Path) -> None:
-    model = add_sub_model(tmp_path, "instance_group [ { kind: KIND_GPU } ]\n")
-    with pytest.raises(ConfigError, match=r"instance_group\[0\] asks for KIND_GPU .*allow_cpu"):
-        plan_model(model)
-
-
-def test_gpu_group_falls_back_to_cpu_when_allowed(tmp_path: Path) -> None:
-    model = add_sub_model(
-        tmp_path,
-        "instance_group [ { kind: KIND_GPU count: 2 } ]\n"
-        'parameters { key: "allow_cpu_fallback" value { string_value: "true" } }\n',
-    )
-    plan = plan_model(model)
-    assert [spec.kind for spec in plan.instances] == ["KIND_CPU", "KIND_CPU"]
-
-
-def test_auto_kind_is_cpu_here_and_threads_divide_the_cores(tmp_path: Path) -> None:
-    model = add_sub_model(tmp_path, "instance_group [ { count: 2 } ]\n")
-    plan = plan_model(model, server_intra_op_threads=0)
-    assert [spec.kind for spec in plan.instances] == ["KIND_CPU", "KIND_CPU"]
-    assert all(s.intra_op_threads == max(1, (os.cpu_count() or 1) // 2) for s in plan.instances)
-
-
-def test_thread_parameter_overrides_the_server_setting(tmp_path: Path) -> None:
-    model = add_sub_model(
-        tmp_path, 'parameters { key: "intra_op_thread_count" value { string_value: "3" } }\n'
-    )
-    assert plan_model(model, server_intra_op_threads=1).instances[0].intra_op_threads == 3
-    bad = add_sub_model(
-        tmp_path / "b", 'parameters { key: "intra_op_thread_count" value { string_value: "x" } }\n'
-    )
-    with pytest.raises(ConfigError, match="intra_op_thread_count must be an integer"):
-        plan_model(bad)
-
-
-def test_version_policy_selects_files(tmp_path: Path) -> None:
-    model = add_sub_model(tmp_path, "version_policy { all { } }\n")
-    modelgen.add_sub(tmp_path, version=3)
-    plan = plan_model(model)
-    assert sorted(plan.version_files) == [1, 3]
-
-
-def test_platform_and_backend_are_both_named(tmp_path: Path) -> None:
-    """As Triton renders configs: a model without a config file, or with either name only."""
-    modelgen.add_sub(tmp_path)  # no config file: completed from the ONNX signature
-    config = plan_model(tmp_path / "add_sub").config
-    assert (config.platform, config.backend) == ("onnxruntime_onnx", "onnxruntime")
-    model = add_sub_model(tmp_path)  # names the platform only
-    config = plan_model(model).config
-    assert (config.platform, config.backend) == ("onnxruntime_onnx", "onnxruntime")
-
-
-def test_missing_version_folder_and_missing_file(tmp_path: Path) -> None:
-    (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="has no version folder"):
-        plan_model(tmp_path / "empty")
-    model = add_sub_model(tmp_path / "r")
-    (model / "2").mkdir()
-    with pytest.raises(ConfigError, match="model file"):
-        plan_model(model)
+from inferplex.repository.local import digest, fingerprint, list_files, list_models, version_dirs
 
 
 def test_list_models_skips_hidden_folders(tmp_path: Path) -> None:
     for name in ("b", "a", ".git", "_tmp"):
         (tmp_path / name).mkdir()
     assert [p.name for p in list_models(tmp_path)] == ["a", "b"]
+
+
+def test_version_dirs_are_the_folders_named_by_numbers(tmp_path: Path) -> None:
+    for name in ("1", "10", "v2", "config.pbtxt"):
+        (tmp_path / name).mkdir()
+    assert version_dirs(tmp_path) == {1: tmp_path / "1", 10: tmp_path / "10"}
 
 
 # -- change detection ---------------------------------------------------------------------------

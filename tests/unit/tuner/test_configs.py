@@ -11,7 +11,7 @@ import pytest
 
 from inferplex import modelgen
 from inferplex.config.readers import read_model_config
-from inferplex.repository.local import plan_model
+from inferplex.lifecycle.planning import plan_model
 from inferplex.tuner.configs import apply, int8_quantizer, materialise, read_raw, write_best
 from inferplex.tuner.space import Candidate
 

@@ -10,13 +10,13 @@ import pytest
 from inferplex import modelgen
 from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.errors import ConfigError
-from inferplex.repository.local import _instances, plan_model
-from inferplex.repository.placement import (
+from inferplex.lifecycle.placement import (
     DEFAULT_GPU_MIN_BYTES,
     GPU_MIN_BYTES_PARAMETER,
     auto_kind,
     model_bytes,
 )
+from inferplex.lifecycle.planning import _instances, plan_model
 
 AUTO = InstanceGroup()
 
