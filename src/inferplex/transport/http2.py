@@ -29,6 +29,7 @@ FLOW_CONTROL_ERROR.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from inferplex.transport.buffers import uninitialised
 from inferplex.transport.http2_base import _HALF_WINDOW, CONNECTION_WINDOW, STREAM_WINDOW
@@ -244,7 +245,8 @@ class Http2Connection(Http2Frames):
             self._check(self._loop.time())  # the timers of a connection that has begun
         return start
 
-    def _frames(self, offset: int) -> int:
+    # the loop every frame passes through: a split costs a call per frame on the hot path
+    def _frames(self, offset: int) -> int:  # noqa: C901
         """Handle what the buffer holds from ``offset`` on; returns where the rest begins."""
         view = self._view
         size = self._end
@@ -286,42 +288,36 @@ class Http2Connection(Http2Frames):
             self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
         return offset
 
-    # -- DATA -------------------------------------------------------------------------------
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        """A whole frame other than an unpadded DATA one: to its handler."""
         if self._cont_id and kind != CONTINUATION:
             raise Http2Error(PROTOCOL_ERROR, "a header block was interrupted by another frame")
-        if kind == DATA:  # a padded one: read whole
-            self._data_begin(flags, stream_id, len(payload))
-            data = unpad(payload)
-            if self._data_stream is not None and data:
-                self._body_chunk(self._data_stream, data, bool(flags & END_STREAM))
-            self._data_end()
-        elif kind == HEADERS:
-            self._on_headers(flags, stream_id, payload)
-        elif kind == WINDOW_UPDATE:
-            self._on_window_update(stream_id, payload)
-        elif kind == PING:
-            self._on_ping(flags, stream_id, payload)
-        elif kind == SETTINGS:
-            self._on_settings(flags, stream_id, payload)
-        elif kind == RST_STREAM:
-            self._on_rst_stream(stream_id, payload)
-        elif kind == CONTINUATION:
-            self._on_continuation(flags, stream_id, payload)
-        elif kind == GOAWAY:
-            if stream_id:
-                raise Http2Error(PROTOCOL_ERROR, "GOAWAY on a stream")
-            if len(payload) < 8:
-                raise Http2Error(FRAME_SIZE_ERROR, "a GOAWAY shorter than 8 bytes")
+        handler = _FRAME_HANDLERS.get(kind)
+        if handler is None:  # frames of unknown types are ignored (RFC 9113 4.1), within the budget
             self._spend_control()
-            self._peer_leaving = True  # no new streams: finish the rest, then close
-            self._close_if_done()
-        elif kind == PRIORITY:
-            self._on_priority(stream_id, payload)
-        elif kind == PUSH_PROMISE:
-            raise Http2Error(PROTOCOL_ERROR, "a client may not send PUSH_PROMISE")
-        else:  # frames of unknown types are ignored (RFC 9113 4.1), within the budget
-            self._spend_control()
+        else:
+            handler(self, flags, stream_id, payload)
+
+    def _on_goaway(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id:
+            raise Http2Error(PROTOCOL_ERROR, "GOAWAY on a stream")
+        if len(payload) < 8:
+            raise Http2Error(FRAME_SIZE_ERROR, "a GOAWAY shorter than 8 bytes")
+        self._spend_control()
+        self._peer_leaving = True  # no new streams: finish the rest, then close
+        self._close_if_done()
+
+    def _on_push_promise(self, flags: int, stream_id: int, payload: bytes) -> None:
+        raise Http2Error(PROTOCOL_ERROR, "a client may not send PUSH_PROMISE")
+
+    # -- DATA -------------------------------------------------------------------------------
+    def _on_padded_data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        """A padded DATA frame, read whole (unpadded ones are read as they come: _frames)."""
+        self._data_begin(flags, stream_id, len(payload))
+        data = unpad(payload)
+        if self._data_stream is not None and data:
+            self._body_chunk(self._data_stream, data, bool(flags & END_STREAM))
+        self._data_end()
 
     def _data_begin(self, flags: int, stream_id: int, length: int) -> None:
         """A DATA frame's header: which stream its payload is for (None: dropped)."""
@@ -361,7 +357,10 @@ class Http2Connection(Http2Frames):
         self._data_length = length
         self._data_kept = 0
 
-    def _body_chunk(self, stream: Stream, chunk: memoryview | bytes, last: bool) -> None:
+    # every request body's bytes pass through here: a split costs a call on the hot path
+    def _body_chunk(  # noqa: C901
+        self, stream: Stream, chunk: memoryview | bytes, last: bool
+    ) -> None:
         """The next bytes of ``stream``'s body (``last``: they end it): to its head, its
         sized buffer or its list."""
         if stream.discard:
@@ -441,3 +440,19 @@ class Http2Connection(Http2Frames):
             self._write(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(stream.unacked)))
             stream.recv_window += stream.unacked
             stream.unacked = 0
+
+
+#: the handler of each frame type that is read whole (unknown types: none, ignored); plain
+#: functions, so that a dispatch allocates no bound method
+_FRAME_HANDLERS: dict[int, Callable[[Http2Connection, int, int, bytes], None]] = {
+    DATA: Http2Connection._on_padded_data,
+    HEADERS: Http2Connection._on_headers,
+    WINDOW_UPDATE: Http2Connection._on_window_update,
+    PING: Http2Connection._on_ping,
+    SETTINGS: Http2Connection._on_settings,
+    RST_STREAM: Http2Connection._on_rst_stream,
+    CONTINUATION: Http2Connection._on_continuation,
+    GOAWAY: Http2Connection._on_goaway,
+    PRIORITY: Http2Connection._on_priority,
+    PUSH_PROMISE: Http2Connection._on_push_promise,
+}

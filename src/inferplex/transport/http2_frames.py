@@ -31,6 +31,7 @@ from inferplex.transport.http2_wire import (
     STREAM_CLOSED,
     U32,
     HeaderDecoder,
+    Headers,
     Http2Error,
     frame,
     header_fragment,
@@ -118,25 +119,11 @@ class Http2Frames(Http2Output):
         headers, (problem, length) = self._decoder.decode_checked(block)
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers: they end the request, their fields are unused
-            if stream.remote_closed:
-                self._reset(stream, STREAM_CLOSED)
-                self._spend_reset()
-            elif not flags & END_STREAM:
-                raise Http2Error(PROTOCOL_ERROR, "a second header block without END_STREAM")
-            elif itself or trailers_problem(headers) is not None:
-                self._reset(stream, PROTOCOL_ERROR)
-                self._spend_reset()
-            else:
-                stream.remote_closed = True
-                if not stream.discard:
-                    self._hand_over(stream)
+            self._trailers(stream, flags, headers, itself)
             return
         if stream_id <= self._last_stream_id:
-            if stream_id in self._early_closed:
-                return  # a stream we closed or reset: frames still in flight are dropped
-            if any(low <= stream_id <= high for low, high in self._gaps):
-                raise Http2Error(PROTOCOL_ERROR, f"stream {stream_id} opened out of order")
-            raise Http2Error(STREAM_CLOSED, f"HEADERS on closed stream {stream_id}")
+            self._headers_on_old_stream(stream_id)
+            return
         if stream_id != self._last_stream_id + 2:  # the ids skipped are closed now
             self._gaps.append((self._last_stream_id + 2, stream_id - 2))
             del self._gaps[:-_GAPS_KEPT]
@@ -161,6 +148,29 @@ class Http2Frames(Http2Output):
         if stream.remote_closed and not stream.discard:
             self._hand_over(stream)
 
+    def _trailers(self, stream: Stream, flags: int, headers: Headers, itself: bool) -> None:
+        """A second header block on an open stream: trailers, which end the request."""
+        if stream.remote_closed:
+            self._reset(stream, STREAM_CLOSED)
+            self._spend_reset()
+        elif not flags & END_STREAM:
+            raise Http2Error(PROTOCOL_ERROR, "a second header block without END_STREAM")
+        elif itself or trailers_problem(headers) is not None:
+            self._reset(stream, PROTOCOL_ERROR)
+            self._spend_reset()
+        else:
+            stream.remote_closed = True
+            if not stream.discard:
+                self._hand_over(stream)
+
+    def _headers_on_old_stream(self, stream_id: int) -> None:
+        """HEADERS on a stream id at or below the last one opened, and not open now."""
+        if stream_id in self._early_closed:
+            return  # a stream we closed or reset: frames still in flight are dropped
+        if any(low <= stream_id <= high for low, high in self._gaps):
+            raise Http2Error(PROTOCOL_ERROR, f"stream {stream_id} opened out of order")
+        raise Http2Error(STREAM_CLOSED, f"HEADERS on closed stream {stream_id}")
+
     def _refuse(self, stream_id: int, code: int) -> None:
         """A stream that never opened is closed again with RST_STREAM ``code``."""
         self._write(frame(RST_STREAM, 0, stream_id, _U32.pack(code)))
@@ -179,6 +189,15 @@ class Http2Frames(Http2Output):
         if len(payload) > 6 * MAX_SETTINGS:
             self._calm("settings_entries", f"more than {MAX_SETTINGS} settings in one frame")
         self._spend_control()
+        window = self._apply_settings(payload)
+        if window is not None and window != self._peer_window:
+            self._set_peer_window(window)
+        self._write(frame(SETTINGS, ACK, 0))
+        self._flush_blocked()
+
+    def _apply_settings(self, payload: bytes) -> int | None:
+        """Check and apply a SETTINGS frame's entries; the initial window it sets, if any
+        (applied by the caller once all entries are checked)."""
         window = None
         for key, value in _SETTING.iter_unpack(payload):
             if key == INITIAL_WINDOW_SIZE:
@@ -191,17 +210,18 @@ class Http2Frames(Http2Output):
                 self._peer_frame_size = value
             elif key == ENABLE_PUSH and value > 1:
                 raise Http2Error(PROTOCOL_ERROR, f"enable push {value}")
-        if window is not None and window != self._peer_window:
-            delta = window - self._peer_window
-            self._peer_window = window
-            for stream in self.streams.values():
-                stream.send_window += delta
-                if stream.send_window > MAX_WINDOW:
-                    raise Http2Error(FLOW_CONTROL_ERROR, "a stream window passed 2^31-1")
-        self._write(frame(SETTINGS, ACK, 0))
-        self._flush_blocked()
+        return window
 
-    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
+    def _set_peer_window(self, window: int) -> None:
+        """The peer's new initial window: every open stream's send window moves with it."""
+        delta = window - self._peer_window
+        self._peer_window = window
+        for stream in self.streams.values():
+            stream.send_window += delta
+            if stream.send_window > MAX_WINDOW:
+                raise Http2Error(FLOW_CONTROL_ERROR, "a stream window passed 2^31-1")
+
+    def _on_window_update(self, flags: int, stream_id: int, payload: bytes) -> None:
         increment = window_increment(stream_id, payload)
         self._spend_control()
         if stream_id == 0:
@@ -239,7 +259,7 @@ class Http2Frames(Http2Output):
         elif payload == _KEEPALIVE_PING:
             self._ping_sent_at = None
 
-    def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
+    def _on_rst_stream(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
             raise Http2Error(PROTOCOL_ERROR, "RST_STREAM on stream 0")
         if len(payload) != 4:
@@ -260,7 +280,7 @@ class Http2Frames(Http2Output):
         self._close_if_done()
         self._spend_reset()
 
-    def _on_priority(self, stream_id: int, payload: bytes) -> None:
+    def _on_priority(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
             raise Http2Error(PROTOCOL_ERROR, "PRIORITY on stream 0")
         self._spend_control()

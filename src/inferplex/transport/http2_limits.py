@@ -95,25 +95,39 @@ def _field_problem(name: bytes, value: bytes) -> str | None:
 def request_problem(headers: Headers) -> tuple[str | None, int]:
     """Why a request's header list is malformed (None: it is not), and its content-length
     (-1: none)."""
-    pseudo: set[bytes] = set()
-    regular = False
-    length = -1
-    method = b""
+    problem, pseudo = _pseudo_headers(headers)
+    if problem is not None:
+        return problem, -1
+    problem, length = _regular_fields(headers[len(pseudo) :])
+    if problem is not None:
+        return problem, -1
+    return _pseudo_set_problem(pseudo), length
+
+
+def _pseudo_headers(headers: Headers) -> tuple[str | None, dict[bytes, bytes]]:
+    """Why the pseudo-header fields a request begins with are malformed (None: they are
+    not), and their values by name."""
+    pseudo: dict[bytes, bytes] = {}
     for name, value in headers:
+        if name[:1] != b":":
+            break
+        if name not in _REQUEST_PSEUDO:
+            return f"pseudo-header {name[:64]!r} is not a request's", pseudo
+        if name in pseudo:
+            return f"pseudo-header {name.decode()!r} given twice", pseudo
+        if name == b":path" and not value:
+            return "an empty :path", pseudo
+        pseudo[name] = value
+    return None, pseudo
+
+
+def _regular_fields(fields: Headers) -> tuple[str | None, int]:
+    """Why a request's regular fields are malformed (None: they are not), and its
+    content-length (-1: none)."""
+    length = -1
+    for name, value in fields:
         if name[:1] == b":":
-            if regular:
-                return f"pseudo-header {name.decode()!r} after a regular field", -1
-            if name not in _REQUEST_PSEUDO:
-                return f"pseudo-header {name[:64]!r} is not a request's", -1
-            if name in pseudo:
-                return f"pseudo-header {name.decode()!r} given twice", -1
-            pseudo.add(name)
-            if name == b":method":
-                method = value
-            elif name == b":path" and not value:
-                return "an empty :path", -1
-            continue
-        regular = True
+            return f"pseudo-header {name.decode()!r} after a regular field", -1
         problem = _field_problem(name, value)
         if problem is not None:
             return problem, -1
@@ -121,12 +135,17 @@ def request_problem(headers: Headers) -> tuple[str | None, int]:
             if not value.isdigit() or length >= 0:
                 return "a malformed or repeated content-length", -1
             length = int(value)
-    if method == b"CONNECT":
-        if b":authority" not in pseudo or b":scheme" in pseudo or b":path" in pseudo:
-            return "a CONNECT request takes :authority and no :scheme or :path", -1
-    elif not {b":method", b":scheme", b":path"} <= pseudo:
-        return "a request needs :method, :scheme and :path", -1
     return None, length
+
+
+def _pseudo_set_problem(pseudo: dict[bytes, bytes]) -> str | None:
+    """Why a request's set of pseudo-header fields is not one a request may have."""
+    if pseudo.get(b":method") == b"CONNECT":
+        if b":authority" not in pseudo or b":scheme" in pseudo or b":path" in pseudo:
+            return "a CONNECT request takes :authority and no :scheme or :path"
+    elif not {b":method", b":scheme", b":path"} <= pseudo.keys():
+        return "a request needs :method, :scheme and :path"
+    return None
 
 
 def trailers_problem(headers: Headers) -> str | None:
