@@ -214,7 +214,10 @@ class GrpcServer:
         self._server = None
 
     # -- Http2App -------------------------------------------------------------------------------
-    def headers_received(self, connection: Http2Connection, stream: Stream) -> None:
+    # one pass per call over its headers and checks: a split costs a call on the hot path
+    def headers_received(  # noqa: C901
+        self, connection: Http2Connection, stream: Stream
+    ) -> None:
         http_method = path = content_type = timeout = b""
         encoding = b"identity"
         size = 0

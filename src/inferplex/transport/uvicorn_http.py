@@ -34,7 +34,7 @@ import logging
 import math
 import socket
 import ssl
-from collections.abc import Awaitable, Callable, MutableMapping, Sized
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sized
 from typing import Any
 
 import orjson
@@ -74,36 +74,13 @@ class _Edge:
         if limit and size > limit:
             await self._refuse(send, "uri_too_long", 414, "the request line is above the limit")
             return
-        has_body = False
-        for name, value in scope["headers"]:
-            size += len(name) + len(value) + 4  # the separator and the line end, as the built-in
-            if name == b"content-length":
-                has_body = has_body or value != b"0"
-            elif name == b"transfer-encoding":
-                has_body = True
-        if limit and size > limit:
+        fields_size, has_body = _header_fields(scope["headers"])
+        if limit and size + fields_size > limit:
             await self._refuse(send, "header_too_large", 431, "request headers are above the limit")
             return
-        if not has_body:
-            await self._app(scope, receive, send)
-            return
-        body_read = False
-
-        async def receiving() -> Message:
-            nonlocal body_read
-            message = await receive()
-            if not message.get("more_body", False):
-                body_read = True
-            return message
-
-        async def sending(message: Message) -> None:
-            if not body_read and message["type"] == "http.response.start":
-                # the rest of the body is not read: the connection cannot carry another request
-                headers = [*message.get("headers", ()), (b"connection", b"close")]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self._app(scope, receiving, sending)
+        if has_body:
+            receive, send = _closing_unless_read(receive, send)
+        await self._app(scope, receive, send)
 
     async def _refuse(self, send: Send, reason: str, status: int, what: str) -> None:
         self._refusals[reason] = self._refusals.get(reason, 0) + 1
@@ -116,6 +93,42 @@ class _Edge:
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _header_fields(headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, bool]:
+    """The bytes of a request's header fields as the built-in server counts them, and
+    whether the request has a body."""
+    size = 0
+    has_body = False
+    for name, value in headers:
+        size += len(name) + len(value) + 4  # the separator and the line end, as the built-in
+        if name == b"content-length":
+            has_body = has_body or value != b"0"
+        elif name == b"transfer-encoding":
+            has_body = True
+    return size, has_body
+
+
+def _closing_unless_read(receive: Receive, send: Send) -> tuple[Receive, Send]:
+    """``receive`` and ``send`` for a request with a body: a response that starts before
+    the body was read whole closes the connection."""
+    body_read = False
+
+    async def receiving() -> Message:
+        nonlocal body_read
+        message = await receive()
+        if not message.get("more_body", False):
+            body_read = True
+        return message
+
+    async def sending(message: Message) -> None:
+        if not body_read and message["type"] == "http.response.start":
+            # the rest of the body is not read: the connection cannot carry another request
+            headers = [*message.get("headers", ()), (b"connection", b"close")]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return receiving, sending
 
 
 class UvicornHttpServer:
