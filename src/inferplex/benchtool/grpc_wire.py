@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import unquote_to_bytes
 
@@ -350,11 +351,17 @@ class GrpcConnection(asyncio.Protocol):
             if kind == DATA:
                 self._on_data(flags, stream_id, view[offset + 9 : end])
             else:
-                self._on_frame(kind, flags, stream_id, data[offset + 9 : end])
+                # PRIORITY and frames of unknown types are ignored (RFC 9113 4.1, 5.3.2)
+                handler = _FRAME_HANDLERS.get(kind)
+                if handler is not None:
+                    handler(self, flags, stream_id, data[offset + 9 : end])
             offset = end
         return offset
 
-    def _on_data(self, flags: int, stream_id: int, payload: memoryview) -> None:
+    # every answer's DATA passes through here: a split costs a call per request
+    def _on_data(  # noqa: C901
+        self, flags: int, stream_id: int, payload: memoryview
+    ) -> None:
         if stream_id == 0 or stream_id >= self._next_id:
             raise Http2Error(PROTOCOL_ERROR, f"DATA on stream {stream_id}")
         flow = len(payload)  # padding counts against the windows too
@@ -384,43 +391,37 @@ class GrpcConnection(asyncio.Protocol):
             self._out.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.unacked)))
             stream.unacked = 0
 
-    def _on_frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if kind == HEADERS:
-            if stream_id == 0:
-                raise Http2Error(PROTOCOL_ERROR, "HEADERS on stream 0")
-            payload = header_fragment(flags, payload)
-            if flags & END_HEADERS:
-                self._header_block(stream_id, flags, payload)
-            else:
-                self._continuation = (stream_id, flags, [payload])
-        elif kind == CONTINUATION:
-            pending = self._continuation
-            if pending is None or pending[0] != stream_id:
-                raise Http2Error(PROTOCOL_ERROR, "CONTINUATION of no header block")
-            pending[2].append(payload)
-            if flags & END_HEADERS:
-                self._continuation = None
-                self._header_block(stream_id, pending[1], b"".join(pending[2]))
-        elif kind == WINDOW_UPDATE:
-            self._on_window_update(stream_id, payload)
-        elif kind == SETTINGS:
-            self._on_settings(flags, stream_id, payload)
-        elif kind == PING:
-            if stream_id or len(payload) != 8:
-                raise Http2Error(PROTOCOL_ERROR, "a malformed PING")
-            if not flags & ACK:
-                self._out.append(frame(PING, ACK, 0, payload))
-        elif kind == RST_STREAM:
-            if stream_id == 0 or len(payload) != 4:
-                raise Http2Error(PROTOCOL_ERROR, "a malformed RST_STREAM")
-            self._on_reset(stream_id, _U32.unpack(payload)[0])
-        elif kind == GOAWAY:
-            if stream_id or len(payload) < 8:
-                raise Http2Error(PROTOCOL_ERROR, "a malformed GOAWAY")
-            self._on_goaway(payload)
-        elif kind == PUSH_PROMISE:
-            raise Http2Error(PROTOCOL_ERROR, "PUSH_PROMISE, though push is disabled")
-        # PRIORITY and frames of unknown types are ignored (RFC 9113 4.1, 5.3.2)
+    def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0:
+            raise Http2Error(PROTOCOL_ERROR, "HEADERS on stream 0")
+        payload = header_fragment(flags, payload)
+        if flags & END_HEADERS:
+            self._header_block(stream_id, flags, payload)
+        else:
+            self._continuation = (stream_id, flags, [payload])
+
+    def _on_continuation(self, flags: int, stream_id: int, payload: bytes) -> None:
+        pending = self._continuation
+        if pending is None or pending[0] != stream_id:
+            raise Http2Error(PROTOCOL_ERROR, "CONTINUATION of no header block")
+        pending[2].append(payload)
+        if flags & END_HEADERS:
+            self._continuation = None
+            self._header_block(stream_id, pending[1], b"".join(pending[2]))
+
+    def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id or len(payload) != 8:
+            raise Http2Error(PROTOCOL_ERROR, "a malformed PING")
+        if not flags & ACK:
+            self._out.append(frame(PING, ACK, 0, payload))
+
+    def _on_rst_stream(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id == 0 or len(payload) != 4:
+            raise Http2Error(PROTOCOL_ERROR, "a malformed RST_STREAM")
+        self._on_reset(stream_id, _U32.unpack(payload)[0])
+
+    def _on_push_promise(self, flags: int, stream_id: int, payload: bytes) -> None:
+        raise Http2Error(PROTOCOL_ERROR, "PUSH_PROMISE, though push is disabled")
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         headers = self._decoder.decode(block)  # always: it keeps the HPACK state in step
@@ -457,14 +458,7 @@ class GrpcConnection(asyncio.Protocol):
             if key == MAX_CONCURRENT_STREAMS:
                 self._max_streams = value
             elif key == INITIAL_WINDOW_SIZE:
-                if value > MAX_WINDOW:
-                    raise Http2Error(FLOW_CONTROL_ERROR, f"an initial window of {value}")
-                delta = value - self._peer_window
-                self._peer_window = value
-                for stream in self._streams.values():
-                    stream.window += delta
-                    if stream.window > MAX_WINDOW:
-                        raise Http2Error(FLOW_CONTROL_ERROR, "a window above 2^31-1")
+                self._set_peer_window(value)
             elif key == MAX_FRAME_SIZE:
                 if not MIN_FRAME_SIZE <= value <= MAX_FRAME_SIZE_LIMIT:
                     raise Http2Error(PROTOCOL_ERROR, f"a max frame size of {value}")
@@ -473,7 +467,18 @@ class GrpcConnection(asyncio.Protocol):
         self._flush_blocked()
         self._start_queued()
 
-    def _on_window_update(self, stream_id: int, payload: bytes) -> None:
+    def _set_peer_window(self, value: int) -> None:
+        """The server's new initial window: every open stream's window moves with it."""
+        if value > MAX_WINDOW:
+            raise Http2Error(FLOW_CONTROL_ERROR, f"an initial window of {value}")
+        delta = value - self._peer_window
+        self._peer_window = value
+        for stream in self._streams.values():
+            stream.window += delta
+            if stream.window > MAX_WINDOW:
+                raise Http2Error(FLOW_CONTROL_ERROR, "a window above 2^31-1")
+
+    def _on_window_update(self, flags: int, stream_id: int, payload: bytes) -> None:
         increment = window_increment(stream_id, payload)
         if stream_id == 0:
             self._send_window += increment
@@ -505,7 +510,9 @@ class GrpcConnection(asyncio.Protocol):
         )
         self._end(stream, failure, None)
 
-    def _on_goaway(self, payload: bytes) -> None:
+    def _on_goaway(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if stream_id or len(payload) < 8:
+            raise Http2Error(PROTOCOL_ERROR, "a malformed GOAWAY")
         last_id, code = _GOAWAY_HEAD.unpack_from(payload)
         last_id &= MAX_WINDOW
         debug = payload[8:].decode(errors="replace")
@@ -581,6 +588,20 @@ class GrpcConnection(asyncio.Protocol):
         self._flush()
         if self._transport is not None:
             self._transport.close()
+
+
+#: the handler of each frame type other than DATA (unknown types: none, ignored); plain
+#: functions, so that a dispatch allocates no bound method
+_FRAME_HANDLERS: dict[int, Callable[[GrpcConnection, int, int, bytes], None]] = {
+    HEADERS: GrpcConnection._on_headers,
+    CONTINUATION: GrpcConnection._on_continuation,
+    WINDOW_UPDATE: GrpcConnection._on_window_update,
+    SETTINGS: GrpcConnection._on_settings,
+    PING: GrpcConnection._on_ping,
+    RST_STREAM: GrpcConnection._on_rst_stream,
+    GOAWAY: GrpcConnection._on_goaway,
+    PUSH_PROMISE: GrpcConnection._on_push_promise,
+}
 
 
 def _failed(code: str, message: str) -> RequestFailed:

@@ -83,14 +83,7 @@ async def measure(
     if window <= 0 or max_windows < 1 or warmup < 0:
         raise ValueError("window must be > 0 s, max_windows >= 1 and warmup >= 0 s")
     state = {"stop": False}
-    tasks: list[asyncio.Task[None]] = []
-    for stream in streams:
-        if stream.mode == "concurrency":
-            for _ in range(int(stream.level)):
-                send = await stream.client.lane()
-                tasks.append(asyncio.create_task(_closed(stream, send, state)))
-        else:
-            tasks.append(asyncio.create_task(_open(stream, state)))
+    tasks = await _start(streams, state)
     try:
         if warmup:
             await _run_for(tasks, warmup)
@@ -119,6 +112,20 @@ async def measure(
             task.cancel()
     taken = len(streams[0].windows) if streams else 0
     return Outcome(stable, taken, min(stable_count, taken))
+
+
+async def _start(streams: Sequence[Stream], state: dict) -> list[asyncio.Task[None]]:
+    """The tasks that put the streams' load on: one per client of a closed loop, one per
+    open loop."""
+    tasks: list[asyncio.Task[None]] = []
+    for stream in streams:
+        if stream.mode == "concurrency":
+            for _ in range(int(stream.level)):
+                send = await stream.client.lane()
+                tasks.append(asyncio.create_task(_closed(stream, send, state)))
+        else:
+            tasks.append(asyncio.create_task(_open(stream, state)))
+    return tasks
 
 
 async def _closed(stream: Stream, send: Callable[[], Awaitable[object]], state: dict) -> None:
@@ -165,13 +172,19 @@ async def _open(stream: Stream, state: dict) -> None:
             pending.add(task)
             task.add_done_callback(finished)
             stream.sent += 1
-        if pending:
-            await asyncio.wait(set(pending), timeout=DRAIN_SECONDS)
-        if failures:
-            raise failures[0]
+        await _settle(pending, failures)
     finally:
         for task in pending:
             task.cancel()
+
+
+async def _settle(pending: set[asyncio.Task[None]], failures: list[BaseException]) -> None:
+    """An open loop has stopped sending: wait for its requests in flight, and re-raise the
+    first failure."""
+    if pending:
+        await asyncio.wait(set(pending), timeout=DRAIN_SECONDS)
+    if failures:
+        raise failures[0]
 
 
 async def _run_for(tasks: list[asyncio.Task[None]], seconds: float) -> None:
