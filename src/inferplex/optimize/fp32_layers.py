@@ -38,30 +38,50 @@ def keep_shallow_convs_fp32(model: onnx.ModelProto) -> list[str]:
     such a block is swapped, in place (shape annotations of the tensors in between are then
     stale: infer them again)."""
     weights = {t.name: t for t in model.graph.initializer}
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    consumers = _consumers(model.graph)
     kept: list[str] = []
     for index, node in enumerate(model.graph.node):
-        if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in weights:
+        if not _is_shallow_conv(node, weights):
             continue
-        if math.prod(weights[node.input[1]].dims[1:]) >= MIN_INT8_CONV_TERMS:
-            continue
-        block = [node]
-        while len(block) <= len(_BLOCK_OPS):
-            followers = consumers.get(block[-1].output[0], [])
-            if len(followers) != 1 or followers[0].op_type not in _BLOCK_OPS:
-                break
-            if len(followers[0].output) != 1 or followers[0] in block:
-                break
-            block.append(followers[0])
+        block = _fp32_block(node, consumers)
         if [n.op_type for n in block[1:]] == ["Relu", "MaxPool"]:
             _swap(block[1], block[2])
         for offset, member in enumerate(block):
             member.name = member.name or f"fp32_block_{index}_{offset}"
             kept.append(member.name)
     return kept
+
+
+def _consumers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
+    """The nodes that read each tensor, by the tensor's name."""
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    return consumers
+
+
+def _is_shallow_conv(node: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> bool:
+    """A Conv on a known weight with fewer than MIN_INT8_CONV_TERMS terms per output value."""
+    if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in weights:
+        return False
+    return math.prod(weights[node.input[1]].dims[1:]) < MIN_INT8_CONV_TERMS
+
+
+def _fp32_block(
+    conv: onnx.NodeProto, consumers: dict[str, list[onnx.NodeProto]]
+) -> list[onnx.NodeProto]:
+    """``conv`` and the ReLU and max-pooling that directly follow it, each the only reader
+    of the one before."""
+    block = [conv]
+    while len(block) <= len(_BLOCK_OPS):
+        followers = consumers.get(block[-1].output[0], [])
+        if len(followers) != 1 or followers[0].op_type not in _BLOCK_OPS:
+            break
+        if len(followers[0].output) != 1 or followers[0] in block:
+            break
+        block.append(followers[0])
+    return block
 
 
 def _swap(relu: onnx.NodeProto, pool: onnx.NodeProto) -> None:

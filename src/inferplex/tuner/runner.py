@@ -86,22 +86,7 @@ async def tune(
     say: Callable[[str], None] = lambda line: None,
 ) -> TuneResult:
     default_batch = _check_models(options)
-    notes: list[str] = []
-    quantize = None
-    if "int8" in options.space.precision:
-        quantize, note = int8_quantizer()
-        refusals = [
-            f"{model}: {reason}"
-            for model in options.models
-            if quantize is not None
-            and (reason := quantize.refusal(model_file(options.repository / model)))
-        ]
-        if refusals:
-            quantize, note = None, "INT8 skipped: " + "; ".join(refusals)
-        notes.append(note)
-        if quantize is None:
-            kept = [p for p in options.space.precision if p != "int8"]
-            options.space.precision = kept or ["fp32"]
+    quantize, notes = _int8(options)
     candidates = sample(
         options.space.candidates(default_batch), options.max_candidates, options.seed
     )
@@ -147,6 +132,26 @@ async def tune(
     elif not points:
         notes.append("no candidate could be measured (see the failures above)")
     return TuneResult(candidates, rungs, points, frontier(points), best, notes)
+
+
+def _int8(options: TuneOptions) -> tuple[Quantizer | None, list[str]]:
+    """The INT8 quantizer when the space has int8, and a note on it; int8 leaves the space
+    when there is no quantizer or a model cannot be quantized."""
+    if "int8" not in options.space.precision:
+        return None, []
+    quantize, note = int8_quantizer()
+    refusals = [
+        f"{model}: {reason}"
+        for model in options.models
+        if quantize is not None
+        and (reason := quantize.refusal(model_file(options.repository / model)))
+    ]
+    if refusals:
+        quantize, note = None, "INT8 skipped: " + "; ".join(refusals)
+    if quantize is None:
+        kept = [p for p in options.space.precision if p != "int8"]
+        options.space.precision = kept or ["fp32"]
+    return quantize, [note]
 
 
 def _check_models(options: TuneOptions) -> int:
