@@ -49,7 +49,7 @@ per problem, each naming the file, the field path and what was expected.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,43 +224,29 @@ class _Reader:
                 f"the config names the model {_show(f['name'])} but its folder is '{model_name}'; "
                 "they must be the same (or leave name out)",
             )
-        for kind in ("input", "output"):
-            if kind in f:
-                items = _as_list(f[kind])
-                out[kind] = [self.tensor(t, f"{kind}[{i}]", kind) for i, t in enumerate(items)]
-        if "instance_group" in f:
-            groups = _as_list(f["instance_group"])
-            out["instance_group"] = [
-                self.instance_group(g, f"instance_group[{i}]") for i, g in enumerate(groups)
-            ]
-        if "version_policy" in f:
-            out["version_policy"] = self.version_policy(f["version_policy"])
-        if "dynamic_batching" in f:
-            out["dynamic_batching"] = self.dynamic_batching(f["dynamic_batching"])
-        if "ensemble_scheduling" in f:
-            out["ensemble_scheduling"] = self.ensemble_scheduling(f["ensemble_scheduling"])
-        if "size_routing" in f:
-            out["size_routing"] = self.size_routing(f["size_routing"])
-        for section, known in (
-            ("scheduling", _SCHEDULING_FIELDS),
-            ("response_cache", _CACHE_FIELDS),
-            ("cascade", _CASCADE_FIELDS),
-        ):
+        for section, read in _MODEL_SECTIONS:
             if section in f:
-                out[section] = _plain(self.fields(f[section], section, known, _NONE) or {})
-        if "optimization" in f:
-            out["optimization"] = self.optimization(f["optimization"])
-        if "model_warmup" in f:
-            out["model_warmup"] = [
-                self.warmup(w, f"model_warmup[{i}]")
-                for i, w in enumerate(_as_list(f["model_warmup"]))
-            ]
-        if "parameters" in f:
-            out["parameters"] = {
-                str(key): self.parameter_value(value, path)
-                for key, value, path in self.map_entries(f["parameters"], "parameters")
-            }
+                out[section] = read(self, f[section], section)
         return out
+
+    def tensors(self, raw: Any, kind: str) -> list[dict[str, Any]]:
+        return [self.tensor(t, f"{kind}[{i}]", kind) for i, t in enumerate(_as_list(raw))]
+
+    def instance_groups(self, raw: Any, path: str) -> list[dict[str, Any]]:
+        return [self.instance_group(g, f"{path}[{i}]") for i, g in enumerate(_as_list(raw))]
+
+    def warmups(self, raw: Any, path: str) -> list[dict[str, Any]]:
+        return [self.warmup(w, f"{path}[{i}]") for i, w in enumerate(_as_list(raw))]
+
+    def parameters(self, raw: Any, path: str) -> dict[str, str]:
+        return {
+            str(key): self.parameter_value(value, where)
+            for key, value, where in self.map_entries(raw, path)
+        }
+
+    def plain_message(self, raw: Any, path: str, known: frozenset[str]) -> dict[str, Any]:
+        """A message whose fields go to ModelConfig as they are."""
+        return _plain(self.fields(raw, path, known, _NONE) or {})
 
     def tensor(self, raw: Any, path: str, kind: str) -> dict[str, Any]:
         if kind == "input":
@@ -437,6 +423,25 @@ class _Reader:
             return str(raw)
         self.error(f"{path}.string_value", f"expected a string, got {_show(raw)}")
         return ""
+
+
+#: the sections of a model config that need reading, in the order they are read (the order
+#: of the errors found): each read by ``read(reader, raw, section)``
+_MODEL_SECTIONS: tuple[tuple[str, Callable[[_Reader, Any, str], Any]], ...] = (
+    ("input", _Reader.tensors),
+    ("output", _Reader.tensors),
+    ("instance_group", _Reader.instance_groups),
+    ("version_policy", lambda reader, raw, _: reader.version_policy(raw)),
+    ("dynamic_batching", lambda reader, raw, _: reader.dynamic_batching(raw)),
+    ("ensemble_scheduling", lambda reader, raw, _: reader.ensemble_scheduling(raw)),
+    ("size_routing", lambda reader, raw, _: reader.size_routing(raw)),
+    ("scheduling", lambda r, raw, path: r.plain_message(raw, path, _SCHEDULING_FIELDS)),
+    ("response_cache", lambda r, raw, path: r.plain_message(raw, path, _CACHE_FIELDS)),
+    ("cascade", lambda r, raw, path: r.plain_message(raw, path, _CASCADE_FIELDS)),
+    ("optimization", lambda reader, raw, _: reader.optimization(raw)),
+    ("model_warmup", _Reader.warmups),
+    ("parameters", _Reader.parameters),
+)
 
 
 def _plain(fields: Mapping[str, Any], special: Iterable[str] = ()) -> dict[str, Any]:
