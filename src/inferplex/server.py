@@ -27,6 +27,7 @@ from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
 from inferplex.frontends.http import HttpApp, create_http_app
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.metrics.app import MetricsApp, create_metrics_app
+from inferplex.protocol.dataplane import DataPlane
 from inferplex.repository.s3 import S3Repository
 from inferplex.resilience.guard import GuardDefaults, ModelGuards
 from inferplex.routing.table import RouteTable
@@ -121,6 +122,8 @@ class Server:
         self._span_exporter = span_exporter
         self._tracing: Any = None
         self.engine = build_engine(config)
+        #: the one door to the engine for inference, over REST, gRPC and ``infer``
+        self.plane = DataPlane.from_config(self.engine, config)
         self.http_port = 0
         self.grpc_port = 0
         self.metrics_port = 0
@@ -219,6 +222,7 @@ class Server:
                 ),
                 server=reference_grpc_server(config) if config.grpc_server == "grpcio" else None,
                 budget=self._http_budget,  # one bound on buffered request bytes for both
+                plane=self.plane,
             )
             self.grpc_port = await self._grpc.start(grpc_sock)
         metrics_sock = sockets.get("metrics")
@@ -256,7 +260,7 @@ class Server:
         self, access: Access, sock: socket.socket, tls: ssl.SSLContext | None
     ) -> int:
         """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
-        app = create_http_app(self.engine, self.config, access)
+        app = create_http_app(self.engine, self.config, access, self.plane)
         traced = self._tracing.wrap_http(app) if self._tracing is not None else app
         return await self._serve_asgi(traced, sock, tls, app)
 
@@ -357,9 +361,10 @@ class Server:
             loop.close()
 
     def infer(self, request: InferenceRequest, timeout: float | None = None) -> InferenceResponse:
-        """Run one inference without sockets (blocking; for a server started in a thread)."""
+        """Run one inference without sockets (blocking; for a server started in a thread),
+        through the data plane as a request over HTTP or gRPC."""
         future: Future[InferenceResponse] = asyncio.run_coroutine_threadsafe(
-            self.engine.infer(request), self._loop_for_thread()
+            self.plane.infer_local(request), self._loop_for_thread()
         )
         return future.result(timeout)
 

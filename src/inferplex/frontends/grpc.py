@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import message_factory
 
 from inferplex.errors import UnsupportedError
+from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
 from inferplex.protocol.v2 import offload
-from inferplex.security.limits import RequestLimits
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 from inferplex.transport.grpc_server import Call, GrpcServer, Guard, Handler, Method
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
@@ -55,15 +55,18 @@ class GrpcFrontend:
         ssl_context: ssl.SSLContext | None = None,
         budget: ByteBudget | None = None,
         server: ServerFactory | None = None,
+        plane: DataPlane | None = None,
     ) -> None:
         """``guard`` sees every call first (security); ``trace`` wraps ModelInfer (tracing);
         ``ssl_context`` turns on TLS; ``budget`` bounds request bytes buffered server-wide
         (the one the HTTP listeners share; default: one of max_buffered_bytes); ``server``
         builds the server of the method table and guard instead of the built-in one (the
-        reference twin: transport/grpcio_server.py)."""
+        reference twin: transport/grpcio_server.py); inference goes through ``plane``
+        (default: one of its own for ``engine`` and ``config``)."""
         self.engine = engine
         self.config = config
-        self._limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
+        # the one door to the engine for inference (limits, shared memory, routing key)
+        self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._server: GrpcServing
         if server is not None:
             self._server = server(self._methods(trace), guard)
@@ -154,12 +157,15 @@ class GrpcFrontend:
         )
 
     async def _model_infer(self, request: bytes, call: Call) -> bytes:
+        plane = self._plane
         shm = self.engine.shared_memory
         # a large message is decoded (and its response encoded) in a worker thread
-        decoded = offload.decode_grpc_here(request, shm, self._limits)
+        decoded = offload.decode_grpc_here(request, shm, plane)
         if decoded is None:
-            decoded = await offload.decode_grpc(request, shm, self._limits, self.engine)
-        response = await self.engine.infer(decoded)
+            decoded = await offload.decode_grpc(request, shm, plane)
+        # the metadata key named like the routing header stands for it, as over HTTP
+        key = plane.routing_value(call.metadata()) if plane.routing_metadata else None
+        response = await plane.infer(decoded, key)
         encoded = offload.encode_grpc_here(response, decoded, shm)
         if encoded is None:
             encoded = await offload.encode_grpc(response, decoded, shm)

@@ -50,12 +50,11 @@ from inferplex.errors import (
     UnsupportedError,
 )
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
+from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import offload
 from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import parse_header_length
-from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.access import Access
-from inferplex.security.limits import RequestLimits
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 from inferplex.transport.compression import CODINGS, accepted, compress, decompress
 from inferplex.transport.interface import ADMITTED_KEY, HttpRequest
@@ -83,11 +82,15 @@ class _Disconnected(Exception):
 
 
 def create_http_app(
-    engine: InferenceEngine, config: ServerConfig, access: Access | None = None
+    engine: InferenceEngine,
+    config: ServerConfig,
+    access: Access | None = None,
+    plane: DataPlane | None = None,
 ) -> HttpApp:
     """The ASGI 3 application serving the V2 REST protocol for ``engine``; ``access`` (the
-    listener's surface and tokens) decides who may call which endpoint."""
-    return HttpApp(engine, config, access)
+    listener's surface and tokens) decides who may call which endpoint; inference goes
+    through ``plane`` (default: one of its own for ``engine`` and ``config``)."""
+    return HttpApp(engine, config, access, plane)
 
 
 class HttpApp:
@@ -100,17 +103,22 @@ class HttpApp:
     """
 
     def __init__(
-        self, engine: InferenceEngine, config: ServerConfig, access: Access | None = None
+        self,
+        engine: InferenceEngine,
+        config: ServerConfig,
+        access: Access | None = None,
+        plane: DataPlane | None = None,
     ) -> None:
         self._engine = engine
         self._max_body = config.max_request_bytes
-        self._limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
+        # the one door to the engine for inference (limits, shared memory, routing key)
+        self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
         # paths seen before and where they lead: a client sends the same few paths again
         # and again; bounded, since paths are the client's choice
         self._routes: dict[str, Route] = {}
         # an HTTP header whose value becomes the request parameter routing_key (sticky routes)
-        self._routing_header = config.routing_header.lower().encode()
+        self._routing_header = self._plane.routing_header
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI 3 (uvicorn, the tracing wrapper): the body comes through ``receive``."""
@@ -311,16 +319,13 @@ class HttpApp:
         routing_key: str | None = None,
     ) -> Reply:
         length = None if header_length is None else parse_header_length(header_length)
+        plane = self._plane
         shm = self._engine.shared_memory
         # a large body is decoded (and its response encoded) in a worker thread
-        request = offload.decode_rest_here(body, length, model, version, shm, self._limits)
+        request = offload.decode_rest_here(body, length, model, version, shm, plane)
         if request is None:
-            request = await offload.decode_rest(
-                body, length, model, version, shm, self._limits, self._engine
-            )
-        if routing_key is not None and ROUTING_KEY not in request.parameters:
-            request.parameters = {**request.parameters, ROUTING_KEY: routing_key}
-        response = await self._engine.infer(request)
+            request = await offload.decode_rest(body, length, model, version, shm, plane)
+        response = await plane.infer(request, routing_key)
         encoded = offload.encode_rest_here(response, request, shm)
         if encoded is None:
             encoded = await offload.encode_rest(response, request, shm)

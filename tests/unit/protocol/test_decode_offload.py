@@ -18,6 +18,7 @@ from inferplex.core.datatypes import serialize_bytes
 from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.core.validation import RequestValidator
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
+from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec, offload, rest, rest_json
 from inferplex.protocol.v2.checks import declared_checks
@@ -152,7 +153,9 @@ async def test_large_rest_bodies_decode_and_encode_in_a_thread(hops: list[str]) 
     limits = RequestLimits(10**9, 10**9)
     count = BIG // 4
     body, header_length = binary_body("TEXT", [1, count], [b""] * count)
-    request = await offload.decode_rest(body, header_length, "m", "", None, limits, Models())
+    request = await offload.decode_rest(
+        body, header_length, "m", "", None, DataPlane(Models(), limits)
+    )
     response = InferenceResponse(
         "m", "1", [Tensor("OUT", "BYTES", (1, count), request.inputs[0].data)]
     )
@@ -166,7 +169,7 @@ async def test_small_bodies_and_fixed_size_binary_tensors_stay_on_the_loop(
 ) -> None:
     limits = RequestLimits(10**9, 10**9)
     small, small_length = binary_body("TEXT", [1, 2], [b"a", b"b"])
-    await offload.decode_rest(small, small_length, "m", "", None, limits, Models())
+    await offload.decode_rest(small, small_length, "m", "", None, DataPlane(Models(), limits))
     image = np.ones((1, BIG), np.float32)
     header = orjson.dumps(
         {
@@ -181,7 +184,7 @@ async def test_small_bodies_and_fixed_size_binary_tensors_stay_on_the_loop(
         }
     )
     request = await offload.decode_rest(
-        header + image.tobytes(), len(header), "free", "", None, limits, Models()
+        header + image.tobytes(), len(header), "free", "", None, DataPlane(Models(), limits)
     )
     assert request.inputs[0].data.shape == (1, BIG)
     assert hops == []  # a view of the body: no work to move
@@ -195,8 +198,8 @@ async def test_large_grpc_messages_decode_in_a_thread_unless_seen_before(
     message.inputs.add(name="IMAGE", datatype="FP32", shape=[1, BIG])
     message.raw_input_contents.append(np.ones(BIG, np.float32).tobytes())
     data = message.SerializeToString() + b""  # a message of a size no other test sends
-    first = await offload.decode_grpc(data, None, limits, Models())
-    again = await offload.decode_grpc(data, None, limits, Models())
+    first = await offload.decode_grpc(data, None, DataPlane(Models(), limits))
+    again = await offload.decode_grpc(data, None, DataPlane(Models(), limits))
     assert hops == ["_decode_grpc"]  # the second one matched the first one's layout
     assert first.inputs[0].data.shape == again.inputs[0].data.shape == (1, BIG)
     response = InferenceResponse("m", "1", [Tensor("OUT", "FP32", (1, BIG), again.inputs[0].data)])
@@ -210,7 +213,7 @@ async def test_limits_are_checked_on_the_decoded_request_either_way() -> None:
     for elements in ([b"12345"], [b"12345"] * (BIG // 9)):
         body, length = binary_body("TEXT", [1, len(elements)], elements)
         with pytest.raises(PayloadTooLargeError, match="element of 5 bytes"):
-            await offload.decode_rest(body, length, "m", "", None, limits, Models())
+            await offload.decode_rest(body, length, "m", "", None, DataPlane(Models(), limits))
 
 
 # -- client errors are InvalidInputErrors, never a RecursionError or a 500 -----------------

@@ -35,9 +35,17 @@ from inferplex.core.types import (
     Tensor,
 )
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.dataplane import (
+    negative_dims,
+    raw_size_error,
+    requested_output,
+    shared_input,
+    shared_output,
+    unknown_datatype,
+)
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.checks import CheckFactory, InputCheck
-from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
+from inferplex.shm.registry import REGION, SharedMemoryRegistry
 
 #: V2 datatype -> (InferTensorContents field, numpy dtype the field's values decode to).
 #: The narrow integer types travel widened to 32 bits; FP16 has no typed field (raw only).
@@ -101,7 +109,8 @@ def decode_infer_request(
     """Turn a ModelInferRequest into an InferenceRequest; InvalidInputError naming the tensor
     and field when the data does not match the declared datatype and shape. Tensors that name
     a shared-memory region are read from / checked against ``shm``. ``checks`` gives what
-    runs on each input's declared name, datatype and shape before its data is decoded."""
+    runs on each input's declared name, datatype and shape before its data is decoded. The
+    checks of each tensor and requested output are the data plane's, run as they are met."""
     check: InputCheck | None = None
     if checks is not None:
         check = checks(msg.model_name, msg.model_version)
@@ -117,20 +126,17 @@ def decode_infer_request(
         datatype = tensor.datatype
         dtype = V2_TO_NUMPY.get(datatype)
         if dtype is None:
-            raise InvalidInputError(
-                f"input '{name}': unknown datatype '{datatype}', expected one of "
-                f"{', '.join(sorted(V2_TO_NUMPY))}"
-            )
+            raise unknown_datatype(name, datatype)
         shape = tuple(tensor.shape)
         if shape and min(shape) < 0:
-            raise InvalidInputError(f"input '{name}': shape {list(shape)} has a negative dimension")
+            raise negative_dims(name, shape)
         if check is not None:
             check(name, datatype, shape)
         params: Parameters = {}
         if tensor.parameters:
             params = parameters_from_proto(tensor.parameters)
             if REGION in params:
-                data = require(shm).read_input(name, params, datatype, shape)
+                data = shared_input(shm, name, params, datatype, shape)
                 inputs.append(Tensor(name, datatype, shape, data, params))
                 continue
         if raw:
@@ -154,8 +160,7 @@ def decode_infer_request(
         requested = RequestedOutput(out.name)
         if out.parameters:
             requested.parameters = parameters_from_proto(out.parameters)
-            if REGION in requested.parameters:
-                require(shm).check_output(requested.name, requested.parameters)
+            requested_output(requested.name, requested.parameters, shm)
         outputs.append(requested)
     parameters = msg.parameters
     return InferenceRequest(
@@ -181,13 +186,8 @@ def _decode_raw(
     count = prod(shape)
     if datatype == "BYTES":
         return reshape_input(deserialize_bytes(buffer, count, name), shape, name)
-    expected = count * dtype.itemsize
-    if len(buffer) != expected:
-        raise InvalidInputError(
-            f"input '{name}': raw_input_contents[{index}] holds {len(buffer)} bytes, expected "
-            f"{expected} ({count} {datatype} elements of {dtype.itemsize} bytes for shape "
-            f"{list(shape)})"
-        )
+    if len(buffer) != count * dtype.itemsize:
+        raise raw_size_error(name, f"raw_input_contents[{index}]", len(buffer), datatype, shape)
     # A read-only view of the message's bytes: no copy on the hot path.
     return view_input(buffer, dtype, shape, name)
 
@@ -255,9 +255,7 @@ def encode_infer_response(
                 outputs.append(tensor)
                 contents.append(tensor_bytes(tensor))
             else:
-                written = require(shm).write_output(
-                    tensor.name, target, tensor.datatype, tensor.data
-                )
+                written = shared_output(shm, tensor.name, target, tensor.datatype, tensor.data)
                 parameters = {**tensor.parameters, **written}
                 outputs.append(
                     Tensor(tensor.name, tensor.datatype, tensor.shape, tensor.data, parameters)
@@ -404,16 +402,22 @@ def _response_layout(response: InferenceResponse) -> tuple[bytes, list[tuple[byt
 
 
 class _RequestLayout:
-    """A request message seen before, as the bytes before its raw_input_contents and the
-    decoded request, whose inputs all came from raw contents in fixed-size datatypes. Requests
-    built from it share its parameter dicts and requested outputs (nothing downstream writes
-    to a request)."""
+    """A request message seen before, as the bytes before its raw_input_contents and what
+    the decoded request held, whose inputs all came from raw contents in fixed-size datatypes.
+    Requests built from it share its parameter dicts and requested outputs (nothing downstream
+    writes into them; the data plane gives a request a new parameter dict to add one, which
+    leaves this layout's as it was decoded)."""
 
-    __slots__ = ("inputs", "prefix", "template")
+    __slots__ = ("id", "inputs", "model_name", "model_version", "outputs", "parameters", "prefix")
 
     def __init__(self, prefix: bytes, request: InferenceRequest) -> None:
         self.prefix = prefix
-        self.template = request
+        # the request's fields, not the request: the decoded request itself goes on
+        self.model_name = request.model_name
+        self.model_version = request.model_version
+        self.id = request.id
+        self.outputs = request.outputs
+        self.parameters = request.parameters
         #: per input: the raw field's tag and length, then what its tensor needs
         self.inputs = [
             (
@@ -449,14 +453,8 @@ class _RequestLayout:
             array = np.ndarray(shape, dtype, view[pos : pos + nbytes])
             inputs.append(Tensor(name, datatype, shape, array, parameters))
             pos += nbytes
-        template = self.template
         return InferenceRequest(
-            template.model_name,
-            inputs,
-            template.model_version,
-            template.id,
-            template.outputs,
-            template.parameters,
+            self.model_name, inputs, self.model_version, self.id, self.outputs, self.parameters
         )
 
 

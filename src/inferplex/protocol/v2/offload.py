@@ -6,9 +6,11 @@ freezes every other client of the server, health checks included. Above ``OFFLOA
 work the codec runs in a worker thread and the loop goes on serving; below it the thread hop
 would cost more than the work, so small requests (the hot path) stay on the loop.
 
-Off the loop, each input's declared name, datatype and shape are checked (``checks``: the
-limits, then the model's inputs) before its data is decoded, so a body the model would refuse
-costs no decoding; on the loop the engine's checks after decoding are as cheap.
+Off the loop, each input's declared name, datatype and shape are checked (the data plane's
+``checks``: the limits, then the model's inputs) before its data is decoded, so a body the
+model would refuse costs no decoding; on the loop the engine's checks after decoding are as
+cheap. Either way the decoded request is admitted by the data plane (``plane.admit``) on the
+thread that decoded it.
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ from __future__ import annotations
 import asyncio
 
 from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import grpc_codec, rest
-from inferplex.protocol.v2.checks import CheckFactory, ModelChecks, declared_checks
-from inferplex.security.limits import RequestLimits
 from inferplex.shm.registry import SharedMemoryRegistry
 
 __all__ = [
@@ -60,15 +61,15 @@ def decode_rest_here(
     model: str,
     version: str,
     shm: SharedMemoryRegistry | None,
-    limits: RequestLimits,
+    plane: DataPlane,
 ) -> InferenceRequest | None:
-    """The request of a body whose work is small, decoded and checked on the caller's
+    """The request of a body whose work is small, decoded and admitted on the caller's
     thread; None for one that :func:`decode_rest` should decode in a worker thread. (The
     hot path calls this first: no coroutine to create and await for a small request.)"""
     if len(body) <= OFFLOAD_BYTES or rest_work(body, header_length) <= OFFLOAD_BYTES:
         # at most OFFLOAD_BYTES of JSON: far below what pauses the garbage collector
         request = rest.decode_body(body, header_length, model, version, shm)
-        limits.check(request)
+        plane.admit(request)
         return request
     return None
 
@@ -79,17 +80,13 @@ async def decode_rest(
     model: str,
     version: str,
     shm: SharedMemoryRegistry | None,
-    limits: RequestLimits,
-    models: ModelChecks,
+    plane: DataPlane,
 ) -> InferenceRequest:
-    """``rest.decode_infer_request`` and ``limits.check``, off the loop for a large body."""
-    request = decode_rest_here(body, header_length, model, version, shm, limits)
+    """``rest.decode_infer_request`` and ``plane.admit``, off the loop for a large body."""
+    request = decode_rest_here(body, header_length, model, version, shm, plane)
     if request is not None:
         return request
-    checks = declared_checks(limits, models)
-    return await asyncio.to_thread(
-        _decode_rest, body, header_length, model, version, shm, limits, checks
-    )
+    return await asyncio.to_thread(_decode_rest, body, header_length, model, version, shm, plane)
 
 
 def _decode_rest(
@@ -98,54 +95,50 @@ def _decode_rest(
     model: str,
     version: str,
     shm: SharedMemoryRegistry | None,
-    limits: RequestLimits,
-    checks: CheckFactory,
+    plane: DataPlane,
 ) -> InferenceRequest:
-    request = rest.decode_infer_request(body, header_length, model, version, shm, checks)
-    limits.check(request)
+    request = rest.decode_infer_request(body, header_length, model, version, shm, plane.checks)
+    plane.admit(request)
     return request
 
 
 def decode_grpc_here(
     message: bytes | bytearray | memoryview,
     shm: SharedMemoryRegistry | None,
-    limits: RequestLimits,
+    plane: DataPlane,
 ) -> InferenceRequest | None:
     """The request in a small message, or one of a layout seen before (fixed-size raw
-    tensors, viewed in place: no work at any size), decoded and checked on the caller's
+    tensors, viewed in place: no work at any size), decoded and admitted on the caller's
     thread; None for one that :func:`decode_grpc` should decode in a worker thread."""
     request = grpc_codec.known_request(message)
     if request is None:
         if len(message) > OFFLOAD_BYTES:
             return None
         request = grpc_codec.decode_infer_request_bytes(message, shm)
-    limits.check(request)
+    plane.admit(request)
     return request
 
 
 async def decode_grpc(
     message: bytes | bytearray | memoryview,
     shm: SharedMemoryRegistry | None,
-    limits: RequestLimits,
-    models: ModelChecks,
+    plane: DataPlane,
 ) -> InferenceRequest:
-    """``grpc_codec.decode_infer_request_bytes`` and ``limits.check``, off the loop for a
+    """``grpc_codec.decode_infer_request_bytes`` and ``plane.admit``, off the loop for a
     large message (protobuf copies every byte of it) unless it is of a layout seen before."""
-    request = decode_grpc_here(message, shm, limits)
+    request = decode_grpc_here(message, shm, plane)
     if request is not None:
         return request
-    checks = declared_checks(limits, models)
-    return await asyncio.to_thread(_decode_grpc, message, shm, limits, checks)
+    return await asyncio.to_thread(_decode_grpc, message, shm, plane)
 
 
 def _decode_grpc(
     message: bytes | bytearray | memoryview,
     shm: SharedMemoryRegistry | None,
-    limits: RequestLimits,
-    checks: CheckFactory,
+    plane: DataPlane,
 ) -> InferenceRequest:
-    request = grpc_codec.decode_infer_request_bytes(message, shm, checks)
-    limits.check(request)
+    request = grpc_codec.decode_infer_request_bytes(message, shm, plane.checks)
+    plane.admit(request)
     return request
 
 

@@ -4,7 +4,10 @@ Request bodies are either pure JSON or, with the binary extension, a JSON header
 ``Inference-Header-Content-Length`` bytes followed by the raw data of every input whose
 ``parameters.binary_data_size`` is set, in input order. Binary inputs become read-only numpy
 views of the body (no copy); BYTES elements use the 4-byte little-endian length prefix layout.
-Checks against the model's declared inputs (names, duplicates, shapes) are the engine's.
+Checks against the model's declared inputs (names, duplicates, shapes) are the engine's;
+the checks every protocol makes of a decoded tensor, shared memory and the output parameters
+the server acts on are the data plane's (``protocol/dataplane.py``), called from here where
+the codec meets each tensor.
 
 Every problem with a request is an :class:`InvalidInputError` whose message names the tensor
 or field and says what was expected.
@@ -39,6 +42,14 @@ from inferplex.core.datatypes import (
 )
 from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferplex.errors import InferplexError, InvalidInputError
+from inferplex.protocol.dataplane import (
+    negative_dims,
+    raw_size_error,
+    requested_output,
+    shared_input,
+    shared_output,
+    unknown_datatype,
+)
 from inferplex.protocol.v2.checks import CheckFactory, InputCheck
 from inferplex.protocol.v2.rest_json import (
     array_from_json,
@@ -46,7 +57,7 @@ from inferplex.protocol.v2.rest_json import (
     release,
     strings_to_json,
 )
-from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
+from inferplex.shm.registry import REGION, SharedMemoryRegistry
 
 __all__ = ["decode_body", "decode_infer_request", "encode_infer_response", "parse_header_length"]
 
@@ -240,6 +251,10 @@ _LAYOUTS_MAX = 256
 _LAYOUT_MAX_BYTES = 16384
 
 
+#: where a binary input's data is, in error messages
+_BINARY_DATA = "its binary data (parameters.binary_data_size)"
+
+
 def _check_claimed(offset: int, size: int) -> None:
     """Every byte after the JSON header belongs to an input."""
     if offset != size:
@@ -297,10 +312,7 @@ def _decode_input(
     try:
         dtype = V2_TO_NUMPY[datatype]
     except (KeyError, TypeError):  # TypeError: a list or object is not a datatype name
-        raise InvalidInputError(
-            f"input '{name}': unknown datatype {datatype!r}, expected one of "
-            f"{', '.join(V2_TO_NUMPY)}"
-        ) from None
+        raise unknown_datatype(name, datatype) from None
     shape = _shape(raw.get("shape"), name)
     if check is not None:
         check(name, datatype, shape)
@@ -317,7 +329,7 @@ def _decode_input(
                 f"input '{name}' has parameters.{REGION} and also 'data' or "
                 "parameters.binary_data_size; give one"
             )
-        array = require(shm).read_input(name, parameters, datatype, shape)
+        array = shared_input(shm, name, parameters, datatype, shape)
         return Tensor(name, datatype, shape, array, parameters), offset
     binary_size = parameters.get("binary_data_size")
 
@@ -342,13 +354,8 @@ def _decode_input(
             f"{binary_size!r}"
         )
     end = _binary_end(name, binary_size, offset, size)
-    if datatype != "BYTES":
-        expected = count * dtype.itemsize
-        if binary_size != expected:
-            raise InvalidInputError(
-                f"input '{name}': parameters.binary_data_size is {binary_size} bytes but shape "
-                f"{list(shape)} of {datatype} needs {expected} bytes"
-            )
+    if datatype != "BYTES" and binary_size != count * dtype.itemsize:
+        raise raw_size_error(name, _BINARY_DATA, binary_size, datatype, shape)
     array = _binary_array(body, offset, end, name, datatype, shape)
     return Tensor(name, datatype, shape, array, parameters), end
 
@@ -375,8 +382,8 @@ def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[
 
 
 def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | None) -> None:
-    """An output's 'parameters': binary_data a bool; no classification; a shared-memory
-    region that is registered and large enough."""
+    """An output's 'parameters': a shallow object whose binary_data is a bool; then the
+    data plane's checks (classification, shared memory)."""
     parameters = _parameters(raw, "output", name)
     binary = parameters.get("binary_data", False)
     if not isinstance(binary, bool):
@@ -384,10 +391,7 @@ def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | No
             f"output '{name}': parameters.binary_data must be true or false, got "
             f"{json_type(binary)}"
         )
-    if parameters.get("classification"):
-        raise InvalidInputError(f"output '{name}': the classification extension is not supported")
-    if REGION in parameters:
-        require(shm).check_output(name, parameters)
+    requested_output(name, parameters, shm)
 
 
 def _parameters(raw: Any, owner: str, name: str) -> dict[str, Any]:
@@ -436,6 +440,8 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
     for dim in raw:
         # bool is an int subclass: reject it explicitly, as JSON true is not a dimension
         if type(dim) is not int or dim < 0:
+            if all(type(d) is int for d in raw):
+                raise negative_dims(name, raw)
             raise InvalidInputError(
                 f"input '{name}': 'shape' must be a list of non-negative integers, got {raw}"
             )
@@ -461,7 +467,7 @@ def encode_infer_response(
     for tensor in response.outputs:
         parameters = requested.get(tensor.name) if requested else None
         if parameters and REGION in parameters:
-            require(shm).write_output(tensor.name, parameters, tensor.datatype, tensor.data)
+            shared_output(shm, tensor.name, parameters, tensor.datatype, tensor.data)
             # no 'parameters', as Triton answers: its C++ client (perf_analyzer) reads an
             # output that has any as binary data and fails without binary_data_size
             outputs.append(

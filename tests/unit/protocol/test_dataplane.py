@@ -1,0 +1,210 @@
+"""The data plane (issue 19, item 2): the checks of a decoded tensor, shared memory, output
+parameters, limits and the routing key are decided once, so the REST and gRPC codecs answer
+the same request with the same error, and the in-process API gets the same checks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from inferplex.config.server_config import ServerConfig
+from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferplex.errors import InferplexError, InvalidInputError, PayloadTooLargeError
+from inferplex.protocol import dataplane
+from inferplex.protocol.dataplane import ROUTING_KEY, DataPlane
+from inferplex.protocol.v2 import generated as pb
+from inferplex.protocol.v2 import grpc_codec, rest
+from inferplex.security.limits import RequestLimits
+
+# -- one tensor, two wire formats -----------------------------------------------------------
+
+
+def rest_decode(
+    name: str, datatype: str, shape: list[int], raw: bytes, outputs: dict[str, Any]
+) -> InferenceRequest:
+    tensor = {"name": name, "datatype": datatype, "shape": shape}
+    tensor["parameters"] = {"binary_data_size": len(raw)}
+    document: dict[str, Any] = {"inputs": [tensor]}
+    if outputs:
+        document["outputs"] = [{"name": n, "parameters": p} for n, p in outputs.items()]
+    header = orjson.dumps(document)
+    return rest.decode_infer_request(header + raw, len(header), "m", "1")
+
+
+def grpc_decode(
+    name: str, datatype: str, shape: list[int], raw: bytes, outputs: dict[str, Any]
+) -> InferenceRequest:
+    message = pb.ModelInferRequest(model_name="m", model_version="1")
+    message.inputs.add(name=name, datatype=datatype, shape=shape)
+    message.raw_input_contents.append(raw)
+    for output, parameters in outputs.items():
+        requested = message.outputs.add(name=output)
+        grpc_codec.fill_parameters(requested.parameters, parameters)
+    return grpc_codec.decode_infer_request_bytes(message.SerializeToString())
+
+
+Decode = Callable[[str, str, list[int], bytes, dict[str, Any]], InferenceRequest]
+CODECS: dict[str, Decode] = {"rest": rest_decode, "grpc": grpc_decode}
+
+BAD_TENSORS: list[tuple[str, str, list[int], bytes, dict[str, Any], str]] = [
+    ("unknown datatype", "FLOAT", [2], b"\0" * 8, {}, "input 'X': unknown datatype 'FLOAT'"),
+    (
+        "negative dimension",
+        "FP32",
+        [-1, 2],
+        b"",
+        {},
+        "input 'X': 'shape' [-1, 2] has a negative dimension",
+    ),
+    (
+        "raw size",
+        "FP32",
+        [1, 3],
+        b"\0" * 16,
+        {},
+        "holds 16 bytes, expected 12: shape [1, 3] of FP32 needs 12 bytes (3 elements of 4)",
+    ),
+    (
+        "classification",
+        "FP32",
+        [2],
+        b"\0" * 8,
+        {"OUT": {"classification": 2}},
+        "output 'OUT': the classification extension is not supported",
+    ),
+]
+
+
+def refusal(decode: Decode, case: tuple[str, str, list[int], bytes, dict[str, Any], str]) -> str:
+    _, datatype, shape, raw, outputs, _ = case
+    with pytest.raises(InvalidInputError) as refused:
+        decode("X", datatype, shape, raw, outputs)
+    return refused.value.message
+
+
+@pytest.mark.parametrize("case", BAD_TENSORS, ids=[case[0] for case in BAD_TENSORS])
+@pytest.mark.parametrize("protocol", list(CODECS))
+def test_a_bad_tensor_gets_the_data_planes_error(protocol: str, case: Any) -> None:
+    assert case[-1] in refusal(CODECS[protocol], case)
+
+
+@pytest.mark.parametrize("case", BAD_TENSORS, ids=[case[0] for case in BAD_TENSORS])
+def test_rest_and_grpc_refuse_alike(case: Any) -> None:
+    """The same words over both protocols but for where the data was (the field names)."""
+    words = {p: refusal(decode, case) for p, decode in CODECS.items()}
+    if case[0] == "raw size":
+        assert words["rest"].split(" holds ")[1] == words["grpc"].split(" holds ")[1]
+    else:
+        assert words["rest"] == words["grpc"]
+
+
+def test_classification_zero_asks_for_nothing() -> None:
+    for decode in CODECS.values():
+        request = decode("X", "FP32", [2], b"\0" * 8, {"OUT": {"classification": 0}})
+        assert request.outputs[0].name == "OUT"
+
+
+# -- the plane ---------------------------------------------------------------------------------
+
+
+class Engine:
+    shared_memory = None
+
+    def __init__(self) -> None:
+        self.seen: list[InferenceRequest] = []
+
+    def input_checks(self, name: str, version: str = "") -> None:
+        return None
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        self.seen.append(request)
+        return InferenceResponse(request.model_name, "1", [])
+
+
+def plane(routing_header: str = "", elements: int = 100, string_bytes: int = 10) -> DataPlane:
+    return DataPlane(Engine(), RequestLimits(elements, string_bytes), routing_header)
+
+
+def request(shape: tuple[int, ...] = (1, 2), **parameters: Any) -> InferenceRequest:
+    data = np.zeros(shape if min(shape, default=0) >= 0 else (0,), np.float32)
+    return InferenceRequest("m", [Tensor("X", "FP32", shape, data)], parameters=parameters)
+
+
+def test_from_config_takes_the_limits_and_routing_header() -> None:
+    config = ServerConfig(
+        model_repository="/tmp",
+        max_tensor_elements=7,
+        max_string_bytes=3,
+        routing_header="X-User",
+    )
+    built = DataPlane.from_config(Engine(), config)
+    assert (built.limits.max_tensor_elements, built.limits.max_string_bytes) == (7, 3)
+    assert built.routing_header == b"x-user" and built.routing_metadata == "x-user"
+
+
+def test_admit_runs_the_limits() -> None:
+    with pytest.raises(PayloadTooLargeError, match="'X' has 8 elements"):
+        plane(elements=4).admit(request((2, 4)))
+    texts = np.array([b"short", b"far too long"], dtype=object)
+    with pytest.raises(PayloadTooLargeError, match="element of 12 bytes"):
+        plane().admit(InferenceRequest("m", [Tensor("S", "BYTES", (2,), texts)]))
+
+
+async def test_infer_hands_back_the_engines_own_awaitable() -> None:
+    door = plane()
+    answer = door.infer(request())
+    assert asyncio.iscoroutine(answer) and answer.cr_code is Engine.infer.__code__  # type: ignore[attr-defined]
+    assert (await answer).model_name == "m"
+
+
+async def test_the_routing_key_becomes_a_parameter_unless_the_request_has_one() -> None:
+    door = plane("x-user")
+    engine = door.engine
+    assert isinstance(engine, Engine)
+    await door.infer(request(), "u1")
+    await door.infer(request(routing_key="mine"), "u2")
+    await door.infer(request(), None)
+    assert [r.parameters.get(ROUTING_KEY) for r in engine.seen] == ["u1", "mine", None]
+
+
+def test_the_routing_key_in_grpc_metadata() -> None:
+    door = plane("X-User")
+    assert door.routing_value([("other", "a"), ("x-user", "u7")]) == "u7"
+    assert door.routing_value([("x-user-bin", b"\xff")]) is None
+    door = plane("x-user-bin")
+    assert door.routing_value([("x-user-bin", b"u\xff")]) == "u\ufffd"
+
+
+async def test_in_process_requests_get_the_checks_of_a_decoded_one() -> None:
+    door = plane(elements=4)
+    with pytest.raises(InvalidInputError, match=r"'shape' \[-1, 2\] has a negative dimension"):
+        await door.infer_local(request((-1, 2)))
+    bad = request()
+    bad.inputs[0].datatype = "FLOAT"
+    with pytest.raises(InvalidInputError, match="unknown datatype 'FLOAT'"):
+        await door.infer_local(bad)
+    classify = request()
+    classify.outputs = [RequestedOutput("OUT", {"classification": 1})]
+    with pytest.raises(InvalidInputError, match="classification extension"):
+        await door.infer_local(classify)
+    with pytest.raises(PayloadTooLargeError):
+        await door.infer_local(request((1, 5)))
+    assert (await door.infer_local(request())).model_name == "m"
+
+
+def test_every_refusal_is_an_inferplex_error() -> None:
+    errors = [
+        dataplane.unknown_datatype("X", ["list"]),
+        dataplane.negative_dims("X", (-1,)),
+        dataplane.raw_size_error("X", "here", 3, "FP64", (1,)),
+    ]
+    assert all(isinstance(e, InferplexError) for e in errors)
+    with pytest.raises(InvalidInputError, match="unknown datatype"):
+        dataplane.input_dtype("X", {"not": "hashable"})
+    assert dataplane.input_dtype("X", "INT8") == np.dtype(np.int8)
+    dataplane.check_dims("X", ())
