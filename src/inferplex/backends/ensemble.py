@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,33 +77,9 @@ class EnsembleGraph:
             )
             for i, s in enumerate(scheduling.step)
         ]
-        self.producer: dict[str, Step] = {}  # ensemble tensor -> the step that makes it
-        for step in steps:
-            if not step.outputs:
-                raise ConfigError(f"model '{name}': {step.label} has an empty output_map")
-            for output, tensor in step.outputs.items():
-                if tensor in self.inputs:
-                    raise ConfigError(
-                        f"model '{name}': {step.label} output '{output}' writes ensemble tensor "
-                        f"'{tensor}', which is an input of the ensemble"
-                    )
-                if tensor in self.producer:
-                    raise ConfigError(
-                        f"model '{name}': {step.label} output '{output}' writes ensemble tensor "
-                        f"'{tensor}', which {self.producer[tensor].label} already makes"
-                    )
-                self.producer[tensor] = step
-        known = sorted({*self.inputs, *self.producer})
-        for step in steps:
-            if not step.inputs:
-                raise ConfigError(f"model '{name}': {step.label} has an empty input_map")
-            for step_input, tensor in step.inputs:
-                if tensor not in self.inputs and tensor not in self.producer:
-                    raise ConfigError(
-                        f"model '{name}': {step.label} input '{step_input}' reads ensemble "
-                        f"tensor '{tensor}', which is neither an input of the ensemble nor an "
-                        f"output of a step (known tensors: {', '.join(known)})"
-                    )
+        # ensemble tensor -> the step that makes it
+        self.producer = _producers(name, steps, self.inputs)
+        _check_reads(name, steps, self.inputs, self.producer)
         for declared in config.output:
             if declared.name not in self.producer:
                 raise ConfigError(
@@ -114,14 +90,7 @@ class EnsembleGraph:
         self.steps = steps
         self._plans: dict[tuple[str, ...], Plan] = {}
         used = {s.number for s in self.plan(tuple(t.name for t in config.output)).steps}
-        unused = [s.label for s in steps if s.number not in used]
-        if unused and (name, tuple(unused)) not in _WARNED:  # once, not once per instance
-            _WARNED.add((name, tuple(unused)))
-            logger.warning(
-                "model '%s': %s make(s) nothing the ensemble's outputs need and never run",
-                name,
-                ", ".join(unused),
-            )
+        _warn_unused(name, [s.label for s in steps if s.number not in used])
 
     def plan(self, wanted: Sequence[str]) -> Plan:
         """The steps needed for the ensemble outputs ``wanted``, in the configured order."""
@@ -149,6 +118,56 @@ class EnsembleGraph:
             s.number: tuple(o for o, t in s.outputs.items() if t in needed) for s in chosen
         }
         return Plan(chosen, requested, _chain_lengths(chosen))
+
+
+def _producers(name: str, steps: list[Step], inputs: Container[str]) -> dict[str, Step]:
+    """Each ensemble tensor a step makes, and the step; ConfigError for a step that makes
+    nothing, an ensemble input, or what another step makes."""
+    producer: dict[str, Step] = {}
+    for step in steps:
+        if not step.outputs:
+            raise ConfigError(f"model '{name}': {step.label} has an empty output_map")
+        for output, tensor in step.outputs.items():
+            if tensor in inputs:
+                raise ConfigError(
+                    f"model '{name}': {step.label} output '{output}' writes ensemble tensor "
+                    f"'{tensor}', which is an input of the ensemble"
+                )
+            if tensor in producer:
+                raise ConfigError(
+                    f"model '{name}': {step.label} output '{output}' writes ensemble tensor "
+                    f"'{tensor}', which {producer[tensor].label} already makes"
+                )
+            producer[tensor] = step
+    return producer
+
+
+def _check_reads(
+    name: str, steps: list[Step], inputs: Collection[str], producer: dict[str, Step]
+) -> None:
+    """ConfigError for a step that reads nothing, or reads a tensor nothing makes."""
+    known = sorted({*inputs, *producer})
+    for step in steps:
+        if not step.inputs:
+            raise ConfigError(f"model '{name}': {step.label} has an empty input_map")
+        for step_input, tensor in step.inputs:
+            if tensor not in inputs and tensor not in producer:
+                raise ConfigError(
+                    f"model '{name}': {step.label} input '{step_input}' reads ensemble "
+                    f"tensor '{tensor}', which is neither an input of the ensemble nor an "
+                    f"output of a step (known tensors: {', '.join(known)})"
+                )
+
+
+def _warn_unused(name: str, unused: list[str]) -> None:
+    """Warn of steps the ensemble's outputs do not need: once, not once per instance."""
+    if unused and (name, tuple(unused)) not in _WARNED:
+        _WARNED.add((name, tuple(unused)))
+        logger.warning(
+            "model '%s': %s make(s) nothing the ensemble's outputs need and never run",
+            name,
+            ", ".join(unused),
+        )
 
 
 def _chain_lengths(steps: tuple[Step, ...]) -> dict[int, int]:
