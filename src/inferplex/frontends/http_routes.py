@@ -133,22 +133,31 @@ def resolve(path: str, raw_path: bytes | None = None, query: bytes = b"") -> Res
         if action is not None:
             return ResolvedRoute(action, model, version)
     else:
-        fixed = _FIXED.get(tuple(parts[1:]))
-        if fixed is not None:
-            return ResolvedRoute(fixed, "", "")
-        if count == 3 and parts[1] == "models":
-            return ResolvedRoute(_MODEL_METADATA, parts[2], "")
-        if count == 5 and parts[1] == "repository" and parts[2] == "models":
-            action = _REPOSITORY_ACTIONS.get(parts[4])
-            if action is not None:
-                return ResolvedRoute(action, parts[3], "")
-        if count == 4 and parts[1] == "routes" and parts[3] == "stats":
-            return ResolvedRoute(_ROUTE_STATS, parts[2], "")
-        if count == 5 and parts[1] in _SHM_ACTIONS and parts[2] == "region":
-            action = _SHM_ACTIONS[parts[1]].get(parts[4])
-            if action is not None:
-                return ResolvedRoute(action, parts[3], "")
+        route = _other_route(parts)
+        if route is not None:
+            return route
     raise RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
+
+
+def _other_route(parts: list[str]) -> ResolvedRoute | None:
+    """The route of a /v2 path (split at '/') other than /v2/models/{m}/..., if any."""
+    fixed = _FIXED.get(tuple(parts[1:]))
+    if fixed is not None:
+        return ResolvedRoute(fixed, "", "")
+    count = len(parts)
+    if count == 3 and parts[1] == "models":
+        return ResolvedRoute(_MODEL_METADATA, parts[2], "")
+    if count == 5 and parts[1] == "repository" and parts[2] == "models":
+        action = _REPOSITORY_ACTIONS.get(parts[4])
+        if action is not None:
+            return ResolvedRoute(action, parts[3], "")
+    if count == 4 and parts[1] == "routes" and parts[3] == "stats":
+        return ResolvedRoute(_ROUTE_STATS, parts[2], "")
+    if count == 5 and parts[1] in _SHM_ACTIONS and parts[2] == "region":
+        action = _SHM_ACTIONS[parts[1]].get(parts[4])
+        if action is not None:
+            return ResolvedRoute(action, parts[3], "")
+    return None
 
 
 def _check_canonical(path: str, raw_path: bytes | None, query: bytes) -> None:
