@@ -33,7 +33,7 @@ STEP_PRECEDENCE: ContextVar[int] = ContextVar("inferplex_step_precedence", defau
 
 
 class ServedVersion(Protocol):
-    """What the dispatcher drives of one served version (a ``core.model.ModelVersion``): its
+    """What the dispatcher drives of one served version (its ``core.queueing.VersionQueue``): its
     queue and idle instances, and starting or failing what it queued."""
 
     @property
@@ -44,9 +44,9 @@ class ServedVersion(Protocol):
     def composite(self) -> bool:
         """Only waits on other models: its batches take no scheduler slot."""
 
-    @property
-    def precedence(self) -> int:
-        """The highest pipeline-step precedence among its queued requests (0: none)."""
+    #: the highest pipeline-step precedence among its queued requests; the dispatcher sets it
+    #: to 0 when a batch it starts empties the queue
+    precedence: int
 
     @property
     def idle(self) -> Sized:
@@ -110,11 +110,9 @@ class Dispatcher:
             self._pump_queued = True
             self._loop.call_soon(self._pump)
 
-    def finished(
-        self, version: ServedVersion, ticket: Ticket | None, now: float, latencies: list[float]
-    ) -> None:
-        """A batch of ``version`` finished: its slot (None: a composite's) and instance are
-        free again."""
+    def finished(self, ticket: Ticket | None, now: float, latencies: list[float]) -> None:
+        """A batch finished: its slot (``ticket``; None: a composite's) and instance are free
+        again."""
         if ticket is not None:
             self.scheduler.finish(ticket, now, latencies)
         # with nothing queued anywhere there is nothing to start: the next arrival pumps
@@ -136,11 +134,10 @@ class Dispatcher:
             expired = version.queue.expire(now)
             if expired:
                 version.fail_expired(expired)
-        scheduler = self.scheduler
-        for version in active:
-            if version.composite:
+            if version.composite:  # (what it launches touches no other version's queue)
                 self._launch_composite(version, now)
-        refused = False  # ready batches were refused while slots were free (reservation)
+        scheduler = self.scheduler
+        refused = False
         while True:
             ready = [
                 v.key
@@ -150,11 +147,10 @@ class Dispatcher:
                 and v.queue.pending_requests
                 and _due(v.queue.next_wakeup(now), now)
             ]
-            if not ready:
-                break
-            key = scheduler.pick(ready, now)
+            key = scheduler.pick(ready, now) if ready else None
             if key is None:
-                refused = scheduler.running < scheduler.slots
+                # ready batches refused while slots were free (a reservation) arm the timer
+                refused = bool(ready) and scheduler.running < scheduler.slots
                 break
             version = self._versions[key]
             if version.precedence:
@@ -164,6 +160,8 @@ class Dispatcher:
             if batch is None:  # cannot happen after a due wakeup; never spin on it
                 break
             version.launch(batch, scheduler.start(key, now))
+            if version.precedence and not version.queue.pending_requests:
+                version.precedence = 0
         pending = self._pending = {v for v in active if v.queue.pending_requests}
         if pending or refused or self._timer is not None:
             self._arm(now, scheduler.reservation_lifts() if refused else None)
@@ -193,6 +191,8 @@ class Dispatcher:
             if batch is None:
                 return
             version.launch(batch, None)
+            if version.precedence and not queue.pending_requests:
+                version.precedence = 0
 
     def _arm(self, now: float, lifts: float | None) -> None:
         """One timer at the earliest future moment a queue needs attention, or the scheduler's

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,14 @@ class ModelStats:
         phase.count += 1
         phase.ns += duration_ns
         self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def statistics(self, close_reasons: Mapping[Any, int]) -> dict[str, Any]:
+        """Triton's statistics of the version, plus why its batches closed (the queue's
+        ``close_reasons``) and how many requests were cancelled (their callers went away)."""
+        stats = self.to_dict()
+        stats["batch_close_reasons"] = {str(k): n for k, n in close_reasons.items()}
+        stats["cancelled_count"] = self.cancelled
+        return stats
 
     def to_dict(self) -> dict[str, Any]:
         return {

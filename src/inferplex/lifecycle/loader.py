@@ -250,7 +250,7 @@ class ModelLoader:
         old = entry.versions.get(version)
         if old is not None:
             served.stats = old.stats  # the counters of a version go on across a reload
-        dispatcher.add(served, scheduling_policy(plan.config))
+        dispatcher.add(served.queueing, scheduling_policy(plan.config))
         try:
             await pacer.step(lambda: run_warmup(served, warmup))
         except BaseException:
@@ -374,7 +374,7 @@ class ModelLoader:
     async def _free(self, versions: list[ModelVersion], pacer: Pacer = UNPACED) -> None:
         if self._dispatcher is not None:
             for version in versions:
-                self._dispatcher.remove(version)
+                self._dispatcher.remove(version.queueing)
         # shielded: a load cancelled while its freeing waits still frees what it replaced
         await asyncio.shield(pacer.step(lambda: self._background.run(_close_versions, versions)))
 

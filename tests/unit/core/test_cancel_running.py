@@ -66,7 +66,7 @@ async def test_the_running_batch_is_told_and_its_other_requests_answered() -> No
     backend = CancellableBackend()
     dispatcher = Dispatcher(Scheduler("priority", 2), loop, 0.0)
     version = ModelVersion(config(), 1, [backend], loop, dispatcher)
-    dispatcher.add(version, scheduling_policy(config()))
+    dispatcher.add(version.queueing, scheduling_policy(config()))
     first = asyncio.ensure_future(version.infer(request("a", 1.0)))
     while not backend.batches:
         await asyncio.sleep(0.001)
@@ -85,4 +85,4 @@ async def test_the_running_batch_is_told_and_its_other_requests_answered() -> No
     assert gone.cancelled()
     assert version.stats.cancelled == 1
     assert version.statistics()["cancelled_count"] == 1
-    assert not version._running  # nothing left to tell once the batch is done
+    assert not version.execution._running  # nothing left to tell once the batch is done

@@ -62,7 +62,7 @@ class Rig:
         for cfg in models:
             backend = GatedBackend(cfg.name, self.log, self.gate)
             version = ModelVersion(cfg, 1, [backend], loop, self.dispatcher)
-            self.dispatcher.add(version, scheduling_policy(cfg))
+            self.dispatcher.add(version.queueing, scheduling_policy(cfg))
             self.versions[cfg.name] = version
 
     def infer(self, model: str, value: float) -> asyncio.Task:

@@ -50,7 +50,7 @@ def serve(cfg: ModelConfig, backend: Backend, limit_s: float = LIMIT_S) -> Model
     loop = asyncio.get_running_loop()
     dispatcher = Dispatcher(Scheduler("priority", 2), loop, limit_s)
     version = ModelVersion(cfg, 1, [backend], loop, dispatcher)
-    dispatcher.add(version, scheduling_policy(cfg))
+    dispatcher.add(version.queueing, scheduling_policy(cfg))
     return version
 
 

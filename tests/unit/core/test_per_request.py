@@ -83,7 +83,7 @@ async def test_each_request_of_a_batch_is_answered_or_failed_alone() -> None:
     backend = PerRequestBackend()
     dispatcher = Dispatcher(Scheduler("priority", 2), loop, 0.0)
     version = ModelVersion(config(), 1, [backend], loop, dispatcher)
-    dispatcher.add(version, scheduling_policy(config()))
+    dispatcher.add(version.queueing, scheduling_policy(config()))
     first = asyncio.ensure_future(version.infer(request("a", 1.0)))
     assert await asyncio.to_thread(backend.started.wait, TIMEOUT)
     queued = [
