@@ -269,21 +269,7 @@ def one_input(data: bytes) -> None:
     run = Run(LOOP, data[0])
     for number, segment in enumerate(data[1:].split(b"\xff")[:64]):
         if number:  # the segment starts with its command
-            op, segment = (segment[0] % 8, segment[1:]) if segment else (7, segment)
-            if op == 0:
-                run.sweep(0.4)
-            elif op == 1:
-                run.sweep(5.0)
-            elif op == 2:
-                run.settle()
-            elif op == 3:
-                run.toggle_writing()
-            elif op == 4:  # the client goes away
-                run.transport.close()
-                run.settle()
-            elif op == 5 and len(segment) >= 2:  # padding: a long URL, header or body
-                run.read(segment[:1] * (segment[1] * 1200 + 1))
-                segment = segment[2:]
+            segment = _command(run, segment)
         if run.transport.lost:
             break
         run.read(segment)
@@ -291,6 +277,26 @@ def one_input(data: bytes) -> None:
     run.finish(data)
     if ERRORS:
         raise AssertionError(f"asyncio reported: {ERRORS[0]}")
+
+
+def _command(run: Run, segment: bytes) -> bytes:
+    """Carry out the command ``segment`` starts with; the bytes left to read."""
+    op, segment = (segment[0] % 8, segment[1:]) if segment else (7, segment)
+    if op == 0:
+        run.sweep(0.4)
+    elif op == 1:
+        run.sweep(5.0)
+    elif op == 2:
+        run.settle()
+    elif op == 3:
+        run.toggle_writing()
+    elif op == 4:  # the client goes away
+        run.transport.close()
+        run.settle()
+    elif op == 5 and len(segment) >= 2:  # padding: a long URL, header or body
+        run.read(segment[:1] * (segment[1] * 1200 + 1))
+        segment = segment[2:]
+    return segment
 
 
 ERRORS: list[str] = []

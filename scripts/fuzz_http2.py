@@ -26,6 +26,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import atheris
@@ -212,10 +213,42 @@ def check(connection: Http2Connection, counters: Http2Counters, limits: Http2Lim
     assert connection._recv_window >= 0
 
 
+@dataclass
+class Run:
+    """One input's connection, what it talks to, and the program's state."""
+
+    fdp: atheris.FuzzedDataProvider
+    limits: Http2Limits
+    counters: Http2Counters
+    clock: Clock
+    transport: Transport
+    app: App
+    connection: Http2Connection
+    encoder: hpack.Encoder
+    next_id: int = 1
+    lost: bool = False
+
+    def feed(self, data: bytes, cut: int) -> None:
+        feed(self.connection, self.transport, data, cut)
+
+
 def one_input(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     options = fdp.ConsumeIntInRange(0, 7)
-    limits = AGED if options & 1 else LIMITS
+    run = _start(fdp, AGED if options & 1 else LIMITS)
+    if not options & 2:
+        run.feed(PREFACE + frame(4, 0, 0), 0)
+    for _ in range(200):
+        if not fdp.remaining_bytes() or run.lost:
+            break
+        op = fdp.ConsumeIntInRange(0, 10)
+        cut = fdp.ConsumeIntInRange(0, 20)
+        _OPS[op](run, cut)
+        check(run.connection, run.counters, run.limits)
+    _finish(run)
+
+
+def _start(fdp: atheris.FuzzedDataProvider, limits: Http2Limits) -> Run:
     counters = Http2Counters(ByteBudget(SERVER_BYTES))
     clock, transport, app = Clock(), Transport(), App()
     connection = Http2Connection(
@@ -228,86 +261,122 @@ def one_input(data: bytes) -> None:
         loop=clock,  # type: ignore[arg-type]
     )
     connection.connection_made(transport)  # type: ignore[arg-type]
-    encoder = hpack.Encoder()
-    if not options & 2:
-        feed(connection, transport, PREFACE + frame(4, 0, 0), 0)
-    lost = False
-    next_id = 1
-    for _ in range(200):
-        if not fdp.remaining_bytes() or lost:
-            break
-        op = fdp.ConsumeIntInRange(0, 10)
-        cut = fdp.ConsumeIntInRange(0, 20)
-        if op == 0:  # raw bytes
-            feed(connection, transport, fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300)), cut)
-        elif op == 1:  # any frame
-            kind = fdp.ConsumeIntInRange(0, 11)
-            flags = fdp.ConsumeIntInRange(0, 255)
-            stream = fdp.PickValueInList([0, 1, 2, 3, 5, 7, next_id, next_id - 2, 2**31 - 1])
-            payload = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 40))
-            feed(connection, transport, frame(kind, flags, max(stream, 0), payload), cut)
-        elif op == 2:  # a request's header block, maybe cut into CONTINUATIONs
-            fields = [(":method", "POST"), (":scheme", "http"), (":path", "/s/m")]
-            if fdp.ConsumeBool():
-                fields.append(
-                    ("x-" + fdp.ConsumeUnicodeNoSurrogates(4), fdp.ConsumeUnicodeNoSurrogates(20))
-                )
-            block = encoder.encode(fields)
-            flags = fdp.ConsumeIntInRange(0, 1)  # END_STREAM
-            pieces = fdp.ConsumeIntInRange(1, 6)
-            size = max(1, len(block) // pieces)
-            chunks = [block[i : i + size] for i in range(0, len(block), size)]
-            out = frame(1, flags | (4 if len(chunks) == 1 else 0), next_id, chunks[0])
-            for n, chunk in enumerate(chunks[1:], 2):
-                out += frame(9, 4 if n == len(chunks) else 0, next_id, chunk)
-            feed(connection, transport, out, cut)
-            next_id += 2
-        elif op == 3:  # a gRPC-like body, maybe announcing more or less than it sends
-            stream = fdp.PickValueInList([next_id - 2, next_id - 4, 1])
-            announced = fdp.ConsumeIntInRange(0, MAX_BODY + 10)
-            sent = min(fdp.ConsumeIntInRange(0, 70_000), announced + 100)
-            body = b"\0" + announced.to_bytes(4, "big") + bytes(sent)
-            step = fdp.ConsumeIntInRange(1, 20_000)
-            out = b"".join(
-                frame(0, 0, max(stream, 1), body[i : i + step]) for i in range(0, len(body), step)
-            )
-            if fdp.ConsumeBool():
-                out += frame(0, 1, max(stream, 1))
-            feed(connection, transport, out, cut)
-        elif op == 4:
-            clock.advance(fdp.ConsumeIntInRange(0, 40))
-        elif op == 5:
-            app.answer(connection, fdp.ConsumeIntInRange(0, 200_000))
-        elif op == 6:
-            connection.pause_writing() if fdp.ConsumeBool() else connection.resume_writing()
-        elif op == 7:
-            increment = fdp.ConsumeIntInRange(0, 2**31 - 1)
-            stream = fdp.PickValueInList([0, next_id - 2])
-            feed(
-                connection,
-                transport,
-                frame(8, 0, max(stream, 0), increment.to_bytes(4, "big")),
-                cut,
-            )
-        elif op == 8:
-            feed(connection, transport, frame(4, 0, 0, bytes([0, 4]) + fdp.ConsumeBytes(4)), cut)
-        elif op == 9:
-            feed(connection, transport, frame(3, 0, max(next_id - 2, 1), bytes(4)), cut)
-        else:
-            connection.connection_lost(None)
-            lost = True
-        check(connection, counters, limits)
-    # the end: everything received is answered, the client reads, time passes
-    if not lost:
+    return Run(fdp, limits, counters, clock, transport, app, connection, hpack.Encoder())
+
+
+def _raw_bytes(run: Run, cut: int) -> None:
+    fdp = run.fdp
+    run.feed(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 300)), cut)
+
+
+def _any_frame(run: Run, cut: int) -> None:
+    fdp, next_id = run.fdp, run.next_id
+    kind = fdp.ConsumeIntInRange(0, 11)
+    flags = fdp.ConsumeIntInRange(0, 255)
+    stream = fdp.PickValueInList([0, 1, 2, 3, 5, 7, next_id, next_id - 2, 2**31 - 1])
+    payload = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 40))
+    run.feed(frame(kind, flags, max(stream, 0), payload), cut)
+
+
+def _request(run: Run, cut: int) -> None:
+    """A request's header block, maybe cut into CONTINUATIONs."""
+    fdp = run.fdp
+    fields = [(":method", "POST"), (":scheme", "http"), (":path", "/s/m")]
+    if fdp.ConsumeBool():
+        fields.append(
+            ("x-" + fdp.ConsumeUnicodeNoSurrogates(4), fdp.ConsumeUnicodeNoSurrogates(20))
+        )
+    block = run.encoder.encode(fields)
+    flags = fdp.ConsumeIntInRange(0, 1)  # END_STREAM
+    pieces = fdp.ConsumeIntInRange(1, 6)
+    size = max(1, len(block) // pieces)
+    chunks = [block[i : i + size] for i in range(0, len(block), size)]
+    out = frame(1, flags | (4 if len(chunks) == 1 else 0), run.next_id, chunks[0])
+    for n, chunk in enumerate(chunks[1:], 2):
+        out += frame(9, 4 if n == len(chunks) else 0, run.next_id, chunk)
+    run.feed(out, cut)
+    run.next_id += 2
+
+
+def _body(run: Run, cut: int) -> None:
+    """A gRPC-like body, maybe announcing more or less than it sends."""
+    fdp, next_id = run.fdp, run.next_id
+    stream = fdp.PickValueInList([next_id - 2, next_id - 4, 1])
+    announced = fdp.ConsumeIntInRange(0, MAX_BODY + 10)
+    sent = min(fdp.ConsumeIntInRange(0, 70_000), announced + 100)
+    body = b"\0" + announced.to_bytes(4, "big") + bytes(sent)
+    step = fdp.ConsumeIntInRange(1, 20_000)
+    out = b"".join(
+        frame(0, 0, max(stream, 1), body[i : i + step]) for i in range(0, len(body), step)
+    )
+    if fdp.ConsumeBool():
+        out += frame(0, 1, max(stream, 1))
+    run.feed(out, cut)
+
+
+def _time_passes(run: Run, cut: int) -> None:
+    run.clock.advance(run.fdp.ConsumeIntInRange(0, 40))
+
+
+def _answer(run: Run, cut: int) -> None:
+    run.app.answer(run.connection, run.fdp.ConsumeIntInRange(0, 200_000))
+
+
+def _toggle_writing(run: Run, cut: int) -> None:
+    if run.fdp.ConsumeBool():
+        run.connection.pause_writing()
+    else:
+        run.connection.resume_writing()
+
+
+def _window_update(run: Run, cut: int) -> None:
+    increment = run.fdp.ConsumeIntInRange(0, 2**31 - 1)
+    stream = run.fdp.PickValueInList([0, run.next_id - 2])
+    run.feed(frame(8, 0, max(stream, 0), increment.to_bytes(4, "big")), cut)
+
+
+def _initial_window(run: Run, cut: int) -> None:
+    run.feed(frame(4, 0, 0, bytes([0, 4]) + run.fdp.ConsumeBytes(4)), cut)
+
+
+def _reset(run: Run, cut: int) -> None:
+    run.feed(frame(3, 0, max(run.next_id - 2, 1), bytes(4)), cut)
+
+
+def _disconnect(run: Run, cut: int) -> None:
+    run.connection.connection_lost(None)
+    run.lost = True
+
+
+#: the program's operations, by number
+_OPS: tuple[Callable[[Run, int], None], ...] = (
+    _raw_bytes,
+    _any_frame,
+    _request,
+    _body,
+    _time_passes,
+    _answer,
+    _toggle_writing,
+    _window_update,
+    _initial_window,
+    _reset,
+    _disconnect,
+)
+
+
+def _finish(run: Run) -> None:
+    """The end: everything received is answered, the client reads, time passes."""
+    connection = run.connection
+    if not run.lost:
         connection.resume_writing()
         for _ in range(50):
-            app.answer(connection, 10)
-        clock.advance(10_000)
-        assert transport.closed, "the connection was never closed"
+            run.app.answer(connection, 10)
+        run.clock.advance(10_000)
+        assert run.transport.closed, "the connection was never closed"
         connection.connection_lost(None)
-    check(connection, counters, limits)
-    assert counters.budget.used == 0 and not connection.streams
-    written = frames_of(bytes(transport.written))
+    check(connection, run.counters, run.limits)
+    assert run.counters.budget.used == 0 and not connection.streams
+    written = frames_of(bytes(run.transport.written))
     errors = [i for i, f in enumerate(written) if f[0] == 7 and f[3][4:8] != bytes(4)]
     if errors:
         assert errors[0] == len(written) - 1, "frames written after a connection error's GOAWAY"
