@@ -31,7 +31,7 @@ from typing import Any
 import atheris
 import httptools
 
-with atheris.instrument_imports(include=["inferplex.frontends"]):
+with atheris.instrument_imports(include=["inferplex.transport"]):
     from inferplex.transport.http_connection import Connection
     from inferplex.transport.http_limits import ByteBudget, Http1Limits
     from inferplex.transport.http_server import HttpServer

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import atheris
 
-with atheris.instrument_imports(include=["inferplex.frontends"]):
+with atheris.instrument_imports(include=["inferplex.transport"]):
     import hpack
 
     from inferplex.transport.http2 import READ_BUFFER, RECEIVE_FRAME_SIZE, Http2Connection
