@@ -38,8 +38,8 @@ from inferplex.backends.python import PythonBackend
 from inferplex.backends.python.runner import Runner, find_class, load_module
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.engine.inference import InferenceEngine
 from inferplex.handler.base import Context
 from inferplex.server import build_engine
 

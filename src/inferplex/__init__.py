@@ -19,13 +19,13 @@ from inferplex.version import __version__
 
 if TYPE_CHECKING:
     from inferplex.config import ModelConfig, ServerConfig
-    from inferplex.core.engine import InferenceEngine
     from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+    from inferplex.engine.inference import InferenceEngine
     from inferplex.errors import InferplexError
     from inferplex.server import Server, build_engine
 
 _EXPORTS = {
-    "InferenceEngine": "inferplex.core.engine",
+    "InferenceEngine": "inferplex.engine.inference",
     "InferenceRequest": "inferplex.core.types",
     "InferenceResponse": "inferplex.core.types",
     "InferplexError": "inferplex.errors",

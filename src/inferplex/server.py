@@ -20,9 +20,9 @@ from pydantic import SecretStr
 
 from inferplex.backends.worker_process import pass_to_workers
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
 from inferplex.core.registry import ModelRegistry
 from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.engine.inference import InferenceEngine
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
 from inferplex.frontends.http import HttpApp, create_http_app
 from inferplex.lifecycle.manager import LifecycleManager

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from inferplex import InferenceRequest, ServerConfig, Tensor
-from inferplex.core.engine import InferenceEngine
+from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import DeadlineExceededError, InvalidInputError, ServerBusyError
 from inferplex.server import build_engine
 from tests.support.repository import copy_model

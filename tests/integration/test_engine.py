@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inferplex import InferenceRequest, RequestedOutput, Server, ServerConfig, Tensor
-from inferplex.core.engine import InferenceEngine
+from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InvalidInputError, ModelNotFoundError, ModelNotReadyError
 from inferplex.server import build_engine
 

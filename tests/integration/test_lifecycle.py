@@ -16,8 +16,8 @@ import pytest
 
 from inferplex import modelgen
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import (
     ConfigError,
     InvalidInputError,

@@ -10,7 +10,7 @@ import pytest
 
 from inferplex import modelgen
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
+from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InsufficientMemoryError
 from inferplex.lifecycle.memory import release_free_memory, rss_bytes
 from inferplex.server import build_engine

@@ -22,8 +22,8 @@ import requests
 
 from inferplex import modelgen
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
 from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.engine.inference import InferenceEngine
 from inferplex.lifecycle.file_override import FOLDER_PREFIX
 from inferplex.server import build_engine
 from tests.support.process import RunningServer, start_server

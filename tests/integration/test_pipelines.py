@@ -14,7 +14,7 @@ import tritonclient.http as httpclient
 
 from examples.build_models import build_camera_pipeline
 from inferplex import InferenceRequest, RequestedOutput, ServerConfig, Tensor, modelgen
-from inferplex.core.engine import InferenceEngine
+from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InvalidInputError, ModelNotFoundError
 from inferplex.server import build_engine
 from tests.support.process import RunningServer, start_server

@@ -30,7 +30,7 @@ from inferplex.transport.sockets import address, bind
 
 if TYPE_CHECKING:
     from inferplex.config.server_config import ServerConfig
-    from inferplex.core.engine import InferenceEngine
+    from inferplex.engine.inference import InferenceEngine
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import InferenceEngine
+from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import (
     InferplexError,
     InvalidInputError,

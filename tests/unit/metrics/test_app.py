@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from inferplex.core.engine import InferenceEngine
+from inferplex.engine.inference import InferenceEngine
 from inferplex.metrics.app import CONTENT_TYPE, create_metrics_app
 
 

@@ -6,9 +6,9 @@ import asyncio
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferplex.core.engine import InferenceEngine
 from inferplex.core.snapshot import EngineSnapshot, ModelSnapshot, VersionSnapshot
 from inferplex.core.stats import ModelStats
+from inferplex.engine.inference import InferenceEngine
 from inferplex.metrics.collector import Collector
 from inferplex.metrics.exposition import render
 from inferplex.metrics.sampler import Sampler

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from inferplex.core.engine import InferenceEngine
 from inferplex.core.stats import ModelStats
+from inferplex.engine.inference import InferenceEngine
 from inferplex.metrics.dashboard import dashboard_data, load_static
 from inferplex.metrics.sampler import Sampler
 from tests.unit.metrics.conftest import add_sub

@@ -9,7 +9,7 @@ import pytest
 
 from inferplex.cli.main import serve
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.engine import EXTENSIONS, SHARED_MEMORY_EXTENSION
+from inferplex.engine.inference import EXTENSIONS, SHARED_MEMORY_EXTENSION
 from inferplex.server import build_engine
 
 
