@@ -2,7 +2,7 @@
 
     python -m bench.batching [--duration S] [--rounds N] [--quick] [--threads N]
 
-Builds ``inferplex.modelgen.mlp`` (FP32 ``[-1, 64]`` -> ``[-1, 10]``, 72 hidden layers of 64: at
+Builds ``examples.modelgen.mlp`` (FP32 ``[-1, 64]`` -> ``[-1, 10]``, 72 hidden layers of 64: at
 batch 1 each small layer costs about a microsecond of kernel dispatch, which a batch of 32
 shares, so in-process a row costs ~0.1 ms alone and ~10x less in a batch of 32; both figures
 are measured and printed first). The server gets the same model as
@@ -55,7 +55,7 @@ from bench.serving import (
     write_model,
     write_results,
 )
-from inferplex import modelgen
+from examples import modelgen
 from tests.support.process import HOST
 
 PROTOCOLS = ("http-binary", "grpc")

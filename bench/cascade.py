@@ -39,7 +39,8 @@ from bench.loadgen import measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
 from bench.serving import machine_state, reference, serve, write_results
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import HOST
 
 LIGHT, HEAVY, CASCADE = "digits_light", "digits_heavy", "digits_cascade"
@@ -67,7 +68,7 @@ def build(repo: Path, threshold: float, epochs: int) -> dict[str, Path]:
             trained.path, max_batch_size=MAX_BATCH, instance_kind="KIND_CPU", dynamic_batching=True
         )
         config["parameters"] = [{"key": "intra_op_thread_count", "value": {"string_value": "1"}}]
-        modelgen.write_config(trained.path.parent.parent, config)
+        write_config(trained.path.parent.parent, config)
     cascade = {
         "backend": "cascade",
         "max_batch_size": MAX_BATCH,
@@ -91,7 +92,7 @@ def build(repo: Path, threshold: float, epochs: int) -> dict[str, Path]:
         },
     }
     (repo / CASCADE / "1").mkdir(parents=True)
-    modelgen.write_config(repo / CASCADE, cascade, "yaml")
+    write_config(repo / CASCADE, cascade, "yaml")
     return {LIGHT: light.path, HEAVY: heavy.path}
 
 

@@ -32,7 +32,7 @@ from bench.serving import (
     reference,
     write_model,
 )
-from inferplex import modelgen
+from examples import modelgen
 from tests.support.process import HOST
 
 

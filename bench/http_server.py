@@ -34,7 +34,8 @@ import psutil
 from bench import payloads
 from bench.loadgen import Measurement, measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 
 HOST = "127.0.0.1"
 SERVERS = ("uvicorn", "builtin")
@@ -187,7 +188,7 @@ def main() -> None:
         config = modelgen.model_config(
             path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
         )
-        modelgen.write_config(path.parent.parent, config)
+        write_config(path.parent.parent, config)
         children = [Child(kind, repo) for kind in SERVERS]
         try:
             import uvloop

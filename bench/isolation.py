@@ -49,7 +49,8 @@ from bench.overhead import (
     run_rounds,
 )
 from bench.serving import machine_state, write_results
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import HOST, RunningServer
 
 MIB = 1 << 20
@@ -95,7 +96,7 @@ def add_copy(repo: Path, source: str, name: str, config: dict[str, Any], isolate
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(repo / source / "1" / "model.onnx", folder / "model.onnx")
     fields = {**config, "name": name, "parameters": [ISOLATED] if isolated else []}
-    modelgen.write_config(repo / name, fields)
+    write_config(repo / name, fields)
 
 
 def explicit_server(repo: Path, log: Path) -> ContextManager[RunningServer]:
@@ -121,7 +122,7 @@ def memory(work: Path, cycles: int) -> dict[str, Any]:
     repo = work / "memory"
     path = modelgen.mlp(repo, "big", features=1024, hidden=(2048, 2048, 2048))
     config = modelgen.model_config(path, max_batch_size=8)
-    modelgen.write_config(repo / "big", config)
+    write_config(repo / "big", config)
     add_copy(repo, "big", "big_isolated", config, isolated=True)
     features = np.random.default_rng(0).random((8, 1024), dtype=np.float32)
     tensor = {"name": "features", "shape": [8, 1024], "datatype": "FP32"}
@@ -206,7 +207,7 @@ def overhead(work: Path, rounds: int, timing: Timing) -> dict[str, Any]:
     for path in (modelgen.add_sub(repo), cnn):
         model = path.parent.parent.name
         config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
-        modelgen.write_config(repo / model, config)
+        write_config(repo / model, config)
         add_copy(repo, model, f"{model}_isolated", config, isolated=True)
     print(f"\n2. per-request overhead, HTTP binary, {rounds} interleaved round(s)")
     with explicit_server(repo, work / "overhead.log") as running:

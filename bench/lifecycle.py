@@ -60,8 +60,9 @@ from bench import payloads
 from bench.loadgen import HttpConnection
 from bench.report import Target, check_targets, number
 from bench.serving import machine_state, write_results
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.server_config import ServerConfig
+from inferplex.config.writers import write_config
 from tests.support.process import HOST, RunningServer, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,10 +106,11 @@ def post(running: RunningServer, path: str, body: dict[str, Any] | None = None) 
 def cold_loads(work: Path, rounds: int, examples: Path | None) -> dict[str, Any]:
     if examples is None:
         examples = work / "examples"
-        print("building the example models (examples/build_models.py) ...", flush=True)
+        print("building the example models (python -m examples.build_models) ...", flush=True)
         subprocess.run(
-            [sys.executable, str(ROOT / "examples" / "build_models.py"), "--out", str(examples)],
+            [sys.executable, "-m", "examples.build_models", "--out", str(examples)],
             check=True,
+            cwd=ROOT,
             stdout=subprocess.DEVNULL,
         )
     names = sorted(p.name for p in examples.iterdir() if p.is_dir())
@@ -213,7 +215,7 @@ class VersionProbe:
 def new_version_to_serving(work: Path, rounds: int) -> dict[str, Any]:
     repo = work / "poll"
     path = modelgen.add_sub(repo)
-    modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
     inputs = _add_sub_inputs()
     print(f"\n2. new version appearing -> serving (poll mode, every {POLL_SECS} s)")
     times = []
@@ -312,9 +314,7 @@ def swaps(
     else:
         path = modelgen.small_cnn(repo)
         inputs = {"image": np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)}
-    modelgen.write_config(
-        repo / model, modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
-    )
+    write_config(repo / model, modelgen.model_config(path, max_batch_size=8, dynamic_batching=True))
     data = path.read_bytes()
     before_secs = BEFORE_SECS[model]
     print(
@@ -420,7 +420,7 @@ def main() -> None:
     parser.add_argument(
         "--examples",
         type=Path,
-        help="an example repository built already (python examples/build_models.py --out DIR); "
+        help="an example repository built already (python -m examples.build_models --out DIR); "
         "default: build one in a temporary folder",
     )
     args = parser.parse_args()

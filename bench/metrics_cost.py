@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.server_config import ServerConfig
+from inferplex.config.writers import write_config
 from inferplex.core.stats import Duration, Histogram, ModelStats
 from inferplex.metrics.collector import Collector
 from inferplex.metrics.dashboard import dashboard_data
@@ -86,7 +87,7 @@ async def scrape_costs(models: int) -> tuple[float, float, float]:
         for i in range(models):
             path = modelgen.add_sub(repo, name=f"m{i}")
             config = modelgen.model_config(path, max_batch_size=8)
-            modelgen.write_config(repo / f"m{i}", config)
+            write_config(repo / f"m{i}", config)
         engine = build_engine(ServerConfig(model_repository=repo, log_level="warning"))
         await engine.start()
         try:

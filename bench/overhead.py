@@ -2,7 +2,7 @@
 
     python -m bench.overhead [--duration S] [--rounds N] [--quick] [--threads N]
 
-Builds a repository with inferplex.modelgen (add_sub, small_cnn), starts the real server
+Builds a repository with examples.modelgen (add_sub, small_cnn), starts the real server
 (``python -m inferplex serve``) on free loopback ports, and measures:
 
 - small_cnn, compute-bound: images/s of in-process ONNX Runtime (one session, the server's
@@ -53,8 +53,9 @@ from bench.loadgen import (
     open_http,
 )
 from bench.report import ADD_SUB_CASES, report
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, session_options
+from inferplex.config.writers import write_config
 from inferplex.lifecycle.planning import INTRA_OP_PARAMETER
 from tests.support.process import HOST, RunningServer, start_server
 
@@ -135,7 +136,7 @@ def build_repository(repo: Path, threads: int) -> Path:
             config["dynamic_batching"] = {"preferred_batch_size": [1]}
             config["instance_group"] = [{"count": threads, "kind": "KIND_CPU"}]
             config["parameters"] = {INTRA_OP_PARAMETER: {"string_value": "1"}}
-        modelgen.write_config(path.parent.parent, config)
+        write_config(path.parent.parent, config)
     return cnn
 
 

@@ -39,8 +39,8 @@ from bench.serving import (
     serve,
     write_results,
 )
+from examples import modelgen
 from examples.build_models import CAMERA_STEPS, build_camera_pipeline, write_ensemble
-from inferplex import modelgen
 from tests.support.process import HOST
 
 PIPELINE = "camera_pipeline"

@@ -31,17 +31,18 @@ from pathlib import Path
 
 import numpy as np
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.onnxruntime import OnnxRuntimeBackend
 from inferplex.backends.python import PythonBackend
 from inferplex.backends.python.runner import Runner, find_class, load_module
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
 from inferplex.handler.base import Context
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 
 HANDLER = """
 from inferplex.handler import BaseHandler
@@ -71,7 +72,7 @@ def python_config(dims: int) -> ModelConfig:
 def build(repo: Path) -> None:
     for dims in SIZES:
         path = modelgen.add_sub(repo, name=f"add_sub_{dims}", dims=dims)
-        modelgen.write_config(path.parent.parent, modelgen.model_config(path, max_batch_size=8))
+        write_config(path.parent.parent, modelgen.model_config(path, max_batch_size=8))
         model_dir = repo / f"py_add_sub_{dims}"
         (model_dir / "1").mkdir(parents=True)
         (model_dir / "1" / "model.py").write_text(HANDLER)
@@ -84,7 +85,7 @@ def build(repo: Path) -> None:
             "output": [{"name": n, **tensor} for n in OUTPUTS],
             "instance_group": [{"kind": "KIND_CPU", "count": 1}],
         }
-        modelgen.write_config(model_dir, config)
+        write_config(model_dir, config)
 
 
 def timed(call: Callable[[], object], calls: int) -> list[float]:

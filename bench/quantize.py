@@ -36,7 +36,7 @@ import numpy as np
 
 from bench.report import Target, check_targets
 from bench.serving import machine_state, write_results
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.optimize.api import OptimizeOptions, optimize
 
 MODELS = ("minilm", "resnet18", "digits_cnn", "mlp")

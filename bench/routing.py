@@ -30,7 +30,9 @@ from bench import payloads
 from bench.loadgen import measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from bench.serving import Served, latency_figures, machine_state, serve, write_results
-from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
+from examples import modelgen
+from inferplex import InferenceRequest, ServerConfig, Tensor
+from inferplex.config.writers import write_config
 from inferplex.server import build_engine
 from tests.support.process import HOST
 
@@ -54,7 +56,7 @@ def build(repo: Path) -> None:
         config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
         if name == "add_sub_guarded":
             config["parameters"] = {"breaker_failures": "5", "request_timeout_ms": "1000"}
-        modelgen.write_config(repo / name, config, fmt="yaml")
+        write_config(repo / name, config, fmt="yaml")
     (repo / "routing.yaml").write_text(ROUTING)
 
 

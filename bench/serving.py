@@ -35,7 +35,8 @@ import psutil
 from bench import payloads
 from bench.loadgen import HttpPool, Measurement, measure_open
 from bench.overhead import Timing, inprocess_session
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import HOST, RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -74,7 +75,7 @@ def write_model(model_path: Path, layout: Layout) -> dict[str, Any]:
         }
     if layout.scheduling:
         config["scheduling"] = dict(layout.scheduling)
-    modelgen.write_config(model_path.parent.parent, config)
+    write_config(model_path.parent.parent, config)
     return config
 
 

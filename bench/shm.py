@@ -2,7 +2,7 @@
 
     python -m bench.shm [--requests N] [--rounds N] [--quick]
 
-Builds an FP32 identity model with inferplex.modelgen, starts the real server with
+Builds an FP32 identity model with examples.modelgen, starts the real server with
 ``--allow-shared-memory`` and sends a 3x1024x1024 FP32 tensor (12 MiB; sent as
 ``[3, 1048576]``, the identity model is rank 2) with tritonclient, one request at a time,
 four ways:
@@ -40,7 +40,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -165,7 +166,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp:
         repo = Path(tmp) / "models"
         path = modelgen.identity(repo, "FP32")
-        modelgen.write_config(path.parent.parent, modelgen.model_config(path))
+        write_config(path.parent.parent, modelgen.model_config(path))
         print("starting the server", flush=True)
         server = start_server(
             repo,

@@ -1,6 +1,7 @@
 """Build the example model repository.
 
-    python examples/build_models.py [--out DIR]      (default: examples/models)
+    python -m examples.build_models [--out DIR]      (from the repository root; default:
+                                                     examples/models)
 
 Writes every model's ``<name>/1/model.onnx`` (generated, git-ignored) and its configuration
 (``config.pbtxt`` or ``config.yaml``, committed; rewritten identically on every run). Running
@@ -15,7 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "models"
 
@@ -81,7 +83,7 @@ def build_camera_pipeline(out: Path, name: str = "camera_pipeline") -> None:
         # one core per model: the branches of a frame run side by side on different cores
         # instead of each spreading over every core and waiting for the others
         config["parameters"] = [{"key": "intra_op_thread_count", "value": {"string_value": "1"}}]
-        modelgen.write_config(path.parent.parent, config, "pbtxt")
+        write_config(path.parent.parent, config, "pbtxt")
         _report(path, "config.pbtxt")
     write_ensemble(out, name, CAMERA_STEPS)
 
@@ -116,7 +118,7 @@ def write_ensemble(
         },
     }
     (out / name / "1").mkdir(parents=True, exist_ok=True)
-    modelgen.write_config(out / name, config, "pbtxt")
+    write_config(out / name, config, "pbtxt")
     print(f"{name:18} config.pbtxt (ensemble of {', '.join(s[0] for s in steps)})")
 
 
@@ -140,7 +142,7 @@ def digits_reader(out: Path) -> Path:
     model_dir = out / "digits_reader"
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(HANDLERS / "digits_reader.py", model_dir / "1" / "model.py")
-    modelgen.write_config(model_dir, DIGITS_READER_CONFIG)
+    write_config(model_dir, DIGITS_READER_CONFIG)
     return model_dir
 
 
@@ -154,7 +156,7 @@ def _configure(path: Path, fmt: Literal["pbtxt", "yaml"], max_batch_size: int) -
     config = modelgen.model_config(
         path, max_batch_size=max_batch_size, instance_kind="KIND_CPU", dynamic_batching=True
     )
-    written = modelgen.write_config(path.parent.parent, config, fmt)
+    written = write_config(path.parent.parent, config, fmt)
     _report(path, written.name)
 
 

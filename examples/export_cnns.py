@@ -1,7 +1,8 @@
 """Two convolution networks for ``inferplex optimize`` and ``bench/quantize.py``, built with
 torch and exported to ONNX.
 
-    python examples/export_cnns.py [--out DIR]       (default: examples/models)
+    python -m examples.export_cnns [--out DIR]       (from the repository root; default:
+                                                     examples/models)
 
 - ``digits_cnn``: a small CNN trained on scikit-learn's bundled 8x8 digits, upscaled to 32x32
   (``image`` FP32 ``[-1, 1, 32, 32]``, pixel values 0..1 -> ``logits`` FP32 ``[-1, 10]``).
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 
 if TYPE_CHECKING:
     import torch
@@ -167,9 +169,7 @@ def _export(
             opset_version=modelgen.OPSET,
             dynamo=False,
         )
-    modelgen.write_config(
-        repo / name, modelgen.model_config(path, max_batch_size=32, dynamic_batching=True)
-    )
+    write_config(repo / name, modelgen.model_config(path, max_batch_size=32, dynamic_batching=True))
     return path
 
 

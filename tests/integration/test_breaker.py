@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import requests
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import RunningServer, start_server
 
 COOLDOWN_S = 2.0
@@ -22,15 +23,15 @@ def build_repository(repo: Path) -> Path:
     path = modelgen.reshape(repo, name="fragile")
     config = modelgen.model_config(path)
     config["parameters"] = {"breaker_failures": "2", "breaker_cooldown_s": str(COOLDOWN_S)}
-    modelgen.write_config(repo / "fragile", config, fmt="yaml")
+    write_config(repo / "fragile", config, fmt="yaml")
     path = modelgen.slow(repo, name="late", seconds=1.0)
     config = modelgen.model_config(path)
     config["parameters"] = {"request_timeout_ms": "200"}
-    modelgen.write_config(repo / "late", config, fmt="yaml")
+    write_config(repo / "late", config, fmt="yaml")
     path = modelgen.reshape(repo, name="misconfigured")
     config = modelgen.model_config(path)
     config["parameters"] = {"breaker_failures": "many"}
-    modelgen.write_config(repo / "misconfigured", config, fmt="yaml")
+    write_config(repo / "misconfigured", config, fmt="yaml")
     return repo
 
 

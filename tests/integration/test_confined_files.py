@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 import requests
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import RunningServer, start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -69,7 +70,7 @@ class Setup:
         self.outside.mkdir()
         model = modelgen.scale(self.repository, "scale", 1, factor=2.0)
         self.config = modelgen.model_config(model, max_batch_size=8)
-        modelgen.write_config(self.repository / "scale", self.config)
+        write_config(self.repository / "scale", self.config)
         # a real ONNX model outside the repository, and links to it
         self.outside_model = modelgen.scale(self.outside, "other", 1, factor=7.0)
         linked = self.repository / "linked" / "1"

@@ -21,7 +21,8 @@ import grpc
 import orjson
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from inferplex.protocol.v2 import generated as pb
 from tests.support.process import HOST, RunningServer, start_server
 
@@ -43,7 +44,7 @@ TIMEOUT = 120.0
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("loop-repo")
     path = modelgen.identity(repo, "BYTES")
-    modelgen.write_config(path.parent.parent, modelgen.model_config(path))
+    write_config(path.parent.parent, modelgen.model_config(path))
     running = start_server(
         repo, repo / "server.log", env={"INFERPLEX_MAX_TENSOR_ELEMENTS": str(MAX_ELEMENTS)}
     )

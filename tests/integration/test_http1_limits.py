@@ -22,8 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from examples.modelgen import add_sub
 from inferplex.config.server_config import ServerConfig
-from inferplex.modelgen import add_sub
 from inferplex.server import Server
 
 HOST = "127.0.0.1"

@@ -18,7 +18,8 @@ import psutil
 import pytest
 import requests
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.lifecycle import add_model, wait_until
 from tests.support.process import RunningServer, start_server
 
@@ -57,15 +58,13 @@ def build(repo: Path) -> None:
     cnn = modelgen.small_cnn(repo, "cnn_iso", image_size=32, widths=(8, 16))
     # config.yaml takes the parameter as a plain map
     fields = modelgen.model_config(cnn, max_batch_size=4)
-    modelgen.write_config(
-        repo / "cnn_iso", {**fields, "parameters": {"isolation": "process"}}, "yaml"
-    )
+    write_config(repo / "cnn_iso", {**fields, "parameters": {"isolation": "process"}}, "yaml")
     mlp = modelgen.mlp(repo, "mlp_iso", features=16, hidden=(1024,) * 8)
     one_thread = {"key": "intra_op_thread_count", "value": {"string_value": "1"}}
-    modelgen.write_config(repo / "mlp_iso", _config(mlp, one_thread))
+    write_config(repo / "mlp_iso", _config(mlp, one_thread))
     slow = modelgen.slow(repo, "slow_iso", seconds=30)
     timeout = {"key": "execute_timeout_seconds", "value": {"string_value": "1"}}
-    modelgen.write_config(repo / "slow_iso", _config(slow, timeout))
+    write_config(repo / "slow_iso", _config(slow, timeout))
     thread = [{"key": "isolation", "value": {"string_value": "thread"}}]
     add_model(repo, "bad_mode", parameters=thread)
     (repo / "pipe_iso" / "1").mkdir(parents=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplex.modelgen import add_sub
+from examples.modelgen import add_sub
 from tests.support.process import start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")

@@ -14,9 +14,9 @@ import numpy as np
 import orjson
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import (
     ConfigError,
@@ -29,6 +29,7 @@ from inferplex.errors import (
 from inferplex.lifecycle import pacing
 from inferplex.repository.local import fingerprint
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 from tests.support.lifecycle import (
     add_model,
     add_sub_config,
@@ -364,7 +365,7 @@ async def test_on_demand_wait_is_bounded_and_the_index_shows_loading(tmp_path: P
             ],
         }
     ]
-    modelgen.write_config(tmp_path / "slow", config)
+    write_config(tmp_path / "slow", config)
     settings = {
         "model_control_mode": "explicit",
         "load_on_demand": True,
@@ -390,7 +391,7 @@ async def test_loads_beside_busy_serving_pause_and_loads_requests_wait_for_do_no
     add_model(tmp_path)
     add_model(tmp_path, "other")
     path = modelgen.slow(tmp_path, seconds=1.0)
-    modelgen.write_config(tmp_path / "slow", modelgen.model_config(path, max_batch_size=8))
+    write_config(tmp_path / "slow", modelgen.model_config(path, max_batch_size=8))
     pauses: list[float] = []
     real_sleep = asyncio.sleep
 

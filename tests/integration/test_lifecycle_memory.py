@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.server_config import ServerConfig
+from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InsufficientMemoryError
 from inferplex.lifecycle.memory import release_free_memory, rss_bytes
@@ -89,7 +90,7 @@ async def test_a_model_larger_than_the_limit_evicts_nothing(engine: InferenceEng
 
 async def test_unloading_returns_the_memory(tmp_path: Path) -> None:
     path = modelgen.mlp(tmp_path, "big", features=1024, hidden=(1536, 1536))
-    modelgen.write_config(tmp_path / "big", modelgen.model_config(path, max_batch_size=8))
+    write_config(tmp_path / "big", modelgen.model_config(path, max_batch_size=8))
     size = path.stat().st_size
     config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
     engine = build_engine(config)

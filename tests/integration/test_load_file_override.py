@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 import requests
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
 from inferplex.lifecycle.file_override import FOLDER_PREFIX
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 from tests.support.process import RunningServer, start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -48,7 +49,7 @@ class Setup:
             modelgen.scale(self.repository, "scale", version, factor=2.0)
         path = self.repository / "scale" / "1" / "model.onnx"
         self.config = modelgen.model_config(path, max_batch_size=8)
-        modelgen.write_config(self.repository / "scale", self.config)
+        write_config(self.repository / "scale", self.config)
         self.server: RunningServer | None = None
 
     def model_file(self, factor: float) -> bytes:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import start_server
 
 
@@ -18,7 +19,7 @@ from tests.support.process import start_server
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("logging-repo")
     path = modelgen.add_sub(repo)
-    modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
     modelgen.add_sub(repo, name="broken")
     (repo / "broken" / "config.pbtxt").write_text('name: "broken"\nmax_batch_size: -1\n')
     return repo

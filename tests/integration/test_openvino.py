@@ -21,8 +21,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.backends.ort_providers import FALLBACK_PARAMETER, OPENVINO
+from inferplex.config.writers import write_config
 from tests.support.process import RunningServer, start_server
 
 pytestmark = pytest.mark.skipif(
@@ -62,7 +63,7 @@ def openvino_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
     for name, fields in MODELS.items():
         path = modelgen.small_cnn(repo, name=name)
         config = modelgen.model_config(path, max_batch_size=4)
-        modelgen.write_config(path.parent.parent, {**config, **fields})
+        write_config(path.parent.parent, {**config, **fields})
     running = start_server(repo, tmp_path_factory.mktemp("openvino_server") / "server.log")
     yield running
     code = running.stop()

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import requests
 
-from inferplex import modelgen
+from examples import modelgen
+from examples.modelgen import onnxfile
+from inferplex.config.writers import write_config
 from tests.support.process import start_server
 
 IMAGE = 16
@@ -34,7 +36,7 @@ def run_optimize(*args: str) -> subprocess.CompletedProcess[str]:
 def test_conv_model_is_promoted_and_served(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     path = modelgen.small_cnn(repo, name="cnn", image_size=IMAGE, widths=(8, 16))
-    modelgen.write_config(repo / "cnn", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "cnn", modelgen.model_config(path, max_batch_size=8))
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "cal.npz", image=rng.random((32, 3, IMAGE, IMAGE), dtype=np.float32))
     np.savez(tmp_path / "eval.npz", image=rng.random((16, 3, IMAGE, IMAGE), dtype=np.float32))
@@ -70,7 +72,7 @@ def test_conv_model_is_promoted_and_served(tmp_path: Path) -> None:
         assert response.status_code == 200, response.text
         (output,) = response.json()["outputs"]
         assert output["name"] == "logits" and output["shape"] == [1, 10]
-        parent = modelgen._session(path).run(None, {"image": image})[0]
+        parent = onnxfile.session(path).run(None, {"image": image})[0]
         assert np.allclose(output["data"], parent.ravel(), atol=0.25 * np.abs(parent).max())
     finally:
         assert server.stop() == 0, server.log()

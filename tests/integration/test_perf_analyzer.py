@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import RunningServer, start_server
 
 
@@ -52,7 +53,7 @@ def perf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
     repo = tmp_path_factory.mktemp("perf_repo")
     for path in (modelgen.add_sub(repo), modelgen.identity(repo, "BYTES", name="text")):
         config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
-        modelgen.write_config(path.parent.parent, config)
+        write_config(path.parent.parent, config)
     running = start_server(
         repo,
         tmp_path_factory.mktemp("perf_server") / "server.log",

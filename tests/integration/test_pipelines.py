@@ -12,8 +12,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from examples import modelgen
 from examples.build_models import build_camera_pipeline
-from inferplex import InferenceRequest, RequestedOutput, ServerConfig, Tensor, modelgen
+from inferplex import InferenceRequest, RequestedOutput, ServerConfig, Tensor
+from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InvalidInputError, ModelNotFoundError
 from inferplex.server import build_engine
@@ -112,7 +114,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ]
     for path in models:
         config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
-        modelgen.write_config(path.parent.parent, config)
+        write_config(path.parent.parent, config)
     for name, text, fmt in (
         ("pipe", PIPE, "pbtxt"),
         ("pipe_bad", PIPE_BAD, "pbtxt"),
@@ -323,7 +325,7 @@ async def test_shutdown_lets_pipelines_in_flight_finish(tmp_path: Path) -> None:
         modelgen.slow(tmp_path, seconds=0.3),
         modelgen.scale(tmp_path, "half", factor=0.5, dims=()),
     ):
-        modelgen.write_config(path.parent.parent, modelgen.model_config(path))
+        write_config(path.parent.parent, modelgen.model_config(path))
     (tmp_path / "pipe" / "1").mkdir(parents=True)
     (tmp_path / "pipe" / "config.pbtxt").write_text(SLOW_PIPE)
     engine = build_engine(ServerConfig(model_repository=tmp_path))

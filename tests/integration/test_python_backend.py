@@ -13,8 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from examples import modelgen
 from examples.build_models import digits_reader
-from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
+from inferplex import InferenceRequest, ServerConfig, Tensor
+from inferplex.config.writers import write_config
 from inferplex.errors import ModelExecutionError
 from inferplex.server import build_engine
 from tests.support.process import RunningServer, start_server
@@ -149,9 +151,9 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
 def python_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("python_repo")
     path = modelgen.add_sub(repo)
-    modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
     path = modelgen.digits_mlp(repo, epochs=20).path  # the shape is what matters here
-    modelgen.write_config(repo / "digits_mlp", modelgen.model_config(path, max_batch_size=32))
+    write_config(repo / "digits_mlp", modelgen.model_config(path, max_batch_size=32))
     digits_reader(repo)
     python_model(repo, "py_add_sub", NATIVE)
     python_model(repo, "py_bls", TRITON_BLS)
@@ -326,7 +328,7 @@ async def test_handlers_waiting_on_calls_do_not_starve_the_models_they_call(
     """Two handler instances calling an ONNX model, one compute slot in the whole server:
     the handlers hold no slot while they wait, so the ONNX batches get it."""
     path = modelgen.add_sub(tmp_path)
-    modelgen.write_config(tmp_path / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    write_config(tmp_path / "add_sub", modelgen.model_config(path, max_batch_size=8))
     python_model(tmp_path, "py_bls", TRITON_BLS, instances=2)
     engine = build_engine(ServerConfig(model_repository=tmp_path, max_concurrent_batches=1))
     await engine.start()

@@ -17,7 +17,8 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import RunningServer, start_server
 
 ROUTING = """
@@ -40,13 +41,13 @@ def build_repository(repo: Path) -> Path:
     for version in (1, 2):
         path = modelgen.add_sub(repo, version=version)
     config = modelgen.model_config(path, max_batch_size=8)
-    modelgen.write_config(repo / "add_sub", {**config, "version_policy": {"all": {}}})
+    write_config(repo / "add_sub", {**config, "version_policy": {"all": {}}})
     path = modelgen.add_sub(repo, name="add_sub_next")
-    modelgen.write_config(repo / "add_sub_next", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "add_sub_next", modelgen.model_config(path, max_batch_size=8))
     path = modelgen.slow(repo, name="slow_primary", seconds=1.0)
-    modelgen.write_config(repo / "slow_primary", modelgen.model_config(path))
+    write_config(repo / "slow_primary", modelgen.model_config(path))
     path = modelgen.scale(repo, name="slow_fast", factor=1.0, dims=())  # the same signature
-    modelgen.write_config(repo / "slow_fast", modelgen.model_config(path))
+    write_config(repo / "slow_fast", modelgen.model_config(path))
     (repo / "routing.yaml").write_text(ROUTING)
     return repo
 

@@ -13,7 +13,9 @@ import pytest
 import requests
 from moto.server import ThreadedMotoServer
 
-from inferplex import ServerConfig, modelgen
+from examples import modelgen
+from inferplex import ServerConfig
+from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError
 from inferplex.repository.s3 import MANIFEST, S3Repository
 from inferplex.server import build_engine
@@ -107,7 +109,7 @@ def served(
 ) -> Iterator[tuple[RunningServer, Path]]:
     source = tmp_path_factory.mktemp("s3_source")
     path = modelgen.add_sub(source)
-    modelgen.write_config(source / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    write_config(source / "add_sub", modelgen.model_config(path, max_batch_size=8))
     s3.create_bucket(Bucket="models")
     upload(s3, "models", "prod", source)
     cache = tmp_path_factory.mktemp("s3_cache")
@@ -161,7 +163,7 @@ def test_server_serves_the_bucket_and_polls_new_versions(
 async def test_explicit_mode_syncs_before_a_load(s3: Any, endpoint: str, tmp_path: Path) -> None:
     source = tmp_path / "source"
     path = modelgen.add_sub(source, name="first")
-    modelgen.write_config(source / "first", modelgen.model_config(path, max_batch_size=8))
+    write_config(source / "first", modelgen.model_config(path, max_batch_size=8))
     s3.create_bucket(Bucket="explicit")
     upload(s3, "explicit", "m", source)
     config = ServerConfig(
@@ -176,7 +178,7 @@ async def test_explicit_mode_syncs_before_a_load(s3: Any, endpoint: str, tmp_pat
         index = engine.repository_index()
         assert [(m["name"], m["state"]) for m in index] == [("first", "UNAVAILABLE")]
         path = modelgen.add_sub(source, name="second")
-        modelgen.write_config(source / "second", modelgen.model_config(path, max_batch_size=8))
+        write_config(source / "second", modelgen.model_config(path, max_batch_size=8))
         upload(s3, "explicit", "m", source)
         await engine.load_model("second", {})
         assert engine.model_ready("second")

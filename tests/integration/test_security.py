@@ -14,9 +14,9 @@ import tritonclient.grpc as grpcclient
 from click.testing import CliRunner
 from tritonclient.utils import InferenceServerException
 
+from examples.modelgen import add_sub
 from inferplex.cli.main import main as cli
 from inferplex.config.server_config import ServerConfig
-from inferplex.modelgen import add_sub
 from inferplex.server import Server
 from tests.conftest import TWINS
 from tests.support.certs import Certificates, make_certificates

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import requests
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from tests.support.process import RunningServer, start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -34,10 +35,10 @@ B = np.full((2, 16), 0.5, dtype=np.float32)
 def shm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("shm_repo")
     path = modelgen.add_sub(repo)
-    modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
     for datatype in ("FP32", "BYTES"):
         path = modelgen.identity(repo, datatype)
-        modelgen.write_config(path.parent.parent, modelgen.model_config(path, max_batch_size=8))
+        write_config(path.parent.parent, modelgen.model_config(path, max_batch_size=8))
     log = tmp_path_factory.mktemp("shm_server") / "server.log"
     running = start_server(repo, log, env={"INFERPLEX_ALLOW_SHARED_MEMORY": "true"})
     yield running

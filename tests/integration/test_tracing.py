@@ -18,8 +18,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.server_config import ServerConfig
+from inferplex.config.writers import write_config
 from inferplex.server import Server
 from inferplex.tracing.context import TRACING
 
@@ -38,7 +39,7 @@ BODY = {
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("tracing-repo")
     path = modelgen.add_sub(repo)
-    modelgen.write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
     return repo
 
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from inferplex import modelgen
-from inferplex.core.types import InferenceRequest, Tensor
+from examples import modelgen
+from inferplex.config.writers import write_config
+from inferplex.types import InferenceRequest, Tensor
 
 
 def add_sub_config(repo: Path, name: str = "add_sub", **extra: Any) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def add_model(
     """An add_sub model with the given versions and config (``extra`` config fields)."""
     for version in versions:
         modelgen.add_sub(repo, name=name, version=version)
-    modelgen.write_config(repo / name, add_sub_config(repo, name, **extra))
+    write_config(repo / name, add_sub_config(repo, name, **extra))
     return repo / name
 
 

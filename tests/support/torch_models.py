@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from inferplex import modelgen
+from inferplex.config.writers import write_config
 
 
 class AddSub(torch.nn.Module):
@@ -84,5 +84,5 @@ def write_model(
     else:
         save_torchscript(module, examples, folder / "1" / "model.pt")
     config = {"platform": "pytorch_libtorch", "input": inputs, "output": outputs, **fields}
-    modelgen.write_config(folder, config)
+    write_config(folder, config)
     return folder

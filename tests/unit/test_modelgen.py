@@ -8,11 +8,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from inferplex import modelgen
-from inferplex.core.datatypes import V2_DATATYPES, V2_TO_NUMPY
+from examples import modelgen
+from inferplex.config.writers import to_pbtxt, write_config
+from inferplex.datatypes import V2_DATATYPES, V2_TO_NUMPY
 
 
 def session(path: Path) -> ort.InferenceSession:
@@ -177,9 +177,9 @@ def test_model_config_writes_one_value_per_item_as_triton_does(tmp_path: Path) -
     assert config["input"] == [
         {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [1], "reshape": {"shape": []}}
     ]
-    assert "reshape {\n      shape: [ ]\n    }" in modelgen.to_pbtxt(config)
+    assert "reshape {\n      shape: [ ]\n    }" in to_pbtxt(config)
     readers = pytest.importorskip("inferplex.config.readers")
-    modelgen.write_config(tmp_path / "slow", config)
+    write_config(tmp_path / "slow", config)
     (tensor,) = readers.read_model_config(tmp_path / "slow").input
     assert (tensor.dims, tensor.reshape) == ((1,), ())
     assert modelgen.model_config(path)["input"][0] == {
@@ -187,114 +187,6 @@ def test_model_config_writes_one_value_per_item_as_triton_does(tmp_path: Path) -
         "data_type": "TYPE_FP32",
         "dims": [-1],
     }
-
-
-def test_to_pbtxt_renders_triton_text_format() -> None:
-    config = {
-        "name": 'a "quoted"\\name',
-        "max_batch_size": 8,
-        "input": [
-            {"name": "A", "data_type": "TYPE_FP32", "dims": [-1, 3]},
-            {"name": "B", "data_type": "TYPE_STRING", "dims": []},
-        ],
-        "instance_group": [{"kind": "KIND_CPU", "count": 2}],
-        "dynamic_batching": {},
-        "version_policy": {"latest": {"num_versions": 1}},
-        "parameters": {"key": "k", "value": {"string_value": "v"}},
-        "flag": True,
-    }
-    assert modelgen.to_pbtxt(config) == (
-        'name: "a \\"quoted\\"\\\\name"\n'
-        "max_batch_size: 8\n"
-        "input [\n"
-        "  {\n"
-        '    name: "A"\n'
-        "    data_type: TYPE_FP32\n"
-        "    dims: [ -1, 3 ]\n"
-        "  },\n"
-        "  {\n"
-        '    name: "B"\n'
-        "    data_type: TYPE_STRING\n"
-        "    dims: [ ]\n"
-        "  }\n"
-        "]\n"
-        "instance_group [\n"
-        "  {\n"
-        "    kind: KIND_CPU\n"
-        "    count: 2\n"
-        "  }\n"
-        "]\n"
-        "dynamic_batching { }\n"
-        "version_policy {\n"
-        "  latest {\n"
-        "    num_versions: 1\n"
-        "  }\n"
-        "}\n"
-        "parameters {\n"
-        '  key: "k"\n'
-        "  value {\n"
-        '    string_value: "v"\n'
-        "  }\n"
-        "}\n"
-        "flag: true\n"
-    )
-
-
-def test_to_pbtxt_writes_map_fields_as_key_value_entries(tmp_path: Path) -> None:
-    """A mapping for one of Triton's map fields (the YAML form) becomes the text format's
-    repeated entries, which Triton's parser and ours read back into the same map."""
-    readers = pytest.importorskip("inferplex.config.readers")
-    path = modelgen.add_sub(tmp_path)
-    config = modelgen.model_config(path, max_batch_size=8)
-    config["parameters"] = {"session.intra_op.allow_spinning": {"string_value": "1"}}
-    config["dynamic_batching"] = {
-        "priority_levels": 2,
-        "priority_queue_policy": {1: {"max_queue_size": 4}},
-    }
-    config["model_warmup"] = [
-        {
-            "name": "zeros",
-            "batch_size": 1,
-            "inputs": {
-                name: {"data_type": "TYPE_FP32", "dims": [16], "zero_data": True}
-                for name in ("INPUT0", "INPUT1")
-            },
-        }
-    ]
-    text = modelgen.to_pbtxt(config)
-    assert 'key: "session.intra_op.allow_spinning"\n    value {' in text
-    assert "key: 1\n      value {" in text
-    modelgen.write_config(tmp_path / "add_sub", config)
-    model = readers.read_model_config(tmp_path / "add_sub")
-    assert model.parameters == {"session.intra_op.allow_spinning": "1"}
-    assert model.dynamic_batching.priority_queue_policy[1].max_queue_size == 4
-    assert set(model.model_warmup[0].inputs) == {"INPUT0", "INPUT1"}
-
-
-def test_to_yaml_round_trips(repo: Path) -> None:
-    config = modelgen.model_config(modelgen.add_sub(repo), max_batch_size=8, dynamic_batching=True)
-    assert yaml.safe_load(modelgen.to_yaml(config)) == config
-
-
-@pytest.mark.parametrize("fmt", ["pbtxt", "yaml"])
-def test_written_configs_read_back_as_model_config(tmp_path: Path, fmt: str) -> None:
-    readers = pytest.importorskip("inferplex.config.readers")
-    path = modelgen.add_sub(tmp_path)
-    config = modelgen.model_config(
-        path, max_batch_size=8, instance_kind="KIND_CPU", dynamic_batching=True
-    )
-    written = modelgen.write_config(tmp_path / "add_sub", config, fmt)  # type: ignore[arg-type]
-    assert written == tmp_path / "add_sub" / f"config.{fmt}"
-    model = readers.read_model_config(tmp_path / "add_sub")
-    assert model.name == "add_sub"
-    assert model.max_batch_size == 8
-    assert [(t.name, t.data_type, t.dims) for t in model.input] == [
-        ("INPUT0", "FP32", (16,)),
-        ("INPUT1", "FP32", (16,)),
-    ]
-    assert model.instance_group[0].kind == "KIND_CPU"
-    assert model.dynamic_batching is not None
-    assert model.unsupported_fields == ()
 
 
 def test_mlp_computes_relu_layers_with_seeded_weights(tmp_path: Path) -> None:

@@ -17,20 +17,20 @@ import copy
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from inferplex.benchtool import BenchError
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import PBTXT_NAME, YAML_NAMES
+from inferplex.config.writers import Format, render
 from inferplex.errors import ConfigError
 from inferplex.tuner.space import Candidate
 
 THREADS_PARAMETER = "intra_op_thread_count"
 MODEL_FILENAME = "model.onnx"
 
-Format = Literal["pbtxt", "yaml"]
 #: makes an INT8 copy of a model file: (source, target) -> None
 Quantizer = Callable[[Path, Path], None]
 
@@ -89,12 +89,6 @@ def _set_parameter(config: dict[str, Any], key: str, value: str, fmt: Format) ->
     entries = [p for p in parameters or [] if p.get("key") != key]
     entries.append({"key": key, "value": {"string_value": value}})
     config["parameters"] = entries
-
-
-def render(config: dict[str, Any], fmt: Format) -> str:
-    from inferplex import modelgen  # its renderers; imported late (it imports onnx)
-
-    return modelgen.to_pbtxt(config) if fmt == "pbtxt" else modelgen.to_yaml(config)
 
 
 def version_folders(model_dir: Path) -> list[Path]:

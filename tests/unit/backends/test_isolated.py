@@ -10,7 +10,7 @@ import numpy as np
 import psutil
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.ensemble import EnsembleBackend
 from inferplex.backends.isolated import IsolatedBackend, served_backend
@@ -18,6 +18,7 @@ from inferplex.backends.onnxruntime import OnnxRuntimeBackend
 from inferplex.backends.process_backend import WorkerError
 from inferplex.backends.python import PythonBackend
 from inferplex.config import ModelConfig
+from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError, ErrorCode
 from inferplex.lifecycle.planning import plan_model
 
@@ -61,7 +62,7 @@ def test_the_plan_of_an_isolated_model_names_the_isolated_backend(tmp_path: Path
     path = modelgen.add_sub(tmp_path)
     fields = modelgen.model_config(path, max_batch_size=8)
     fields["parameters"] = {"isolation": "process"}
-    modelgen.write_config(tmp_path / "add_sub", fields, fmt="yaml")
+    write_config(tmp_path / "add_sub", fields, fmt="yaml")
     plan = plan_model(tmp_path / "add_sub")
     assert plan.backend is IsolatedBackend
     assert plan.config.parameters["isolation"] == "process"

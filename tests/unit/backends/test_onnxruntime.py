@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, OnnxRuntimeBackend
 from inferplex.config import ModelConfig

@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.onnxruntime import OnnxRuntimeBackend
 from inferplex.backends.ort_providers import (

@@ -11,10 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferplex import InferenceRequest, ServerConfig, Tensor, modelgen
+from examples import modelgen
+from inferplex import InferenceRequest, ServerConfig, Tensor
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.remote import RemoteBackend, RemoteUnavailableError
 from inferplex.config.readers import config_from_dict
+from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError, DeadlineExceededError, InvalidInputError
 from inferplex.server import build_engine
 from tests.support.process import HOST, RunningServer, free_port, start_server
@@ -28,11 +30,11 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """The "cloud" server: tenfold (x10, FP32 [-1, -1]), slow, and identity_bytes."""
     repo = tmp_path_factory.mktemp("remote")
     path = modelgen.scale(repo, "tenfold", factor=10.0)
-    modelgen.write_config(repo / "tenfold", modelgen.model_config(path, max_batch_size=8))
+    write_config(repo / "tenfold", modelgen.model_config(path, max_batch_size=8))
     path = modelgen.identity(repo, "BYTES")
-    modelgen.write_config(path.parent.parent, modelgen.model_config(path, max_batch_size=8))
+    write_config(path.parent.parent, modelgen.model_config(path, max_batch_size=8))
     path = modelgen.slow(repo, seconds=SLOW_SECONDS)
-    modelgen.write_config(repo / "slow", modelgen.model_config(path))
+    write_config(repo / "slow", modelgen.model_config(path))
     running = start_server(repo, tmp_path_factory.mktemp("remote-log") / "server.log")
     yield running
     assert running.stop() == 0, running.log()
@@ -140,7 +142,7 @@ def test_config_errors(parameters: dict[str, str], message: str) -> None:
 
 def write_remote_model(repo: Path, name: str, config: dict[str, Any]) -> None:
     (repo / name / "1").mkdir(parents=True)
-    modelgen.write_config(repo / name, config, "yaml")
+    write_config(repo / name, config, "yaml")
 
 
 async def test_fallback_answers_when_the_remote_is_down_or_slow(
@@ -148,9 +150,9 @@ async def test_fallback_answers_when_the_remote_is_down_or_slow(
 ) -> None:
     """The "edge" server: remote models with a local fallback (x2, or x0.5 for 1-D data)."""
     path = modelgen.scale(tmp_path, "double", factor=2.0)
-    modelgen.write_config(tmp_path / "double", modelgen.model_config(path, max_batch_size=8))
+    write_config(tmp_path / "double", modelgen.model_config(path, max_batch_size=8))
     path = modelgen.scale(tmp_path, "half", factor=0.5, dims=())
-    modelgen.write_config(tmp_path / "half", modelgen.model_config(path))
+    write_config(tmp_path / "half", modelgen.model_config(path))
     url = f"http://{remote.http_url}"
     fallback = {"fallback_model": "double", "retry_after_s": "60"}
     write_remote_model(

@@ -18,11 +18,12 @@ import hpack
 import numpy as np
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.benchtool.clients import ConnectionClosed, RequestFailed
 from inferplex.benchtool.grpc_wire import RECEIVE_WINDOW, GrpcConnection
 from inferplex.benchtool.payloads import TensorPlan, decode_grpc, grpc_request
 from inferplex.config.server_config import ServerConfig
+from inferplex.config.writers import write_config
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.server import build_engine
 
@@ -168,7 +169,7 @@ def test_round_trips_on_uvloop() -> None:
 @pytest.fixture
 async def inferplex_port(tmp_path: Path) -> AsyncIterator[int]:
     path = modelgen.add_sub(tmp_path)
-    modelgen.write_config(tmp_path / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    write_config(tmp_path / "add_sub", modelgen.model_config(path, max_batch_size=8))
     config = ServerConfig(model_repository=tmp_path, grpc_port=0)
     engine = build_engine(config)
     await engine.start()

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from examples.modelgen import add_sub
 from inferplex.config.paths import MAX_NAME_BYTES, check_model_name, inside, relative_problem
 from inferplex.config.readers import config_from_dict, read_model_config
 from inferplex.errors import ConfigError, InvalidInputError
 from inferplex.lifecycle.planning import plan_model
-from inferplex.modelgen import add_sub
 from inferplex.repository.local import list_models
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.cli.main import main
 from inferplex.config.server_config import ServerConfig

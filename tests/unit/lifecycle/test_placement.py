@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.model_config import InstanceGroup, ModelConfig
+from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError
 from inferplex.lifecycle.placement import (
     DEFAULT_GPU_MIN_BYTES,
@@ -64,7 +65,7 @@ def test_instances_mix_placements_per_group() -> None:
 
 def test_a_repository_model_is_placed_on_the_cpu_without_a_gpu(tmp_path: Path) -> None:
     path = modelgen.mlp(tmp_path, "big")  # whatever its size, there is no GPU here
-    modelgen.write_config(path.parent.parent, modelgen.model_config(path, max_batch_size=8))
+    write_config(path.parent.parent, modelgen.model_config(path, max_batch_size=8))
     plan = plan_model(path.parent.parent)
     if plan.backend.gpu_available():
         pytest.skip("this machine has a GPU")

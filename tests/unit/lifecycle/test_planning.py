@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import to_pbtxt
 from inferplex.errors import ConfigError
 from inferplex.lifecycle.planning import plan_model
 
 
 def add_sub_model(repo: Path, extra: str = "") -> Path:
     path = modelgen.add_sub(repo)
-    config = modelgen.to_pbtxt(modelgen.model_config(path, max_batch_size=8)) + extra
+    config = to_pbtxt(modelgen.model_config(path, max_batch_size=8)) + extra
     (repo / "add_sub" / "config.pbtxt").write_text(config)
     return repo / "add_sub"
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def small_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = tmp_path_factory.mktemp("metrics-repo")
     path = modelgen.add_sub(repo)
     config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
-    modelgen.write_config(repo / "add_sub", config)
+    write_config(repo / "add_sub", config)
     modelgen.add_sub(repo, name="broken")
     (repo / "broken" / "config.pbtxt").write_text('name: "broken"\nmax_batch_size: -3\n')
     return repo

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
+from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError, InvalidInputError, ModelNotFoundError
 from inferplex.optimize.api import OptimizeOptions, optimize
 from inferplex.optimize.promotion import Thresholds
@@ -18,7 +19,7 @@ ANY_SPEED = Thresholds(min_speedup=0.0, min_cosine=0.9)
 def mlp_repo(tmp_path: Path, config: dict | None = None) -> Path:
     repo = tmp_path / "repo"
     path = modelgen.mlp(repo, features=8, hidden=(16,))
-    modelgen.write_config(repo / "mlp", config or modelgen.model_config(path, max_batch_size=2))
+    write_config(repo / "mlp", config or modelgen.model_config(path, max_batch_size=2))
     return repo
 
 
@@ -56,7 +57,7 @@ def test_version_policy_that_would_not_serve_it_is_noted(tmp_path: Path) -> None
     path = modelgen.mlp(repo, features=8, hidden=(16,))
     config = modelgen.model_config(path, max_batch_size=2)
     config["version_policy"] = {"specific": {"versions": [1]}}
-    modelgen.write_config(repo / "mlp", config)
+    write_config(repo / "mlp", config)
     options = OptimizeOptions(thresholds=ANY_SPEED, **FAST)
     result = optimize(repo, "mlp", options=options)
     assert result.version == 2
@@ -68,7 +69,7 @@ def test_threads_default_to_what_the_server_gives_the_model(tmp_path: Path) -> N
     path = modelgen.mlp(repo, features=8, hidden=(16,))
     config = modelgen.model_config(path, max_batch_size=2)
     config["parameters"] = {"key": "intra_op_thread_count", "value": {"string_value": "3"}}
-    modelgen.write_config(repo / "mlp", config)
+    write_config(repo / "mlp", config)
     fast = {**FAST, "threads": 0, "clock": "wall"}
     result = optimize(repo, "mlp", options=OptimizeOptions(thresholds=ANY_SPEED, **fast))
     assert result.report.threads == 3

@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.errors import InvalidInputError
 from inferplex.optimize.data import (
     CalibrationReader,

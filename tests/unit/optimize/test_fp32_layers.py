@@ -5,7 +5,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.optimize.fp32_layers import keep_shallow_convs_fp32
 
 

@@ -6,7 +6,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.errors import InvalidInputError
 from inferplex.optimize.quantize import (
     choose_method,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from examples.modelgen import add_sub
 from inferplex.cli.main import main
 from inferplex.errors import ConfigError
-from inferplex.modelgen import add_sub
 from inferplex.security import encryption
 from inferplex.security.encryption import load_key, write_new_key
 

@@ -9,8 +9,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from inferplex import modelgen
+from examples import modelgen
 from inferplex.config.readers import read_model_config
+from inferplex.config.writers import write_config
 from inferplex.lifecycle.planning import plan_model
 from inferplex.tuner.configs import apply, int8_quantizer, materialise, read_raw, write_best
 from inferplex.tuner.space import Candidate
@@ -22,7 +23,7 @@ def _model(repo: Path, fmt: str, versions: int = 1) -> Path:
     config = modelgen.model_config(path, max_batch_size=8, instance_kind="KIND_CPU")
     if fmt == "yaml":
         config["parameters"] = {"other": "x"}
-    modelgen.write_config(repo / "add_sub", config, fmt)  # type: ignore[arg-type]
+    write_config(repo / "add_sub", config, fmt)  # type: ignore[arg-type]
     return repo / "add_sub"
 
 
