@@ -425,14 +425,7 @@ class H2Client:
         if isinstance(event, ResponseReceived):
             self.calls[event.stream_id].headers = dict(event.headers)
         elif isinstance(event, DataReceived):
-            self.calls[event.stream_id].body += event.data
-            if self.auto_acknowledge:
-                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            else:
-                unacknowledged = self._unacknowledged.get(event.stream_id, 0)
-                self._unacknowledged[event.stream_id] = (
-                    unacknowledged + event.flow_controlled_length
-                )
+            self._record_data(event)
         elif isinstance(event, TrailersReceived):
             self.calls[event.stream_id].trailers = dict(event.headers)
         elif isinstance(event, StreamEnded):
@@ -447,3 +440,12 @@ class H2Client:
             self.window_updates.append(event)
         elif isinstance(event, ConnectionTerminated):
             self.goaway = event
+
+    def _record_data(self, event: DataReceived) -> None:
+        """A response's DATA: kept, and acknowledged now or counted for later."""
+        self.calls[event.stream_id].body += event.data
+        if self.auto_acknowledge:
+            self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        else:
+            unacknowledged = self._unacknowledged.get(event.stream_id, 0)
+            self._unacknowledged[event.stream_id] = unacknowledged + event.flow_controlled_length
