@@ -504,6 +504,73 @@ _ops = st.lists(
 )
 
 
+class _Run:
+    """A batcher driven by a property test's operations, with how each request ended."""
+
+    def __init__(self, batcher: DynamicBatcher, max_batch_size: int) -> None:
+        self.b = batcher
+        self.max_batch_size = max_batch_size
+        self.now = 0.0
+        self.outcomes: dict[int, str] = {}
+        self.rows_of: dict[int, int] = {}
+        self.submitted = 0
+
+    def apply(self, op: tuple[Any, ...]) -> None:
+        """Carry out one operation of ``_ops``, then check the batcher's counts."""
+        steps = {"submit": self.submit, "next": self.next, "expire": self.expire}
+        steps.get(op[0], self.tick)(*op[1:])
+        b = self.b
+        assert b.pending_requests == sum(b.queue_sizes.values())
+        assert b.pending_requests == self.submitted - len(self.outcomes)
+        pending_rows = sum(n for tag, n in self.rows_of.items() if tag not in self.outcomes)
+        assert b.pending_rows == pending_rows
+
+    def settle(self, r: PendingRequest, outcome: str) -> None:
+        assert r.payload not in self.outcomes, f"request {r.payload} ended twice"
+        self.outcomes[r.payload] = outcome
+
+    def submit(self, rows: int, key: Hashable, priority: int, timeout_us: int) -> None:
+        rows = min(rows, self.max_batch_size)
+        r = req(rows, key, self.now, priority, timeout_us, tag=self.submitted)
+        self.rows_of[self.submitted] = r.rows
+        self.submitted += 1
+        try:
+            self.b.submit(r, self.now)
+        except (ServerBusyError, DeadlineExceededError):
+            self.settle(r, "refused")
+
+    def next(self, instance_idle: bool) -> None:
+        batch = self.b.next_batch(self.now, instance_idle=instance_idle)
+        if batch is None:
+            return
+        assert 1 <= batch.rows <= self.max_batch_size
+        assert batch.rows == sum(r.rows for r in batch.requests)
+        assert len({r.shape_key for r in batch.requests}) == 1
+        for r in batch.requests:
+            assert r.deadline is None or r.delayed or r.deadline > self.now
+            self.settle(r, "batch")
+
+    def expire(self) -> None:
+        for r in self.b.expire(self.now):
+            assert r.deadline is not None and r.deadline <= self.now
+            self.settle(r, "expired")
+
+    def tick(self, seconds: float) -> None:
+        self.now += seconds
+
+    def settle_due(self) -> None:
+        """Everything due now: expired requests, then every batch that closes."""
+        for r in self.b.expire(self.now):
+            self.settle(r, "expired")
+        while (batch := self.b.next_batch(self.now)) is not None:
+            for r in batch.requests:
+                self.settle(r, "batch")
+
+    def drain(self) -> None:
+        for r in self.b.drain():
+            self.settle(r, "drained")
+
+
 @settings(max_examples=300, deadline=None)
 @given(setup=_configs(), ops=_ops, drain_first=st.booleans())
 def test_every_request_ends_exactly_once(
@@ -511,71 +578,27 @@ def test_every_request_ends_exactly_once(
 ) -> None:
     max_batch_size, config, with_estimate = setup
     estimate = (lambda rows: 0.2 * MS * rows) if with_estimate else None
-    b = DynamicBatcher("m", max_batch_size, config, estimate)
-    now = 0.0
-    outcomes: dict[int, str] = {}
-    rows_of: dict[int, int] = {}
-    submitted = 0
-
-    def settle(r: PendingRequest, outcome: str) -> None:
-        assert r.payload not in outcomes, f"request {r.payload} ended twice"
-        outcomes[r.payload] = outcome
-
+    run = _Run(DynamicBatcher("m", max_batch_size, config, estimate), max_batch_size)
+    b = run.b
     for op in ops:
-        if op[0] == "submit":
-            _, rows, key, priority, timeout_us = op
-            r = req(min(rows, max_batch_size), key, now, priority, timeout_us, tag=submitted)
-            rows_of[submitted] = r.rows
-            submitted += 1
-            try:
-                b.submit(r, now)
-            except (ServerBusyError, DeadlineExceededError):
-                settle(r, "refused")
-        elif op[0] == "next":
-            batch = b.next_batch(now, instance_idle=op[1])
-            if batch is not None:
-                assert 1 <= batch.rows <= max_batch_size
-                assert batch.rows == sum(r.rows for r in batch.requests)
-                assert len({r.shape_key for r in batch.requests}) == 1
-                for r in batch.requests:
-                    assert r.deadline is None or r.delayed or r.deadline > now
-                    settle(r, "batch")
-        elif op[0] == "expire":
-            for r in b.expire(now):
-                assert r.deadline is not None and r.deadline <= now
-                settle(r, "expired")
-        else:
-            now += op[1]
-        assert b.pending_requests == sum(b.queue_sizes.values())
-        assert b.pending_requests == submitted - len(outcomes)
-        assert b.pending_rows == sum(n for tag, n in rows_of.items() if tag not in outcomes)
+        run.apply(op)
     if drain_first:  # shutdown: everything still queued comes back, in batch order
-        for r in b.drain():
-            settle(r, "drained")
+        run.drain()
     # a driver that is idle never busy-loops: once settled, the next wake-up is in the future
-    for r in b.expire(now):
-        settle(r, "expired")
-    while (batch := b.next_batch(now)) is not None:
-        for r in batch.requests:
-            settle(r, "batch")
-    wake = b.next_wakeup(now)
-    assert wake is None or wake > now
+    run.settle_due()
+    wake = b.next_wakeup(run.now)
+    assert wake is None or wake > run.now
     if config.max_queue_delay_microseconds == 0:
         assert b.pending_requests == 0  # delay 0: an idle instance takes everything
     # liveness: follow the wake-ups and everything left closes or expires
-    while (wake := b.next_wakeup(now)) is not None:
-        assert wake > now
-        now = wake
-        for r in b.expire(now):
-            settle(r, "expired")
-        while (batch := b.next_batch(now)) is not None:
-            for r in batch.requests:
-                settle(r, "batch")
+    while (wake := b.next_wakeup(run.now)) is not None:
+        assert wake > run.now
+        run.now = wake
+        run.settle_due()
     assert b.pending_requests == 0
-    for r in b.drain():
-        settle(r, "drained")
-    assert sorted(outcomes) == list(range(submitted))
-    for kind in {*outcomes.values(), *b.close_reasons}:
+    run.drain()
+    assert sorted(run.outcomes) == list(range(run.submitted))
+    for kind in {*run.outcomes.values(), *b.close_reasons}:
         event(str(kind))  # shown by --hypothesis-show-statistics: every path is exercised
     assert (b.pending_requests, b.pending_rows) == (0, 0)
 
