@@ -477,13 +477,20 @@ def test_random_operations_keep_every_invariant(
         elif op == "arrive":
             sched.note_arrival(keys[number % len(keys)], now)
             last_arrival = now
-        assert sched.running == len(tickets) <= slots
-        held = Counter[str]()
-        for ticket in tickets:
-            held.update(needs[ticket.key])
-        free = sched.free_resources()
-        for name, total in sched.resource_totals.items():
-            assert 0 <= free[name] == total - held[name]
+        _check_accounting(sched, slots, tickets, needs)
+
+
+def _check_accounting(
+    sched: Scheduler, slots: int, tickets: list[Ticket], needs: dict[str, Mapping[str, int]]
+) -> None:
+    """The running executions and the free resources are what the tickets held say."""
+    assert sched.running == len(tickets) <= slots
+    held = Counter[str]()
+    for ticket in tickets:
+        held.update(needs[ticket.key])
+    free = sched.free_resources()
+    for name, total in sched.resource_totals.items():
+        assert 0 <= free[name] == total - held[name]
 
 
 def test_reservation_lifts_when_the_last_important_arrival_leaves_the_window() -> None:
