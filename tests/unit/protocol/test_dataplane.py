@@ -13,13 +13,13 @@ import orjson
 import pytest
 
 from inferplex.config.server_config import ServerConfig
+from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferplex.errors import InferplexError, InvalidInputError, PayloadTooLargeError
 from inferplex.protocol import dataplane
 from inferplex.protocol.dataplane import ROUTING_KEY, DataPlane
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec, rest
 from inferplex.security.limits import RequestLimits
-from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 # -- one tensor, two wire formats -----------------------------------------------------------
 

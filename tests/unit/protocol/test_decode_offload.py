@@ -14,8 +14,9 @@ import orjson
 import pytest
 
 from inferplex.config.model_config import ModelConfig
+from inferplex.core.datatypes import serialize_bytes
+from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.core.validation import RequestValidator
-from inferplex.datatypes import serialize_bytes
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import generated as pb
@@ -23,7 +24,6 @@ from inferplex.protocol.v2 import grpc_codec, offload, rest, rest_json
 from inferplex.protocol.v2.checks import declared_checks
 from inferplex.protocol.v2.rest import decode_infer_request, encode_infer_response
 from inferplex.security.limits import RequestLimits
-from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 BIG = offload.OFFLOAD_BYTES + 1
 

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplex.datatypes import V2_TO_NUMPY, serialize_bytes
+from inferplex.core.datatypes import V2_TO_NUMPY, serialize_bytes
+from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.v2 import rest
 from inferplex.protocol.v2.rest import (
@@ -20,7 +21,6 @@ from inferplex.protocol.v2.rest import (
     encode_infer_response,
     parse_header_length,
 )
-from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 DATATYPES = sorted(V2_TO_NUMPY)
 
