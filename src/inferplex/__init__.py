@@ -7,7 +7,7 @@ In-process use::
     with Server(ServerConfig(model_repository="models", http_port=0, grpc_port=0)) as server:
         response = server.infer(InferenceRequest("add_sub", inputs=[...]))
 
-Names are imported on first use, so ``import inferplex.core.datatypes`` stays light.
+Names are imported on first use, so ``import inferplex.datatypes`` stays light.
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ from inferplex.version import __version__
 
 if TYPE_CHECKING:
     from inferplex.config import ModelConfig, ServerConfig
-    from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
     from inferplex.engine.inference import InferenceEngine
     from inferplex.errors import InferplexError
     from inferplex.server import Server, build_engine
+    from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 _EXPORTS = {
     "InferenceEngine": "inferplex.engine.inference",
-    "InferenceRequest": "inferplex.core.types",
-    "InferenceResponse": "inferplex.core.types",
+    "InferenceRequest": "inferplex.types",
+    "InferenceResponse": "inferplex.types",
     "InferplexError": "inferplex.errors",
     "ModelConfig": "inferplex.config",
-    "RequestedOutput": "inferplex.core.types",
+    "RequestedOutput": "inferplex.types",
     "Server": "inferplex.server",
     "ServerConfig": "inferplex.config",
-    "Tensor": "inferplex.core.types",
+    "Tensor": "inferplex.types",
     "build_engine": "inferplex.server",
 }
 

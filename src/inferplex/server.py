@@ -21,7 +21,6 @@ from pydantic import SecretStr
 from inferplex.backends.worker_process import pass_to_workers
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.engine.inference import InferenceEngine
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
 from inferplex.frontends.http import HttpApp, create_http_app
@@ -42,6 +41,7 @@ from inferplex.transport.http_server import ByteBudget, Http1Limits, HttpServer
 from inferplex.transport.interface import Guard
 from inferplex.transport.sockets import address, bind
 from inferplex.transport.uvicorn_http import UvicornHttpServer
+from inferplex.types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger(__name__)
 

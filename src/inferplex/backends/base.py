@@ -16,7 +16,7 @@ from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import InferplexError
 
 if TYPE_CHECKING:
-    from inferplex.core.types import InferenceRequest, InferenceResponse
+    from inferplex.types import InferenceRequest, InferenceResponse
 
 
 class ModelCaller(Protocol):

@@ -22,8 +22,8 @@ from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
 from inferplex.backends.ensemble import failure
 from inferplex.config.composite import LATEST
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.types import InferenceRequest, RequestedOutput, Tensor
 from inferplex.errors import ConfigError, InvalidInputError, ModelExecutionError
+from inferplex.types import InferenceRequest, RequestedOutput, Tensor
 
 Arrays = dict[str, np.ndarray]
 

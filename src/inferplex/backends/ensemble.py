@@ -21,8 +21,8 @@ import numpy as np
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
 from inferplex.config.composite import LATEST
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferplex.errors import ConfigError, InferplexError, InvalidInputError, ModelExecutionError
+from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 logger = logging.getLogger(__name__)
 #: (model, unused steps) already warned about

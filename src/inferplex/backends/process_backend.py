@@ -28,8 +28,7 @@ from inferplex.backends.worker_process import (
     worker_env,
 )
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.datatypes import v2_datatype
-from inferplex.core.types import InferenceRequest, RequestedOutput, Tensor
+from inferplex.datatypes import v2_datatype
 from inferplex.errors import (
     ConfigError,
     ErrorCode,
@@ -37,6 +36,7 @@ from inferplex.errors import (
     ModelExecutionError,
     UnsupportedError,
 )
+from inferplex.types import InferenceRequest, RequestedOutput, Tensor
 
 #: model parameters of every backend that runs in worker processes
 TIMEOUT_PARAMETER = "execute_timeout_seconds"

@@ -43,7 +43,7 @@ import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec
 from inferplex.config.model_config import ModelConfig, TensorConfig
-from inferplex.core.datatypes import V2_TO_NUMPY, V2_TO_TRITON
+from inferplex.datatypes import V2_TO_NUMPY, V2_TO_TRITON
 from inferplex.errors import ConfigError, ModelExecutionError
 from inferplex.security.encryption import model_source
 

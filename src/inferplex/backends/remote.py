@@ -31,8 +31,7 @@ import orjson
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
 from inferplex.backends.ensemble import failure
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.datatypes import deserialize_bytes, numpy_dtype, serialize_bytes
-from inferplex.core.types import InferenceRequest, RequestedOutput, Tensor
+from inferplex.datatypes import deserialize_bytes, numpy_dtype, serialize_bytes
 from inferplex.errors import (
     ConfigError,
     DeadlineExceededError,
@@ -42,6 +41,7 @@ from inferplex.errors import (
     ModelNotReadyError,
     PayloadTooLargeError,
 )
+from inferplex.types import InferenceRequest, RequestedOutput, Tensor
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from inferplex.benchtool import BenchError
-from inferplex.core.datatypes import (
+from inferplex.datatypes import (
     V2_TO_NUMPY,
     deserialize_bytes,
     element_count,

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from inferplex.config.composite import Cascade, EnsembleScheduling, SizeRouting
 from inferplex.config.optimization import Optimization
 from inferplex.config.paths import check_file_name
-from inferplex.core.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
+from inferplex.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
 
 
 class _Frozen(BaseModel):

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from inferplex.core.datatypes import serialize_bytes
+from inferplex.datatypes import serialize_bytes
 
 Outputs = dict[str, np.ndarray]
 

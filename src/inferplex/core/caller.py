@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from inferplex.core.dispatcher import STEP_PRECEDENCE
-from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Coroutine[Any, Any, InferenceResponse]]
 

@@ -19,13 +19,13 @@ import numpy as np
 from inferplex.backends.base import Backend, BatchRequest, Cancellation, RequestOutcome
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.batcher import Batch, PendingRequest
-from inferplex.core.datatypes import to_bytes_elements
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.instance import ModelInstance
 from inferplex.core.stats import ModelStats
-from inferplex.core.types import InferenceRequest
+from inferplex.datatypes import to_bytes_elements
 from inferplex.errors import InferplexError, ModelExecutionError
 from inferplex.tracing.context import TRACING, RequestTrace
+from inferplex.types import InferenceRequest
 
 if TYPE_CHECKING:
     from inferplex.core.dispatcher import Dispatcher

@@ -19,9 +19,9 @@ from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.execution import Outputs, VersionExecution
 from inferplex.core.queueing import VersionQueue
 from inferplex.core.stats import ModelStats
-from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.core.validation import RequestValidator
 from inferplex.errors import ModelNotReadyError
+from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
     from inferplex.core.dispatcher import Dispatcher

@@ -24,10 +24,10 @@ from inferplex.core.dispatcher import STEP_PRECEDENCE
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.execution import Outputs, Payload, VersionExecution
 from inferplex.core.fifo import FifoQueue
-from inferplex.core.types import InferenceRequest, Parameters
 from inferplex.errors import DeadlineExceededError, InvalidInputError
 from inferplex.tracing.context import CURRENT as CURRENT_TRACE
 from inferplex.tracing.context import TRACING
+from inferplex.types import InferenceRequest, Parameters
 
 if TYPE_CHECKING:
     from inferplex.core.dispatcher import Dispatcher

@@ -12,16 +12,13 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.model import ModelVersion
 from inferplex.core.scheduler import ModelPolicy
 from inferplex.core.snapshot import ModelSnapshot, VersionSnapshot
 from inferplex.errors import InvalidInputError, ModelNotFoundError, ModelNotReadyError
-
-if TYPE_CHECKING:
-    from inferplex.lifecycle.planning import ModelPlan
 
 _monotonic = time.monotonic
 
@@ -50,7 +47,9 @@ class ModelEntry:
     default_version: int | None = None
     #: versions that failed to load, with the reason (shown in the index)
     failed: dict[int, str] = field(default_factory=dict)
-    plan: ModelPlan | None = None
+    #: the lifecycle's load plan of the served versions (a ``lifecycle.planning.ModelPlan``;
+    #: the core only keeps it, so it stays below the lifecycle)
+    plan: Any = None
     #: fingerprint of each served version's files, and of the whole model folder
     version_fingerprints: dict[int, str] = field(default_factory=dict)
     fingerprint: str = ""

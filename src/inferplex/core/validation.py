@@ -13,9 +13,9 @@ from math import prod
 import numpy as np
 
 from inferplex.config.model_config import ModelConfig, TensorConfig
-from inferplex.core.datatypes import V2_TO_NUMPY
-from inferplex.core.types import InferenceRequest
+from inferplex.datatypes import V2_TO_NUMPY
 from inferplex.errors import InvalidInputError
+from inferplex.types import InferenceRequest
 
 
 def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:

@@ -20,7 +20,6 @@ from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.registry import ModelRegistry, ModelState
 from inferplex.core.scheduler import Scheduler
 from inferplex.core.snapshot import EngineSnapshot
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.core.validation import RequestValidator
 from inferplex.errors import InferplexError, ModelNotFoundError, ModelNotReadyError
 from inferplex.lifecycle.manager import LifecycleManager
@@ -29,6 +28,7 @@ from inferplex.resilience.guard import ModelGuards
 from inferplex.routing.route import BreakerOpen, Queued, Serve
 from inferplex.routing.table import RouteTable
 from inferplex.shm import SharedMemoryRegistry
+from inferplex.types import InferenceRequest, InferenceResponse
 from inferplex.version import __version__
 
 #: Protocol extensions implemented in full (perf_analyzer polls statistics when listed);

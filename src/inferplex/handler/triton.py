@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
+from inferplex.datatypes import TRITON_TO_V2, V2_TO_NUMPY
 from inferplex.errors import ErrorCode
 from inferplex.handler import bls
 

@@ -27,7 +27,6 @@ from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.instance import ModelInstance
 from inferplex.core.model import ModelVersion
 from inferplex.core.registry import ModelEntry, ModelRegistry, ModelState, scheduling_policy
-from inferplex.core.types import InferenceRequest
 from inferplex.errors import (
     InferplexError,
     InsufficientMemoryError,
@@ -44,6 +43,7 @@ from inferplex.lifecycle.pacing import UNPACED, Pacer
 from inferplex.lifecycle.planning import ModelPlan, plan_model
 from inferplex.lifecycle.warmup import run_warmup, warmup_requests
 from inferplex.repository.local import digest, list_files
+from inferplex.types import InferenceRequest
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import numpy as np
 
 from inferplex.config.model_config import ModelConfig, ModelWarmup, WarmupInput
 from inferplex.config.paths import inside
-from inferplex.core.datatypes import deserialize_bytes, element_count, numpy_dtype
 from inferplex.core.model import ModelVersion
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.datatypes import deserialize_bytes, element_count, numpy_dtype
 from inferplex.errors import ConfigError, InferplexError, ModelLoadError
+from inferplex.types import InferenceRequest, Tensor
 
 #: folder of a model holding the files that ``input_data_file`` names
 WARMUP_FOLDER = "warmup"

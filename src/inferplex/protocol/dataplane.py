@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from inferplex.core.datatypes import V2_TO_NUMPY
-from inferplex.core.types import InferenceRequest, InferenceResponse
+from inferplex.datatypes import V2_TO_NUMPY
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.v2.checks import CheckFactory, declared_checks
 from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.limits import RequestLimits
 from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
+from inferplex.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
     from inferplex.config.server_config import ServerConfig

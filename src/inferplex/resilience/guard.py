@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.errors import ConfigError, DeadlineExceededError, ErrorCode, InferplexError
 from inferplex.resilience.breaker import BreakerSettings, CircuitBreaker
 from inferplex.resilience.deadlines import Deadlines
+from inferplex.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
     from inferplex.core.model import ModelVersion

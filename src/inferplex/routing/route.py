@@ -8,13 +8,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.errors import InferplexError, InvalidInputError, ModelNotFoundError
 from inferplex.routing.config import DegradeConfig, RouteConfig, TargetConfig
 from inferplex.routing.pick import WeightedPicker
 from inferplex.routing.shadow import ShadowMirror
 from inferplex.routing.stats import TargetStats
 from inferplex.routing.variants import DegradePolicy, VariantLoad
+from inferplex.types import InferenceRequest, InferenceResponse
 
 Serve = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
 #: (model, version) -> requests queued for it; raises InferplexError when it cannot serve

@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.routing.config import ShadowConfig
 from inferplex.routing.stats import ShadowStats
+from inferplex.types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from math import prod
 
-from inferplex.core.datatypes import element_chunks
-from inferplex.core.types import InferenceRequest
+from inferplex.datatypes import element_chunks
 from inferplex.errors import PayloadTooLargeError
+from inferplex.types import InferenceRequest
 
 
 class RequestLimits:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.core.datatypes import (
+from inferplex.datatypes import (
     V2_TO_NUMPY,
     deserialize_bytes,
     reshape_input,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.core.datatypes import deserialize_bytes, serialize_bytes
+from inferplex.datatypes import deserialize_bytes, serialize_bytes
 
 #: header of one tensor in the arena: (name, numpy dtype string or "BYTES", shape, offset, size)
 Header = tuple[str, str, tuple[int, ...], int, int]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.core.datatypes import TRITON_TO_V2, V2_TO_NUMPY
+from inferplex.datatypes import TRITON_TO_V2, V2_TO_NUMPY
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import triton
 from inferplex.handler.base import BaseHandler, Context, never

@@ -19,20 +19,13 @@ import numpy as np
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from inferplex.core.datatypes import (
+from inferplex.datatypes import (
     V2_TO_NUMPY,
     deserialize_bytes,
     element_count,
     reshape_input,
     serialize_bytes,
     view_input,
-)
-from inferplex.core.types import (
-    InferenceRequest,
-    InferenceResponse,
-    Parameters,
-    RequestedOutput,
-    Tensor,
 )
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.dataplane import (
@@ -46,6 +39,13 @@ from inferplex.protocol.dataplane import (
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.checks import CheckFactory, InputCheck
 from inferplex.shm.registry import REGION, SharedMemoryRegistry
+from inferplex.types import (
+    InferenceRequest,
+    InferenceResponse,
+    Parameters,
+    RequestedOutput,
+    Tensor,
+)
 
 #: V2 datatype -> (InferTensorContents field, numpy dtype the field's values decode to).
 #: The narrow integer types travel widened to 32 bits; FP16 has no typed field (raw only).

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import grpc_codec, rest
 from inferplex.shm.registry import SharedMemoryRegistry
+from inferplex.types import InferenceRequest, InferenceResponse
 
 __all__ = [
     "OFFLOAD_BYTES",

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inferplex.core.datatypes import (
+from inferplex.datatypes import (
     CHUNK,
     V2_TO_NUMPY,
     deserialize_bytes,
@@ -40,7 +40,6 @@ from inferplex.core.datatypes import (
     serialize_bytes,
     view_input,
 )
-from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from inferplex.errors import InferplexError, InvalidInputError
 from inferplex.protocol.dataplane import (
     negative_dims,
@@ -58,6 +57,7 @@ from inferplex.protocol.v2.rest_json import (
     strings_to_json,
 )
 from inferplex.shm.registry import REGION, SharedMemoryRegistry
+from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 __all__ = ["decode_body", "decode_infer_request", "encode_infer_response", "parse_header_length"]
 

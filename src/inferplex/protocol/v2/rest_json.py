@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.core.datatypes import CHUNK, V2_TO_NUMPY, element_chunks, reshape_input
+from inferplex.datatypes import CHUNK, V2_TO_NUMPY, element_chunks, reshape_input
 from inferplex.errors import InvalidInputError
 
 #: Closed ranges a JSON number must fall into for each datatype that can overflow on the cast.

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferplex.core import datatypes
+from inferplex import datatypes
 from inferplex.errors import InvalidInputError
 
 

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplex.core import datatypes
-from inferplex.core.datatypes import deserialize_bytes, serialize_bytes, to_bytes_elements
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex import datatypes
+from inferplex.datatypes import deserialize_bytes, serialize_bytes, to_bytes_elements
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.v2.rest_json import array_from_json, strings_to_json
 from inferplex.security.limits import RequestLimits
+from inferplex.types import InferenceRequest, Tensor
 
 
 def reference_decode(data: bytes, count: int, name: str) -> list[bytes]:
