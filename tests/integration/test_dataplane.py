@@ -13,9 +13,9 @@ import pytest
 import requests
 
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.types import InferenceRequest, RequestedOutput, Tensor
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
 from inferplex.server import Server
+from inferplex.types import InferenceRequest, RequestedOutput, Tensor
 from tests.integration.test_routing import build_repository
 from tests.support.process import RunningServer, start_server
 

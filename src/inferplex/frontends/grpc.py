@@ -163,9 +163,11 @@ class GrpcFrontend:
         decoded = offload.decode_grpc_here(request, shm, plane)
         if decoded is None:
             decoded = await offload.decode_grpc(request, shm, plane)
-        # the metadata key named like the routing header stands for it, as over HTTP
-        key = plane.routing_value(call.metadata()) if plane.routing_metadata else None
-        response = await plane.infer(decoded, key)
+        if plane.routing_metadata:  # the metadata key named like the routing header
+            key = plane.routing_value(call.metadata())
+            if key is not None:
+                plane.route(decoded, key)
+        response = await plane.infer(decoded)
         encoded = offload.encode_grpc_here(response, decoded, shm)
         if encoded is None:
             encoded = await offload.encode_grpc(response, decoded, shm)

@@ -325,7 +325,9 @@ class HttpApp:
         request = offload.decode_rest_here(body, length, model, version, shm, plane)
         if request is None:
             request = await offload.decode_rest(body, length, model, version, shm, plane)
-        response = await plane.infer(request, routing_key)
+        if routing_key is not None:
+            plane.route(request, routing_key)
+        response = await plane.infer(request)
         encoded = offload.encode_rest_here(response, request, shm)
         if encoded is None:
             encoded = await offload.encode_rest(response, request, shm)

@@ -14,7 +14,7 @@ engine is decided here, once, so the protocols cannot disagree:
 - the request limits (:class:`RequestLimits`) and the model's checks of what each input
   declares, before a large tensor is decoded (:attr:`DataPlane.checks`);
 - the routing key: the configured HTTP header, or the gRPC metadata key of the same name,
-  becomes the request parameter ``routing_key`` (:meth:`DataPlane.infer`).
+  becomes the request parameter ``routing_key`` (:meth:`DataPlane.route`).
 
 The per-tensor checks are functions a codec calls in its one loop over the tensors, where it
 meets each tensor's name, datatype and shape before decoding its data: the hot path makes no
@@ -73,10 +73,19 @@ class Engine(Protocol):
 
 class DataPlane:
     """The requests of every protocol on their way to the engine: ``admit`` a decoded
-    request, then ``infer`` it. Built once by the composition root and shared by the
-    frontends (a frontend built alone makes its own)."""
+    request, ``route`` it by the routing header's value if it came with one, then ``infer``
+    it. Built once by the composition root and shared by the frontends (a frontend built
+    alone makes its own)."""
 
-    __slots__ = ("admit", "checks", "engine", "limits", "routing_header", "routing_metadata")
+    __slots__ = (
+        "admit",
+        "checks",
+        "engine",
+        "infer",
+        "limits",
+        "routing_header",
+        "routing_metadata",
+    )
 
     def __init__(self, engine: Engine, limits: RequestLimits, routing_header: str = "") -> None:
         """``routing_header``: the HTTP header (and gRPC metadata key) whose value becomes
@@ -86,6 +95,9 @@ class DataPlane:
         #: the checks of a decoded request as a whole, run where it was decoded; raise an
         #: InferplexError to refuse it. Today the limits alone: bound, no call of its own
         self.admit = limits.check
+        #: the engine's answer to an admitted request: the engine's own method, bound here
+        #: (no call or coroutine of the plane's on the hot path)
+        self.infer = engine.infer
         #: per input, what runs on its declared name, datatype and shape before a large
         #: tensor is decoded: the limits, then the model's checks
         self.checks: CheckFactory = declared_checks(limits, engine)
@@ -102,16 +114,13 @@ class DataPlane:
     def shared_memory(self) -> SharedMemoryRegistry | None:
         return self.engine.shared_memory
 
-    def infer(
-        self, request: InferenceRequest, routing_key: str | None = None
-    ) -> Awaitable[InferenceResponse]:
-        """The engine's answer to an admitted request (the engine's own awaitable: no
-        coroutine of the plane's on the hot path). ``routing_key``, the value of the routing
-        header or metadata, becomes the parameter ``routing_key`` unless the request has one:
-        a parameter the client wrote in the body wins."""
-        if routing_key is not None and ROUTING_KEY not in request.parameters:
+    def route(self, request: InferenceRequest, routing_key: str) -> None:
+        """``routing_key``, the value of the routing header (or gRPC metadata key), becomes
+        the request parameter ``routing_key`` unless the request has one: a parameter the
+        client wrote in the body wins. A new parameter dict: the decoded one may be shared
+        with a codec's layout cache."""
+        if ROUTING_KEY not in request.parameters:
             request.parameters = {**request.parameters, ROUTING_KEY: routing_key}
-        return self.engine.infer(request)
 
     async def infer_local(self, request: InferenceRequest) -> InferenceResponse:
         """The in-process API's way in (``Server.infer``): the request was built in Python,

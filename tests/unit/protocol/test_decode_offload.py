@@ -14,9 +14,8 @@ import orjson
 import pytest
 
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.datatypes import serialize_bytes
-from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.core.validation import RequestValidator
+from inferplex.datatypes import serialize_bytes
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import generated as pb
@@ -24,6 +23,7 @@ from inferplex.protocol.v2 import grpc_codec, offload, rest, rest_json
 from inferplex.protocol.v2.checks import declared_checks
 from inferplex.protocol.v2.rest import decode_infer_request, encode_infer_response
 from inferplex.security.limits import RequestLimits
+from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 BIG = offload.OFFLOAD_BYTES + 1
 
@@ -52,6 +52,9 @@ class Models:
     def input_checks(self, name: str, version: str = "") -> RequestValidator | None:
         self.asked.append((name, version))
         return self.validator if name == "m" else None
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        raise AssertionError("these tests decode and encode only")
 
 
 def binary_body(name: str, shape: list[int], elements: list[bytes]) -> tuple[bytes, int]:

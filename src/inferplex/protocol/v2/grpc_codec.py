@@ -11,7 +11,6 @@ the proto does not declare are skipped.
 
 from __future__ import annotations
 
-import threading
 from math import prod
 from typing import Any
 
@@ -38,6 +37,7 @@ from inferplex.protocol.dataplane import (
 )
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.checks import CheckFactory, InputCheck
+from inferplex.protocol.v2.layouts import LayoutCache
 from inferplex.shm.registry import REGION, SharedMemoryRegistry
 from inferplex.types import (
     InferenceRequest,
@@ -375,10 +375,7 @@ def encode_infer_response_bytes(
     known = _RESPONSE_LAYOUTS.get(tuple(key))
     if known is None:
         known = _response_layout(response)
-        with _LAYOUTS_LOCK:  # large messages are coded in worker threads
-            if len(_RESPONSE_LAYOUTS) >= _LAYOUTS_KEPT:
-                del _RESPONSE_LAYOUTS[next(iter(_RESPONSE_LAYOUTS))]  # the oldest
-            _RESPONSE_LAYOUTS[tuple(key)] = known
+        _RESPONSE_LAYOUTS.keep(tuple(key), known)
     prefix, fields = known
     parts = [prefix]
     for tensor, (field, nbytes) in zip(outputs, fields, strict=True):
@@ -458,11 +455,13 @@ class _RequestLayout:
         )
 
 
-#: layouts by the length of their messages
-_REQUEST_LAYOUTS: dict[int, list[_RequestLayout]] = {}
-_RESPONSE_LAYOUTS: dict[tuple[Any, ...], tuple[bytes, list[tuple[bytes, int]]]] = {}
-#: held to change either cache (readers only look a key up)
-_LAYOUTS_LOCK = threading.Lock()
+#: request layouts by the length of their messages, the latest few of each length
+_REQUEST_LAYOUTS: LayoutCache[int, tuple[_RequestLayout, ...]] = LayoutCache(_LAYOUTS_KEPT)
+_LAYOUTS_PER_LENGTH = 8
+#: response layouts by the model, version, id and each output's name, datatype and shape
+_RESPONSE_LAYOUTS: LayoutCache[tuple[Any, ...], tuple[bytes, list[tuple[bytes, int]]]] = (
+    LayoutCache(_LAYOUTS_KEPT)
+)
 
 
 def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
@@ -476,10 +475,8 @@ def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
     layout = _RequestLayout(data[:start].tobytes(), request)
     if layout.size != len(data):
         return
-    with _LAYOUTS_LOCK:
-        if sum(map(len, _REQUEST_LAYOUTS.values())) >= _LAYOUTS_KEPT:
-            _REQUEST_LAYOUTS.clear()
-        _REQUEST_LAYOUTS.setdefault(len(data), []).append(layout)
+    seen = _REQUEST_LAYOUTS.get(len(data), ())
+    _REQUEST_LAYOUTS.keep(len(data), (*seen[1 - _LAYOUTS_PER_LENGTH :], layout))
 
 
 def _raw_inputs_start(data: memoryview) -> int | None:

@@ -50,6 +50,7 @@ from inferplex.protocol.dataplane import (
     unknown_datatype,
 )
 from inferplex.protocol.v2.checks import CheckFactory, InputCheck
+from inferplex.protocol.v2.layouts import LayoutCache
 from inferplex.protocol.v2.rest_json import (
     array_from_json,
     json_type,
@@ -180,11 +181,7 @@ def decode_body(
     outputs = [] if raw_outputs is None else _decode_outputs(raw_outputs, shm)
     request = InferenceRequest(model_name, inputs, model_version, request_id, outputs, parameters)
     if key is not None and all("binary_data_size" in t.parameters for t in inputs):
-        layout = _BinaryLayout(request, header_length)
-        with _LAYOUTS_LOCK:  # large bodies are decoded in worker threads
-            if len(_LAYOUTS) >= _LAYOUTS_MAX:
-                del _LAYOUTS[next(iter(_LAYOUTS))]  # the oldest
-            _LAYOUTS[key] = layout
+        _LAYOUTS.keep(key, _BinaryLayout(request, header_length))
     return request
 
 
@@ -245,9 +242,7 @@ class _BinaryLayout:
 #: Decoded headers of binary requests by their bytes: a client sends the same JSON header with
 #: every request of a shape (perf_analyzer, tritonclient), so it is parsed and checked once.
 #: Bounded; the oldest entry goes first.
-_LAYOUTS: dict[bytes, _BinaryLayout] = {}
-_LAYOUTS_LOCK = threading.Lock()
-_LAYOUTS_MAX = 256
+_LAYOUTS: LayoutCache[bytes, _BinaryLayout] = LayoutCache(256)
 _LAYOUT_MAX_BYTES = 16384
 
 
