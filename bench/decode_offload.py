@@ -29,11 +29,11 @@ import numpy as np
 import orjson
 import uvloop
 
-from inferplex.core.datatypes import serialize_bytes
-from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
+from inferplex.datatypes import serialize_bytes
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec, rest
 from inferplex.protocol.v2.offload import OFFLOAD_BYTES
+from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 #: name -> builds (function, args) whose call decodes or encodes a body of about n bytes
 Maker = Callable[[int], tuple[Callable[..., Any], tuple[Any, ...]]]

@@ -38,8 +38,8 @@ from bench.overhead import (
     run_rounds,
     served_case,
 )
-from inferplex.core.types import InferenceResponse, Tensor
 from inferplex.protocol.v2 import grpc_codec
+from inferplex.types import InferenceResponse, Tensor
 from tests.support.process import HOST, RunningServer, free_port, start_server
 
 SERVICE = "inference.GRPCInferenceService"

@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 
 from inferplex.benchtool.clients import RequestFailed
-from inferplex.core.datatypes import V2_TO_NUMPY, v2_datatype
+from inferplex.datatypes import V2_TO_NUMPY, v2_datatype
 
 Arrays = Mapping[str, np.ndarray]
 

@@ -39,10 +39,10 @@ from inferplex.backends.python.runner import Runner, find_class, load_module
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
-from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.engine.inference import InferenceEngine
 from inferplex.handler.base import Context
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 
 HANDLER = """
 from inferplex.handler import BaseHandler

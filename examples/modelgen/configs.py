@@ -10,7 +10,7 @@ from typing import Any
 import onnx
 
 from examples.modelgen.onnxfile import ONNX_TO_V2
-from inferplex.core.datatypes import V2_TO_TRITON
+from inferplex.datatypes import V2_TO_TRITON
 
 PLATFORM = "onnxruntime_onnx"
 

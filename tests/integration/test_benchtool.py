@@ -24,7 +24,7 @@ from inferplex.benchtool.sweep import BenchOptions
 from inferplex.cli.main import main
 from inferplex.config.readers import read_model_config
 from inferplex.config.writers import write_config
-from inferplex.core.datatypes import V2_DATATYPES
+from inferplex.datatypes import V2_DATATYPES
 from tests.support.process import RunningServer
 
 IDENTITIES = ",".join(f"identity_{d.lower()}" for d in sorted(V2_DATATYPES))

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.errors import (
     ConfigError,
     InferplexError,
@@ -32,6 +31,7 @@ from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.protocol.v2 import generated as pb
 from inferplex.server import reference_grpc_server
 from inferplex.shm import SharedMemoryRegistry
+from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402

@@ -15,7 +15,7 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from inferplex.core.datatypes import V2_TO_NUMPY
+from inferplex.datatypes import V2_TO_NUMPY
 from tests.conftest import MAX_REQUEST_BYTES
 
 DATATYPES = sorted(V2_TO_NUMPY)

@@ -17,7 +17,6 @@ import pytest
 from examples import modelgen
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
-from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import (
     ConfigError,
@@ -30,6 +29,7 @@ from inferplex.errors import (
 from inferplex.lifecycle import pacing
 from inferplex.repository.local import fingerprint
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 from tests.support.lifecycle import (
     add_model,
     add_sub_config,

@@ -23,10 +23,10 @@ import requests
 from examples import modelgen
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
-from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.engine.inference import InferenceEngine
 from inferplex.lifecycle.file_override import FOLDER_PREFIX
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 from tests.support.process import RunningServer, start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")

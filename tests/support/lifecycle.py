@@ -15,7 +15,7 @@ import numpy as np
 
 from examples import modelgen
 from inferplex.config.writers import write_config
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.types import InferenceRequest, Tensor
 
 
 def add_sub_config(repo: Path, name: str = "add_sub", **extra: Any) -> dict[str, Any]:

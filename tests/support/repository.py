@@ -7,7 +7,7 @@ from pathlib import Path
 
 from examples import modelgen
 from inferplex.config.writers import write_config
-from inferplex.core.datatypes import V2_DATATYPES
+from inferplex.datatypes import V2_DATATYPES
 
 BROKEN_CONFIG = """
 name: "broken"

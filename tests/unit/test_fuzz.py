@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferplex.config.readers import config_from_dict
-from inferplex.core.datatypes import V2_DATATYPES
+from inferplex.datatypes import V2_DATATYPES
 from inferplex.errors import ConfigError, InvalidInputError
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.grpc_codec import decode_infer_request_bytes

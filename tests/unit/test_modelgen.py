@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from examples import modelgen
 from inferplex.config.writers import to_pbtxt, write_config
-from inferplex.core.datatypes import V2_DATATYPES, V2_TO_NUMPY
+from inferplex.datatypes import V2_DATATYPES, V2_TO_NUMPY
 
 
 def session(path: Path) -> ort.InferenceSession:

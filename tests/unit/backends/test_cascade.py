@@ -13,8 +13,8 @@ from inferplex.backends.cascade import CascadeBackend, SizeRoutingBackend, confi
 from inferplex.config.composite import SizeRule
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import config_from_dict
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.errors import ConfigError
+from inferplex.types import InferenceRequest, InferenceResponse
 
 
 class NoCalls:

@@ -16,7 +16,6 @@ from inferplex.backends.process_backend import WorkerError
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import config_from_dict
-from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.errors import (
     ConfigError,
     ErrorCode,
@@ -24,6 +23,7 @@ from inferplex.errors import (
     ModelExecutionError,
     ModelNotReadyError,
 )
+from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 CAMERA = """
 platform: "ensemble"

@@ -17,7 +17,7 @@ from inferplex.backends import backend_for  # noqa: E402
 from inferplex.backends.base import InstanceSpec  # noqa: E402
 from inferplex.backends.pytorch import PyTorchBackend  # noqa: E402
 from inferplex.config import ModelConfig  # noqa: E402
-from inferplex.core.datatypes import V2_TO_NUMPY  # noqa: E402
+from inferplex.datatypes import V2_TO_NUMPY  # noqa: E402
 from inferplex.errors import ConfigError, ModelExecutionError  # noqa: E402
 from inferplex.lifecycle.planning import plan_model  # noqa: E402
 from inferplex.security.encryption import encrypt_file, generate_key, parse_key  # noqa: E402

@@ -17,10 +17,10 @@ from inferplex.benchtool.payloads import (
     plan_inputs,
     synthesize,
 )
-from inferplex.core.datatypes import V2_DATATYPES
-from inferplex.core.types import InferenceResponse, Tensor
+from inferplex.datatypes import V2_DATATYPES
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec, rest
+from inferplex.types import InferenceResponse, Tensor
 
 METADATA = {
     "name": "m",

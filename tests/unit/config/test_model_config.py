@@ -16,7 +16,7 @@ from inferplex.config.model_config import (
     TensorConfig,
     VersionPolicy,
 )
-from inferplex.core.datatypes import V2_DATATYPES, V2_TO_TRITON
+from inferplex.datatypes import V2_DATATYPES, V2_TO_TRITON
 
 
 @pytest.mark.parametrize("datatype", sorted(V2_DATATYPES))

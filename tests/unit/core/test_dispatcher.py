@@ -15,7 +15,7 @@ from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
 from inferplex.core.registry import scheduling_policy
 from inferplex.core.scheduler import Scheduler
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.types import InferenceRequest, Tensor
 
 
 class GatedBackend(Backend):

@@ -15,8 +15,8 @@ from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
 from inferplex.core.registry import scheduling_policy
 from inferplex.core.scheduler import Scheduler
-from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.errors import ModelExecutionError
+from inferplex.types import InferenceRequest, Tensor
 
 LIMIT_S = 0.005  # generous: a test machine may be slow, the decision is what is tested
 

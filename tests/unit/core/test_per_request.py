@@ -15,8 +15,8 @@ from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
 from inferplex.core.registry import scheduling_policy
 from inferplex.core.scheduler import Scheduler
-from inferplex.core.types import InferenceRequest, RequestedOutput, Tensor
 from inferplex.errors import InvalidInputError
+from inferplex.types import InferenceRequest, RequestedOutput, Tensor
 
 TIMEOUT = 30
 

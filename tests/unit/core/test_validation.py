@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from inferplex.config import ModelConfig
-from inferplex.core.types import InferenceRequest, RequestedOutput, Tensor
 from inferplex.core.validation import RequestValidator
 from inferplex.errors import InvalidInputError
+from inferplex.types import InferenceRequest, RequestedOutput, Tensor
 
 CONFIG = ModelConfig(
     name="m",

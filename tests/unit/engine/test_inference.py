@@ -12,9 +12,9 @@ import pytest
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry, ModelState
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import ModelNotFoundError
+from inferplex.types import InferenceRequest, InferenceResponse
 
 
 class FakeVersion:

@@ -12,11 +12,11 @@ import orjson
 import pytest
 
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.datatypes import serialize_bytes
-from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
+from inferplex.datatypes import serialize_bytes
 from inferplex.errors import ModelNotFoundError
 from inferplex.frontends.http import create_http_app
 from inferplex.shm import SharedMemoryRegistry
+from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 
 # -- the ASGI app itself, with a fake engine -----------------------------------------------

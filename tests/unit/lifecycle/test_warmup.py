@@ -9,7 +9,7 @@ import pytest
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.readers import read_model_config
-from inferplex.core.datatypes import serialize_bytes
+from inferplex.datatypes import serialize_bytes
 from inferplex.errors import ConfigError
 from inferplex.lifecycle.warmup import warmup_requests
 

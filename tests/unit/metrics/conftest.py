@@ -11,9 +11,9 @@ import pytest
 from examples import modelgen
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
-from inferplex.core.types import InferenceRequest, Tensor
 from inferplex.engine.inference import InferenceEngine
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import pytest
 from google.protobuf import json_format
 
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.types import InferenceResponse, Tensor
 from inferplex.errors import InvalidInputError, UnsupportedError
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
+from inferplex.types import InferenceResponse, Tensor
 
 DATATYPES = [
     "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplex.core.datatypes import V2_TO_NUMPY, serialize_bytes
-from inferplex.core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferplex.datatypes import V2_TO_NUMPY, serialize_bytes
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.v2 import rest
 from inferplex.protocol.v2.rest import (
@@ -21,6 +20,7 @@ from inferplex.protocol.v2.rest import (
     encode_infer_response,
     parse_header_length,
 )
+from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 DATATYPES = sorted(V2_TO_NUMPY)
 

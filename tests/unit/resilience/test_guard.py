@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from inferplex.config import ModelConfig
-from inferplex.core.types import InferenceRequest, InferenceResponse
 from inferplex.errors import (
     ConfigError,
     DeadlineExceededError,
@@ -18,6 +17,7 @@ from inferplex.errors import (
 )
 from inferplex.resilience.breaker import BreakerState
 from inferplex.resilience.guard import GuardDefaults, ModelGuards
+from inferplex.types import InferenceRequest, InferenceResponse
 
 
 class FakeServed:

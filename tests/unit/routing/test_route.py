@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from inferplex.core.types import InferenceRequest, InferenceResponse, Tensor
 from inferplex.errors import (
     InvalidInputError,
     ModelExecutionError,
@@ -17,6 +16,7 @@ from inferplex.errors import (
 )
 from inferplex.routing.config import parse_routing
 from inferplex.routing.route import Route
+from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 
 class Models:

@@ -3,11 +3,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplex.core.datatypes import deserialize_bytes
-from inferplex.core.types import InferenceRequest, Tensor
+from inferplex.datatypes import deserialize_bytes
 from inferplex.errors import ConfigError, InvalidInputError, PayloadTooLargeError
 from inferplex.security import encryption
 from inferplex.security.limits import RequestLimits
+from inferplex.types import InferenceRequest, Tensor
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from multiprocessing import shared_memory
 import numpy as np
 import pytest
 
-from inferplex.core.datatypes import serialize_bytes
+from inferplex.datatypes import serialize_bytes
 from inferplex.errors import (
     InvalidInputError,
     PermissionDeniedError,
