@@ -111,9 +111,7 @@ def decode_infer_request(
     a shared-memory region are read from / checked against ``shm``. ``checks`` gives what
     runs on each input's declared name, datatype and shape before its data is decoded. The
     checks of each tensor and requested output are the data plane's, run as they are met."""
-    check: InputCheck | None = None
-    if checks is not None:
-        check = checks(msg.model_name, msg.model_version)
+    check: InputCheck | None = None if checks is None else checks(msg.model_name, msg.model_version)
     # every field read from a message builds a Python object: each is read once
     raw = msg.raw_input_contents
     tensors = msg.inputs
@@ -140,14 +138,8 @@ def decode_infer_request(
                 inputs.append(Tensor(name, datatype, shape, data, params))
                 continue
         if raw:
-            if tensor.HasField("contents") and tensor.contents.ByteSize():
-                raise InvalidInputError(
-                    f"input '{name}': has typed 'contents' although the request uses "
-                    "raw_input_contents; use one or the other for all inputs"
-                )
-            if entry >= len(raw):
-                _raw_count_error(len(raw), len(tensors))
-            data = _decode_raw(raw[entry], name, datatype, dtype, shape, entry)
+            buffer = _raw_entry(tensor, name, raw, entry, len(tensors))
+            data = _decode_raw(buffer, name, datatype, dtype, shape, entry)
             entry += 1
         else:
             data = _decode_typed(tensor.contents, name, datatype, shape)
@@ -155,22 +147,41 @@ def decode_infer_request(
     if entry != len(raw):
         _raw_count_error(len(raw), len(tensors))
 
-    outputs: list[RequestedOutput] = []
-    for out in msg.outputs:
-        requested = RequestedOutput(out.name)
-        if out.parameters:
-            requested.parameters = parameters_from_proto(out.parameters)
-            requested_output(requested.name, requested.parameters, shm)
-        outputs.append(requested)
     parameters = msg.parameters
     return InferenceRequest(
         msg.model_name,
         inputs,
         msg.model_version,
         msg.id,
-        outputs,
+        _decode_outputs(msg.outputs, shm),
         parameters_from_proto(parameters) if parameters else {},
     )
+
+
+def _raw_entry(tensor: Any, name: str, raw: Any, entry: int, inputs: int) -> bytes:
+    """The ``entry``-th raw_input_contents, the data of the input ``tensor`` (which must not
+    also have typed contents)."""
+    if tensor.HasField("contents") and tensor.contents.ByteSize():
+        raise InvalidInputError(
+            f"input '{name}': has typed 'contents' although the request uses "
+            "raw_input_contents; use one or the other for all inputs"
+        )
+    if entry >= len(raw):
+        _raw_count_error(len(raw), inputs)
+    buffer: bytes = raw[entry]
+    return buffer
+
+
+def _decode_outputs(messages: Any, shm: SharedMemoryRegistry | None) -> list[RequestedOutput]:
+    """The requested outputs, their parameters checked by the data plane."""
+    outputs: list[RequestedOutput] = []
+    for out in messages:
+        requested = RequestedOutput(out.name)
+        if out.parameters:
+            requested.parameters = parameters_from_proto(out.parameters)
+            requested_output(requested.name, requested.parameters, shm)
+        outputs.append(requested)
+    return outputs
 
 
 def _raw_count_error(entries: int, inputs: int) -> None:

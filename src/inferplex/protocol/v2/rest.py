@@ -135,17 +135,34 @@ def decode_body(
             f"header Inference-Header-Content-Length is {header_length} but the body has only "
             f"{size} bytes"
         )
+    header = _parse_header(text)
+    del text  # the JSON text of a large body is not needed once parsed
+    request_id, parameters = _request_fields(header)
+    inputs = _decode_inputs(header.get("inputs"), data, header_length, shm, check)
+    raw_outputs = header.get("outputs")
+    outputs = [] if raw_outputs is None else _decode_outputs(raw_outputs, shm)
+    request = InferenceRequest(model_name, inputs, model_version, request_id, outputs, parameters)
+    if key is not None and all("binary_data_size" in t.parameters for t in inputs):
+        _LAYOUTS.keep(key, _BinaryLayout(request, header_length))
+    return request
+
+
+def _parse_header(text: bytes | memoryview) -> dict[str, Any]:
+    """The JSON object of a request's header (the whole body when it has no binary data)."""
     try:
         header = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         header = _with_non_finite_literals(text, exc)
-    del text  # the JSON text of a large body is not needed once parsed
     # orjson builds exact dicts, lists and strs: ``type(...) is`` checks are enough and cheap
     if type(header) is not dict:
         raise InvalidInputError(
             f"the inference request must be a JSON object, got {json_type(header)}"
         )
+    return header
 
+
+def _request_fields(header: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The request's 'id' and 'parameters'."""
     request_id = header.get("id", "")
     if type(request_id) is not str:
         raise InvalidInputError(f"'id' must be a string, got {json_type(request_id)}")
@@ -157,8 +174,17 @@ def decode_body(
                 "request parameter 'binary_data_output' must be true or false, got "
                 f"{json_type(binary_output)}"
             )
+    return request_id, parameters
 
-    raw_inputs = header.get("inputs")
+
+def _decode_inputs(
+    raw_inputs: Any,
+    data: bytes | memoryview,
+    header_length: int,
+    shm: SharedMemoryRegistry | None,
+    check: InputCheck | None,
+) -> list[Tensor]:
+    """The input tensors; every byte after the header must belong to one of them."""
     if type(raw_inputs) is not list:
         raise InvalidInputError(
             f"'inputs' must be a list of input tensors, got {json_type(raw_inputs)}"
@@ -166,6 +192,7 @@ def decode_body(
     # duplicate names, like every check against the model's declared inputs, are the engine's
     inputs: list[Tensor] = []
     offset = header_length
+    size = len(data)
     try:
         for index, raw in enumerate(raw_inputs):
             tensor, offset = _decode_input(raw, index, data, offset, size, shm, check)
@@ -176,13 +203,7 @@ def decode_body(
                 release(raw.pop("data"))
         raise
     _check_claimed(offset, size)
-
-    raw_outputs = header.get("outputs")
-    outputs = [] if raw_outputs is None else _decode_outputs(raw_outputs, shm)
-    request = InferenceRequest(model_name, inputs, model_version, request_id, outputs, parameters)
-    if key is not None and all("binary_data_size" in t.parameters for t in inputs):
-        _LAYOUTS.keep(key, _BinaryLayout(request, header_length))
-    return request
+    return inputs
 
 
 class _BinaryLayout:
@@ -319,13 +340,7 @@ def _decode_input(
         _parameters(parameters, "input", name)  # raises unless a shallow object
     data = raw.get("data")
     if REGION in parameters:
-        if data is not None or "binary_data_size" in parameters:
-            raise InvalidInputError(
-                f"input '{name}' has parameters.{REGION} and also 'data' or "
-                "parameters.binary_data_size; give one"
-            )
-        array = shared_input(shm, name, parameters, datatype, shape)
-        return Tensor(name, datatype, shape, array, parameters), offset
+        return _shared_input(name, datatype, shape, parameters, data, shm), offset
     binary_size = parameters.get("binary_data_size")
 
     if binary_size is None:
@@ -343,16 +358,51 @@ def _decode_input(
         raise InvalidInputError(
             f"input '{name}' has both 'data' and parameters.binary_data_size; give one"
         )
+    end = _binary_input_end(
+        name, datatype, shape, count * dtype.itemsize, binary_size, offset, size
+    )
+    array = _binary_array(body, offset, end, name, datatype, shape)
+    return Tensor(name, datatype, shape, array, parameters), end
+
+
+def _shared_input(
+    name: str,
+    datatype: str,
+    shape: tuple[int, ...],
+    parameters: dict[str, Any],
+    data: Any,
+    shm: SharedMemoryRegistry | None,
+) -> Tensor:
+    """An input whose parameters name a shared-memory region (and that has no data)."""
+    if data is not None or "binary_data_size" in parameters:
+        raise InvalidInputError(
+            f"input '{name}' has parameters.{REGION} and also 'data' or "
+            "parameters.binary_data_size; give one"
+        )
+    array = shared_input(shm, name, parameters, datatype, shape)
+    return Tensor(name, datatype, shape, array, parameters)
+
+
+def _binary_input_end(
+    name: str,
+    datatype: str,
+    shape: tuple[int, ...],
+    nbytes: int,
+    binary_size: Any,
+    offset: int,
+    size: int,
+) -> int:
+    """Where a binary input's data ends: its binary_data_size a non-negative integer, within
+    the body, and (a fixed-size datatype) ``nbytes``, the size its shape needs."""
     if type(binary_size) is not int or binary_size < 0:
         raise InvalidInputError(
             f"input '{name}': parameters.binary_data_size must be a non-negative integer, got "
             f"{binary_size!r}"
         )
     end = _binary_end(name, binary_size, offset, size)
-    if datatype != "BYTES" and binary_size != count * dtype.itemsize:
+    if datatype != "BYTES" and binary_size != nbytes:
         raise raw_size_error(name, _BINARY_DATA, binary_size, datatype, shape)
-    array = _binary_array(body, offset, end, name, datatype, shape)
-    return Tensor(name, datatype, shape, array, parameters), end
+    return end
 
 
 def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[RequestedOutput]:

@@ -73,6 +73,12 @@ def array_from_json(
         raise _wrong_kind(name, datatype, raw.dtype.kind)
     if count > CHUNK:  # the values are in ``raw``: free their Python objects before converting
         release(data)
+    _check_range(raw, datatype, name)
+    return reshape_input(raw.astype(dtype, copy=False), shape, name)
+
+
+def _check_range(raw: np.ndarray, datatype: str, name: str) -> None:
+    """InvalidInputError when a finite value of ``raw`` falls outside the datatype's range."""
     limits = _RANGES.get(datatype)
     if limits is not None and (raw.min() < limits[0] or raw.max() > limits[1]):
         # Infinity (a JSON literal, as Triton reads it) is a value of every float type;
@@ -80,7 +86,6 @@ def array_from_json(
         finite = raw[np.isfinite(raw)] if raw.dtype.kind == "f" else raw
         if finite.size and (finite.min() < limits[0] or finite.max() > limits[1]):
             raise _out_of_range(name, datatype)
-    return reshape_input(raw.astype(dtype, copy=False), shape, name)
 
 
 def _exact_integers(data: list[Any], datatype: str, name: str) -> np.ndarray:
