@@ -56,7 +56,7 @@ from bench.serving import (
     write_results,
 )
 from examples import modelgen
-from tests.support.process import HOST
+from inferplex.benchtool.launch import HOST
 
 PROTOCOLS = ("http-binary", "grpc")
 MODES = ("batched", "unbatched")

@@ -40,8 +40,8 @@ from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
 from bench.serving import machine_state, reference, serve, write_results
 from examples import modelgen
+from inferplex.benchtool.launch import HOST
 from inferplex.config.writers import write_config
-from tests.support.process import HOST
 
 LIGHT, HEAVY, CASCADE = "digits_light", "digits_heavy", "digits_cascade"
 MODELS = (LIGHT, HEAVY, CASCADE)

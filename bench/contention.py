@@ -33,7 +33,7 @@ from bench.serving import (
     write_model,
 )
 from examples import modelgen
-from tests.support.process import HOST
+from inferplex.benchtool.launch import HOST
 
 
 @dataclass(frozen=True)

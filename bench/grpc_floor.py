@@ -38,9 +38,9 @@ from bench.overhead import (
     run_rounds,
     served_case,
 )
+from inferplex.benchtool.launch import HOST, RunningServer, free_port, start_server
 from inferplex.protocol.v2 import grpc_codec
 from inferplex.types import InferenceResponse, Tensor
-from tests.support.process import HOST, RunningServer, free_port, start_server
 
 SERVICE = "inference.GRPCInferenceService"
 

@@ -61,9 +61,9 @@ from bench.loadgen import HttpConnection
 from bench.report import Target, check_targets, number
 from bench.serving import machine_state, write_results
 from examples import modelgen
+from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
-from tests.support.process import HOST, RunningServer, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the poll period of part 2: the time to serving is bound by it

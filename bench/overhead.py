@@ -55,9 +55,9 @@ from bench.loadgen import (
 from bench.report import ADD_SUB_CASES, report
 from examples import modelgen
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, session_options
+from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.lifecycle.planning import INTRA_OP_PARAMETER
-from tests.support.process import HOST, RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CNN_CONCURRENCY = 4

@@ -41,7 +41,7 @@ from bench.serving import (
 )
 from examples import modelgen
 from examples.build_models import CAMERA_STEPS, build_camera_pipeline, write_ensemble
-from tests.support.process import HOST
+from inferplex.benchtool.launch import HOST
 
 PIPELINE = "camera_pipeline"
 FACE_BRANCH = "face_branch"

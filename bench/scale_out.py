@@ -41,8 +41,8 @@ from bench.overhead import (
     inprocess_session,
     round_options,
 )
-from tests.deploy.cluster import Nginx, start_nginx, start_replica
-from tests.support.process import RunningServer
+from inferplex.benchtool.cluster import Nginx, start_nginx, start_replica
+from inferplex.benchtool.launch import RunningServer
 
 TOPOLOGIES = ("direct-1", "nginx-1", "nginx-3")
 PROTOCOLS = ("http-binary", "grpc")

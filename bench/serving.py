@@ -2,7 +2,7 @@
 
 - :class:`Layout` and :func:`write_model`: how a model is served (batch size, dynamic
   batching, instances, intra-op threads, scheduling), written as its ``config.pbtxt``.
-- :func:`serve`: the real server as a subprocess (``tests/support/process.py``), with its CPU
+- :func:`serve`: the real server as a subprocess (``inferplex.benchtool.launch``), with its CPU
   clock and its statistics (:class:`Served`); on leaving, every model's failed-request count
   must still be 0, so a server that answers errors cannot look fast.
 - :class:`StatsProbe`: the ``server_cpu`` hook of :func:`bench.loadgen.measure`, which is
@@ -36,8 +36,8 @@ from bench import payloads
 from bench.loadgen import HttpPool, Measurement, measure_open
 from bench.overhead import Timing, inprocess_session
 from examples import modelgen
+from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
-from tests.support.process import HOST, RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

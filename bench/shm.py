@@ -41,8 +41,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
 from examples import modelgen
+from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
-from tests.support.process import RunningServer, start_server
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPE = [3, 1024 * 1024]  # 3x1024x1024 FP32

@@ -22,6 +22,7 @@ import pytest
 import requests
 from h2.errors import ErrorCodes
 
+from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.protocol.v2 import generated as pb
 from inferplex.transport.http2_limits import Http2Limits
 from tests.support import h2client
@@ -53,7 +54,6 @@ from tests.support.h2raw import (
     settings,
     u32,
 )
-from tests.support.process import RunningServer, start_server
 
 #: how long another client's health call may take while an attack runs
 LIVENESS_S = 2.0

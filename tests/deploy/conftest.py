@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.cluster import nginx_binary
+from inferplex.benchtool.cluster import nginx_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from typing import Any
 import requests
 import yaml
 
-from tests.support.process import RunningServer
+from inferplex.benchtool.launch import RunningServer
 from tests.support.prometheus import binary, query, running_prometheus, wait_for_series
 
 GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"

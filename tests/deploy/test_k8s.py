@@ -21,10 +21,10 @@ pytest.importorskip(
     "kubernetes_validate", reason="needs the deploy extra: pip install -e .[deploy]"
 )
 
+from inferplex.benchtool.launch import RunningServer
 from inferplex.config.server_config import ServerConfig
 from inferplex.server import Server
 from tests.deploy.schemas import KUBERNETES_VERSIONS, validate
-from tests.support.process import RunningServer
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 OVERLAYS = ("base", "overlays/cpu", "overlays/gpu")

@@ -33,10 +33,10 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples import modelgen
+from inferplex.benchtool.cluster import Nginx, start_nginx, start_replica
+from inferplex.benchtool.launch import RunningServer
 from inferplex.config.writers import write_config
-from tests.deploy.cluster import Nginx, start_nginx, start_replica
 from tests.deploy.load import Failure, Load
-from tests.support.process import RunningServer
 
 pytestmark = pytest.mark.scale_out
 

@@ -19,13 +19,12 @@ from examples import modelgen
 from inferplex.benchtool.compat import CompatLog
 from inferplex.benchtool.control import HttpApi
 from inferplex.benchtool.gate import watch
-from inferplex.benchtool.launch import launch
+from inferplex.benchtool.launch import RunningServer, launch
 from inferplex.benchtool.sweep import BenchOptions
 from inferplex.cli.main import main
 from inferplex.config.readers import read_model_config
 from inferplex.config.writers import write_config
 from inferplex.datatypes import V2_DATATYPES
-from tests.support.process import RunningServer
 
 IDENTITIES = ",".join(f"identity_{d.lower()}" for d in sorted(V2_DATATYPES))
 #: the shortest measurement: no warm-up, one window of 0.1 s

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import requests
 
+from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.server_config import ServerConfig
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
 from inferplex.server import Server
 from inferplex.types import InferenceRequest, RequestedOutput, Tensor
 from tests.integration.test_routing import build_repository
-from tests.support.process import RunningServer, start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")

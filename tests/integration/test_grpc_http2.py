@@ -33,6 +33,7 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hpack import Encoder
 
+from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.protocol.v2 import generated as pb
 from inferplex.security.tls import grpc_ssl_context
 from inferplex.transport.grpc_server import GrpcServer, Method
@@ -63,7 +64,6 @@ from tests.support.h2client import (
     raw_frame,
     request_headers,
 )
-from tests.support.process import RunningServer, start_server
 
 
 @pytest.fixture

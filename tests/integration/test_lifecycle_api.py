@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import requests
 
+from inferplex.benchtool.launch import RunningServer, start_server
 from tests.support.lifecycle import (
     add_model,
     add_sub_config,
@@ -21,7 +22,6 @@ from tests.support.lifecycle import (
     remove_version,
     wait_until,
 )
-from tests.support.process import RunningServer, start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 httpclient = pytest.importorskip("tritonclient.http")

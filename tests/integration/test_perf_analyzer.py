@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from examples import modelgen
+from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
-from tests.support.process import RunningServer, start_server
 
 
 def perf_analyzer_env() -> dict[str, str]:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.process import HOST, free_port
+from inferplex.benchtool.launch import HOST, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,8 +1,14 @@
-"""Starting ``inferplex serve`` as a child process on free loopback ports, for the runs that
-need a server of their own (scheduling A/B, the tuner's candidates)."""
+"""Starting ``inferplex serve`` as a child process on loopback ports, for the runs that need a
+server of their own: the bench's scheduling A/B and the tuner's candidates (:func:`launch`),
+the benchmarks in ``bench/`` and the tests that serve over real sockets (:func:`start_server`).
+
+Readiness is polled on ``/v2/health/ready`` with a deadline; a server that exits or is not
+ready in time is a BenchError carrying the end of its log.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,7 +18,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +26,113 @@ from pathlib import Path
 from inferplex.benchtool import BenchError
 
 HOST = "127.0.0.1"
+#: how much of a server's log a failure to start quotes
+LOG_TAIL = 8000
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    """A started ``inferplex serve`` process, its ports and its log file."""
+
+    process: subprocess.Popen[bytes]
+    repository: Path
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"{HOST}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{HOST}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{HOST}:{self.metrics_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM (the server drains), then wait for the exit; returns the exit code. A
+        server still running after ``timeout`` is killed and TimeoutExpired raised."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+
+def start_server(
+    repository: Path,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    deadline: float = 120.0,
+    *,
+    ports: tuple[int, int, int] | None = None,
+    args: Sequence[str] = (),
+    append: bool = False,
+) -> RunningServer:
+    """Serve ``repository`` with the extra ``serve`` flags ``args`` on the (http, grpc,
+    metrics) ``ports``, free ones by default, and wait until it is ready. Its output goes to
+    ``log_path``, appended to with ``append`` (a restarted server's log goes on). ``env``
+    adds to this process's environment."""
+    http_port, grpc_port, metrics_port = ports or (free_port(), free_port(), free_port())
+    command = [
+        sys.executable, "-m", "inferplex", "serve",
+        "--model-repository", str(repository),
+        "--host", HOST,
+        "--http-port", str(http_port),
+        "--grpc-port", str(grpc_port),
+        "--metrics-port", str(metrics_port),
+        *args,
+    ]  # fmt: skip
+    with log_path.open("ab" if append else "wb") as log:  # the child keeps its own copy
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+    server = RunningServer(process, repository, http_port, grpc_port, metrics_port, log_path)
+    wait_ready(server, deadline)
+    return server
+
+
+def wait_ready(server: RunningServer, deadline: float) -> None:
+    """Poll ``/v2/health/ready`` until it answers 200; BenchError with the end of the log if
+    the server exits first or is not ready after ``deadline`` seconds (then it is killed)."""
+    end = time.monotonic() + deadline
+    url = f"http://{server.http_url}/v2/health/ready"
+    while time.monotonic() < end:
+        if server.process.poll() is not None:
+            raise BenchError(
+                f"the server exited with {server.process.returncode}:\n{_tail(server)}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.05)  # polling a child's readiness, with a deadline
+    server.process.kill()
+    server.process.wait()
+    raise BenchError(f"the server was not ready after {deadline:g} s:\n{_tail(server)}")
+
+
+def _tail(server: RunningServer) -> str:
+    return server.log()[-LOG_TAIL:]
 
 
 @dataclass(frozen=True)
@@ -44,54 +151,15 @@ class Launched:
 def launch(
     repository: Path, args: Sequence[str] = (), ready_timeout: float = 120.0
 ) -> Iterator[Launched]:
-    """Serve ``repository`` with the extra ``serve`` flags ``args`` until the block ends.
-
-    Waits for ``/v2/health/ready``; stops with SIGTERM (the server drains) and waits.
-    BenchError with the server's log when it exits or is not ready in time.
-    """
-    ports = [_free_port() for _ in range(3)]
-    command = [
-        sys.executable, "-m", "inferplex", "serve",
-        "--model-repository", str(repository), "--host", HOST,
-        "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
-        "--metrics-port", str(ports[2]), *args,
-    ]  # fmt: skip
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ)
+    """Serve ``repository`` with the extra ``serve`` flags ``args`` until the block ends,
+    then stop it (SIGTERM: the server drains) and wait. Its log lives in a temporary folder
+    for as long as it runs."""
+    with tempfile.TemporaryDirectory(prefix="inferplex-launch-") as folder:
+        server = start_server(
+            repository, Path(folder) / "server.log", deadline=ready_timeout, args=args
         )
         try:
-            _wait_ready(process, f"http://{HOST}:{ports[0]}/v2/health/ready", ready_timeout, log)
-            yield Launched(f"{HOST}:{ports[0]}", f"{HOST}:{ports[1]}", f"{HOST}:{ports[2]}")
+            yield Launched(server.http_url, server.grpc_url, server.metrics_url)
         finally:
-            _stop(process)
-
-
-def _wait_ready(process: subprocess.Popen[bytes], url: str, timeout: float, log: object) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if process.poll() is not None:
-            raise BenchError(f"the server exited with {process.returncode}:\n{_tail(log)}")
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.05)  # polling a child's readiness, with a deadline
-    raise BenchError(f"the server was not ready after {timeout:g} s:\n{_tail(log)}")
-
-
-def _tail(log: object) -> str:
-    log.seek(0)  # type: ignore[attr-defined]
-    return log.read()[-4000:].decode(errors="replace")  # type: ignore[attr-defined]
-
-
-def _stop(process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):  # killed by then
+                server.stop()

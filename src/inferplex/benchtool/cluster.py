@@ -1,19 +1,18 @@
 """Several ``inferplex serve`` replicas on loopback behind a real nginx, for the scale-out test
-and ``bench/scale_out.py``.
+(tests/deploy/) and ``bench/scale_out.py``.
 
 nginx runs in the foreground from a prefix folder of its own, with the configuration rendered
 from ``deploy/nginx/nginx.conf.template`` (the file users start from), so the test checks the
-shipped retry policy rather than a private copy of it.
+shipped retry policy rather than a private copy of it. The template is read from the source
+checkout this package runs from (an editable install); psutil (the ``bench`` extra) is needed.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,9 +22,10 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.process import HOST, RunningServer, free_port, wait_ready
+from inferplex.benchtool.launch import HOST, RunningServer, free_port, start_server
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "nginx" / "nginx.conf.template"
+#: src/inferplex/benchtool/cluster.py -> the checkout's deploy/nginx/
+TEMPLATE = Path(__file__).resolve().parents[3] / "deploy" / "nginx" / "nginx.conf.template"
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
 
@@ -183,20 +183,6 @@ def start_replica(
     deadline: float = 120.0,
 ) -> RunningServer:
     """``inferplex serve`` on the given (http, grpc, metrics) ports, or free ones; waits
-    until ready. Fixed ports let a restarted replica come back where nginx expects it."""
-    http_port, grpc_port, metrics_port = ports or (free_port(), free_port(), free_port())
-    command = [
-        sys.executable, "-m", "inferplex", "serve",
-        "--model-repository", str(repository),
-        "--host", HOST,
-        "--http-port", str(http_port),
-        "--grpc-port", str(grpc_port),
-        "--metrics-port", str(metrics_port),
-    ]  # fmt: skip
-    with log_path.open("ab") as log:  # a restart appends to the same log
-        process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-        )
-    server = RunningServer(process, repository, http_port, grpc_port, metrics_port, log_path)
-    wait_ready(server, deadline)
-    return server
+    until ready. Fixed ports let a restarted replica come back where nginx expects it, and
+    its log goes on in the same file."""
+    return start_server(repository, log_path, env, deadline, ports=ports, append=True)
