@@ -30,7 +30,6 @@ from typing import Any
 
 import numpy as np
 
-from bench import payloads
 from bench.loadgen import Measurement, measure_threads
 from bench.overhead import (
     Case,
@@ -56,6 +55,7 @@ from bench.serving import (
     write_results,
 )
 from examples import modelgen
+from inferplex.benchtool import arrays
 from inferplex.benchtool.launch import HOST
 
 PROTOCOLS = ("http-binary", "grpc")
@@ -141,12 +141,12 @@ def served_case(served: Served, protocol: str, model: str, concurrency: int) -> 
     async def case(timing: Timing) -> Measurement:
         probe = StatsProbe(served, [model])
         if protocol == "grpc":
-            request = payloads.grpc_request(model, features, list(expected))
+            request = arrays.grpc_request(model, features, list(expected))
             result = await grpc_load(
                 served.server.grpc_url, request, concurrency, check, probe, timing
             )
         else:
-            request = payloads.http_binary_request(HOST, model, features, list(expected))
+            request = arrays.http_binary_request(HOST, model, features, list(expected))
             result = await http_load(
                 served.server.http_port, request, concurrency, check, probe, timing
             )

@@ -34,12 +34,12 @@ import tritonclient.http as httpclient
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from bench import payloads
 from bench.loadgen import measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
 from bench.serving import machine_state, reference, serve, write_results
 from examples import modelgen
+from inferplex.benchtool import arrays
 from inferplex.benchtool.launch import HOST
 from inferplex.config.writers import write_config
 
@@ -163,15 +163,15 @@ async def throughput(
     for _ in range(rounds):
         for model in MODELS:
             requests = [
-                payloads.http_binary_request(host, model, {"pixels": x[a:b]}, ["label"])
+                arrays.http_binary_request(host, model, {"pixels": x[a:b]}, ["label"])
                 for a, b in chunks
             ]
             connections = await open_http(HOST, port, concurrency)
             try:
                 # the first chunk's answer must be the labels in-process ONNX Runtime gives
-                got = payloads.decode_http_response(*await connections[0].send(requests[0]))
+                got = arrays.decode_http_response(*await connections[0].send(requests[0]))
                 a, b = chunks[0]
-                payloads.check_outputs(got, {"label": expected[model][a:b, None]}, model)
+                arrays.check_outputs(got, {"label": expected[model][a:b, None]}, model)
                 calls = [cycling(c.send, requests) for c in connections]
                 result = await measure(calls, timing.duration, timing.warmup)
             finally:

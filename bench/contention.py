@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from bench import payloads
 from bench.loadgen import Measurement
 from bench.overhead import Timing, http_load
 from bench.serving import (
@@ -33,6 +32,7 @@ from bench.serving import (
     write_model,
 )
 from examples import modelgen
+from inferplex.benchtool import arrays
 from inferplex.benchtool.launch import HOST
 
 
@@ -75,7 +75,7 @@ class Contention:
         for seed, name in enumerate((pair.steady, pair.flood)):
             image = np.random.default_rng(seed).random((1, 3, size, size), dtype=np.float32)
             expected = reference(models[name], {"image": image})
-            self._requests[name] = payloads.http_binary_request(
+            self._requests[name] = arrays.http_binary_request(
                 HOST, name, {"image": image}, list(expected)
             )
             self._checks[name] = output_check(expected, f"{name} over http-binary")

@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from bench import payloads
 from bench.overhead import (
     Case,
     Results,
@@ -38,6 +37,7 @@ from bench.overhead import (
     run_rounds,
     served_case,
 )
+from inferplex.benchtool import arrays
 from inferplex.benchtool.launch import HOST, RunningServer, free_port, start_server
 from inferplex.protocol.v2 import grpc_codec
 from inferplex.types import InferenceResponse, Tensor
@@ -71,7 +71,7 @@ def serve_canned(port: int, responses: dict[str, bytes]) -> None:
     uvloop.run(main())
 
 
-def canned_response(model: str, outputs: payloads.Arrays) -> bytes:
+def canned_response(model: str, outputs: arrays.Arrays) -> bytes:
     """The serialised ModelInferResponse inferplex answers with for these outputs."""
     tensors = [Tensor(name, "FP32", array.shape, array) for name, array in outputs.items()]
     return grpc_codec.encode_infer_response_bytes(InferenceResponse(model, "1", tensors))
@@ -97,8 +97,8 @@ def floor_case(
     process: subprocess.Popen[bytes],
     port: int,
     model: str,
-    inputs: payloads.Arrays,
-    expected: payloads.Arrays,
+    inputs: arrays.Arrays,
+    expected: arrays.Arrays,
     concurrency: int,
 ) -> Case:
     """A load case against the bare server, checked and timed like ``served_case``."""
@@ -109,9 +109,9 @@ def floor_case(
         return times.user + times.system
 
     def check(outputs: dict[str, np.ndarray]) -> None:
-        payloads.check_outputs(outputs, expected=expected, what=f"{model} from the bare server")
+        arrays.check_outputs(outputs, expected=expected, what=f"{model} from the bare server")
 
-    request = payloads.grpc_request(model, inputs, list(expected))
+    request = arrays.grpc_request(model, inputs, list(expected))
     return partial(grpc_load, f"{HOST}:{port}", request, concurrency, check, cpu)
 
 
@@ -122,7 +122,7 @@ def cnn_image() -> np.ndarray:
 
 def model_data(
     image: np.ndarray, logits: np.ndarray
-) -> dict[str, tuple[payloads.Arrays, payloads.Arrays]]:
+) -> dict[str, tuple[arrays.Arrays, arrays.Arrays]]:
     """(inputs, expected outputs) by model: the requests of ``bench.overhead``."""
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 0.5, dtype=np.float32)
@@ -136,7 +136,7 @@ def cases(
     server: RunningServer,
     floor: subprocess.Popen[bytes],
     port: int,
-    data: dict[str, tuple[payloads.Arrays, payloads.Arrays]],
+    data: dict[str, tuple[arrays.Arrays, arrays.Arrays]],
 ) -> dict[str, Case]:
     """Each load on the bare server, then on inferplex."""
     all_cases: dict[str, Case] = {}

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from bench import payloads
 from bench.loadgen import Measurement, measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from examples import modelgen
+from inferplex.benchtool import arrays
 from inferplex.config.writers import write_config
 
 HOST = "127.0.0.1"
@@ -106,19 +106,17 @@ class Child:
         self.sock.close()
 
 
-def requests() -> dict[str, tuple[bytes, payloads.Arrays | None]]:
+def requests() -> dict[str, tuple[bytes, arrays.Arrays | None]]:
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 0.5, dtype=np.float32)
     expected = {"OUTPUT0": a + b, "OUTPUT1": a - b}
-    infer = payloads.http_binary_request(
-        HOST, "add_sub", {"INPUT0": a, "INPUT1": b}, list(expected)
-    )
+    infer = arrays.http_binary_request(HOST, "add_sub", {"INPUT0": a, "INPUT1": b}, list(expected))
     live = f"GET /v2/health/live HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode()
     return {"live": (live, None), "infer": (infer, expected)}
 
 
 async def run_case(
-    child: Child, request: bytes, expected: payloads.Arrays | None, clients: int, timing: Timing
+    child: Child, request: bytes, expected: arrays.Arrays | None, clients: int, timing: Timing
 ) -> Measurement:
     connections = await open_http(HOST, child.port, clients)
     try:
@@ -126,8 +124,8 @@ async def run_case(
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"{child.kind}: {head[:40]!r}: {body[:200]!r}")
         if expected is not None:
-            outputs = payloads.decode_http_response(head, body)
-            payloads.check_outputs(outputs, expected=expected, what=child.kind)
+            outputs = arrays.decode_http_response(head, body)
+            arrays.check_outputs(outputs, expected=expected, what=child.kind)
         calls = [partial(c.send, request) for c in connections]
         return await measure(calls, timing.duration, timing.warmup, child.cpu)
     finally:

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench import payloads
 from bench.lifecycle import server
 from bench.loadgen import Measurement
 from bench.overhead import (
@@ -50,6 +49,7 @@ from bench.overhead import (
 )
 from bench.serving import machine_state, write_results
 from examples import modelgen
+from inferplex.benchtool import arrays
 from inferplex.benchtool.launch import HOST, RunningServer
 from inferplex.config.writers import write_config
 
@@ -191,8 +191,8 @@ def overhead_cases(running: RunningServer, cnn: Path) -> dict[str, Case]:
     for model, clients in OVERHEAD_CASES:
         inputs, expected, atol = data[model]
         for mode, name in (("in-process", model), ("isolated", f"{model}_isolated")):
-            check = partial(payloads.check_outputs, expected=expected, what=f"{name}", atol=atol)
-            request = payloads.http_binary_request(HOST, name, inputs, list(expected))
+            check = partial(arrays.check_outputs, expected=expected, what=f"{name}", atol=atol)
+            request = arrays.http_binary_request(HOST, name, inputs, list(expected))
             cases[f"{model}/c{clients}/{mode}"] = partial(
                 http_load, running.http_port, request, clients, check, cpu
             )

@@ -56,11 +56,11 @@ from typing import Any
 
 import numpy as np
 
-from bench import payloads
-from bench.loadgen import HttpConnection
 from bench.report import Target, check_targets, number
 from bench.serving import machine_state, write_results
 from examples import modelgen
+from inferplex.benchtool import arrays
+from inferplex.benchtool.clients import HttpConnection
 from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
@@ -150,8 +150,8 @@ class Traffic:
     """Closed-loop HTTP binary clients on their own event loop thread, recording when each
     answer arrived (any failed request ends the run with its error)."""
 
-    def __init__(self, running: RunningServer, model: str, inputs: payloads.Arrays, clients: int):
-        self._request = payloads.http_binary_request(
+    def __init__(self, running: RunningServer, model: str, inputs: arrays.Arrays, clients: int):
+        self._request = arrays.http_binary_request(
             running.http_url, model, inputs, list(_outputs(model))
         )
         self._port = running.http_port
@@ -193,7 +193,7 @@ def _outputs(model: str) -> tuple[str, ...]:
 class VersionProbe:
     """A client that asks, over and over, which version serves unversioned requests."""
 
-    def __init__(self, running: RunningServer, inputs: payloads.Arrays) -> None:
+    def __init__(self, running: RunningServer, inputs: arrays.Arrays) -> None:
         self._url = f"http://{running.http_url}/v2/models/add_sub/infer"
         body = {
             "inputs": [
@@ -389,7 +389,7 @@ def swaps(
     return results
 
 
-def _add_sub_inputs() -> payloads.Arrays:
+def _add_sub_inputs() -> arrays.Arrays:
     return {
         "INPUT0": np.arange(16, dtype=np.float32).reshape(1, 16),
         "INPUT1": np.ones((1, 16), dtype=np.float32),

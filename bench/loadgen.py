@@ -11,7 +11,8 @@ purpose: on a 2-core machine a heavy client steals the server's CPU and distorts
   request bytes and reading the response by its Content-Length.
 - gRPC: one raw HTTP/2 connection per client (``grpc_call``, on ``GrpcConnection``: about
   100 µs of client CPU per 600 KB request where grpc.aio takes about 350), each call's frames
-  encoded once, the answer left as bytes; ``grpc_infer`` gives grpc.aio, to compare.
+  encoded once, the answer left as bytes; ``benchtool.clients.grpc_infer`` gives grpc.aio,
+  to compare.
 - Open loop over HTTP: an :class:`HttpPool` of keep-alive connections, one per request in
   flight, opened on demand.
 """
@@ -28,7 +29,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from inferplex.benchtool.clients import HttpConnection
+from inferplex.benchtool.clients import MODEL_INFER, HttpConnection
 from inferplex.benchtool.grpc_wire import GrpcConnection
 
 #: One request: sends it and returns what is needed to check the answer.
@@ -215,31 +216,11 @@ class HttpPool:
             connection.close()
 
 
-MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
-
-
 async def grpc_call(host: str, port: int, request: bytes) -> tuple[GrpcConnection, Call]:
     """A raw HTTP/2 connection and a call sending it the serialised ModelInferRequest
     ``request``, returning the answer's bytes."""
     connection = await GrpcConnection.open(host, port)
     return connection, partial(connection.call, connection.request(MODEL_INFER, request))
-
-
-def grpc_infer(target: str) -> tuple[Any, Callable[[bytes], Awaitable[bytes]]]:
-    """A grpc.aio channel and its ModelInfer method taking and returning raw bytes."""
-    import grpc
-
-    limit = 64 * 1024 * 1024
-    channel = grpc.aio.insecure_channel(
-        target,
-        options=[
-            ("grpc.max_send_message_length", limit),
-            ("grpc.max_receive_message_length", limit),
-        ],
-    )
-    # No serialisers: the request is already bytes and the answer stays bytes.
-    method = channel.unary_unary(MODEL_INFER)
-    return channel, method
 
 
 def measure_threads(

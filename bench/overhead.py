@@ -42,12 +42,10 @@ import numpy as np
 import onnxruntime as ort
 import psutil
 
-from bench import payloads
 from bench.loadgen import (
     Call,
     Measurement,
     grpc_call,
-    grpc_infer,
     measure,
     measure_threads,
     open_http,
@@ -55,6 +53,8 @@ from bench.loadgen import (
 from bench.report import ADD_SUB_CASES, report
 from examples import modelgen
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, session_options
+from inferplex.benchtool import arrays
+from inferplex.benchtool.clients import grpc_infer
 from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.lifecycle.planning import INTRA_OP_PARAMETER
@@ -157,7 +157,7 @@ async def inprocess_load(
     )
 
 
-def split_runs(model: Path, sessions: int, feeds: payloads.Arrays) -> Callable[[], object]:
+def split_runs(model: Path, sessions: int, feeds: arrays.Arrays) -> Callable[[], object]:
     """A ``session.run`` for ``measure_threads``' callers: ``sessions`` sessions of one
     intra-op thread, each caller thread bound to one of them in turn."""
     pool = [inprocess_session(model, 1) for _ in range(sessions)]
@@ -178,10 +178,10 @@ async def http_load(
 ) -> Measurement:
     connections = await open_http(HOST, port, concurrency)
     try:
-        check(payloads.decode_http_response(*await connections[0].send(request)))
+        check(arrays.decode_http_response(*await connections[0].send(request)))
         calls = [partial(c.send, request) for c in connections]
         result = await measure(calls, timing.duration, timing.warmup, cpu)
-        check(payloads.decode_http_response(*await connections[-1].send(request)))
+        check(arrays.decode_http_response(*await connections[-1].send(request)))
         return result
     finally:
         for connection in connections:
@@ -218,9 +218,9 @@ async def checked_load(
     calls: list[Call], check: Check, cpu: CpuClock, timing: Timing
 ) -> Measurement:
     """A closed loop per gRPC call in ``calls``, the first and last answers checked."""
-    check(payloads.decode_grpc_response(await calls[0]()))
+    check(arrays.decode_grpc_response(await calls[0]()))
     result = await measure(calls, timing.duration, timing.warmup, cpu)
-    check(payloads.decode_grpc_response(await calls[-1]()))
+    check(arrays.decode_grpc_response(await calls[-1]()))
     return result
 
 
@@ -228,8 +228,8 @@ def served_case(
     server: RunningServer,
     protocol: str,
     model: str,
-    inputs: payloads.Arrays,
-    expected: payloads.Arrays,
+    inputs: arrays.Arrays,
+    expected: arrays.Arrays,
     concurrency: int,
     atol: float = 0.0,
 ) -> Case:
@@ -241,17 +241,15 @@ def served_case(
         return times.user + times.system
 
     check = partial(
-        payloads.check_outputs, expected=expected, what=f"{model} over {protocol}", atol=atol
+        arrays.check_outputs, expected=expected, what=f"{model} over {protocol}", atol=atol
     )
     if protocol == "grpc":
-        request = payloads.grpc_request(model, inputs, list(expected))
+        request = arrays.grpc_request(model, inputs, list(expected))
         return partial(grpc_load, server.grpc_url, request, concurrency, check, cpu)
     if protocol == "grpc-aio":
-        request = payloads.grpc_request(model, inputs, list(expected))
+        request = arrays.grpc_request(model, inputs, list(expected))
         return partial(grpc_aio_load, server.grpc_url, request, concurrency, check, cpu)
-    encoder = (
-        payloads.http_json_request if protocol == "http-json" else payloads.http_binary_request
-    )
+    encoder = arrays.http_json_request if protocol == "http-json" else arrays.http_binary_request
     request = encoder(HOST, model, inputs, list(expected))
     return partial(http_load, server.http_port, request, concurrency, check, cpu)
 

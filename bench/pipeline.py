@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from bench import payloads
 from bench.loadgen import Measurement, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
@@ -41,6 +40,7 @@ from bench.serving import (
 )
 from examples import modelgen
 from examples.build_models import CAMERA_STEPS, build_camera_pipeline, write_ensemble
+from inferplex.benchtool import arrays
 from inferplex.benchtool.launch import HOST
 
 PIPELINE = "camera_pipeline"
@@ -84,7 +84,7 @@ async def interleaved(
     latencies: dict[str, list[int]] = {case: [] for case in requests}
     try:
         for case, connection in connections.items():
-            checks[case](payloads.decode_http_response(*await connection.send(requests[case])))
+            checks[case](arrays.decode_http_response(*await connection.send(requests[case])))
         clock = time.perf_counter_ns
         start = clock()
         warm_until = start + int(timing.warmup * 1e9)
@@ -96,7 +96,7 @@ async def interleaved(
                 if sent >= warm_until:
                     latencies[case].append(clock() - sent)
         for case, connection in connections.items():
-            checks[case](payloads.decode_http_response(*await connection.send(requests[case])))
+            checks[case](arrays.decode_http_response(*await connection.send(requests[case])))
     finally:
         for connection in connections.values():
             connection.close()
@@ -114,7 +114,7 @@ async def run(repo: Path, rounds: int, timing: Timing) -> dict[str, dict[str, An
     with serve(repo, repo / "server.log", {}, list(CASES)) as served:
         port = served.server.http_port
         requests = {
-            case: payloads.http_binary_request(
+            case: arrays.http_binary_request(
                 f"{HOST}:{port}",
                 case,
                 {"frame" if case in (PIPELINE, FACE_BRANCH) else "image": frame},

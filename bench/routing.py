@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from bench import payloads
 from bench.loadgen import measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from bench.serving import Served, latency_figures, machine_state, serve, write_results
 from examples import modelgen
 from inferplex import InferenceRequest, ServerConfig, Tensor
+from inferplex.benchtool import arrays
 from inferplex.benchtool.launch import HOST
 from inferplex.config.writers import write_config
 from inferplex.server import build_engine
@@ -63,7 +63,7 @@ def build(repo: Path) -> None:
 async def run_case(served: Served, request: bytes, timing: Timing) -> dict[str, Any]:
     (connection,) = await open_http(HOST, served.server.http_port, 1)
     try:
-        outputs = payloads.decode_http_response(*await connection.send(request))
+        outputs = arrays.decode_http_response(*await connection.send(request))
         np.testing.assert_allclose(outputs["OUTPUT0"], 2 * np.arange(16, dtype=np.float32)[None])
         result = await measure(
             [partial(connection.send, request)], timing.duration, timing.warmup, served.cpu
@@ -81,7 +81,7 @@ async def run(repo: Path, rounds: int, timing: Timing) -> dict[str, dict[str, An
     with serve(repo, repo / "server.log", {}, list(MODELS)) as served:
         for round_number in range(rounds):
             for case in CASES:
-                request = payloads.http_binary_request(
+                request = arrays.http_binary_request(
                     f"{HOST}:{served.server.http_port}",
                     case,
                     {"INPUT0": x, "INPUT1": x},

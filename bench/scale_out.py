@@ -30,7 +30,6 @@ import numpy as np
 import psutil
 import uvloop
 
-from bench import payloads
 from bench.loadgen import Measurement
 from bench.overhead import (
     Timing,
@@ -41,6 +40,7 @@ from bench.overhead import (
     inprocess_session,
     round_options,
 )
+from inferplex.benchtool import arrays
 from inferplex.benchtool.cluster import Nginx, start_nginx, start_replica
 from inferplex.benchtool.launch import RunningServer
 
@@ -51,7 +51,7 @@ REPLICAS = 3
 Case = Callable[[Timing], Awaitable[Measurement]]
 
 
-def workloads(cnn_model: Path) -> dict[str, tuple[payloads.Arrays, payloads.Arrays, int, float]]:
+def workloads(cnn_model: Path) -> dict[str, tuple[arrays.Arrays, arrays.Arrays, int, float]]:
     """Per model: inputs, expected outputs, concurrency, tolerance."""
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.full((1, 16), 0.5, dtype=np.float32)
@@ -75,19 +75,17 @@ def cases(
 
     all_cases: dict[str, tuple[str, Case]] = {}
     for model, (inputs, expected, concurrency, atol) in workloads(cnn_model).items():
-        check = partial(payloads.check_outputs, expected=expected, what=model, atol=atol)
+        check = partial(arrays.check_outputs, expected=expected, what=model, atol=atol)
         for protocol in PROTOCOLS:
             for topology in TOPOLOGIES:
                 direct = topology == "direct-1"
                 if protocol == "grpc":
                     target = replicas[0].grpc_url if direct else balancer.grpc_url
-                    request = payloads.grpc_request(model, inputs, list(expected))
+                    request = arrays.grpc_request(model, inputs, list(expected))
                     case = partial(grpc_load, target, request, concurrency, check, cpu)
                 else:
                     port = replicas[0].http_port if direct else balancer.http_port
-                    request = payloads.http_binary_request(
-                        "127.0.0.1", model, inputs, list(expected)
-                    )
+                    request = arrays.http_binary_request("127.0.0.1", model, inputs, list(expected))
                     case = partial(http_load, port, request, concurrency, check, cpu)
                 all_cases[f"{model}/{protocol}/{topology}"] = (topology, case)
     return all_cases

@@ -32,10 +32,10 @@ import numpy as np
 import onnxruntime as ort
 import psutil
 
-from bench import payloads
 from bench.loadgen import HttpPool, Measurement, measure_open
 from bench.overhead import Timing, inprocess_session
 from examples import modelgen
+from inferplex.benchtool import arrays
 from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
 
@@ -79,7 +79,7 @@ def write_model(model_path: Path, layout: Layout) -> dict[str, Any]:
     return config
 
 
-def reference(model_path: Path, inputs: payloads.Arrays) -> dict[str, np.ndarray]:
+def reference(model_path: Path, inputs: arrays.Arrays) -> dict[str, np.ndarray]:
     """The model's outputs for ``inputs`` from in-process ONNX Runtime: the expected answers."""
     session = inprocess_session(model_path, 1)
     names = [output.name for output in session.get_outputs()]
@@ -109,7 +109,7 @@ class Served:
         for model in models:
             failed = self.statistics(model)["inference_stats"]["fail"]["count"]
             if failed:
-                raise payloads.BadResponse(f"the server failed {failed} requests of {model}")
+                raise arrays.BadResponse(f"the server failed {failed} requests of {model}")
 
 
 @contextmanager
@@ -178,10 +178,10 @@ def _difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def output_check(expected: payloads.Arrays, what: str, atol: float = 1e-3) -> Check:
+def output_check(expected: arrays.Arrays, what: str, atol: float = 1e-3) -> Check:
     """Compares decoded outputs with ``expected``; the tolerance allows for the different
     summation order of a batch."""
-    return partial(payloads.check_outputs, expected=expected, what=what, atol=atol)
+    return partial(arrays.check_outputs, expected=expected, what=what, atol=atol)
 
 
 async def open_http_load(
@@ -190,11 +190,11 @@ async def open_http_load(
     """``request`` at a fixed rate over HTTP (open loop); checks a first and a last answer."""
     pool = HttpPool(HOST, port)
     try:
-        check(payloads.decode_http_response(*await pool.send(request)))
+        check(arrays.decode_http_response(*await pool.send(request)))
         result = await measure_open(
             partial(pool.send, request), rate, timing.duration, timing.warmup
         )
-        check(payloads.decode_http_response(*await pool.send(request)))
+        check(arrays.decode_http_response(*await pool.send(request)))
         return result
     finally:
         await pool.close()

@@ -1,9 +1,9 @@
 """Closed-loop HTTP and gRPC clients that count every answer and record every failure.
 
-Unlike ``bench.loadgen.measure``, which stops at the first failure, these clients go on
-after one (reconnecting where needed), so a test sees all the failures of a rolling restart.
-They run on an event loop in a thread of their own, leaving the test's thread free to
-restart servers.
+Unlike the benchmarks' ``bench.loadgen.measure``, which stops at the first failure, these
+clients go on after one (reconnecting where needed), so a test sees all the failures of a
+rolling restart. They run on an event loop in a thread of their own, leaving the test's
+thread free to restart servers.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ import grpc
 import numpy as np
 import uvloop
 
-from bench.loadgen import HttpConnection, grpc_infer
-from bench.payloads import (
+from inferplex.benchtool.arrays import (
     BadResponse,
     check_outputs,
     decode_grpc_response,
     decode_http_response,
     grpc_request,
-    header_value,
     http_binary_request,
     http_json_request,
 )
+from inferplex.benchtool.clients import HttpConnection, grpc_infer
+from inferplex.benchtool.payloads import header_value
 
 _A = np.arange(16, dtype=np.float32).reshape(1, 16)
 _B = np.full((1, 16), 2.0, dtype=np.float32)

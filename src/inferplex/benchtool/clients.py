@@ -153,18 +153,7 @@ class GrpcClient(InferClient):
     """``ModelInfer`` on one grpc.aio channel, request and answer as raw bytes."""
 
     def __init__(self, target: str, request: bytes) -> None:
-        import grpc
-
-        limit = 256 * 1024 * 1024
-        self._channel = grpc.aio.insecure_channel(
-            target,
-            options=[
-                ("grpc.max_send_message_length", limit),
-                ("grpc.max_receive_message_length", limit),
-            ],
-        )
-        # no serialisers: the request is already bytes and the answer stays bytes
-        self._method = self._channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        self._channel, self._method = grpc_infer(target)
         self._request = request
 
     async def call(self) -> bytes:
@@ -180,3 +169,23 @@ class GrpcClient(InferClient):
 
     async def close(self) -> None:
         await self._channel.close()
+
+
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+#: the largest message either way on a grpc.aio channel of the bench's
+MESSAGE_LIMIT = 256 * 1024 * 1024
+
+
+def grpc_infer(target: str) -> tuple[Any, Callable[[bytes], Awaitable[bytes]]]:
+    """A grpc.aio channel to ``target`` and its ModelInfer method, taking and returning raw
+    bytes (no serialisers: the request is encoded already and the answer stays bytes)."""
+    import grpc
+
+    channel = grpc.aio.insecure_channel(
+        target,
+        options=[
+            ("grpc.max_send_message_length", MESSAGE_LIMIT),
+            ("grpc.max_receive_message_length", MESSAGE_LIMIT),
+        ],
+    )
+    return channel, channel.unary_unary(MODEL_INFER)
