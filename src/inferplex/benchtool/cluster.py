@@ -14,15 +14,21 @@ import shutil
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from inferplex.benchtool.launch import HOST, RunningServer, free_port, start_server
+from inferplex.benchtool.launch import (
+    HOST,
+    Listening,
+    RunningServer,
+    free_port,
+    poll_ready,
+    start_server,
+    stop_process,
+)
 
 #: src/inferplex/benchtool/cluster.py -> the checkout's deploy/nginx/
 TEMPLATE = Path(__file__).resolve().parents[3] / "deploy" / "nginx" / "nginx.conf.template"
@@ -63,21 +69,13 @@ def _value(values: Mapping[str, str], name: str) -> str:
 
 
 @dataclass
-class Nginx:
+class Nginx(Listening):
     """A foreground nginx balancing HTTP and gRPC over the replicas."""
 
     process: subprocess.Popen[bytes]
     prefix: Path
     http_port: int
     grpc_port: int
-
-    @property
-    def http_url(self) -> str:
-        return f"{HOST}:{self.http_port}"
-
-    @property
-    def grpc_url(self) -> str:
-        return f"{HOST}:{self.grpc_port}"
 
     def error_log(self) -> str:
         path = self.prefix / "error.log"
@@ -99,14 +97,7 @@ class Nginx:
 
     def stop(self, timeout: float = 10.0) -> int:
         """SIGQUIT is nginx's graceful stop; it exits 0 once open requests are answered."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGQUIT)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
+        return stop_process(self.process, signal.SIGQUIT, timeout)
 
 
 def start_nginx(prefix: Path, replicas: Sequence[RunningServer], deadline: float = 20.0) -> Nginx:
@@ -157,22 +148,7 @@ def _write_config(
 
 def _wait_proxying(nginx: Nginx, deadline: float) -> None:
     """Poll readiness through nginx until a replica answers 200 by way of it."""
-    end = time.monotonic() + deadline
-    url = f"http://{nginx.http_url}/v2/health/ready"
-    while time.monotonic() < end:
-        if nginx.process.poll() is not None:
-            raise RuntimeError(
-                f"nginx exited with {nginx.process.returncode}:\n{nginx.error_log()}"
-            )
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.05)
-    nginx.process.kill()
-    raise TimeoutError(f"nginx not proxying after {deadline}s:\n{nginx.error_log()}")
+    poll_ready(nginx.process, nginx.http_url, deadline, "nginx", nginx.error_log)
 
 
 def start_replica(

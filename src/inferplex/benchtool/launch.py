@@ -18,7 +18,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,16 +37,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@dataclass
-class RunningServer:
-    """A started ``inferplex serve`` process, its ports and its log file."""
+class Listening:
+    """The addresses of a process listening on HOST at ``http_port`` and ``grpc_port``."""
 
-    process: subprocess.Popen[bytes]
-    repository: Path
     http_port: int
     grpc_port: int
-    metrics_port: int
-    log_path: Path
 
     @property
     def http_url(self) -> str:
@@ -55,6 +50,33 @@ class RunningServer:
     @property
     def grpc_url(self) -> str:
         return f"{HOST}:{self.grpc_port}"
+
+
+def stop_process(
+    process: subprocess.Popen[bytes], sig: signal.Signals, timeout: float = 60.0
+) -> int:
+    """Send ``sig`` (the program's graceful stop), then wait for the exit; returns the exit
+    code. A process still running after ``timeout`` is killed and TimeoutExpired raised."""
+    if process.poll() is None:
+        process.send_signal(sig)
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise
+
+
+@dataclass
+class RunningServer(Listening):
+    """A started ``inferplex serve`` process, its ports and its log file."""
+
+    process: subprocess.Popen[bytes]
+    repository: Path
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
 
     @property
     def metrics_url(self) -> str:
@@ -66,14 +88,7 @@ class RunningServer:
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM (the server drains), then wait for the exit; returns the exit code. A
         server still running after ``timeout`` is killed and TimeoutExpired raised."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
+        return stop_process(self.process, signal.SIGTERM, timeout)
 
 
 def start_server(
@@ -112,13 +127,25 @@ def start_server(
 def wait_ready(server: RunningServer, deadline: float) -> None:
     """Poll ``/v2/health/ready`` until it answers 200; BenchError with the end of the log if
     the server exits first or is not ready after ``deadline`` seconds (then it is killed)."""
+    poll_ready(server.process, server.http_url, deadline, "the server", lambda: _tail(server))
+
+
+def poll_ready(
+    process: subprocess.Popen[bytes],
+    address: str,
+    deadline: float,
+    what: str,
+    log: Callable[[], str],
+) -> None:
+    """Poll ``/v2/health/ready`` at ``address`` (host:port, the server's or a proxy's in
+    front of it) until it answers 200. BenchError naming ``what`` with ``log()`` if
+    ``process`` exits first or nothing is ready after ``deadline`` seconds (then it is
+    killed)."""
     end = time.monotonic() + deadline
-    url = f"http://{server.http_url}/v2/health/ready"
+    url = f"http://{address}/v2/health/ready"
     while time.monotonic() < end:
-        if server.process.poll() is not None:
-            raise BenchError(
-                f"the server exited with {server.process.returncode}:\n{_tail(server)}"
-            )
+        if process.poll() is not None:
+            raise BenchError(f"{what} exited with {process.returncode}:\n{log()}")
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 if response.status == 200:
@@ -126,9 +153,9 @@ def wait_ready(server: RunningServer, deadline: float) -> None:
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.05)  # polling a child's readiness, with a deadline
-    server.process.kill()
-    server.process.wait()
-    raise BenchError(f"the server was not ready after {deadline:g} s:\n{_tail(server)}")
+    process.kill()
+    process.wait()
+    raise BenchError(f"{what} was not ready after {deadline:g} s:\n{log()}")
 
 
 def _tail(server: RunningServer) -> str:
