@@ -12,7 +12,9 @@ import signal
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import uvloop
@@ -22,6 +24,7 @@ from inferplex.backends.worker_process import pass_to_workers
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
 from inferplex.engine.inference import InferenceEngine
+from inferplex.errors import InferplexError
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
 from inferplex.frontends.http import HttpApp, create_http_app
 from inferplex.lifecycle.manager import LifecycleManager
@@ -48,6 +51,21 @@ logger = logging.getLogger(__name__)
 
 def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
+
+
+def model_folders(engine: InferenceEngine) -> Callable[[str], Path | None]:
+    """Where the files a model's configuration names are (an output's label_filename):
+    the folder of a load request's file overrides while those serve, else the model's
+    folder in the repository."""
+    loader = engine.lifecycle.loader
+
+    def folder(name: str) -> Path | None:
+        try:
+            return loader.overrides.source(name) or loader.model_dir(name)
+        except InferplexError:  # a name no folder can have
+            return None
+
+    return folder
 
 
 def build_engine(config: ServerConfig) -> InferenceEngine:
@@ -123,7 +141,7 @@ class Server:
         self._tracing: Any = None
         self.engine = build_engine(config)
         #: the one door to the engine for inference, over REST, gRPC and ``infer``
-        self.plane = DataPlane.from_config(self.engine, config)
+        self.plane = DataPlane.from_config(self.engine, config, model_folders(self.engine))
         self.http_port = 0
         self.grpc_port = 0
         self.metrics_port = 0

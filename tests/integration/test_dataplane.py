@@ -4,6 +4,7 @@ built-in servers and on their reference twins. Triton's own clients drive both p
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,8 @@ httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-CLASSIFICATION_REFUSED = (
-    "output 'OUTPUT0': the classification extension is not supported (parameter 'classification')"
-)
+#: add_sub's OUTPUT0 for INPUT0 = INPUT1 = 0..15 is 0, 2, .., 30: its top three classes
+TOP_THREE = [[b"30.000000:15", b"28.000000:14", b"26.000000:13"]]
 
 #: infer(outputs: [(name, class_count)]) over one protocol
 Infer = Callable[[list[tuple[str, int]]], dict[str, np.ndarray]]
@@ -57,11 +57,21 @@ def test_outputs_without_classification_are_the_tensors(infer: Infer) -> None:
     assert answer["OUTPUT1"].tolist() == [[0.0] * 16]
 
 
-def test_classification_is_refused_alike_over_every_protocol(infer: Infer) -> None:
+def test_classification_answers_alike_over_every_protocol(infer: Infer) -> None:
     # gRPC used to ignore the parameter and answer the whole tensor, REST refused it
+    answer = infer([("OUTPUT0", 3), ("OUTPUT1", 0)])
+    assert answer["OUTPUT0"].tolist() == TOP_THREE  # [batch, 3] BYTES, as Triton answers
+    assert answer["OUTPUT1"].tolist() == [[0.0] * 16]
+    again = infer([("OUTPUT0", 3), ("OUTPUT1", 0)])  # a layout seen before: the same
+    assert again["OUTPUT0"].tolist() == TOP_THREE
+
+
+def test_a_bad_class_count_is_refused_alike_over_every_protocol(infer: Infer) -> None:
     with pytest.raises(InferenceServerException) as refused:
-        infer([("OUTPUT0", 3), ("OUTPUT1", 0)])
-    assert CLASSIFICATION_REFUSED in refused.value.message()
+        infer([("OUTPUT0", -1)])
+    assert "output 'OUTPUT0': parameter 'classification' must be a non-negative integer" in (
+        refused.value.message()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +96,43 @@ def add_sub_request(shape: tuple[int, ...] = (1, 16), **output: Any) -> Inferenc
 
 def test_the_in_process_api_goes_through_the_same_plane(in_process: Server) -> None:
     assert in_process.infer(add_sub_request()).outputs[0].data.tolist() == [[2.0] * 16]
-    with pytest.raises(InvalidInputError, match="classification extension is not supported"):
-        in_process.infer(add_sub_request(classification=2))
+    classes = in_process.infer(add_sub_request(classification=2)).outputs[0]
+    assert (classes.datatype, classes.shape) == ("BYTES", (1, 2))
+    assert classes.data.tolist() == [[b"2.000000:0", b"2.000000:1"]]
+    with pytest.raises(InvalidInputError, match="'classification' must be a non-negative"):
+        in_process.infer(add_sub_request(classification=-2))
     with pytest.raises(PayloadTooLargeError, match=r"INPUT0.*65 elements.*64"):
         in_process.infer(add_sub_request((1, 65)))
     with pytest.raises(InvalidInputError, match=r"INPUT0.*'shape' \[-1, 16\].*negative"):
         in_process.infer(add_sub_request((-1, 16)))
+
+
+def test_classes_carry_the_labels_of_the_outputs_label_file(
+    test_repository: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repository"
+    shutil.copytree(test_repository / "add_sub", repo / "add_sub")
+    config = repo / "add_sub" / "config.pbtxt"
+    labelled = 'name: "OUTPUT0"\n    label_filename: "labels.txt"'
+    config.write_text(config.read_text().replace('name: "OUTPUT0"', labelled, 1))
+    (repo / "add_sub" / "labels.txt").write_text("".join(f"class {i}\n" for i in range(16)))
+    settings = ServerConfig(model_repository=repo, http_port=0, grpc_port=0, metrics_port=0)
+    with Server(settings) as server:
+        served = server.engine.model_config("add_sub").output[0]
+        assert served.label_filename == "labels.txt"
+        data = np.arange(16, dtype=np.float32).reshape(1, 16)
+        for protocol in (httpclient, grpcclient):
+            url = f"127.0.0.1:{server.http_port if protocol is httpclient else server.grpc_port}"
+            client = protocol.InferenceServerClient(url)
+            inputs = [protocol.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+            for tensor in inputs:
+                tensor.set_data_from_numpy(data)
+            output = protocol.InferRequestedOutput("OUTPUT0", class_count=2)
+            result = client.infer("add_sub", inputs, outputs=[output])
+            client.close()
+            assert result.as_numpy("OUTPUT0").tolist() == [
+                [b"30.000000:15:class 15", b"28.000000:14:class 14"]
+            ]
 
 
 # -- the routing key ---------------------------------------------------------------------------

@@ -375,8 +375,8 @@ class ServerConfig(BaseSettings):
     )
     routing_header: str = Field(
         default="",
-        description="HTTP header whose value becomes the request parameter routing_key (sticky "
-        "routes), e.g. x-user-id; empty = none",
+        description="HTTP header (over gRPC: metadata key) whose value becomes the request "
+        "parameter routing_key (sticky routes), e.g. x-user-id; empty = none",
     )
     breaker_failures: int = Field(
         default=0,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import message_factory
 
 from inferplex.errors import UnsupportedError
+from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
@@ -168,6 +169,8 @@ class GrpcFrontend:
             if key is not None:
                 plane.route(decoded, key)
         response = await plane.infer(decoded)
+        if type(decoded.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
+            response = await plane.classify(decoded, response)
         encoded = offload.encode_grpc_here(response, decoded, shm)
         if encoded is None:
             encoded = await offload.encode_grpc(response, decoded, shm)

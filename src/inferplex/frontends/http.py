@@ -50,6 +50,7 @@ from inferplex.errors import (
     UnsupportedError,
 )
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
+from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import offload
 from inferplex.protocol.v2.errors import HTTP_STATUS
@@ -328,6 +329,8 @@ class HttpApp:
         if routing_key is not None:
             plane.route(request, routing_key)
         response = await plane.infer(request)
+        if type(request.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
+            response = await plane.classify(request, response)
         encoded = offload.encode_rest_here(response, request, shm)
         if encoded is None:
             encoded = await offload.encode_rest(response, request, shm)

@@ -9,8 +9,9 @@ engine is decided here, once, so the protocols cannot disagree:
   size its shape needs (:func:`input_dtype`, :func:`check_dims`, :func:`raw_size_error`);
 - shared memory: an input read from the region it names, an output checked against and
   written to its region (:func:`shared_input`, :func:`requested_output`, :func:`shared_output`);
-- the output parameters the server acts on, the classification extension among them
-  (:func:`requested_output`);
+- the output parameters the server acts on (:func:`requested_output`), the classification
+  extension among them: an output asked for as its top N classes is answered so, as Triton
+  does (:meth:`DataPlane.classify`, ``protocol/classification.py``);
 - the request limits (:class:`RequestLimits`) and the model's checks of what each input
   declares, before a large tensor is decoded (:attr:`DataPlane.checks`);
 - the routing key: the configured HTTP header, or the gRPC metadata key of the same name,
@@ -24,13 +25,23 @@ second pass and builds nothing more. What concerns the decoded request as a whol
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from inferplex.datatypes import V2_TO_NUMPY
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.classification import (
+    CLASSIFICATION,
+    ClassifiedOutputs,
+    class_count,
+    classify,
+    read_labels,
+)
 from inferplex.protocol.v2.checks import CheckFactory, declared_checks
 from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.limits import RequestLimits
@@ -38,12 +49,14 @@ from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
 from inferplex.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
+    from inferplex.config.model_config import ModelConfig
     from inferplex.config.server_config import ServerConfig
     from inferplex.core.validation import RequestValidator
 
 __all__ = [
     "CLASSIFICATION",
     "ROUTING_KEY",
+    "ClassifiedOutputs",
     "DataPlane",
     "Engine",
     "check_dims",
@@ -56,8 +69,12 @@ __all__ = [
     "unknown_datatype",
 ]
 
-#: the output parameter of Triton's classification extension
-CLASSIFICATION = "classification"
+logger = logging.getLogger(__name__)
+
+#: model name -> the folder its configuration's files are in (label_filename), if known
+Folders = Callable[[str], Path | None]
+#: label files kept read, by configuration; the oldest goes first
+_LABELS_KEPT = 64
 
 
 class Engine(Protocol):
@@ -70,6 +87,8 @@ class Engine(Protocol):
 
     def infer(self, request: InferenceRequest) -> Awaitable[InferenceResponse]: ...
 
+    def model_config(self, name: str, version: str = "") -> ModelConfig: ...
+
 
 class DataPlane:
     """The requests of every protocol on their way to the engine: ``admit`` a decoded
@@ -78,6 +97,8 @@ class DataPlane:
     alone makes its own)."""
 
     __slots__ = (
+        "_folders",
+        "_labels",
         "admit",
         "checks",
         "engine",
@@ -87,10 +108,19 @@ class DataPlane:
         "routing_metadata",
     )
 
-    def __init__(self, engine: Engine, limits: RequestLimits, routing_header: str = "") -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        limits: RequestLimits,
+        routing_header: str = "",
+        folders: Folders | None = None,
+    ) -> None:
         """``routing_header``: the HTTP header (and gRPC metadata key) whose value becomes
-        the request parameter ``routing_key``; empty for none."""
+        the request parameter ``routing_key``; empty for none. ``folders``: where a model's
+        label files are (without it, classes come without labels)."""
         self.engine = engine
+        self._folders = folders
+        self._labels: dict[tuple[int, str], tuple[ModelConfig, Sequence[str] | None]] = {}
         self.limits = limits
         #: the checks of a decoded request as a whole, run where it was decoded; raise an
         #: InferplexError to refuse it. Today the limits alone: bound, no call of its own
@@ -106,9 +136,11 @@ class DataPlane:
         self.routing_metadata = key  # so do gRPC metadata keys
 
     @classmethod
-    def from_config(cls, engine: Engine, config: ServerConfig) -> DataPlane:
+    def from_config(
+        cls, engine: Engine, config: ServerConfig, folders: Folders | None = None
+    ) -> DataPlane:
         limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
-        return cls(engine, limits, config.routing_header)
+        return cls(engine, limits, config.routing_header, folders)
 
     @property
     def shared_memory(self) -> SharedMemoryRegistry | None:
@@ -130,11 +162,53 @@ class DataPlane:
         for tensor in request.inputs:
             input_dtype(tensor.name, tensor.datatype)
             check_dims(tensor.name, tuple(tensor.shape))
+        classified = False
         for output in request.outputs:
-            if output.parameters:
-                requested_output(output.name, output.parameters, shm)
+            if output.parameters and requested_output(output.name, output.parameters, shm):
+                classified = True
         self.admit(request)
-        return await self.engine.infer(request)
+        response = await self.engine.infer(request)
+        return await self.classify(request, response) if classified else response
+
+    async def classify(
+        self, request: InferenceRequest, response: InferenceResponse
+    ) -> InferenceResponse:
+        """The answer to a request that asked for the top classes of some of its outputs
+        (its outputs are ClassifiedOutputs when it came through a codec): those outputs
+        as their classes, the others as they are."""
+        counts = {out.name: class_count(out.name, out.parameters) for out in request.outputs}
+        config = self.engine.model_config(response.model_name, response.model_version)
+        outputs = []
+        for tensor in response.outputs:
+            count = counts.get(tensor.name, 0)
+            if count:
+                labels = await self._labels_of(config, tensor.name)
+                tensor = classify(tensor, count, config.max_batch_size > 0, labels)
+            outputs.append(tensor)
+        return InferenceResponse(
+            response.model_name, response.model_version, outputs, response.id, response.parameters
+        )
+
+    async def _labels_of(self, config: ModelConfig, output: str) -> Sequence[str] | None:
+        """The labels of an output of a model with ``config``: its label file, read once
+        per configuration (a reload brings a new one), in a worker thread."""
+        key = (id(config), output)
+        known = self._labels.get(key)
+        if known is not None and known[0] is config:
+            return known[1]
+        labels = None
+        spec = next((t for t in config.output if t.name == output), None)
+        folder = self._folders(config.name) if self._folders is not None else None
+        if spec is not None and spec.label_filename and folder is not None:
+            path = folder / spec.label_filename
+            try:
+                labels = await asyncio.to_thread(read_labels, path)
+            except (OSError, UnicodeDecodeError) as exc:
+                logger.warning("model '%s': labels of '%s' not read: %s", config.name, output, exc)
+        if len(self._labels) >= _LABELS_KEPT:
+            del self._labels[next(iter(self._labels))]
+        self._labels[key] = (config, labels)
+        return labels
 
     def routing_value(self, metadata: list[tuple[str, str | bytes]]) -> str | None:
         """The routing key in a gRPC call's metadata, if the call has one."""
@@ -205,18 +279,20 @@ def shared_input(
 
 def requested_output(
     name: str, parameters: Mapping[str, Any], shm: SharedMemoryRegistry | None
-) -> None:
+) -> int:
     """The checks of a requested output's parameters the server acts on, as the request
-    arrives: the classification extension is refused (the same error over every protocol);
-    a shared-memory region must be registered and large enough."""
-    if parameters.get(CLASSIFICATION):
-        raise InvalidInputError(
-            f"output '{name}': the classification extension is not supported (parameter "
-            f"'{CLASSIFICATION}'); request the output without it and take its top classes "
-            "on the client"
-        )
+    arrives; returns how many classes the output is asked for (0: its tensor). A codec
+    that meets one above 0 makes the request's outputs ClassifiedOutputs. A shared-memory
+    region must be registered and large enough, and takes a tensor, not classes."""
+    count = class_count(name, parameters) if CLASSIFICATION in parameters else 0
     if REGION in parameters:
+        if count:
+            raise InvalidInputError(
+                f"output '{name}': parameters '{CLASSIFICATION}' and '{REGION}' together: "
+                "classes are answered in the response, not in shared memory; give one"
+            )
         require(shm).check_output(name, parameters)
+    return count
 
 
 def shared_output(

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
 
+from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.errors import InferplexError, InvalidInputError, PayloadTooLargeError
 from inferplex.protocol import dataplane
+from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import ROUTING_KEY, DataPlane
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec, rest
@@ -70,12 +73,20 @@ BAD_TENSORS: list[tuple[str, str, list[int], bytes, dict[str, Any], str]] = [
         "holds 16 bytes, expected 12: shape [1, 3] of FP32 needs 12 bytes (3 elements of 4)",
     ),
     (
-        "classification",
+        "classification count",
         "FP32",
         [2],
         b"\0" * 8,
-        {"OUT": {"classification": 2}},
-        "output 'OUT': the classification extension is not supported",
+        {"OUT": {"classification": -2}},
+        "output 'OUT': parameter 'classification' must be a non-negative integer",
+    ),
+    (
+        "classification in shared memory",
+        "FP32",
+        [2],
+        b"\0" * 8,
+        {"OUT": {"classification": 2, "shared_memory_region": "r"}},
+        "output 'OUT': parameters 'classification' and 'shared_memory_region' together",
     ),
 ]
 
@@ -103,27 +114,57 @@ def test_rest_and_grpc_refuse_alike(case: Any) -> None:
         assert words["rest"] == words["grpc"]
 
 
-def test_classification_zero_asks_for_nothing() -> None:
-    for decode in CODECS.values():
-        request = decode("X", "FP32", [2], b"\0" * 8, {"OUT": {"classification": 0}})
-        assert request.outputs[0].name == "OUT"
+@pytest.mark.parametrize("protocol", list(CODECS))
+def test_a_classified_output_marks_the_requested_outputs(protocol: str) -> None:
+    decode = CODECS[protocol]
+    plain = decode("X", "FP32", [2], b"\0" * 8, {"OUT": {"classification": 0}, "B": {}})
+    assert type(plain.outputs) is list and plain.outputs[0].name == "OUT"
+    asked = decode("X", "FP32", [2], b"\0" * 8, {"A": {}, "OUT": {"classification": 3}})
+    assert type(asked.outputs) is ClassifiedOutputs
+    assert [(o.name, o.parameters.get("classification")) for o in asked.outputs] == [
+        ("A", None),
+        ("OUT", 3),
+    ]
 
 
 # -- the plane ---------------------------------------------------------------------------------
 
 
 class Engine:
+    """Answers every request with SCORES (2 rows of 4) and its inputs as they came."""
+
     shared_memory = None
 
-    def __init__(self) -> None:
+    def __init__(self, config: ModelConfig | None = None) -> None:
         self.seen: list[InferenceRequest] = []
+        self.config = config if config is not None else model_config()
 
     def input_checks(self, name: str, version: str = "") -> None:
         return None
 
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        return self.config
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         self.seen.append(request)
-        return InferenceResponse(request.model_name, "1", [])
+        scores = Tensor("SCORES", "FP32", (2, 4), SCORES)
+        return InferenceResponse(request.model_name, "1", [scores, *request.inputs])
+
+
+SCORES = np.array([[1.1, 3.3, 0.5, 2.4], [0.0, -1.0, 7.0, 7.0]], np.float32)
+
+
+def model_config(labels: str = "") -> ModelConfig:
+    return ModelConfig.model_validate(
+        {
+            "name": "m",
+            "max_batch_size": 4,
+            "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1]}],
+            "output": [
+                {"name": "SCORES", "data_type": "TYPE_FP32", "dims": [4], "label_filename": labels}
+            ],
+        }
+    )
 
 
 def plane(routing_header: str = "", elements: int = 100, string_bytes: int = 10) -> DataPlane:
@@ -192,9 +233,12 @@ async def test_in_process_requests_get_the_checks_of_a_decoded_one() -> None:
     with pytest.raises(InvalidInputError, match="unknown datatype 'FLOAT'"):
         await door.infer_local(bad)
     classify = request()
-    classify.outputs = [RequestedOutput("OUT", {"classification": 1})]
-    with pytest.raises(InvalidInputError, match="classification extension"):
+    classify.outputs = [RequestedOutput("OUT", {"classification": "1"})]
+    with pytest.raises(InvalidInputError, match="'classification' must be a non-negative"):
         await door.infer_local(classify)
+    classify.outputs = [RequestedOutput("SCORES", {"classification": 1})]
+    answer = await door.infer_local(classify)
+    assert answer.outputs[0].data.tolist() == [[b"3.300000:1"], [b"7.000000:2"]]
     with pytest.raises(PayloadTooLargeError):
         await door.infer_local(request((1, 5)))
     assert (await door.infer_local(request())).model_name == "m"
@@ -211,3 +255,39 @@ def test_every_refusal_is_an_inferplex_error() -> None:
         dataplane.input_dtype("X", {"not": "hashable"})
     assert dataplane.input_dtype("X", "INT8") == np.dtype(np.int8)
     dataplane.check_dims("X", ())
+
+
+# -- the classification extension, once for every protocol ----------------------------------
+
+
+async def test_classify_answers_the_top_classes_with_their_labels(tmp_path: Path) -> None:
+    (tmp_path / "labels.txt").write_text("apple\npear\n\nplum\n")
+    engine = Engine(model_config("labels.txt"))
+    door = DataPlane(engine, RequestLimits(100, 10), folders={"m": tmp_path}.get)
+    asked = request()
+    asked.outputs = ClassifiedOutputs([RequestedOutput("SCORES", {"classification": 2})])
+    response = await door.classify(asked, await door.infer(asked))
+    scores, passed = response.outputs
+    assert (scores.name, scores.datatype, scores.shape) == ("SCORES", "BYTES", (2, 2))
+    # label 2 is an empty line: left out, as Triton leaves out a label it has not
+    assert scores.data.tolist() == [
+        [b"3.300000:1:pear", b"2.400000:3:plum"],
+        [b"7.000000:2", b"7.000000:3:plum"],
+    ]
+    assert passed.name == "X" and passed.datatype == "FP32"  # not asked for: as it was
+    (tmp_path / "labels.txt").write_text("changed\n")
+    again = await door.classify(asked, await door.infer(asked))
+    assert again.outputs[0].data[0, 0] == b"3.300000:1:pear"  # read once per configuration
+
+
+async def test_labels_that_cannot_be_read_leave_the_classes_without_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    door = DataPlane(
+        Engine(model_config("missing.txt")), RequestLimits(100, 10), "", {"m": tmp_path}.get
+    )
+    asked = request()
+    asked.outputs = ClassifiedOutputs([RequestedOutput("SCORES", {"classification": 1})])
+    response = await door.classify(asked, await door.infer(asked))
+    assert response.outputs[0].data.tolist() == [[b"3.300000:1"], [b"7.000000:2"]]
+    assert "labels of 'SCORES' not read" in caplog.text

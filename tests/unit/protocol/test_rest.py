@@ -452,9 +452,9 @@ BAD_DOCUMENTS: list[tuple[str, Any, str]] = [
         "output 'O'.*binary_data",
     ),
     (
-        "classification",
-        {**request_with(), "outputs": [{"name": "O", "parameters": {"classification": 3}}]},
-        "output 'O'.*classification",
+        "classification not a count",
+        {**request_with(), "outputs": [{"name": "O", "parameters": {"classification": 2.5}}]},
+        "output 'O'.*'classification' must be a non-negative integer",
     ),
 ]
 

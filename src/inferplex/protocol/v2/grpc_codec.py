@@ -27,6 +27,7 @@ from inferplex.datatypes import (
     view_input,
 )
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import (
     negative_dims,
     raw_size_error,
@@ -173,15 +174,18 @@ def _raw_entry(tensor: Any, name: str, raw: Any, entry: int, inputs: int) -> byt
 
 
 def _decode_outputs(messages: Any, shm: SharedMemoryRegistry | None) -> list[RequestedOutput]:
-    """The requested outputs, their parameters checked by the data plane."""
+    """The requested outputs, their parameters checked by the data plane (ClassifiedOutputs
+    when one is asked for as its top classes)."""
     outputs: list[RequestedOutput] = []
+    classified = False
     for out in messages:
         requested = RequestedOutput(out.name)
         if out.parameters:
             requested.parameters = parameters_from_proto(out.parameters)
-            requested_output(requested.name, requested.parameters, shm)
+            if requested_output(requested.name, requested.parameters, shm):
+                classified = True
         outputs.append(requested)
-    return outputs
+    return ClassifiedOutputs(outputs) if classified else outputs
 
 
 def _raw_count_error(entries: int, inputs: int) -> None:

@@ -41,6 +41,7 @@ from inferplex.datatypes import (
     view_input,
 )
 from inferplex.errors import InferplexError, InvalidInputError
+from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import (
     negative_dims,
     raw_size_error,
@@ -411,6 +412,7 @@ def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[
             f"'outputs' must be a list of requested outputs, got {json_type(raw_outputs)}"
         )
     outputs: list[RequestedOutput] = []
+    classified = False
     for index, raw in enumerate(raw_outputs):
         if type(raw) is not dict:
             raise InvalidInputError(f"outputs[{index}] must be a JSON object, got {json_type(raw)}")
@@ -420,15 +422,15 @@ def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[
         parameters = raw.get("parameters")
         if parameters is None:
             parameters = {}
-        else:
-            _check_output_parameters(parameters, name, shm)
+        elif _check_output_parameters(parameters, name, shm):
+            classified = True
         outputs.append(RequestedOutput(name, parameters))
-    return outputs
+    return ClassifiedOutputs(outputs) if classified else outputs
 
 
-def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | None) -> None:
+def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | None) -> int:
     """An output's 'parameters': a shallow object whose binary_data is a bool; then the
-    data plane's checks (classification, shared memory)."""
+    data plane's checks (shared memory, classification: returns how many classes)."""
     parameters = _parameters(raw, "output", name)
     binary = parameters.get("binary_data", False)
     if not isinstance(binary, bool):
@@ -436,7 +438,7 @@ def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | No
             f"output '{name}': parameters.binary_data must be true or false, got "
             f"{json_type(binary)}"
         )
-    requested_output(name, parameters, shm)
+    return requested_output(name, parameters, shm)
 
 
 def _parameters(raw: Any, owner: str, name: str) -> dict[str, Any]:
