@@ -100,6 +100,7 @@ def test_server_metadata(client: httpclient.InferenceServerClient) -> None:
     assert metadata["name"] == "inferplex"
     assert metadata["version"]
     assert "binary_tensor_data" in metadata["extensions"]
+    assert "classification" in metadata["extensions"]
 
 
 def test_model_metadata(client: httpclient.InferenceServerClient) -> None:

@@ -33,7 +33,13 @@ from inferplex.version import __version__
 
 #: Protocol extensions implemented in full (perf_analyzer polls statistics when listed);
 #: system_shared_memory is listed only where the server allows it (--allow-shared-memory).
-EXTENSIONS = ("binary_tensor_data", "model_configuration", "model_repository", "statistics")
+EXTENSIONS = (
+    "binary_tensor_data",
+    "classification",  # answered by the data plane (protocol/dataplane.py)
+    "model_configuration",
+    "model_repository",
+    "statistics",
+)
 SHARED_MEMORY_EXTENSION = "system_shared_memory"
 
 
