@@ -13,8 +13,8 @@ purpose: on a 2-core machine a heavy client steals the server's CPU and distorts
   100 µs of client CPU per 600 KB request where grpc.aio takes about 350), each call's frames
   encoded once, the answer left as bytes; ``benchtool.clients.grpc_infer`` gives grpc.aio,
   to compare.
-- Open loop over HTTP: an :class:`HttpPool` of keep-alive connections, one per request in
-  flight, opened on demand.
+- Open loop over HTTP: a ``benchtool.clients.HttpPool`` of keep-alive connections, one per
+  request in flight, opened on demand.
 """
 
 from __future__ import annotations
@@ -184,36 +184,6 @@ async def _run_for(tasks: list[asyncio.Task[None]], seconds: float) -> None:
 
 async def open_http(host: str, port: int, count: int) -> list[HttpConnection]:
     return [await HttpConnection.open(host, port) for _ in range(count)]
-
-
-class HttpPool:
-    """Keep-alive connections for an open loop: each request takes the idle connection used
-    last, or opens one when every connection has a request in flight. Connections the server
-    closed while idle (its keep-alive timeout) are dropped."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._host = host
-        self._port = port
-        self._idle: list[HttpConnection] = []
-        self._all: list[HttpConnection] = []
-
-    async def send(self, request: bytes) -> tuple[bytes, bytes]:
-        """Like :meth:`HttpConnection.send`."""
-        while self._idle and not self._idle[-1].is_open:
-            self._idle.pop()
-        if self._idle:
-            connection = self._idle.pop()
-        else:
-            connection = await HttpConnection.open(self._host, self._port)
-            self._all.append(connection)
-        answer = await connection.send(request)
-        # Only a connection whose answer was read in full can carry the next request.
-        self._idle.append(connection)
-        return answer
-
-    async def close(self) -> None:
-        for connection in self._all:
-            connection.close()
 
 
 async def grpc_call(host: str, port: int, request: bytes) -> tuple[GrpcConnection, Call]:

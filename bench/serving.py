@@ -32,10 +32,11 @@ import numpy as np
 import onnxruntime as ort
 import psutil
 
-from bench.loadgen import HttpPool, Measurement, measure_open
+from bench.loadgen import Measurement, measure_open
 from bench.overhead import Timing, inprocess_session
 from examples import modelgen
 from inferplex.benchtool import arrays
+from inferplex.benchtool.clients import HttpPool
 from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
 

@@ -112,15 +112,19 @@ class InferClient(ABC):
         """Close every connection."""
 
 
-class HttpClient(InferClient):
-    """HTTP/1.1 over raw keep-alive connections."""
+class HttpPool:
+    """Keep-alive connections to one server: each request takes the idle connection used
+    last, or opens one when every connection has a request in flight (an open loop has as
+    many as it has requests in flight). Connections the server closed while idle (its
+    keep-alive timeout) are dropped."""
 
-    def __init__(self, host: str, port: int, request: bytes) -> None:
-        self._host, self._port, self._request = host, port, request
+    def __init__(self, host: str, port: int) -> None:
+        self._host, self._port = host, port
         self._all: list[HttpConnection] = []
         self._idle: list[HttpConnection] = []
 
-    async def _open(self) -> HttpConnection:
+    async def open(self) -> HttpConnection:
+        """A new connection of the pool's (BenchError if the server cannot be reached)."""
         try:
             connection = await HttpConnection.open(self._host, self._port)
         except OSError as exc:
@@ -128,16 +132,12 @@ class HttpClient(InferClient):
         self._all.append(connection)
         return connection
 
-    async def lane(self) -> Send:
-        connection = await self._open()
-        request = self._request
-        return lambda: connection.send(request)
-
-    async def call(self) -> tuple[bytes, bytes]:
+    async def send(self, request: bytes) -> tuple[bytes, bytes]:
+        """Like :meth:`HttpConnection.send`, on an idle connection or a new one."""
         while self._idle and not self._idle[-1].is_open:
             self._idle.pop()
-        connection = self._idle.pop() if self._idle else await self._open()
-        answer = await connection.send(self._request)
+        connection = self._idle.pop() if self._idle else await self.open()
+        answer = await connection.send(request)
         # only a connection whose answer was read in full can carry the next request
         self._idle.append(connection)
         return answer
@@ -147,6 +147,25 @@ class HttpClient(InferClient):
             connection.close()
         self._all.clear()
         self._idle.clear()
+
+
+class HttpClient(InferClient):
+    """HTTP/1.1 over raw keep-alive connections."""
+
+    def __init__(self, host: str, port: int, request: bytes) -> None:
+        self._pool = HttpPool(host, port)
+        self._request = request
+
+    async def lane(self) -> Send:
+        connection = await self._pool.open()
+        request = self._request
+        return lambda: connection.send(request)
+
+    async def call(self) -> tuple[bytes, bytes]:
+        return await self._pool.send(self._request)
+
+    async def close(self) -> None:
+        await self._pool.close()
 
 
 class GrpcClient(InferClient):
