@@ -33,6 +33,7 @@ import httptools
 
 with atheris.instrument_imports(include=["inferplex.transport"]):
     from inferplex.transport.http_connection import Connection
+    from inferplex.transport.http_cycle import Request
     from inferplex.transport.http_limits import ByteBudget, Http1Limits
     from inferplex.transport.http_server import HttpServer
 
@@ -156,8 +157,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def admit(scope: dict[str, Any]) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
-    if scope["path"].startswith("/deny"):
+def admit(request: Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
+    if request.path.startswith("/deny"):
         return 403, b'{"error": "no"}', [(b"www-authenticate", b"Bearer")]
     return None
 
