@@ -142,10 +142,6 @@ class DataPlane:
         limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
         return cls(engine, limits, config.routing_header, folders)
 
-    @property
-    def shared_memory(self) -> SharedMemoryRegistry | None:
-        return self.engine.shared_memory
-
     def route(self, request: InferenceRequest, routing_key: str) -> None:
         """``routing_key``, the value of the routing header (or gRPC metadata key), becomes
         the request parameter ``routing_key`` unless the request has one: a parameter the
