@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from math import prod
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -60,8 +61,10 @@ __all__ = [
     "DataPlane",
     "Engine",
     "check_dims",
+    "element_count_error",
     "input_dtype",
     "negative_dims",
+    "out_of_range_error",
     "raw_size_error",
     "requested_output",
     "shared_input",
@@ -251,11 +254,30 @@ def raw_size_error(
     """The error for raw data of a fixed-size datatype whose ``nbytes`` are not what its
     shape needs; ``where`` names the data in the protocol's terms."""
     itemsize = V2_TO_NUMPY[datatype].itemsize
-    count = int(np.prod(shape, dtype=object)) if shape else 1
+    count = prod(shape)
     expected = count * itemsize
     return InvalidInputError(
         f"input '{name}': {where} holds {nbytes} bytes, expected {expected}: shape "
         f"{list(shape)} of {datatype} needs {expected} bytes ({count} elements of {itemsize})"
+    )
+
+
+def element_count_error(
+    name: str, where: str, got: int, shape: tuple[int, ...]
+) -> InvalidInputError:
+    """The error for an input whose data (``where``, in the protocol's terms) holds ``got``
+    elements where its shape needs another number."""
+    return InvalidInputError(
+        f"input '{name}': shape {list(shape)} needs {prod(shape)} elements but {where} has {got}"
+    )
+
+
+def out_of_range_error(
+    name: str, where: str, datatype: str, low: float, high: float
+) -> InvalidInputError:
+    """The error for an input whose data has values its datatype cannot hold."""
+    return InvalidInputError(
+        f"input '{name}': {where} has values outside the range of {datatype} [{low}, {high}]"
     )
 
 

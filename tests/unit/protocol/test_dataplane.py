@@ -114,6 +114,33 @@ def test_rest_and_grpc_refuse_alike(case: Any) -> None:
         assert words["rest"] == words["grpc"]
 
 
+def test_json_data_and_typed_contents_are_counted_and_ranged_alike() -> None:
+    """The element count and the range of values: the same words over REST's JSON 'data'
+    and gRPC's typed contents, but for the field's name."""
+
+    def rest_json(values: list[int], shape: list[int]) -> str:
+        document = {"inputs": [{"name": "X", "datatype": "UINT8", "shape": shape, "data": values}]}
+        with pytest.raises(InvalidInputError) as refused:
+            rest.decode_infer_request(orjson.dumps(document), None, "m")
+        return refused.value.message
+
+    def grpc_typed(values: list[int], shape: list[int]) -> str:
+        message = pb.ModelInferRequest(model_name="m")
+        message.inputs.add(name="X", datatype="UINT8", shape=shape).contents.uint_contents.extend(
+            values
+        )
+        with pytest.raises(InvalidInputError) as refused:
+            grpc_codec.decode_infer_request_bytes(message.SerializeToString())
+        return refused.value.message
+
+    for values, shape in (([1, 2], [3]), ([1, 256], [2])):
+        json_words = rest_json(values, shape)
+        typed_words = grpc_typed(values, shape)
+        assert json_words.replace("'data'", "contents.uint_contents") == typed_words
+    assert rest_json([1, 2], [3]) == "input 'X': shape [3] needs 3 elements but 'data' has 2"
+    assert "outside the range of UINT8 [0, 255]" in grpc_typed([1, 256], [2])
+
+
 @pytest.mark.parametrize("protocol", list(CODECS))
 def test_a_classified_output_marks_the_requested_outputs(protocol: str) -> None:
     decode = CODECS[protocol]

@@ -29,7 +29,9 @@ from inferplex.datatypes import (
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import (
+    element_count_error,
     negative_dims,
+    out_of_range_error,
     raw_size_error,
     requested_output,
     shared_input,
@@ -217,7 +219,7 @@ def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...
     values = getattr(contents, field)
     count = element_count(shape)
     if len(values) != count:
-        raise InvalidInputError(_count_message(contents, name, datatype, shape, field, len(values)))
+        raise InvalidInputError(_count_message(contents, name, shape, field, len(values)))
     if datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
         array[:] = list(values)
@@ -227,21 +229,13 @@ def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...
     if target != wire_dtype:
         info = np.iinfo(target)
         if count and (array.min() < info.min or array.max() > info.max):
-            raise InvalidInputError(
-                f"input '{name}': contents.{field} holds values outside the {datatype} range "
-                f"[{info.min}, {info.max}]"
-            )
+            raise out_of_range_error(name, f"contents.{field}", datatype, info.min, info.max)
         array = array.astype(target)
     return reshape_input(array, shape, name)
 
 
-def _count_message(
-    contents: Any, name: str, datatype: str, shape: tuple[int, ...], field: str, got: int
-) -> str:
-    message = (
-        f"input '{name}': expected {element_count(shape)} elements in contents.{field} for "
-        f"{datatype} shape {list(shape)}, got {got}"
-    )
+def _count_message(contents: Any, name: str, shape: tuple[int, ...], field: str, got: int) -> str:
+    message = element_count_error(name, f"contents.{field}", got, shape).message
     others = [f for f in _CONTENTS_FIELDS if f != field and len(getattr(contents, f))]
     if others:
         message += f" (data was sent in {', '.join('contents.' + f for f in others)} instead)"

@@ -13,6 +13,7 @@ import numpy as np
 
 from inferplex.datatypes import CHUNK, V2_TO_NUMPY, element_chunks, reshape_input
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.dataplane import element_count_error, out_of_range_error
 
 #: Closed ranges a JSON number must fall into for each datatype that can overflow on the cast.
 _RANGES: dict[str, tuple[int | float, int | float]] = {
@@ -60,9 +61,7 @@ def array_from_json(
             f"input '{name}': 'data' is not a rectangular nested list of numbers"
         ) from None
     if raw.size != count:
-        raise InvalidInputError(
-            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {raw.size}"
-        )
+        raise element_count_error(name, "'data'", raw.size, shape)
     if count == 0:
         return reshape_input(np.empty(0, dtype=dtype), shape, name)
     kinds = _ACCEPTED_KINDS[datatype][0]
@@ -115,9 +114,7 @@ def _wrong_kind(name: str, datatype: str, kind: str) -> InvalidInputError:
 
 def _out_of_range(name: str, datatype: str) -> InvalidInputError:
     low, high = _RANGES[datatype]
-    return InvalidInputError(
-        f"input '{name}': 'data' has values outside the range of {datatype} [{low}, {high}]"
-    )
+    return out_of_range_error(name, "'data'", datatype, low, high)
 
 
 def _bytes_from_json(data: list[Any], shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
@@ -125,9 +122,7 @@ def _bytes_from_json(data: list[Any], shape: tuple[int, ...], count: int, name: 
     flat = _flat_strings(data, name)
     del data
     if len(flat) != count:
-        raise InvalidInputError(
-            f"input '{name}': shape {list(shape)} needs {count} elements but 'data' has {len(flat)}"
-        )
+        raise element_count_error(name, "'data'", len(flat), shape)
     array = np.empty(count, dtype=np.object_)
     # encoded in C a chunk at a time, from the end, each chunk's strings freed once encoded:
     # the strings and their bytes never all exist at once
