@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,22 @@ def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
 def _is_bytes(dtype: np.dtype, spec: _Input) -> bool:
     """Whether ``dtype`` holds BYTES elements for a BYTES input (objects, bytes or str)."""
     return spec.datatype == "BYTES" and dtype.kind in "OSU"
+
+
+def _data_error(
+    name: str, spec: _Input, data: Any, dtype: Any, shape: tuple[int, ...]
+) -> InvalidInputError:
+    """Why an input's data is refused: not an array of the declared dtype, or an element
+    count its shape does not have."""
+    if dtype != spec.dtype and not (dtype is not None and _is_bytes(dtype, spec)):
+        held = type(data).__name__ if dtype is None else f"numpy {dtype}"
+        return InvalidInputError(
+            f"input '{name}' ({spec.datatype}) holds {held} data, expected a numpy "
+            f"array of {spec.dtype}"
+        )
+    return InvalidInputError(
+        f"input '{name}' has {data.size} elements, shape {list(shape)} needs {prod(shape)}"
+    )
 
 
 class _Input:
@@ -60,7 +77,8 @@ class RequestValidator:
 
     def feeds(self, request: InferenceRequest) -> tuple[dict[str, np.ndarray], int]:
         """The backend inputs (name -> array, reshaped where the config says so) and the
-        batch size (1 for a model without batching)."""
+        batch size (1 for a model without batching). Each check is one test on the way of a
+        valid request; what went wrong is worked out only once one fails."""
         inputs = self._inputs
         batched = self._batched
         feeds: dict[str, np.ndarray] = {}
@@ -68,37 +86,19 @@ class RequestValidator:
         for tensor in request.inputs:
             name = tensor.name
             spec = inputs.get(name)
-            if spec is None:
-                raise InvalidInputError(
-                    f"unknown input '{name}' for model '{self._config.name}', expected "
-                    f"{self._names(inputs)}"
-                )
-            if name in feeds:
-                raise InvalidInputError(f"input '{name}' is given more than once")
-            if tensor.datatype != spec.datatype:
-                raise InvalidInputError(
-                    f"input '{name}' has datatype {tensor.datatype}, model "
-                    f"'{self._config.name}' expects {spec.datatype}"
-                )
+            if spec is None or name in feeds or tensor.datatype != spec.datatype:
+                raise self._input_error(name, tensor.datatype, spec, feeds)
             shape = tensor.shape
-            if type(shape) is not tuple:
-                shape = tuple(shape)
+            shape = shape if type(shape) is tuple else tuple(shape)
             data = tensor.data
             dtype = getattr(data, "dtype", None)
-            # the frontends decode to the declared dtype; the in-process API may not
-            if dtype != spec.dtype and not (dtype is not None and _is_bytes(dtype, spec)):
-                held = type(data).__name__ if dtype is None else f"numpy {dtype}"
-                raise InvalidInputError(
-                    f"input '{name}' ({spec.datatype}) holds {held} data, expected a numpy "
-                    f"array of {spec.dtype}"
-                )
-            data_shape = data.shape
-            # an array of the declared shape has the right element count by construction
-            if data_shape != shape and data.size != prod(shape):
-                raise InvalidInputError(
-                    f"input '{name}' has {data.size} elements, shape {list(shape)} needs "
-                    f"{prod(shape)}"
-                )
+            # the frontends decode to the declared dtype; the in-process API may not (then the
+            # data may be no array at all). An array of the declared shape has the right
+            # element count by construction
+            if (dtype != spec.dtype and not (dtype is not None and _is_bytes(dtype, spec))) or (
+                (data_shape := data.shape) != shape and data.size != prod(shape)
+            ):
+                raise _data_error(name, spec, data, dtype, shape)
             if batched:
                 dims = shape[1:]
                 if not shape or not (
@@ -106,31 +106,58 @@ class RequestValidator:
                 ):
                     raise self._shape_error(name, shape, spec.spec)
                 rows = shape[0]
-                if rows < 1 or rows > self._max_batch_size:
-                    raise InvalidInputError(
-                        f"input '{name}' has batch size {rows}, model '{self._config.name}' "
-                        f"accepts 1 to max_batch_size {self._max_batch_size}"
-                    )
-                if batch_size != rows:
-                    if batch_size != -1:
-                        raise InvalidInputError(
-                            f"input '{name}' has batch size {rows}, other inputs have "
-                            f"{batch_size}: all inputs must share the batch dimension"
-                        )
-                    batch_size = rows
+                if (
+                    rows < 1
+                    or rows > self._max_batch_size
+                    or (batch_size != rows and batch_size != -1)
+                ):
+                    raise self._rows_error(name, rows, batch_size)
+                batch_size = rows
             elif not (shape == spec.dims if spec.fixed else _dims_match(shape, spec.dims)):
                 raise self._shape_error(name, shape, spec.spec)
             if spec.reshape is not None:
                 shape = (shape[0], *spec.reshape) if batched else spec.reshape
             feeds[name] = data if data_shape == shape else data.reshape(shape)
         if len(feeds) != len(inputs):
-            missing = [name for name in self._required if name not in feeds]
-            if missing:
-                raise InvalidInputError(
-                    f"model '{self._config.name}' is missing required input(s) {missing}, "
-                    f"expected {self._names(inputs)}"
-                )
+            self._check_required(feeds)
         return feeds, batch_size if batch_size > 0 else 1
+
+    def _input_error(
+        self, name: str, datatype: str, spec: _Input | None, feeds: Collection[str]
+    ) -> InvalidInputError:
+        """Why an input is refused by name or datatype: unknown, repeated, wrong datatype."""
+        if spec is None:
+            return InvalidInputError(
+                f"unknown input '{name}' for model '{self._config.name}', expected "
+                f"{self._names(self._inputs)}"
+            )
+        if name in feeds:
+            return InvalidInputError(f"input '{name}' is given more than once")
+        return InvalidInputError(
+            f"input '{name}' has datatype {datatype}, model "
+            f"'{self._config.name}' expects {spec.datatype}"
+        )
+
+    def _rows_error(self, name: str, rows: int, batch_size: int) -> InvalidInputError:
+        """Why an input's batch dimension is refused: out of range, or unlike the others'."""
+        if rows < 1 or rows > self._max_batch_size:
+            return InvalidInputError(
+                f"input '{name}' has batch size {rows}, model '{self._config.name}' "
+                f"accepts 1 to max_batch_size {self._max_batch_size}"
+            )
+        return InvalidInputError(
+            f"input '{name}' has batch size {rows}, other inputs have "
+            f"{batch_size}: all inputs must share the batch dimension"
+        )
+
+    def _check_required(self, feeds: Collection[str]) -> None:
+        """Every input the config does not mark optional was given."""
+        missing = [name for name in self._required if name not in feeds]
+        if missing:
+            raise InvalidInputError(
+                f"model '{self._config.name}' is missing required input(s) {missing}, "
+                f"expected {self._names(self._inputs)}"
+            )
 
     def check_declared(self, name: str, datatype: str, shape: tuple[int, ...]) -> None:
         """The checks of ``feeds`` that need only what a request declares of one input (its
