@@ -329,41 +329,52 @@ class Scheduler:
                 continue
             if state.running == 0 and state.seen != previous:
                 fresh.append(state)
-            elif state.vtime < active_min:
-                active_min = state.vtime
+            else:
+                active_min = state.vtime if state.vtime < active_min else active_min
             state.seen = epoch
             states.append(state)
-        fair = self._fair
-        if fair:
-            self._advance_floor(active_min, fresh)
+        self._advance_floor(active_min, fresh)
         if self._running >= self._slots or not states:
             return None
         if len(states) > 1:  # one candidate (the usual case) needs no order
-            if fair:
-                states.sort(key=_FAIR_ORDER)
-            else:
-                last = self._last_started
-                states.sort(key=lambda s: (last is not None and s.key <= last, s.key))
+            self._order(states)
         bar = self._reservation_bar(now)
         room = -1  # executions the models below the bar may still start; computed on first need
         reserved: set[str] | None = None
         for state in states:
             if state.weight < bar and not state.missing:
-                if room < 0:
-                    room = self._room_below(bar)
+                room = self._room_below(bar) if room < 0 else room
                 if room == 0:
                     continue
-            needs = state.needs
-            if needs:
-                if reserved and any(name in reserved for name, _ in needs):
-                    continue
-                if not self._fits(needs):
-                    if reserved is None:
-                        reserved = set()
-                    reserved.update(name for name, _ in needs)
-                    continue
+            # a model with rate-limiter resources waits while they are taken, and one that
+            # cannot have them holds them back from those after it
+            if state.needs and (held := self._held_back(state.needs, reserved)) is not None:
+                reserved = held
+                continue
             return state.key
         return None
+
+    def _order(self, states: list[_ModelState]) -> None:
+        """Sort candidates into the order they are offered a slot: fair (virtual time, then
+        Triton's tie-break) or round robin after the model started last."""
+        if self._fair:
+            states.sort(key=_FAIR_ORDER)
+        else:
+            last = self._last_started
+            states.sort(key=lambda s: (last is not None and s.key <= last, s.key))
+
+    def _held_back(
+        self, needs: tuple[tuple[str, int], ...], reserved: set[str] | None
+    ) -> set[str] | None:
+        """None when a model needing ``needs`` may start now; else the resources held back
+        for it and the models before it (``reserved``, extended when they do not fit)."""
+        if reserved and any(name in reserved for name, _ in needs):
+            return reserved
+        if self._fits(needs):
+            return None
+        held = reserved if reserved is not None else set()
+        held.update(name for name, _ in needs)
+        return held
 
     def start(self, key: str, now: float) -> Ticket:
         """Take a slot and the model's resources for one batch execution."""
@@ -469,7 +480,10 @@ class Scheduler:
         return all(count <= totals.get(name, 0) - used.get(name, 0) for name, count in needs)
 
     def _advance_floor(self, active_min: float, fresh: list[_ModelState]) -> None:
-        """Raise the virtual-time floor to the active models' minimum; lift fresh ones to it."""
+        """Raise the virtual-time floor to the active models' minimum; lift fresh ones to it
+        (round robin keeps no virtual time)."""
+        if not self._fair:
+            return
         for state in self._busy:
             if state.vtime < active_min:
                 active_min = state.vtime
