@@ -27,6 +27,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from inferplex.config.s3_url import S3Location, default_cache_dir, is_s3_url
+from inferplex.errors import ConfigError
+
 
 class NoFlag:
     """Marks a field without an ``inferplex serve`` flag: set through its INFERPLEX_*
@@ -473,9 +476,6 @@ class ServerConfig(BaseSettings):
     def _remote_repository(cls, data: Any) -> Any:
         """An s3:// model_repository is served from its local copy: model_repository becomes
         that folder (created here so it validates) and model_repository_url keeps the URL."""
-        from inferplex.errors import ConfigError
-        from inferplex.repository.s3 import S3Location, default_cache_dir, is_s3_url
-
         if not isinstance(data, dict) or not is_s3_url(data.get("model_repository")):
             return data
         url = data["model_repository"]

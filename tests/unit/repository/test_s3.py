@@ -8,8 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from inferplex import ServerConfig
+from inferplex.config.s3_url import S3Location, default_cache_dir, is_s3_url
 from inferplex.errors import ConfigError
-from inferplex.repository.s3 import S3Location, _safe, default_cache_dir, is_s3_url
+from inferplex.repository.s3 import _safe
 
 
 @pytest.mark.parametrize(
