@@ -20,7 +20,7 @@ from typing import Any
 import uvloop
 from pydantic import SecretStr
 
-from inferplex.backends.worker_process import pass_to_workers
+from inferplex.backends.worker.worker_process import pass_to_workers
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
 from inferplex.engine.inference import InferenceEngine

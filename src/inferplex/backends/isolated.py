@@ -5,8 +5,8 @@ A model whose config says ``parameters { key: "isolation" value: { string_value:
 worker process of its own, started at load and ended at unload, so that everything the
 runtime keeps (arenas, thread pools, caches that ``malloc_trim`` cannot return) goes back to
 the system with the process. Batches travel through the worker's shared-memory arena, as a
-Python model's do (``backends/process_backend.py``, ``backends/python/worker.py``); a crash or
-a hang fails only the batch that instance was running, and the worker is replaced.
+Python model's do (``backends/worker/process_backend.py``, ``backends/python/worker.py``); a
+crash or a hang fails only the batch that instance was running, and the worker is replaced.
 
 Server side: ``served_backend`` picks ``IsolatedBackend`` for such a model. Worker side:
 ``load_backend`` (named in the worker's init message) creates the real backend there.
@@ -22,7 +22,7 @@ import numpy as np
 
 from inferplex.backends import backend_for
 from inferplex.backends.base import Backend, InstanceSpec
-from inferplex.backends.process_backend import ProcessBackend
+from inferplex.backends.worker.process_backend import ProcessBackend
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError
 from inferplex.security.encryption import process_key, use_key

@@ -12,7 +12,7 @@ import pytest
 
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.ensemble import EnsembleBackend, EnsembleGraph, failure
-from inferplex.backends.process_backend import WorkerError
+from inferplex.backends.worker.process_backend import WorkerError
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import config_from_dict

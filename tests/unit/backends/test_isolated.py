@@ -15,8 +15,8 @@ from inferplex.backends.base import InstanceSpec
 from inferplex.backends.ensemble import EnsembleBackend
 from inferplex.backends.isolated import IsolatedBackend, served_backend
 from inferplex.backends.onnxruntime import OnnxRuntimeBackend
-from inferplex.backends.process_backend import WorkerError
 from inferplex.backends.python import PythonBackend
+from inferplex.backends.worker.process_backend import WorkerError
 from inferplex.config import ModelConfig
 from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError, ErrorCode

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from inferplex.backends import worker_process
-from inferplex.backends.worker_process import MALLOC_TUNABLES, pass_to_workers, worker_env
+from inferplex.backends.worker import worker_process
+from inferplex.backends.worker.worker_process import MALLOC_TUNABLES, pass_to_workers, worker_env
 from inferplex.cli.main import main
 from inferplex.config.server_config import ServerConfig
 

@@ -1,6 +1,7 @@
 """The Python backend (``backend: "python"``, ``<model>/<version>/model.py``): ``backend.py``
-is the server's side; ``worker.py`` (with ``runner.py``, ``arena.py`` and ``cancel.py``) is
-the worker process that runs the user's handler. What a model.py imports is ``inferplex.handler``.
+is the server's side; ``worker.py`` (with ``runner.py``, and ``backends/worker/``'s arena and
+cancel board) is the worker process that runs the user's handler. What a model.py imports is
+``inferplex.handler``.
 """
 
 from __future__ import annotations

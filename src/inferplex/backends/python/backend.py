@@ -5,7 +5,7 @@ with a ModelExecutionError that names the model and what happened; after a crash
 the worker is replaced (the next batch waits for the new one to load). Tensors cross the
 process boundary through the worker's shared-memory arena; calls the handler makes to other
 served models (``inferplex.handler.infer``) come back over the worker's pipe and run through
-``InstanceSpec.caller``, in-process. The worker machinery is ``backends/process_backend.py``.
+``InstanceSpec.caller``, in-process. The worker machinery is ``backends/worker/process_backend.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec, RequestOutcome
-from inferplex.backends.process_backend import ProcessBackend
+from inferplex.backends.worker.process_backend import ProcessBackend
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError
 
@@ -53,7 +53,7 @@ class PythonBackend(ProcessBackend):
             "device_id": instance.device_id,
             "handler_class": config.parameters.get(CLASS_PARAMETER, ""),
         }
-        # batches are numbered for the cancel board (backends/python/cancel.py); a batch holds
+        # batches are numbered for the cancel board (backends/worker/cancel.py); a batch holds
         # at most max_batch_size requests (one row each at least), an unbatched model's one
         self._batch_numbers = itertools.count(1)
         self._launch(config, init, instance, cancel_slots=max(1, config.max_batch_size))

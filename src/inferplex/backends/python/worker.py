@@ -4,7 +4,7 @@ backend, when the init message names a ``loader``).
     python -m inferplex.backends.python.worker CONNECTION_FD ARENA_FD [CANCEL_FD]
 
 The server starts it with a socket (``multiprocessing.connection`` framing), the arena's
-file descriptor and, for a Python model, its cancel board's (``backends/python/cancel.py``: how
+file descriptor and, for a Python model, its cancel board's (``backends/worker/cancel.py``: how
 a running handler learns that a request's caller went away, without a message).
 Messages are small tuples; tensors stay in the arena:
 
@@ -40,9 +40,9 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from inferplex.backends.python.arena import Arena
-from inferplex.backends.python.cancel import CancelBoard
 from inferplex.backends.python.runner import Runner, find_class, load_module
+from inferplex.backends.worker.arena import Arena
+from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import bls
 from inferplex.handler.base import Context, never

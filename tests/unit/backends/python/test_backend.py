@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplex.backends import backend_for_file, worker_process
+from inferplex.backends import backend_for_file
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.python import PythonBackend
+from inferplex.backends.worker import worker_process
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError, ModelExecutionError
 

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
-from inferplex.backends.python.arena import DEFAULT_SIZE, Arena
-from inferplex.backends.worker_process import (
+from inferplex.backends.worker.arena import DEFAULT_SIZE, Arena
+from inferplex.backends.worker.worker_process import (
     WorkerFailed,
     WorkerGone,
     WorkerProcess,

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import inferplex
-from inferplex.backends.python.arena import Arena
-from inferplex.backends.python.cancel import CancelBoard
+from inferplex.backends.worker.arena import Arena
+from inferplex.backends.worker.cancel import CancelBoard
 
 Message = tuple[Any, ...]
 
@@ -38,7 +38,7 @@ class WorkerFailed(Exception):
 
 class WorkerProcess:
     """One worker process with its pipe, its arena and, with ``cancel_slots``, a cancel board
-    for batches of up to that many requests (``backends/python/cancel.py``). The arena and the
+    for batches of up to that many requests (``backends/worker/cancel.py``). The arena and the
     board outlive restarts."""
 
     def __init__(

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from inferplex.backends.python.arena import ALIGNMENT, Arena
+from inferplex.backends.worker.arena import ALIGNMENT, Arena
 
 
 @pytest.fixture

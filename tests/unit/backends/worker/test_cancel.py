@@ -16,8 +16,8 @@ import pytest
 
 from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec
 from inferplex.backends.python import PythonBackend
-from inferplex.backends.python.cancel import CancelBoard
 from inferplex.backends.python.runner import Runner
+from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.config.model_config import ModelConfig
 from inferplex.handler import BaseHandler
 from inferplex.handler import triton as pb_utils
