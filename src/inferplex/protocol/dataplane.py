@@ -36,6 +36,7 @@ import numpy as np
 
 from inferplex.datatypes import V2_TO_NUMPY
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.checks import CheckFactory, declared_checks
 from inferplex.protocol.classification import (
     CLASSIFICATION,
     ClassifiedOutputs,
@@ -43,7 +44,6 @@ from inferplex.protocol.classification import (
     classify,
     read_labels,
 )
-from inferplex.protocol.v2.checks import CheckFactory, declared_checks
 from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.limits import RequestLimits
 from inferplex.shm.registry import REGION, SharedMemoryRegistry, require

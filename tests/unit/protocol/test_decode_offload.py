@@ -17,10 +17,10 @@ from inferplex.config.model_config import ModelConfig
 from inferplex.core.validation import RequestValidator
 from inferplex.datatypes import serialize_bytes
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
+from inferplex.protocol.checks import declared_checks
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec, offload, rest, rest_json
-from inferplex.protocol.v2.checks import declared_checks
 from inferplex.protocol.v2.rest import decode_infer_request, encode_infer_response
 from inferplex.security.limits import RequestLimits
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor

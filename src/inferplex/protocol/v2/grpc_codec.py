@@ -27,6 +27,7 @@ from inferplex.datatypes import (
     view_input,
 )
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.checks import CheckFactory, InputCheck
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import (
     element_count_error,
@@ -39,7 +40,6 @@ from inferplex.protocol.dataplane import (
     unknown_datatype,
 )
 from inferplex.protocol.v2 import generated as pb
-from inferplex.protocol.v2.checks import CheckFactory, InputCheck
 from inferplex.protocol.v2.layouts import LayoutCache
 from inferplex.shm.registry import REGION, SharedMemoryRegistry
 from inferplex.types import (

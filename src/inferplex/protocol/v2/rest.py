@@ -41,6 +41,7 @@ from inferplex.datatypes import (
     view_input,
 )
 from inferplex.errors import InferplexError, InvalidInputError
+from inferplex.protocol.checks import CheckFactory, InputCheck
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import (
     negative_dims,
@@ -50,7 +51,6 @@ from inferplex.protocol.dataplane import (
     shared_output,
     unknown_datatype,
 )
-from inferplex.protocol.v2.checks import CheckFactory, InputCheck
 from inferplex.protocol.v2.layouts import LayoutCache
 from inferplex.protocol.v2.rest_json import (
     array_from_json,
