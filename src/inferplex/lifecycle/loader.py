@@ -133,15 +133,16 @@ class ModelLoader:
             if stale is not None:  # the override folder the replaced versions came from
                 await asyncio.to_thread(remove_folder, stale)
 
-    async def _load(
-        self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None, pacer: Pacer
-    ) -> list[ModelVersion]:
-        """Load what changed and switch to it; returns the versions no longer served."""
-        first = not entry.versions
-        entry.failed = {}
-        if first:
-            entry.state, entry.reason = ModelState.LOADING, ""
-            logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
+    async def _read_model(
+        self,
+        entry: ModelEntry,
+        model_dir: Path,
+        override: ModelConfig | None,
+        pacer: Pacer,
+        first: bool,
+    ) -> _Read:
+        """The model's plan, each version's facts and its warm-up, read off the loop; a model
+        that cannot be read is marked failed."""
         try:
             # a model that failed is tried again when its files change; poll mode compares
             # the repository's folder, also for a model loaded from file overrides
@@ -154,21 +155,48 @@ class ModelLoader:
                 raise read
         except Exception as exc:
             raise self._failed(entry, first, _describe(exc)) from None
-        plan, facts, warmup = read
+        return read
+
+    async def _load_versions(
+        self,
+        entry: ModelEntry,
+        plan: ModelPlan,
+        to_load: list[int],
+        facts: _Facts,
+        warmup: _Warmup,
+        pacer: Pacer,
+        first: bool,
+    ) -> tuple[dict[int, ModelVersion], dict[int, int]]:
+        """Load ``to_load``, all or none: the loaded versions and their measured footprints
+        (a failure retires those already loaded and marks the model failed)."""
+        loaded: dict[int, ModelVersion] = {}
+        footprints: dict[int, int] = {}
+        for version in to_load:
+            try:
+                loaded[version], measured = await self._load_version(
+                    entry, plan, version, warmup, pacer
+                )
+                footprints[version] = max(measured, facts[version][1])
+            except Exception as exc:
+                await self._retire(list(loaded.values()))
+                reason = f"version {version}: {_describe(exc)}"
+                entry.failed = {version: reason}
+                raise self._failed(entry, first, reason) from None
+        return loaded, footprints
+
+    async def _load(
+        self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None, pacer: Pacer
+    ) -> list[ModelVersion]:
+        """Load what changed and switch to it; returns the versions no longer served."""
+        first = not entry.versions
+        entry.failed = {}
+        if first:
+            entry.state, entry.reason = ModelState.LOADING, ""
+            logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
+        plan, facts, warmup = await self._read_model(entry, model_dir, override, pacer, first)
         if first:
             entry.config = plan.config
-        same = (
-            entry.plan is not None
-            and entry.config == plan.config
-            and entry.plan.backend is plan.backend
-        )
-        keep = {
-            v: served
-            for v, served in entry.versions.items()
-            if same and v in facts and entry.version_fingerprints.get(v) == facts[v][0]
-        }
-        if not same:
-            entry.instance_count = None  # a new config sets the instance count again
+        keep = _unchanged(entry, plan, facts)
         to_load = sorted(set(plan.version_files) - set(keep))
         if not to_load and set(keep) == set(entry.versions):
             entry.state, entry.reason = ModelState.READY, ""
@@ -184,19 +212,9 @@ class ModelLoader:
             self._failed(entry, first, exc.message)
             raise
         entry.generation += 1
-        loaded: dict[int, ModelVersion] = {}
-        footprints: dict[int, int] = {}
-        for version in to_load:
-            try:
-                loaded[version], measured = await self._load_version(
-                    entry, plan, version, warmup, pacer
-                )
-                footprints[version] = max(measured, facts[version][1])
-            except Exception as exc:
-                await self._retire(list(loaded.values()))
-                reason = f"version {version}: {_describe(exc)}"
-                entry.failed = {version: reason}
-                raise self._failed(entry, first, reason) from None
+        loaded, footprints = await self._load_versions(
+            entry, plan, to_load, facts, warmup, pacer, first
+        )
         served = {**keep, **loaded}
         replaced = [s for v, s in entry.versions.items() if served.get(v) is not s]
         entry.config, entry.plan = plan.config, plan
@@ -453,7 +471,10 @@ def _close_instances(instances: list[ModelInstance]) -> None:
     release_free_memory()
 
 
-_Read = tuple[ModelPlan, dict[int, tuple[str, int]], list[InferenceRequest]]
+#: per version: its files' fingerprint and their size on disk
+_Facts = dict[int, tuple[str, int]]
+_Warmup = list[InferenceRequest]
+_Read = tuple[ModelPlan, _Facts, _Warmup]
 
 
 def _read(
@@ -492,3 +513,21 @@ def pinned_by_config(config: ModelConfig | None) -> bool:
 def _state(entry: ModelEntry) -> dict[str, str]:
     """The structured fields of a state-change log line (JSON logs show them)."""
     return {"model": entry.name, "state": entry.state.value}
+
+
+def _unchanged(entry: ModelEntry, plan: ModelPlan, facts: _Facts) -> dict[int, ModelVersion]:
+    """The served versions a reload keeps: same config and backend, same files. A new
+    config sets the instance count again."""
+    same = (
+        entry.plan is not None
+        and entry.config == plan.config
+        and entry.plan.backend is plan.backend
+    )
+    if not same:
+        entry.instance_count = None
+        return {}
+    return {
+        v: served
+        for v, served in entry.versions.items()
+        if v in facts and entry.version_fingerprints.get(v) == facts[v][0]
+    }
