@@ -135,44 +135,56 @@ async def measure_open(call: Call, rate: float, duration: float, warmup: float) 
     """
     if rate <= 0:
         raise ValueError(f"rate must be > 0 requests/s, got {rate}")
-    latencies: list[int] = []
-    failures: list[BaseException] = []
-    pending: set[asyncio.Task[None]] = set()
-
-    async def one(recorded: bool) -> None:
-        start = time.perf_counter_ns()
-        await call()
-        if recorded:
-            latencies.append(time.perf_counter_ns() - start)
-
-    def finished(task: asyncio.Task[None]) -> None:
-        pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            failures.append(cast(BaseException, task.exception()))
-
+    run = _OpenLoop(call)
     begin = time.perf_counter()
-    opens, closes = begin + warmup, begin + warmup + duration
-    sent = 0
     try:
-        while not failures:
+        await run.send(rate, begin, begin + warmup, begin + warmup + duration)
+        if run.pending:
+            await asyncio.wait(set(run.pending))
+    finally:
+        for task in run.pending:
+            task.cancel()
+    if run.failures:
+        raise run.failures[0]
+    return Measurement(duration, run.latencies)
+
+
+class _OpenLoop:
+    """The requests of one open-loop run: those in flight, the latencies of those sent in
+    the window, and the failures (the first stops the sending)."""
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self.latencies: list[int] = []
+        self.failures: list[BaseException] = []
+        self.pending: set[asyncio.Task[None]] = set()
+
+    async def send(self, rate: float, begin: float, opens: float, closes: float) -> None:
+        """Start a request every ``1 / rate`` seconds from ``begin`` until ``closes``; those
+        started from ``opens`` on are recorded."""
+        sent = 0
+        while not self.failures:
             at = begin + sent / rate
             if at >= closes:
-                break
+                return
             delay = at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            task = asyncio.create_task(one(at >= opens))
-            pending.add(task)
-            task.add_done_callback(finished)
+            task = asyncio.create_task(self._one(at >= opens))
+            self.pending.add(task)
+            task.add_done_callback(self._finished)
             sent += 1
-        if pending:
-            await asyncio.wait(set(pending))
-    finally:
-        for task in pending:
-            task.cancel()
-    if failures:
-        raise failures[0]
-    return Measurement(duration, latencies)
+
+    async def _one(self, recorded: bool) -> None:
+        start = time.perf_counter_ns()
+        await self.call()
+        if recorded:
+            self.latencies.append(time.perf_counter_ns() - start)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.failures.append(cast(BaseException, task.exception()))
 
 
 async def _run_for(tasks: list[asyncio.Task[None]], seconds: float) -> None:
