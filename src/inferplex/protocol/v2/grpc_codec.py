@@ -339,9 +339,10 @@ def decode_infer_request_bytes(
     A message of a layout seen before holds fixed-size raw tensors only, viewed in place:
     ``checks`` run on the others."""
     view = memoryview(data).toreadonly()
-    request = known_request(view)
-    if request is not None:
-        return request
+    for layout in _REQUEST_LAYOUTS.get(len(view), ()):  # known_request, one call less
+        request = layout.request(view)
+        if request is not None:
+            return request
     try:
         message = pb.ModelInferRequest.FromString(view)
     except DecodeError as exc:

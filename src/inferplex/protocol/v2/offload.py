@@ -110,11 +110,13 @@ def decode_grpc_here(
     """The request in a small message, or one of a layout seen before (fixed-size raw
     tensors, viewed in place: no work at any size), decoded and admitted on the caller's
     thread; None for one that :func:`decode_grpc` should decode in a worker thread."""
-    request = grpc_codec.known_request(message)
-    if request is None:
-        if len(message) > OFFLOAD_BYTES:
-            return None
+    if len(message) <= OFFLOAD_BYTES:  # (it looks for a known layout first)
         request = grpc_codec.decode_infer_request_bytes(message, shm)
+    else:
+        known = grpc_codec.known_request(message)
+        if known is None:
+            return None
+        request = known
     plane.admit(request)
     return request
 
