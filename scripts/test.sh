@@ -7,6 +7,7 @@ scripts/system_packages.sh
 .venv/bin/ruff check src tests examples bench scripts
 .venv/bin/ruff format --check src tests examples bench scripts
 .venv/bin/mypy
+.venv/bin/lint-imports  # the rooms' layers, no import cycles: pyproject.toml [tool.importlinter]
 # the OpenVINO execution provider needs an onnxruntime build of its own, in its own venv
 scripts/openvino_test.sh -q
 exec .venv/bin/python -m pytest "$@"
