@@ -16,8 +16,9 @@ after every step and at the end:
   HTTP/1.1 responses; after the close every byte it held is given back.
 
 Arguments are libFuzzer's (``-runs=N``, ``-max_total_time=S``, ``-seed=N``, corpus folders);
-without a corpus folder a temporary one is seeded with valid requests. tests/unit/frontends/
-test_http1_fuzz.py runs a bounded pass; docs/security.md says how to run a long one.
+without a corpus folder a temporary one is seeded with valid requests.
+tests/unit/transport/test_fuzz_connections.py runs a bounded pass; docs/security.md says how
+to run a long one.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ write pauses and a disconnect. Invariants, after every step and at the end:
   once lost, every byte it held is given back.
 
 Arguments are libFuzzer's (``-runs=N``, ``-max_total_time=S``, ``-seed=N``, corpus folders);
-without a corpus folder a temporary one is seeded. tests/unit/transport/test_http2_fuzz.py
+without a corpus folder a temporary one is seeded. tests/unit/transport/test_fuzz_connections.py
 runs a bounded pass.
 """
 
