@@ -21,6 +21,9 @@ logger = logging.getLogger("inferplex.transport.http_server")
 
 _STATUS_LINES = {int(s): f"HTTP/1.1 {int(s)} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
 _DISCONNECT = {"type": "http.disconnect"}
+_JSON = (b"content-type", b"application/json")
+#: the answer to a request its application left unanswered
+_NO_RESPONSE = orjson.dumps({"error": "internal server error: the request got no response"})
 
 
 def status_line(status: int) -> bytes:
@@ -77,18 +80,13 @@ class Refusal:
 
     def encode(self) -> bytes:
         """The whole answer: status line, headers, ``Connection: close`` and the body."""
-        head = [status_line(self.status)]
-        head.extend(
-            b"%s: %s\r\n" % (name, value)
-            for name, value in self.headers
-            if name not in (b"content-type", b"content-length", b"connection")
-        )
-        return (
-            b"".join(head)
-            + b"content-type: application/json\r\nconnection: close\r\n"
-            + b"content-length: %d\r\n\r\n" % len(self.body)
-            + self.body
-        )
+        headers = [
+            header
+            for header in self.headers
+            if header[0] not in (b"content-type", b"content-length", b"connection")
+        ]
+        headers.append(_JSON)
+        return response_head(self.status, headers, len(self.body), close=True) + self.body
 
 
 def response_head(
@@ -111,8 +109,7 @@ async def answer(connection: Connection, request: Request, respond: Respond) -> 
         status, body, headers = await respond(request)
     except Exception:
         logger.exception("the HTTP application failed")
-        status, headers = 500, [(b"content-type", b"application/json")]
-        body = orjson.dumps({"error": "internal server error: the request got no response"})
+        status, headers, body = 500, [_JSON], _NO_RESPONSE
     keep_alive = request.keep_alive and not connection.server.stopping
     head = response_head(status, headers, len(body), not keep_alive)
     connection.write(head, b"" if request.method == "HEAD" else body)
@@ -224,10 +221,6 @@ class Cycle:
             connection.close()
             connection.answered(False)
             return
-        body = orjson.dumps({"error": "internal server error: the request got no response"})
-        connection.write(
-            status_line(500)
-            + b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body),
-            body,
-        )
+        head = response_head(500, [_JSON], len(_NO_RESPONSE), close=False)
+        connection.write(head, _NO_RESPONSE)
         connection.answered(self._keep_alive)
