@@ -78,6 +78,10 @@ logger = logging.getLogger(__name__)
 Folders = Callable[[str], Path | None]
 #: label files kept read, by configuration; the oldest goes first
 _LABELS_KEPT = 64
+#: outputs of up to this many elements are classified on the event loop; larger ones (the
+#: sort and one string per class taken) in a worker thread, so one client's request for all
+#: the classes of a large output never stalls the others
+INLINE_CLASSIFY_ELEMENTS = 4096
 
 
 class Engine(Protocol):
@@ -182,7 +186,11 @@ class DataPlane:
             count = counts.get(tensor.name, 0)
             if count:
                 labels = await self._labels_of(config, tensor.name)
-                tensor = classify(tensor, count, config.max_batch_size > 0, labels)
+                batched = config.max_batch_size > 0
+                if np.size(tensor.data) <= INLINE_CLASSIFY_ELEMENTS:
+                    tensor = classify(tensor, count, batched, labels)
+                else:
+                    tensor = await asyncio.to_thread(classify, tensor, count, batched, labels)
             outputs.append(tensor)
         return InferenceResponse(
             response.model_name, response.model_version, outputs, response.id, response.parameters

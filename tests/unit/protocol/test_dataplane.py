@@ -5,6 +5,7 @@ the same request with the same error, and the in-process API gets the same check
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -318,3 +319,26 @@ async def test_labels_that_cannot_be_read_leave_the_classes_without_them(
     response = await door.classify(asked, await door.infer(asked))
     assert response.outputs[0].data.tolist() == [[b"3.300000:1"], [b"7.000000:2"]]
     assert "labels of 'SCORES' not read" in caplog.text
+
+
+@pytest.mark.parametrize("large", [False, True])
+async def test_a_large_output_is_classified_off_the_event_loop(
+    large: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    door = plane()
+    loop_thread = threading.get_ident()
+    where: list[bool] = []
+    classify = dataplane.classify
+
+    def watched(*args: Any) -> Tensor:
+        where.append(threading.get_ident() == loop_thread)
+        return classify(*args)
+
+    monkeypatch.setattr(dataplane, "classify", watched)
+    if large:  # one element more than is classified on the loop
+        monkeypatch.setattr(dataplane, "INLINE_CLASSIFY_ELEMENTS", SCORES.size - 1)
+    asked = request()
+    asked.outputs = ClassifiedOutputs([RequestedOutput("SCORES", {"classification": 1})])
+    response = await door.classify(asked, await door.infer(asked))
+    assert response.outputs[0].data.tolist() == [[b"3.300000:1"], [b"7.000000:2"]]
+    assert where == [not large]
