@@ -45,7 +45,6 @@ class EnsembleScheduling(_Section):
                     "model_version": s.model_version,
                     "input_map": dict(s.input_map),
                     "output_map": dict(s.output_map),
-                    "model_namespace": "",
                 }
                 for s in self.step
             ]

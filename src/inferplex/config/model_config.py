@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from inferplex.config.composite import Cascade, EnsembleScheduling, SizeRouting
 from inferplex.config.optimization import Optimization
 from inferplex.config.paths import check_file_name
+from inferplex.config.served import served
 from inferplex.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
 
 
@@ -244,6 +245,11 @@ class ModelConfig(_Frozen):
     unsupported_fields: tuple[str, ...] = Field(
         default=(), description="fields read from the file that this server does not honour yet"
     )
+    as_written: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the file's fields in protobuf's JSON form (config/served.py): served back "
+        "beneath what the fields above say, so no Triton field is lost",
+    )
 
     @field_validator("default_model_filename")
     @classmethod
@@ -271,7 +277,8 @@ class ModelConfig(_Frozen):
         return [-1, *tensor.dims] if self.batched else list(tensor.dims)
 
     def to_triton_dict(self) -> dict[str, Any]:
-        """The configuration as Triton renders it in JSON (its model_config.proto names)."""
+        """The configuration as Triton renders it in JSON (its model_config.proto names):
+        what the fields say, over the file's other fields as written."""
         out: dict[str, Any] = {
             "name": self.name,
             "platform": self.platform,
@@ -291,10 +298,6 @@ class ModelConfig(_Frozen):
                         if g.rate_limiter
                         else {}
                     ),
-                    "secondary_devices": [],
-                    "profile": [],
-                    "passive": False,
-                    "host_policy": "",
                 }
                 for i, g in enumerate(self.instance_group)
             ],
@@ -315,7 +318,7 @@ class ModelConfig(_Frozen):
                 out[key] = section.model_dump()
         if self.optimization is not None:
             out["optimization"] = self.optimization.to_triton_dict()
-        return out
+        return served(out, self.as_written)
 
 
 def _warmup_dict(warmup: ModelWarmup) -> dict[str, Any]:
@@ -356,7 +359,6 @@ def _input_dict(tensor: TensorConfig) -> dict[str, Any]:
         "format": tensor.format,
         "dims": list(tensor.dims),
         "is_shape_tensor": tensor.is_shape_tensor,
-        "allow_ragged_batch": False,
         "optional": tensor.optional,
     }
     if tensor.reshape is not None:

@@ -42,8 +42,11 @@ unknown names (typos) never fail the load: they are listed in
 ``"max_batchsize (unknown field)"`` for the loader to warn about. A Triton field left at its
 proto3 zero value (``false``, ``0``, ``""``, ``[]``, ``FORMAT_NONE``) is not listed: to
 protobuf it is the same as not being there, and the JSON that ``/v2/models/{m}/config``
-returns is full of them. Everything else wrong gives one :class:`ConfigError` with one line
-per problem, each naming the file, the field path and what was expected.
+returns is full of them. Such fields are still served back as written
+(``ModelConfig.as_written``, config/served.py), as Triton serves every field of a config, so
+they must hold values of their protobuf types. Everything else wrong gives one
+:class:`ConfigError` with one line per problem, each naming the file, the field path and what
+was expected.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from inferplex.config.model_config import (
     TensorConfig,
 )
 from inferplex.config.pbtxt import model_config_schema, parse_pbtxt
+from inferplex.config.served import check_served, json_form
 from inferplex.errors import ConfigError
 
 PBTXT_NAME = "config.pbtxt"
@@ -88,7 +92,7 @@ def _schema_fields(message: str) -> frozenset[str]:
 
 # What ModelConfig has is supported: a field added there is read from both formats. What only
 # the compiled schema has is listed as not supported yet; a name in neither is unknown.
-_MODEL_FIELDS = frozenset(ModelConfig.model_fields) - {"unsupported_fields"}
+_MODEL_FIELDS = frozenset(ModelConfig.model_fields) - {"unsupported_fields", "as_written"}
 _INPUT_FIELDS = frozenset(TensorConfig.model_fields) & _schema_fields("ModelInput")
 _OUTPUT_FIELDS = frozenset(TensorConfig.model_fields) & _schema_fields("ModelOutput")
 _GROUP_FIELDS = frozenset(InstanceGroup.model_fields)
@@ -173,10 +177,13 @@ def config_from_dict(raw: Mapping[str, Any], model_name: str, source: str) -> Mo
     if reader.errors:  # structural problems first: pydantic's paths would not line up
         raise ConfigError("\n".join(reader.errors))
     clean["unsupported_fields"] = tuple(reader.unsupported)
+    clean["as_written"] = json_form(raw)
     try:
-        return ModelConfig.model_validate(clean)
+        config = ModelConfig.model_validate(clean)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from None
+    check_served(config.to_triton_dict(), source)
+    return config
 
 
 class _Reader:

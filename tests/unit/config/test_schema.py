@@ -16,7 +16,7 @@ from google.protobuf import descriptor_pb2, json_format, message_factory, text_f
 
 from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.config.pbtxt import is_repeated, model_config_schema, parse_pbtxt
-from inferplex.config.readers import config_from_dict
+from inferplex.config.readers import complete_config, config_from_dict
 from inferplex.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -59,7 +59,9 @@ def test_every_model_config_field_is_in_the_schema() -> None:
     """What ModelConfig holds has a place in the compiled message: served configs parse into
     it strictly, and readers.py can tell supported fields from not-yet-supported ones."""
     schema = model_config_schema()
-    assert set(ModelConfig.model_fields) - {"unsupported_fields"} <= set(schema.fields_by_name)
+    assert set(ModelConfig.model_fields) - {"unsupported_fields", "as_written"} <= set(
+        schema.fields_by_name
+    )
     tensor_fields = set(TensorConfig.model_fields)
     inputs = set(schema.fields_by_name["input"].message_type.fields_by_name)
     outputs = set(schema.fields_by_name["output"].message_type.fields_by_name)
@@ -298,3 +300,125 @@ def test_format_is_an_input_field_and_label_filename_an_output_field() -> None:
         "output[0].format (unknown field)",
     )
     assert (config.input[0].label_filename, config.output[0].format) == ("", "FORMAT_NONE")
+
+
+# --------------------------------------------------------------------------- fields kept
+
+
+@pytest.mark.parametrize("variant", [0, 1, 2])
+def test_every_field_this_server_does_not_read_is_served_as_written(variant: int) -> None:
+    """Triton serves back every field of a config (clients read them: perf_analyzer's
+    sequence_batching, image_client's format): so does the served config, for each field of
+    the schema that ModelConfig does not read, with every field inside it set."""
+    message = json_format.ParseDict(_filled(model_config_schema(), variant), _message())
+    for name in set(ModelConfig.model_fields) & set(message.DESCRIPTOR.fields_by_name):
+        message.ClearField(name)
+    config = config_from_dict(parse_pbtxt(text_format.MessageToString(message)), "m", "m.pbtxt")
+    served = json_format.ParseDict(config.to_triton_dict(), _message())
+    kept = [field.name for field, _ in message.ListFields()]
+    assert len(kept) >= 8
+    for name in kept:
+        assert getattr(served, name) == getattr(message, name), name
+
+
+NESTED = """
+name: "nested"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "a" data_type: TYPE_FP32 dims: [ 4 ] allow_ragged_batch: true
+          is_non_linear_format_io: true } ]
+output [ { name: "b" data_type: TYPE_FP32 dims: [ 4 ] is_non_linear_format_io: true } ]
+instance_group [ { count: 1 kind: KIND_CPU passive: true host_policy: "numa0" profile: [ "p" ]
+                   secondary_devices [ { kind: KIND_NVDLA device_id: 1 } ] } ]
+optimization { graph { level: 1 } priority: PRIORITY_MAX cuda { graphs: true }
+               input_pinned_memory { enable: false } eager_batching: true
+               execution_accelerators { cpu_execution_accelerator [ { name: "openvino" } ] } }
+sequence_batching { max_sequence_idle_microseconds: 5000000 oldest { max_candidate_sequences: 4 }
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START
+                                              int32_false_true: [ 0, 1 ] } ] } ] }
+batch_input [ { kind: BATCH_ITEM_SHAPE target_name: [ "s" ] data_type: TYPE_INT32
+                source_input: [ "a" ] } ]
+model_repository_agents { agents [ { name: "checksum"
+                                     parameters { key: "MD5:model.onnx" value: "abc" } } ] }
+model_metrics { metric_control [ { metric_identifier { family: "nv_inference_request_duration" }
+                                   histogram_options { buckets: [ 0.5, 1 ] } } ] }
+"""
+
+
+def test_fields_inside_read_sections_are_served_as_written_beside_the_read_ones() -> None:
+    """Fields this server does not read, inside sections it does (an input's
+    allow_ragged_batch, an instance group's host_policy, optimization's priority), come back
+    in place, beside the read fields; the served config equals the file's message."""
+    config = config_from_dict(parse_pbtxt(NESTED), "nested", "nested/config.pbtxt")
+    served = json_format.ParseDict(config.to_triton_dict(), _message())
+    written = text_format.Parse(NESTED, _message())
+    served.instance_group[0].ClearField("name")  # named by the server, as Triton does
+    for shown in ("version_policy", "model_transaction_policy"):  # defaults, shown
+        served.ClearField(shown)
+    assert served == written
+    assert config.to_triton_dict()["input"][0]["allow_ragged_batch"] is True
+    assert config.to_triton_dict()["optimization"]["priority"] == "PRIORITY_MAX"
+
+
+def test_what_model_config_says_wins_over_the_file() -> None:
+    """The served config is ModelConfig's where it says something: completed inputs, a
+    filled max_batch_size; the file's other fields stay on their items."""
+    text = """
+    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] allow_ragged_batch: true } ]
+    instance_group [ { count: 2 host_policy: "h" } ]
+    """
+    def tensor(name: str) -> TensorConfig:
+        return TensorConfig(name=name, data_type="FP32", dims=(-1, 16))
+
+    config = complete_config(
+        config_from_dict(parse_pbtxt(text), "m", "m/config.pbtxt"),
+        "m",
+        [tensor("INPUT0"), tensor("INPUT1")],
+        [tensor("OUTPUT0")],
+    )
+    served = config.to_triton_dict()
+    assert served["max_batch_size"] == 4
+    assert [(i["name"], i["allow_ragged_batch"]) for i in served["input"]] == [
+        ("INPUT0", True),
+        ("INPUT1", False),
+    ]
+    assert served["output"][0]["name"] == "OUTPUT0"
+    assert served["instance_group"][0]["host_policy"] == "h"
+    assert served["instance_group"][0]["count"] == 2
+
+
+def test_yaml_shorthands_are_served_in_protobufs_form() -> None:
+    raw = {
+        "max_batch_size": 2,
+        "input": [{"name": "a", "data_type": "FP32", "dims": 4, "allow_ragged_batch": True}],
+        "output": [{"name": "b", "data_type": "FP32", "dims": [4]}],
+        "parameters": {"k": 2, "flag": True},
+        "batch_input": {"kind": 4, "target_name": "s", "data_type": "INT32"},
+        "sequence_batching": None,
+        "model_operations": {"op_library_filename": "ops.so"},
+    }
+    served = config_from_dict(raw, "m", "m/config.yaml").to_triton_dict()
+    assert served["parameters"] == {"k": {"string_value": "2"}, "flag": {"string_value": "true"}}
+    assert served["batch_input"] == [
+        {"kind": "BATCH_ITEM_SHAPE", "target_name": ["s"], "data_type": "TYPE_INT32"}
+    ]
+    assert served["sequence_batching"] == {}
+    assert served["model_operations"] == {"op_library_filename": ["ops.so"]}
+    assert served["input"][0]["allow_ragged_batch"] is True
+    json_format.ParseDict(served, _message())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'input [ { name: "a" data_type: TYPE_FP32 dims: [ 1 ] allow_ragged_batch: "yes" } ]',
+        "sequence_batching { max_sequence_idle_microseconds: -5 }",
+        'model_operations { op_library_filename: 3 } model_metrics: "x"',
+    ],
+)
+def test_a_field_kept_as_written_must_hold_its_protobuf_type(text: str) -> None:
+    """A field that is only served back is still checked, once, at load: its value must be
+    one of its protobuf type (Triton refuses such a config too), so the gRPC ModelConfig
+    answer can always be built."""
+    with pytest.raises(ConfigError, match=r"^m/config\.pbtxt: "):
+        config_from_dict(parse_pbtxt(text), "m", "m/config.pbtxt")
