@@ -42,13 +42,15 @@ class Optimization(_Section):
     execution_accelerators: ExecutionAccelerators = ExecutionAccelerators()
 
     def to_triton_dict(self) -> dict[str, Any]:
+        """The accelerators given (an empty section would be a field the file did not set:
+        the served config is the file's, field for field)."""
         accelerators = self.execution_accelerators
-        return {
-            "execution_accelerators": {
-                kind: [{"name": a.name, "parameters": dict(a.parameters)} for a in group]
-                for kind, group in (
-                    ("gpu_execution_accelerator", accelerators.gpu_execution_accelerator),
-                    ("cpu_execution_accelerator", accelerators.cpu_execution_accelerator),
-                )
-            }
+        given = {
+            kind: [{"name": a.name, "parameters": dict(a.parameters)} for a in group]
+            for kind, group in (
+                ("gpu_execution_accelerator", accelerators.gpu_execution_accelerator),
+                ("cpu_execution_accelerator", accelerators.cpu_execution_accelerator),
+            )
+            if group
         }
+        return {"execution_accelerators": given} if given else {}
