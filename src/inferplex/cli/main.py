@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from pydantic_settings import SettingsError
 
 from inferplex.benchtool.command import bench as bench_command
 from inferplex.cli.options import server_options
+from inferplex.cli.triton_flags import take_triton_flags, triton_options
 from inferplex.config.server_config import ServerConfig
 from inferplex.heatmap.command import heatmap as heatmap_command
 from inferplex.logging_setup import configure_logging
@@ -29,17 +31,20 @@ def main() -> None:
 
 @main.command()
 @server_options
+@triton_options
 def serve(**options: Any) -> None:
     """Serve every model in the model repository.
 
     Every flag can also be set as an environment variable: INFERPLEX_<FLAG>, e.g.
     INFERPLEX_HTTP_PORT=9000. The flags are ServerConfig's fields (config/server_config.py):
-    their help and defaults are the fields' own.
+    their help and defaults are the fields' own. The flags marked [tritonserver] are
+    Triton's, accepted so its start scripts run unchanged.
     """
+    from_triton, ignored = take_triton_flags(options)
     # a repeatable flag not given is () and must not hide its environment variable
     given = {key: value for key, value in options.items() if value not in (None, ())}
     try:
-        config = ServerConfig(**given)
+        config = ServerConfig(**{**from_triton, **given})
     except ValidationError as exc:
         for error in exc.errors():
             field = ".".join(str(p) for p in error["loc"])
@@ -53,6 +58,8 @@ def serve(**options: Any) -> None:
     except ValueError as exc:  # INFERPLEX_LOG_LEVEL is not checked by the flag's choices
         click.echo(f"error: log_level: {exc}", err=True)
         sys.exit(2)
+    for line in ignored:
+        logging.getLogger(__name__).warning(line)
     from inferplex.errors import ConfigError
     from inferplex.server import Server  # the server's imports are heavy; after flag parsing
 

@@ -118,8 +118,12 @@ class ServerConfig(BaseSettings):
         description="bytes of the response cache shared by models with response_cache enabled; "
         "0 = no cache",
     )
-    strict_model_config: Annotated[bool, NoFlag] = Field(
-        default=False, description="refuse models without a config file instead of completing it"
+    auto_complete_config: Annotated[bool, NoFlag] = Field(
+        default=True,
+        description="complete model configs from the model (an ONNX file's inputs, outputs and "
+        "batching; a Python model's auto_complete_config); off: every model needs a config "
+        "file that declares them (tritonserver's --disable-auto-complete-config and "
+        "--strict-model-config=true set it off)",
     )
     # -- security (docs/security.md) ---------------------------------------------------------
     inference_token: SecretStr | None = Field(

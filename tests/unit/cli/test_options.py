@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from inferplex.cli import options
 from inferplex.cli.main import main
+from inferplex.cli.triton_flags import FLAGS
 from inferplex.config.server_config import NoFlag, ServerConfig
 
 SERVE: click.Command = main.commands["serve"]
@@ -21,10 +22,12 @@ ENVIRONMENT_ONLY = {
     "enable_http",
     "enable_grpc",
     "enable_metrics",
-    "strict_model_config",
+    "auto_complete_config",
     "model_repository_url",
     "server_name",
 }
+#: the tritonserver flags beside the fields' own (cli/triton_flags.py, test_triton_flags.py)
+TRITON = {flag.param for flag in FLAGS}
 
 
 def _option(name: str) -> click.Option:
@@ -35,7 +38,7 @@ def _option(name: str) -> click.Option:
 
 def test_every_field_has_a_flag_and_every_flag_a_field() -> None:
     fields = ServerConfig.model_fields
-    flags = [p.name for p in SERVE.params]
+    flags = [p.name for p in SERVE.params if p.name not in TRITON]
     assert flags == [name for name in fields if name not in ENVIRONMENT_ONLY]
     assert {name for name, field in fields.items() if NoFlag in field.metadata} == (
         ENVIRONMENT_ONLY
@@ -82,7 +85,8 @@ def test_help_lists_every_flag_with_its_default() -> None:
             blocks[flag] = line
         elif blocks:
             blocks[flag] += " " + line.strip()
-    assert list(blocks) == [options.flag_name(name) for name in options.flag_fields()] + ["--help"]
+    ours = [options.flag_name(name) for name in options.flag_fields()]
+    assert list(blocks) == ours + [flag.name for flag in FLAGS] + ["--help"]
     for name, field in options.flag_fields().items():
         block = " ".join(blocks[options.flag_name(name)].split())
         assert f"[{options.shown_default(name, field)}]" in block, block
