@@ -170,7 +170,7 @@ class App:
         if self.ready:
             stream = self.ready.pop(0)
             if size % 3:
-                connection.respond(stream, _OK, bytes(size), _OK)
+                connection.respond(stream, _OK, b"", bytes(size), _OK)
             else:
                 connection.respond_headers_only(stream, _OK)
 

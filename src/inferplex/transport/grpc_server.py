@@ -385,7 +385,7 @@ class GrpcServer:
             self._error(connection, stream, _too_large(self._max_message, "response"))
             return
         prefix = b"\x00" + len(body).to_bytes(4, "big")
-        connection.respond(stream, _OK_HEAD, prefix + body, _OK_TRAILERS)
+        connection.respond(stream, _OK_HEAD, prefix, body, _OK_TRAILERS)
 
     def _expire(self, connection: Http2Connection, stream: Stream, state: _CallState) -> None:
         state.expired = True

@@ -404,12 +404,13 @@ class Http2Connection(Http2Frames):
             # more than the application announced: collected as it comes from here on
             stream.body.append(buffer[:filled].tobytes())
             stream.buffer = None
-        if not last and not self._hold(stream, count):
-            return
+        if not last:  # (the last bytes are the application's at once: _data_end)
+            if not self._hold(stream, count):
+                return
+            stream.unsized += count
+            self._data_kept += count
         stream.body.append(bytes(chunk))
         stream.body_bytes += count
-        stream.unsized += count
-        self._data_kept += count
         if stream.body_bytes > self._max_body:
             stream.discard = True
             stream.body.clear()

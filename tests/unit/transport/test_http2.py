@@ -511,7 +511,9 @@ def test_an_answer_mid_frame_drops_the_rest_of_the_payload(answer: str) -> None:
     peer.feed(peer.preface() + peer.headers(1) + data[:30_000])
     stream = peer.connection.streams[1]
     if answer == "whole":
-        peer.connection.respond(stream, literal_header_block([(b":status", b"200")]), b"ok", b"")
+        peer.connection.respond(
+            stream, literal_header_block([(b":status", b"200")]), b"", b"ok", b""
+        )
     else:
         peer.connection.respond_headers_only(stream, literal_header_block([(b":status", b"504")]))
     after = _message(100, 5)
@@ -688,9 +690,25 @@ def test_a_call_being_answered_is_not_idle() -> None:
     peer.loop.advance(600)  # the application takes its time
     assert not peer.sent(GOAWAY)
     stream = peer.connection.streams[1]
-    peer.connection.respond(stream, literal_header_block([(b":status", b"200")]), b"ok", b"")
+    peer.connection.respond(stream, literal_header_block([(b":status", b"200")]), b"", b"ok", b"")
     peer.loop.advance(61)
     assert peer.sent(GOAWAY)
+
+
+@pytest.mark.parametrize("size", [10, 100_000])  # sent whole at once; as the windows open
+def test_a_response_is_its_head_prefix_body_and_trailers(size: int) -> None:
+    peer = _Peer(_App())
+    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, _message(10), 100)))
+    head, trailers = literal_header_block([(b":status", b"200")]), b"\x40\x01a\x01b"
+    body = random.Random(1).randbytes(size)
+    peer.connection.respond(peer.connection.streams[1], head, b"\x00pre", body, trailers)
+    while peer.connection.streams:  # the client opens the windows until all is out
+        more = (1 << 20).to_bytes(4, "big")
+        peer.feed(frame(WINDOW_UPDATE, 0, 0, more) + frame(WINDOW_UPDATE, 0, 1, more))
+    sent = [(k, f, p) for k, f, s, p in peer.frames() if s == 1]
+    assert sent[0] == (HEADERS, END_HEADERS, head)
+    assert b"".join(p for k, _, p in sent if k == DATA) == b"\x00pre" + body
+    assert sent[-1] == (HEADERS, END_HEADERS | END_STREAM, trailers)
 
 
 def test_a_response_stalled_on_a_closed_window_is_dropped() -> None:
@@ -699,7 +717,7 @@ def test_a_response_stalled_on_a_closed_window_is_dropped() -> None:
     peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, _message(10), 100)))
     stream = peer.connection.streams[1]
     head = literal_header_block([(b":status", b"200")])
-    peer.connection.respond(stream, head, bytes(200_000), b"")  # 64 KiB - 1 go out
+    peer.connection.respond(stream, head, b"", bytes(200_000), b"")  # 64 KiB - 1 go out
     assert stream.outbox is not None
     peer.loop.advance(20)
     peer.feed(frame(WINDOW_UPDATE, 0, 0, (10).to_bytes(4, "big")))  # the connection's only
@@ -745,7 +763,7 @@ def test_answered_streams_give_back_the_reset_budget() -> None:
     for n in range(100):
         sid = 4 * n + 1
         peer.feed(peer.headers(sid) + b"".join(_data_frames(sid, _message(10), 100)))
-        peer.connection.respond(peer.connection.streams[sid], head, b"ok", b"")
+        peer.connection.respond(peer.connection.streams[sid], head, b"", b"ok", b"")
         peer.feed(peer.headers(sid + 2) + frame(RST_STREAM, 0, sid + 2, (8).to_bytes(4, "big")))
     assert not peer.sent(GOAWAY)
     for n in range(11):
