@@ -42,6 +42,16 @@ class ModelNotFoundError(InferplexError):
     code = ErrorCode.NOT_FOUND
 
 
+#: Triton's words for a model or version that cannot serve a request: its clients and
+#: examples look for them in the message (``"Request for unknown model" in ex.message()``)
+UNKNOWN_MODEL = "Request for unknown model: "
+
+
+def unknown_model(name: str) -> ModelNotFoundError:
+    """No model ``name`` is known, in Triton's words."""
+    return ModelNotFoundError(f"{UNKNOWN_MODEL}'{name}' is not found")
+
+
 class ModelNotReadyError(InferplexError):
     """The model exists but cannot serve now (loading, failed, unloading). Retryable."""
 
@@ -110,9 +120,15 @@ class ConfigError(InferplexError):
 
 
 class ModelLoadError(InferplexError):
-    """A model (or a new version of it) could not be loaded; the reason is in the message."""
+    """A model (or a new version of it) could not be loaded; the reason is in the message.
+    INVALID_ARGUMENT, as Triton answers a load that fails."""
 
     code = ErrorCode.INVALID_ARGUMENT
+
+
+def load_failed(name: str, reason: str) -> ModelLoadError:
+    """A load of ``name`` failed, in Triton's words ("load failed for model 'x': ...")."""
+    return ModelLoadError(f"load failed for model '{name}': {reason}")
 
 
 class ModelControlDisabledError(InferplexError):

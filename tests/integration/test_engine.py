@@ -56,9 +56,9 @@ async def test_bytes_identity(engine: InferenceEngine) -> None:
 
 
 async def test_errors(engine: InferenceEngine) -> None:
-    with pytest.raises(ModelNotFoundError, match="unknown model 'nope'"):
+    with pytest.raises(ModelNotFoundError, match="Request for unknown model: 'nope' is not found"):
         await engine.infer(InferenceRequest("nope", []))
-    with pytest.raises(ModelNotFoundError, match="no version '9'"):
+    with pytest.raises(ModelNotFoundError, match="'add_sub' version 9 is not found"):
         await engine.infer(add_sub_request(model_version="9"))
     with pytest.raises(ModelNotReadyError, match="'broken' is UNAVAILABLE"):
         await engine.infer(InferenceRequest("broken", []))

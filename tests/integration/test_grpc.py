@@ -182,6 +182,8 @@ def test_unknown_model_and_version_are_not_found(client) -> None:
     ):
         status, message = status_of(call)
         assert status == "StatusCode.NOT_FOUND", message
+        # Triton's words, which its clients and examples look for
+        assert message.startswith("Request for unknown model: "), message
 
 
 @pytest.mark.parametrize(

@@ -335,6 +335,9 @@ def test_a_model_that_failed_to_load_answers_unavailable(base: str) -> None:
         response = requests.get(f"{base}/v2/models/broken{path}", timeout=10)
         assert_error(response, 503, "broken")
     assert requests.get(f"{base}/v2/models/broken/ready", timeout=10).status_code == 503
+    response = requests.post(f"{base}/v2/models/broken/infer", json=add_sub_document(), timeout=10)
+    # Triton's words, then why
+    assert_error(response, 503, "Request for unknown model: 'broken' has no available versions; ")
 
 
 def binary_add_sub(declared: int, sent: int) -> tuple[bytes, dict[str, str]]:
@@ -352,8 +355,20 @@ def binary_add_sub(declared: int, sent: int) -> tuple[bytes, dict[str, str]]:
 
 BAD_INFER: list[tuple[str, str, Any, int, tuple[str, ...]]] = [
     ("malformed JSON", "add_sub", b'{"inputs": [', 400, ("malformed JSON",)),
-    ("unknown model", "nope", add_sub_document(), 404, ("nope",)),
-    ("unknown version", "add_sub/versions/99", add_sub_document(), 404, ("99",)),
+    (
+        "unknown model",
+        "nope",
+        add_sub_document(),
+        404,
+        ("Request for unknown model: 'nope' is not found",),  # Triton's words
+    ),
+    (
+        "unknown version",
+        "add_sub/versions/99",
+        add_sub_document(),
+        404,
+        ("Request for unknown model: 'add_sub' version 99 is not found; served versions: 1",),
+    ),
     ("unknown input", "add_sub", add_sub_document(name="INPUT9"), 400, ("INPUT9",)),
     (
         "missing input",

@@ -150,7 +150,9 @@ async def test_reload_loads_beside_and_a_failing_version_leaves_the_old_serving(
         assert await served_version(engine) == "2"
 
         break_version(tmp_path, 3)
-        with pytest.raises(ModelLoadError, match=r"failed to load model 'add_sub': .*3/model.onnx"):
+        with pytest.raises(
+            ModelLoadError, match=r"load failed for model 'add_sub': .*3/model.onnx"
+        ):
             await engine.load_model("add_sub", {})
         rows = index(engine)
         assert rows[("add_sub", "2")][0] == "READY"
@@ -215,13 +217,18 @@ async def test_unknown_and_broken_models(tmp_path: Path) -> None:
     add_model(tmp_path)
     break_version(tmp_path, 1, "broken")
     async with running(tmp_path, model_control_mode="explicit") as engine:
-        with pytest.raises(ModelNotFoundError, match="'nope' is not in the model repository"):
+        with pytest.raises(
+            ModelNotFoundError,
+            match="failed to load 'nope', failed to poll from model repository: 'nope' is not in",
+        ):
             await engine.load_model("nope", {})
         with pytest.raises(InvalidInputError, match="may not hold '/'"):
             await engine.load_model("../etc", {})
-        with pytest.raises(ModelNotFoundError, match="unknown model 'nope'"):
+        with pytest.raises(
+            ModelNotFoundError, match="Request for unknown model: 'nope' is not found"
+        ):
             await engine.unload_model("nope", {})
-        with pytest.raises(ModelLoadError, match="failed to load model 'broken'"):
+        with pytest.raises(ModelLoadError, match="load failed for model 'broken'"):
             await engine.load_model("broken", {})
         state, reason = index(engine)[("broken", "")]
         assert state == "UNAVAILABLE" and reason
@@ -341,7 +348,9 @@ async def test_load_on_demand_and_idle_unload(tmp_path: Path) -> None:
             what="idle unload",
         )
         assert await served_version(engine) == "1"  # loads again
-        with pytest.raises(ModelNotFoundError, match="unknown model 'nope'"):
+        with pytest.raises(
+            ModelNotFoundError, match="Request for unknown model: 'nope' is not found"
+        ):
             await engine.infer(add_sub_request("nope"))
         add_model(tmp_path, "late")  # appears on disk after start: found on demand
         assert await served_version(engine, "late") == "1"

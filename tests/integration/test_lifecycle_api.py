@@ -64,8 +64,13 @@ BAD_JSON = {"parameters": {"config": "{not json"}}
     ("path", "body", "status", "fragment"),
     [
         ("/v2/repository/models/nope/load", None, 404, "'nope' is not in the model repository"),
-        ("/v2/repository/models/broken/load", None, 400, "failed to load model 'broken'"),
-        ("/v2/repository/models/nope/unload", None, 404, "unknown model 'nope'"),
+        ("/v2/repository/models/broken/load", None, 400, "load failed for model 'broken'"),
+        (
+            "/v2/repository/models/nope/unload",
+            None,
+            404,
+            "Request for unknown model: 'nope' is not found",
+        ),
         ("/v2/repository/models/add_sub/load", BAD_JSON, 400, "'config' is not valid JSON"),
         ("/v2/repository/models/add_sub/load", b"{", 400, "malformed JSON in the load request"),
         ("/v2/repository/models/add_sub/load", {"x": 1}, 400, "unknown field(s) x"),
@@ -88,10 +93,13 @@ def test_grpc_error_paths(explicit: RunningServer) -> None:
         assert status == "StatusCode.NOT_FOUND" and "not in the model repository" in message
         status, message = grpc_status(lambda: client.load_model("broken"))
         assert (
-            status == "StatusCode.INVALID_ARGUMENT" and "failed to load model 'broken'" in message
+            status == "StatusCode.INVALID_ARGUMENT" and "load failed for model 'broken'" in message
         )
         status, message = grpc_status(lambda: client.unload_model("nope"))
-        assert status == "StatusCode.NOT_FOUND" and "unknown model 'nope'" in message
+        assert (
+            status == "StatusCode.NOT_FOUND"
+            and "Request for unknown model: 'nope' is not found" in message
+        )
         status, message = grpc_status(lambda: client.load_model("add_sub", config="{not json"))
         assert status == "StatusCode.INVALID_ARGUMENT" and "not valid JSON" in message
         index = {m.name: m for m in client.get_model_repository_index().models}

@@ -202,7 +202,7 @@ def test_a_broken_override_leaves_the_served_versions_serving(setup: Setup) -> N
         files = {"file:1/model.onnx": b"not an onnx model"}
         with pytest.raises(InferenceServerException) as caught:
             client.load_model("scale", config=json.dumps(setup.config), files=files)
-        assert "failed to load model 'scale'" in caught.value.message()
+        assert "load failed for model 'scale'" in caught.value.message()
         assert factor_http(client) == 2.0 and client.is_model_ready("scale", "2")
         assert setup.override_folders() == []  # the failed load's folder is gone
     finally:

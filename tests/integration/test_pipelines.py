@@ -192,7 +192,10 @@ async def test_a_failing_step_fails_the_request_naming_it(engine: InferenceEngin
     (stats,) = engine.model_statistics("pipe_bad")
     assert stats["inference_stats"]["fail"]["count"] == 1
     # the step's error keeps its code: an unknown step model is NOT_FOUND
-    with pytest.raises(ModelNotFoundError, match=r"step 1 'nope' failed: unknown model 'nope'"):
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"step 1 'nope' failed: Request for unknown model: 'nope' is not found",
+    ):
         await infer(engine, InferenceRequest("pipe_missing", [tensor("x", x)]))
 
 

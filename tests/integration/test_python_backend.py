@@ -372,4 +372,7 @@ async def test_a_failing_call_reports_the_servers_error_to_the_handler(tmp_path:
             await engine.infer(request)
     finally:
         await engine.stop()
-    assert "call failed with not_found: unknown model 'no_such_model'" in caught.value.message
+    assert (
+        "call failed with not_found: Request for unknown model: 'no_such_model' is not found"
+        in caught.value.message
+    )

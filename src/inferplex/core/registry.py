@@ -18,7 +18,13 @@ from inferplex.config.model_config import ModelConfig
 from inferplex.core.model import ModelVersion
 from inferplex.core.scheduler import ModelPolicy
 from inferplex.core.snapshot import ModelSnapshot, VersionSnapshot
-from inferplex.errors import InvalidInputError, ModelNotFoundError, ModelNotReadyError
+from inferplex.errors import (
+    UNKNOWN_MODEL,
+    InvalidInputError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    unknown_model,
+)
 
 _monotonic = time.monotonic
 
@@ -128,7 +134,7 @@ class ModelRegistry:
         try:
             return self._entries[name]
         except KeyError:
-            raise ModelNotFoundError(f"unknown model '{name}'") from None
+            raise unknown_model(name) from None
 
     def entries(self) -> list[ModelEntry]:
         return [self._entries[name] for name in sorted(self._entries)]
@@ -141,18 +147,24 @@ class ModelRegistry:
         """The version that serves a request: the given one, else the default (highest)."""
         entry = self._entries.get(name)
         if entry is None:
-            raise ModelNotFoundError(f"unknown model '{name}'")
+            raise unknown_model(name)
         if not version:
             served = entry.default
             if served is None:
-                raise ModelNotReadyError(_not_ready(entry))
+                raise ModelNotReadyError(
+                    f"{UNKNOWN_MODEL}'{name}' has no available versions; {_not_ready(entry)}"
+                )
         else:
             found = entry.versions.get(int(version)) if version.isdigit() else None
             if found is None:
                 if not entry.versions:
-                    raise ModelNotReadyError(_not_ready(entry))
+                    raise ModelNotReadyError(
+                        f"{UNKNOWN_MODEL}'{name}' version {version} is not at ready state; "
+                        f"{_not_ready(entry)}"
+                    )
                 raise ModelNotFoundError(
-                    f"model '{name}' has no version '{version}', served versions: {_listing(entry)}"
+                    f"{UNKNOWN_MODEL}'{name}' version {version} is not found; served versions: "
+                    f"{_listing(entry)}"
                 )
             served = found
         entry.last_used = _monotonic()

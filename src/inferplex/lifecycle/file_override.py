@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from inferplex.config.paths import relative_problem
-from inferplex.errors import InvalidInputError, ModelLoadError
+from inferplex.errors import InvalidInputError, load_failed
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +117,7 @@ class OverrideFolders:
         try:
             model_dir = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX)) / name
         except OSError as exc:
-            raise ModelLoadError(
-                f"failed to load model '{name}': cannot make a folder for its files: {exc}"
-            ) from None
+            raise load_failed(name, f"cannot make a folder for its files: {exc}") from None
         try:
             for relative, content in files.items():
                 path = model_dir.joinpath(*relative.parts)  # checked by override_files
@@ -127,9 +125,7 @@ class OverrideFolders:
                 path.write_bytes(content)
         except OSError as exc:  # the disk is full, a name is too long for the file system
             remove_folder(model_dir)
-            raise ModelLoadError(
-                f"failed to load model '{name}': cannot write its files to {model_dir}: {exc}"
-            ) from None
+            raise load_failed(name, f"cannot write its files to {model_dir}: {exc}") from None
         except BaseException:
             remove_folder(model_dir)
             raise

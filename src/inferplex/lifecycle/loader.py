@@ -34,6 +34,8 @@ from inferplex.errors import (
     ModelLoadError,
     ModelNotFoundError,
     ModelNotReadyError,
+    load_failed,
+    unknown_model,
 )
 from inferplex.lifecycle.background import BackgroundWork
 from inferplex.lifecycle.file_override import OverrideFolders, remove_folder
@@ -117,8 +119,9 @@ class ModelLoader:
         yields to busy serving (pacing.py); not for a load that requests wait for."""
         model_dir = source or self.model_dir(name)
         if source is None and not await asyncio.to_thread(model_dir.is_dir):
-            raise ModelNotFoundError(
-                f"model '{name}' is not in the model repository {self.repository}"
+            raise ModelNotFoundError(  # Triton's words first, then which repository
+                f"failed to load '{name}', failed to poll from model repository: '{name}' is "
+                f"not in the model repository {self.repository}"
             )
         pacer = Pacer(self._load_share, self.registry.serving) if paced else UNPACED
         entry = self.registry.add(name)
@@ -286,7 +289,7 @@ class ModelLoader:
         else:
             entry.reason = f"reload failed, the previous version(s) go on serving: {reason}"
             logger.error("model '%s': %s", entry.name, entry.reason)
-        return ModelLoadError(f"failed to load model '{entry.name}': {reason}")
+        return load_failed(entry.name, reason)
 
     # -- memory -------------------------------------------------------------------------------
     async def _make_room(
@@ -334,7 +337,7 @@ class ModelLoader:
         ``forget`` drops it from the index too (it left the repository)."""
         entry = self.registry.get(name)
         if entry is None:
-            raise ModelNotFoundError(f"unknown model '{name}'")
+            raise unknown_model(name)
         async with entry.lock:
             await self.unload_locked(entry, reason)
         if forget:

@@ -33,8 +33,8 @@ from inferplex.errors import (
     InferplexError,
     InvalidInputError,
     ModelControlDisabledError,
-    ModelNotFoundError,
     ModelNotReadyError,
+    unknown_model,
 )
 from inferplex.lifecycle.file_override import FILE_PREFIX, is_file_parameter, override_files
 from inferplex.lifecycle.gpu_memory import GpuMemory, open_probe
@@ -259,7 +259,7 @@ class LifecycleManager:
         if entry is None:
             model_dir = self.loader.model_dir(name)
             if not await asyncio.to_thread(model_dir.is_dir):
-                raise ModelNotFoundError(f"unknown model '{name}'")
+                raise unknown_model(name)
             entry = self.registry.add(name)
         if not entry.versions:
             task = self._on_demand.get(name)

@@ -133,5 +133,5 @@ def test_only_override_folders_are_ever_removed(tmp_path: Path) -> None:
 
 
 def test_a_folder_that_cannot_be_written_fails_the_load() -> None:
-    with pytest.raises(ModelLoadError, match="failed to load model 'm': cannot write its files"):
+    with pytest.raises(ModelLoadError, match="load failed for model 'm': cannot write its files"):
         OverrideFolders().write("m", {PurePosixPath("1/" + "x" * 300): ONNX})  # name too long
