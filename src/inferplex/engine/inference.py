@@ -8,6 +8,7 @@ JSON shapes, which both the REST and the gRPC codecs render.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,9 +18,11 @@ from inferplex.config.server_config import ServerConfig
 from inferplex.core.cache import ResponseCache
 from inferplex.core.caller import EngineCaller
 from inferplex.core.dispatcher import Dispatcher
-from inferplex.core.registry import ModelRegistry, ModelState
+from inferplex.core.model import ModelVersion
+from inferplex.core.registry import ModelRegistry
 from inferplex.core.scheduler import Scheduler
 from inferplex.core.snapshot import EngineSnapshot
+from inferplex.core.streaming import Responses, SingleResponse
 from inferplex.core.validation import RequestValidator
 from inferplex.errors import InferplexError, ModelNotFoundError, ModelNotReadyError
 from inferplex.lifecycle.manager import LifecycleManager
@@ -139,11 +142,7 @@ class InferenceEngine:
         route = self.routes.get(name)
         if route is not None:
             return route.ready(version, self.model_ready)
-        entry = self.registry.entry(name)
-        if entry.state is not ModelState.READY:
-            return False
-        self.registry.route(name, version)  # raises for an unknown version
-        return True
+        return self.registry.ready(name, version)  # raises for an unknown version
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         route = self.routes.get(name)
@@ -253,16 +252,28 @@ class InferenceEngine:
             return await route.infer(request)
         return await self.serve(request)
 
-    async def serve(self, request: InferenceRequest) -> InferenceResponse:
-        """Inference on a model (not a route), behind its circuit breaker and timeout."""
+    async def stream(self, request: InferenceRequest) -> Responses:
+        """The responses to one request as the model sends them (docs/streaming.md): a
+        decoupled model's 0..N, an ordinary model's one. The caller ``close``s the stream if
+        it stops reading before the final response; InferplexError at once for a request the
+        model cannot take."""
+        if self.routes.get(request.model_name) is None:
+            served = await self._served(request)
+            if served.decoupled:
+                return served.stream(request, self.config.stream_queue_responses)
+        return SingleResponse(functools.partial(self.infer, request))
+
+    async def _served(self, request: InferenceRequest) -> ModelVersion:
         try:
-            served = self.registry.route(request.model_name, request.model_version)
+            return self.registry.route(request.model_name, request.model_version)
         except (ModelNotFoundError, ModelNotReadyError):
             if not self.config.load_on_demand:
                 raise
-            served = await self.lifecycle.load_for_request(
-                request.model_name, request.model_version
-            )
+            return await self.lifecycle.load_for_request(request.model_name, request.model_version)
+
+    async def serve(self, request: InferenceRequest) -> InferenceResponse:
+        """Inference on a model (not a route), behind its circuit breaker and timeout."""
+        served = await self._served(request)
         guard = self.guards.get(served.config)
         if guard is None:
             return await served.infer(request)
