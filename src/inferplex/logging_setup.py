@@ -44,13 +44,20 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(document, default=str).decode()
 
 
+#: the level and format ``configure_logging`` set last: worker processes (Python models) log
+#: the same way to the same stream
+current: tuple[str, LogFormat] = ("info", "plain")
+
+
 def configure_logging(
     level: str = "info", log_format: LogFormat = "plain", stream: TextIO | None = None
 ) -> None:
     """Send the ``inferplex`` loggers (and everything else at WARNING and above) to
     ``stream`` (stderr) in ``log_format``; replaces handlers set up before."""
+    global current
     if level.lower() not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
+    current = (level.lower(), log_format)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(
         JsonFormatter() if log_format == "json" else logging.Formatter(PLAIN_FORMAT)

@@ -34,6 +34,21 @@ class ModelCaller(Protocol):
         ...
 
 
+#: what ``execute_requests`` answers for one request: its outputs, or why it failed
+RequestOutcome = dict[str, np.ndarray] | InferplexError
+
+
+class ResponseSink(Protocol):
+    """Where a decoupled model's backend sends one request's responses as they come, from
+    the instance's thread (or a thread it waits for)."""
+
+    def send(self, outcome: RequestOutcome | None, final: bool) -> bool:
+        """One response (outputs, an error, or None: no outputs), ``final`` for the last.
+        Waits while the reader is that many responses behind (``--stream-queue-responses``);
+        False once the reader went away (the response is dropped, the model may stop)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class BatchRequest:
     """One client request of a batch, for backends that see requests (``per_request``)."""
@@ -41,10 +56,9 @@ class BatchRequest:
     id: str
     parameters: dict[str, Any]
     rows: int  # its rows of the batch, in order
-
-
-#: what ``execute_requests`` answers for one request: its outputs, or why it failed
-RequestOutcome = dict[str, np.ndarray] | InferplexError
+    #: a decoupled model's request: where its responses go (its ``execute_requests`` answer
+    #: is then only whether it failed)
+    sink: ResponseSink | None = None
 
 
 class Cancellation:
@@ -122,6 +136,10 @@ class Backend(abc.ABC):
     #: a ``per_request`` backend that can tell a running batch which of its requests lost
     #: their callers: ``execute_requests`` gets the batch's ``Cancellation``
     cancellable: bool = False
+    #: can serve a decoupled model (``model_transaction_policy { decoupled: true }``): a
+    #: ``per_request`` backend that sends each request's 0..N responses to its
+    #: ``BatchRequest.sink`` while ``execute_requests`` runs
+    decoupled: bool = False
 
     @abc.abstractmethod
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
@@ -157,3 +175,12 @@ class Backend(abc.ABC):
         """The inputs and outputs the model file itself declares, with the batch dimension
         included as the first dim; None if the format cannot tell."""
         return None
+
+    @classmethod
+    def auto_complete(
+        cls, config: ModelConfig | None, name: str, model_path: Path
+    ) -> ModelConfig | None:
+        """For a backend without a ``signature``: the config (None: no config file) as the
+        model completes it itself (a Python model's ``auto_complete_config``); by default
+        unchanged. Blocking (may run the model's code in a process of its own)."""
+        return config

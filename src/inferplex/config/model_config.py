@@ -146,6 +146,14 @@ class ResponseCache(_Frozen):
     enable: bool = False
 
 
+class ModelTransactionPolicy(_Frozen):
+    """Triton's ``model_transaction_policy``: a decoupled model sends zero or more responses
+    per request (the last flagged final), served over streams (gRPC ModelStreamInfer, HTTP
+    generate_stream)."""
+
+    decoupled: bool = False
+
+
 class QueuePolicy(_Frozen):
     timeout_action: Literal["REJECT", "DELAY"] = "REJECT"
     default_timeout_microseconds: int = Field(default=0, ge=0)
@@ -235,6 +243,7 @@ class ModelConfig(_Frozen):
     dynamic_batching: DynamicBatching | None = None
     scheduling: Scheduling = Scheduling()
     response_cache: ResponseCache = ResponseCache()
+    model_transaction_policy: ModelTransactionPolicy = ModelTransactionPolicy()
     ensemble_scheduling: EnsembleScheduling | None = None
     cascade: Cascade | None = None
     size_routing: SizeRouting | None = None
@@ -309,6 +318,8 @@ class ModelConfig(_Frozen):
             out["dynamic_batching"] = _dynamic_batching_dict(self.dynamic_batching)
         if self.response_cache.enable:
             out["response_cache"] = {"enable": True}
+        # perf_analyzer reads it to tell a decoupled model (which it drives with --streaming)
+        out["model_transaction_policy"] = {"decoupled": self.model_transaction_policy.decoupled}
         if self.scheduling != Scheduling():
             out["scheduling"] = self.scheduling.model_dump(exclude_none=True)
         if self.ensemble_scheduling is not None:

@@ -64,6 +64,7 @@ from inferplex.config.model_config import (
     DynamicBatching,
     InstanceGroup,
     ModelConfig,
+    ModelTransactionPolicy,
     QueuePolicy,
     ResponseCache,
     Scheduling,
@@ -100,6 +101,7 @@ _BATCHING_FIELDS = frozenset(DynamicBatching.model_fields)
 _QUEUE_FIELDS = frozenset(QueuePolicy.model_fields)
 _SCHEDULING_FIELDS = frozenset(Scheduling.model_fields)
 _CACHE_FIELDS = frozenset(ResponseCache.model_fields)
+_TRANSACTION_FIELDS = frozenset(ModelTransactionPolicy.model_fields)
 _RESOURCE_FIELDS = _schema_fields("ModelRateLimiter.Resource")  # "global" is global_ there
 _MODEL_NOT_YET = _schema_fields("ModelConfig") - _MODEL_FIELDS
 _INPUT_NOT_YET = _schema_fields("ModelInput") - _INPUT_FIELDS
@@ -112,6 +114,7 @@ _ENSEMBLE_NOT_YET = _schema_fields("ModelEnsembling") - {"step"}
 _MODEL_MESSAGES = frozenset(
     {"name", "input", "output", "instance_group", "version_policy", "dynamic_batching"}
     | {"parameters", "scheduling", "response_cache", "ensemble_scheduling", "cascade"}
+    | {"model_transaction_policy"}
     | {"size_routing"}
     | {"model_warmup", "optimization"}
 )
@@ -444,6 +447,10 @@ _MODEL_SECTIONS: tuple[tuple[str, Callable[[_Reader, Any, str], Any]], ...] = (
     ("size_routing", lambda reader, raw, _: reader.size_routing(raw)),
     ("scheduling", lambda r, raw, path: r.plain_message(raw, path, _SCHEDULING_FIELDS)),
     ("response_cache", lambda r, raw, path: r.plain_message(raw, path, _CACHE_FIELDS)),
+    (
+        "model_transaction_policy",
+        lambda r, raw, path: r.plain_message(raw, path, _TRANSACTION_FIELDS),
+    ),
     ("cascade", lambda r, raw, path: r.plain_message(raw, path, _CASCADE_FIELDS)),
     ("optimization", lambda reader, raw, _: reader.optimization(raw)),
     ("model_warmup", _Reader.warmups),

@@ -208,6 +208,21 @@ class ServerConfig(BaseSettings):
         description="request body bytes buffered server-wide (being read, or waiting for the "
         "application); a body that would pass it gets 503 with Retry-After; 0 = no limit",
     )
+    # -- streams of responses (docs/streaming.md, docs/security.md) ----------------------------
+    stream_queue_responses: int = Field(
+        default=16,
+        ge=1,
+        description="responses of one streamed request (a decoupled model's) waiting for a "
+        "slow reader; past it the model waits to send more, so a reader that does not read "
+        "holds the model back instead of the server's memory",
+    )
+    stream_max_requests: int = Field(
+        default=128,
+        ge=1,
+        description="requests one gRPC ModelStreamInfer stream may have in flight (sent, "
+        "their final response not yet written); past it the stream's messages are not read "
+        "until one ends, so HTTP/2 flow control holds the client back",
+    )
     # -- HTTP/2 (the gRPC port) bounds on what one client holds (docs/security.md) ----------
     http2_max_concurrent_streams: int = Field(
         default=1024,

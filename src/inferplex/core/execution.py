@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from inferplex.backends.base import Backend, BatchRequest, Cancellation, RequestOutcome
+from inferplex.backends.base import (
+    Backend,
+    BatchRequest,
+    Cancellation,
+    RequestOutcome,
+    ResponseSink,
+)
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.batcher import Batch, PendingRequest
 from inferplex.core.estimator import ExecutionEstimator
@@ -47,6 +53,7 @@ class Payload:
     enqueued_ns: int
     trace: RequestTrace | None = None  # only while tracing is on
     request: InferenceRequest | None = None  # only for backends that see requests
+    sink: ResponseSink | None = None  # only for a decoupled model's: where responses go
 
 
 #: one batch handed to an instance: (batch, scheduler ticket or None for a composite model,
@@ -210,7 +217,8 @@ class VersionExecution:
             )
         kept: list[RequestOutcome] = []
         for request, answer in zip(batch.requests, answers, strict=True):
-            if not isinstance(answer, InferplexError):
+            # a decoupled model's request was answered through its sink
+            if not isinstance(answer, InferplexError) and request.payload.sink is None:
                 self._bytes_elements(answer)
                 answer = {name: answer[name] for name in request.payload.outputs}
             kept.append(answer)
@@ -370,5 +378,7 @@ def _batch_requests(requests: list[PendingRequest]) -> list[BatchRequest]:
     for pending in requests:
         source = pending.payload.request
         assert source is not None  # set for every request of a per-request model
-        infos.append(BatchRequest(source.id, dict(source.parameters), pending.rows))
+        infos.append(
+            BatchRequest(source.id, dict(source.parameters), pending.rows, pending.payload.sink)
+        )
     return infos

@@ -7,6 +7,7 @@ statistics (:class:`~inferplex.core.stats.ModelStats`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,14 @@ from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.execution import Outputs, VersionExecution
 from inferplex.core.queueing import VersionQueue
 from inferplex.core.stats import ModelStats
+from inferplex.core.streaming import DEFAULT_BOUND, ResponseChannel, ResponseStream
 from inferplex.core.validation import RequestValidator
-from inferplex.errors import ModelNotReadyError
+from inferplex.errors import (
+    InferplexError,
+    ModelExecutionError,
+    ModelNotReadyError,
+    UnsupportedError,
+)
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
@@ -65,6 +72,9 @@ class ModelVersion:
         self.composite = self.execution.composite
         self._validator = RequestValidator(config)
         self._batched = config.batched
+        #: sends 0..N responses per request (``stream``); a unary call takes exactly one
+        self.decoupled = config.model_transaction_policy.decoupled
+        self._bytes_outputs = frozenset(t.name for t in config.output if t.data_type == "BYTES")
         # per output: (datatype, the shape it is reshaped to for the client, or None)
         self._output_specs = {
             t.name: (t.data_type, None if t.reshape is None else tuple(t.dims))
@@ -95,10 +105,9 @@ class ModelVersion:
 
     # -- requests -----------------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        if self._closing:
-            raise ModelNotReadyError(
-                f"model '{self.config.name}' version {self.version} is unloading"
-            )
+        if self.decoupled:
+            return await self._one_response(request)
+        self._check_open()
         start = _now_ns()
         if not self._in_flight:
             self._idle_event.clear()
@@ -112,15 +121,7 @@ class ModelVersion:
             else:
                 shape_key = self._validator.shape_key(feeds) if self._batched else None
                 results = await self._submit(request, feeds, rows, shape_key, names, start)
-            specs = self._output_specs
-            outputs = []
-            for name in names:
-                data = results[name]
-                datatype, dims = specs[name]
-                if dims is not None:
-                    data = data.reshape((data.shape[0], *dims) if self._batched else dims)
-                outputs.append(Tensor(name, datatype, data.shape, data))
-            response = InferenceResponse(self.config.name, self.version_str, outputs, request.id)
+            response = self._response(request.id, names, results)
             ok = True
             return response
         except asyncio.CancelledError:
@@ -135,6 +136,87 @@ class ModelVersion:
             self._in_flight -= 1
             if not self._in_flight:
                 self._idle_event.set()
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ModelNotReadyError(
+                f"model '{self.config.name}' version {self.version} is unloading"
+            )
+
+    def _response(self, request_id: str, names: list[str], results: Outputs) -> InferenceResponse:
+        """The response of ``results``, its outputs in the order asked (``names``, those it
+        has), shaped as declared."""
+        specs = self._output_specs
+        outputs = []
+        for name in names:
+            data = results.get(name)
+            if data is None:  # a decoupled model's response may carry some outputs only
+                continue
+            datatype, dims = specs[name]
+            if dims is not None:
+                data = data.reshape((data.shape[0], *dims) if self._batched else dims)
+            outputs.append(Tensor(name, datatype, data.shape, data))
+        return InferenceResponse(self.config.name, self.version_str, outputs, request_id)
+
+    # -- decoupled models: 0..N responses per request -----------------------------------------
+    def stream(self, request: InferenceRequest, bound: int = DEFAULT_BOUND) -> ResponseStream:
+        """Queue a decoupled model's request; its responses come through the stream as the
+        model sends them (at most ``bound`` waiting for the reader: the model waits beyond).
+        InferplexError at once for a request the model cannot take."""
+        self._check_open()
+        start = _now_ns()
+        feeds, rows = self._validator.feeds(request)
+        names = self._validator.output_names(request)
+        shape_key = self._validator.shape_key(feeds) if self._batched else None
+        channel = ResponseChannel(self._loop, names, self._bytes_outputs, bound)
+        future = self._submit(request, feeds, rows, shape_key, names, start, channel)
+        if not self._in_flight:
+            self._idle_event.clear()
+        self._in_flight += 1
+        future.add_done_callback(functools.partial(self._stream_ended, channel, start))
+
+        def closed(finished: bool) -> None:
+            if not finished and not future.done():  # the reader went away: so does the request
+                future.cancel()
+                self._stats.cancelled += 1
+                self._withdraw_cancelled()
+
+        respond = functools.partial(self._response, request.id, names)
+        return ResponseStream(channel, respond, closed)
+
+    def _stream_ended(
+        self, channel: ResponseChannel, start: int, future: asyncio.Future[Outputs]
+    ) -> None:
+        """A decoupled request's batch ended: the model holds it no more."""
+        error = None if future.cancelled() else future.exception()
+        if error is not None and not isinstance(error, InferplexError):
+            error = ModelExecutionError(f"model '{self.config.name}' failed: {error}")
+        channel.end(error)
+        self._stats.record_request(error is None and not future.cancelled(), _now_ns() - start)
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._idle_event.set()
+
+    async def _one_response(self, request: InferenceRequest) -> InferenceResponse:
+        """A decoupled model asked for one response (a unary call): the one it sends, else an
+        error that says to stream."""
+        stream = self.stream(request)
+        responses: list[InferenceResponse] = []
+        try:
+            async for item in stream:
+                if item.error is not None:
+                    raise item.error
+                if item.response is not None:
+                    responses.append(item.response)
+        finally:
+            stream.close()
+        if len(responses) != 1:
+            raise UnsupportedError(
+                f"model '{self.config.name}' is decoupled and sent {len(responses)} responses "
+                "to this request; a unary call takes exactly one (read them all with gRPC "
+                "ModelStreamInfer or HTTP generate_stream)"
+            )
+        return responses[0]
 
     async def _cached_results(
         self,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from inferplex.backends.base import ResponseSink
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.adaptive import AdaptiveBatching
 from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
@@ -90,14 +91,17 @@ class VersionQueue:
         shape_key: Any,
         outputs: list[str],
         start: int,
+        sink: ResponseSink | None = None,
     ) -> asyncio.Future[Outputs]:
-        """Queue the request; the future is answered when its batch has run."""
+        """Queue the request; the future is answered when its batch has run (a decoupled
+        model's request: its responses go to ``sink`` meanwhile)."""
         priority, timeout_us = _scheduling_parameters(request.parameters)
         future: asyncio.Future[Outputs] = self._loop.create_future()
         arrival = start * 1e-9
         payload = Payload(feeds, outputs, future, start)
         if self._per_request:
             payload.request = request
+            payload.sink = sink
         if TRACING.enabled and (trace := CURRENT_TRACE.get()) is not None:
             trace.queued(self._name, self._version, request.id, start)
             payload.trace = trace

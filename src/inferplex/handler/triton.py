@@ -5,13 +5,17 @@ model runs with one import changed (it was ``import triton_python_backend_utils 
 
 Requests, responses and tensors hold numpy arrays (BYTES: object arrays of ``bytes``).
 ``InferenceRequest(...).exec()`` calls another served model in-process (BLS);
-``request.is_cancelled()`` tells whether a request's client went away. Not supported:
-decoupled models (response senders), ``async_exec``, GPU tensors (``is_cpu()`` is always
-true).
+``request.is_cancelled()`` tells whether a request's client went away;
+``request.get_response_sender()`` sends a decoupled model's responses;
+``await request.async_exec()`` in an ``async def execute`` runs calls at once. The module
+``triton_python_backend_utils`` is this one, so a Triton model.py runs unchanged. Not
+supported: GPU tensors (``is_cpu()`` is always true) and the names of ``UNSUPPORTED``: a
+model.py that uses one fails to load, naming it (``backends/python/compat.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -19,9 +23,45 @@ from typing import Any
 
 import numpy as np
 
-from inferplex.datatypes import TRITON_TO_V2, V2_TO_NUMPY
 from inferplex.errors import ErrorCode
 from inferplex.handler import bls
+
+# Triton's module has these names too (the "as" marks them re-exported)
+from inferplex.handler.metrics import Metric as Metric
+from inferplex.handler.metrics import MetricFamily as MetricFamily
+from inferplex.handler.triton_config import ModelConfig as ModelConfig
+from inferplex.handler.triton_config import get_input_config_by_name as get_input_config_by_name
+from inferplex.handler.triton_config import get_output_config_by_name as get_output_config_by_name
+from inferplex.handler.triton_config import (
+    using_decoupled_model_transaction_policy as using_decoupled_model_transaction_policy,
+)
+from inferplex.handler.triton_types import TRITON_STRING_TO_NUMPY as TRITON_STRING_TO_NUMPY
+from inferplex.handler.triton_types import TritonModelException as TritonModelException
+from inferplex.handler.triton_types import deserialize_bytes_tensor as deserialize_bytes_tensor
+from inferplex.handler.triton_types import numpy_to_triton_type as numpy_to_triton_type
+from inferplex.handler.triton_types import serialize_byte_tensor as serialize_byte_tensor
+from inferplex.handler.triton_types import triton_string_to_numpy as triton_string_to_numpy
+from inferplex.handler.triton_types import triton_to_numpy_type as triton_to_numpy_type
+
+#: names of Triton's module that this one lacks, and why: a model.py that uses one fails to
+#: load with the reason (backends/python/compat.py), and reaching one raises AttributeError
+UNSUPPORTED = {
+    "load_model": "the model loading API (load models through the server's repository API)",
+    "unload_model": "the model loading API (unload models through the server's repository API)",
+    "is_model_ready": "the model loading API (ask the server's /v2/models/<m>/ready)",
+    "PreferredMemory": "GPU tensors (tensors are in CPU memory here)",
+    "TRITONSERVER_MEMORY_GPU": "GPU tensors (tensors are in CPU memory here)",
+    "TRITONSERVER_MEMORY_CPU": "GPU tensors (tensors are in CPU memory here)",
+}
+#: Triton request methods ``InferenceRequest`` lacks (checked in model.py the same way)
+UNSUPPORTED_METHODS = {
+    "set_release_flags": "request rescheduling (sequence_batching { iterative_sequence })",
+    "set_flags": "sequence flags on a BLS request (sequence batching)",
+    "correlation_id": "sequence correlation ids (sequence batching)",
+}
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 
 _logger = logging.getLogger("inferplex.handler")
 
@@ -69,10 +109,6 @@ _FROM_SERVER_CODE = {
     ErrorCode.UNAVAILABLE.value: TritonError.UNAVAILABLE,
     ErrorCode.UNIMPLEMENTED.value: TritonError.UNSUPPORTED,
 }
-
-
-class TritonModelException(Exception):
-    """What Triton raises for errors in its utilities."""
 
 
 class Tensor:
@@ -142,12 +178,47 @@ class InferenceResponse:
         return self._error
 
 
+#: the flag of a request's last response (``sender.send(flags=...)``), as Triton's
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+
+class InferenceResponseSender:
+    """Triton's response sender (``request.get_response_sender()``): a decoupled model sends
+    a request's responses with it, from ``execute`` or from threads it starts, as they are
+    ready; the last is sent with ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` (a response,
+    or None: no outputs). Each response reaches the client as it is sent; ``send`` waits
+    while the client is ``--stream-queue-responses`` responses behind."""
+
+    def __init__(
+        self, emit: Callable[[InferenceResponse | None, bool], None], cancelled: Callable[[], bool]
+    ) -> None:
+        self._emit = emit
+        self._cancelled = cancelled
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self._closed:
+            raise TritonModelException(
+                "Unable to send response. Response sender has been closed (a response flagged "
+                "TRITONSERVER_RESPONSE_COMPLETE_FINAL was sent)."
+            )
+        final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        if response is None and not final:
+            raise TritonModelException("send() without a response needs the final flag")
+        self._closed = final
+        self._emit(response, final)
+
+    def is_cancelled(self) -> bool:
+        """Whether the client went away (its responses are dropped from now on)."""
+        return self._cancelled()
+
+
 class InferenceRequest:
     """A request the model gets in ``execute``, or one it builds to call another model."""
 
     def __init__(
         self,
-        model_name: str = "",
+        model_name: str | bytes = "",
         inputs: Sequence[Tensor] = (),
         requested_output_names: Sequence[str] = (),
         model_version: int = -1,
@@ -155,7 +226,9 @@ class InferenceRequest:
         request_id: str = "",
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        self._model_name = model_name
+        # Triton's takes bytes too: its BLS example names the model with a BYTES input's
+        # element, as_numpy()[0]
+        self._model_name = model_name.decode() if isinstance(model_name, bytes) else model_name
         self._inputs = list(inputs)
         self._outputs = list(requested_output_names)
         self._version = model_version
@@ -164,6 +237,7 @@ class InferenceRequest:
         self._parameters = json.loads(parameters) if isinstance(parameters, str) else parameters
         #: set by the worker on the requests a model gets in ``execute``
         self._cancelled: Callable[[], bool] | None = None
+        self._sender: InferenceResponseSender | None = None
 
     def is_cancelled(self) -> bool:
         """Whether the client of this request went away while the model runs it (a closed
@@ -173,6 +247,13 @@ class InferenceRequest:
         model builds itself. Reads a flag in shared memory: cheap enough to call in a loop."""
         check = self._cancelled
         return check is not None and check()
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        """The sender of this request's responses (a decoupled model's way to answer; a model
+        that is not decoupled may use it too, for exactly one response, flagged final)."""
+        if self._sender is None:
+            raise TritonModelException("only a request the model gets in execute has a sender")
+        return self._sender
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -199,19 +280,59 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False) -> InferenceResponse:
         """Run this request on the model it names, in-process; errors come back in the
         response, as in Triton."""
-        if decoupled:
-            raise TritonModelException("exec(decoupled=True): decoupled models are not supported")
+        _refuse_decoupled("exec", decoupled)
         try:
-            outputs = bls.infer(
-                self._model_name,
-                {t.name(): t.as_numpy() for t in self._inputs},
-                self._outputs or None,
-                version="" if self._version < 0 else str(self._version),
-                timeout=self._timeout_us / 1e6 if self._timeout_us else None,
-            )
+            inputs, wanted, version, timeout = self._call()
+            outputs = bls.infer(self._model_name, inputs, wanted, version=version, timeout=timeout)
         except bls.ModelCallError as exc:
-            return InferenceResponse(error=TritonError(exc.message, exc.code))
-        return InferenceResponse([Tensor(name, array) for name, array in outputs.items()])
+            return _error_response(exc)
+        return _response(outputs)
+
+    def async_exec(self, decoupled: bool = False) -> asyncio.Future[InferenceResponse]:
+        """``exec`` in an ``async def execute``: a future of the response, started at once.
+        The calls started before the model awaits run at once in the server (one message
+        for all of them)."""
+        _refuse_decoupled("async_exec", decoupled)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[InferenceResponse] = loop.create_future()
+
+        def settle(call: asyncio.Future[dict[str, np.ndarray]]) -> None:
+            if answer.cancelled():
+                return
+            failure = call.exception()
+            if isinstance(failure, bls.ModelCallError):
+                answer.set_result(_error_response(failure))
+            elif failure is not None:
+                answer.set_exception(failure)
+            else:
+                answer.set_result(_response(call.result()))
+
+        inputs, wanted, version, timeout = self._call()
+        call = bls.infer_async(self._model_name, inputs, wanted, version=version, timeout=timeout)
+        call.add_done_callback(settle)
+        return answer
+
+    def _call(self) -> tuple[dict[str, np.ndarray], list[str] | None, str, float | None]:
+        """What ``bls.infer`` takes after the model name: inputs, outputs, version, timeout."""
+        version = "" if self._version < 0 else str(self._version)
+        timeout = self._timeout_us / 1e6 if self._timeout_us else None
+        inputs = {t.name(): t.as_numpy() for t in self._inputs}
+        return inputs, self._outputs or None, version, timeout
+
+
+def _refuse_decoupled(method: str, decoupled: bool) -> None:
+    if decoupled:
+        raise TritonModelException(
+            f"{method}(decoupled=True): calling a decoupled model from a model is not supported"
+        )
+
+
+def _response(outputs: dict[str, np.ndarray]) -> InferenceResponse:
+    return InferenceResponse([Tensor(name, array) for name, array in outputs.items()])
+
+
+def _error_response(exc: bls.ModelCallError) -> InferenceResponse:
+    return InferenceResponse(error=TritonError(exc.message, exc.code))
 
 
 def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
@@ -222,30 +343,18 @@ def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor 
     return next((t for t in response.output_tensors() if t.name() == name), None)
 
 
-def _tensor_config(model_config: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
-    return next((t for t in model_config.get(kind, []) if t["name"] == name), {})
-
-
-def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any]:
-    """The input's entry of the model config (``{}`` if there is none)."""
-    return _tensor_config(model_config, "input", name)
-
-
-def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any]:
-    """The output's entry of the model config (``{}`` if there is none)."""
-    return _tensor_config(model_config, "output", name)
-
-
-def triton_string_to_numpy(type_string: str) -> type:
-    """``"TYPE_FP32"`` -> ``numpy.float32`` (``TYPE_STRING`` -> ``numpy.object_``)."""
-    try:
-        return V2_TO_NUMPY[TRITON_TO_V2[type_string]].type
-    except KeyError:
-        raise TritonModelException(f"unknown Triton data type '{type_string}'") from None
-
-
 class Logger:
-    """Triton's ``pb_utils.Logger``: messages go to the server's log."""
+    """Triton's ``pb_utils.Logger``: messages go to the server's log (stderr), at its level
+    and in its format; ``log_verbose`` and ``VERBOSE`` are DEBUG (``--log-level debug``)."""
+
+    INFO = logging.INFO
+    WARNING = logging.WARNING
+    ERROR = logging.ERROR
+    VERBOSE = logging.DEBUG
+
+    @staticmethod
+    def log(message: str, level: int = logging.INFO) -> None:
+        _logger.log(level, message)
 
     @staticmethod
     def log_info(message: str) -> None:
@@ -262,3 +371,10 @@ class Logger:
     @staticmethod
     def log_verbose(message: str) -> None:
         _logger.debug(message)
+
+
+def __getattr__(name: str) -> Any:
+    why = UNSUPPORTED.get(name)
+    if why is None:
+        raise AttributeError(f"module 'triton_python_backend_utils' has no attribute '{name}'")
+    raise AttributeError(f"triton_python_backend_utils.{name} is not supported by inferplex: {why}")

@@ -86,13 +86,7 @@ def plan_model(
             f"model '{name}': version_policy selects none of the versions on disk "
             f"({sorted(versions)})"
         )
-    signature = backend.signature(files[max(files)])
-    if signature is not None:
-        config = complete_config(config, name, *signature)
-    elif config is None:
-        raise ConfigError(
-            f"model '{name}' has no config file and its format cannot describe itself"
-        )
+    config = _completed(config, name, backend, files[max(files)])
     # both names filled in, as Triton renders a config (platform onnxruntime_onnx, backend
     # onnxruntime; an ensemble's backend stays empty): clients that read either one see what
     # serves the model
@@ -119,7 +113,37 @@ def plan_model(
     size = model_bytes(files[max(files)]) if gpu else 0  # only KIND_AUTO on a GPU asks
     check_parameters(config)  # breaker and timeout parameters (resilience/guard.py)
     instances = _instances(config, server_intra_op_threads, gpu, size)
-    return ModelPlan(config, served_backend(backend, config), files, instances)
+    served = served_backend(backend, config)
+    _check_decoupled(config, served)
+    return ModelPlan(config, served, files, instances)
+
+
+def _check_decoupled(config: ModelConfig, backend: type[Backend]) -> None:
+    """A decoupled model needs a backend that sends responses of its own."""
+    if config.model_transaction_policy.decoupled and not backend.decoupled:
+        raise ConfigError(
+            f"model '{config.name}': {config.backend or config.platform} cannot serve a "
+            "decoupled model (model_transaction_policy { decoupled: true }); the python "
+            "backend can"
+        )
+
+
+def _completed(
+    config: ModelConfig | None, name: str, backend: type[Backend], model_file: Path
+) -> ModelConfig:
+    """The config (None: no config file) completed from the model file: its signature (ONNX,
+    as Triton's auto-complete) or the model's own completion (a Python model's
+    ``auto_complete_config``)."""
+    signature = backend.signature(model_file)
+    if signature is not None:
+        return complete_config(config, name, *signature)
+    completed = backend.auto_complete(config, name, model_file)
+    if completed is None:
+        raise ConfigError(
+            f"model '{name}' has no config file and its format cannot describe itself "
+            "(a Python model can, with auto_complete_config)"
+        )
+    return completed
 
 
 def _instances(

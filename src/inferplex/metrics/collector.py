@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
+from inferplex.backends.worker.model_metrics import MODEL_METRICS
 from inferplex.core.snapshot import EngineSnapshot
 from inferplex.core.stats import Histogram, ModelStats
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
 from inferplex.metrics.http2 import Http2Counts, http2_families
 from inferplex.metrics.listeners import Listener, listener_families
+from inferplex.metrics.model_families import model_families
 from inferplex.metrics.process import (
     GpuProbe,
     process_cpu_seconds,
@@ -93,6 +95,7 @@ class Collector:
             *listener_families(self.listeners),
             *http2_families(self.http2),
             *self._gpu_families(),
+            *model_families(MODEL_METRICS),
         ]
 
     def close(self) -> None:

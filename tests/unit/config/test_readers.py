@@ -449,17 +449,9 @@ def test_yaml_fields_without_a_value_keep_their_defaults() -> None:
     [
         ("sequence_batching { }", ["sequence_batching (not supported yet)"]),
         (
-            "model_transaction_policy { decoupled: true }",
-            ["model_transaction_policy (not supported yet)"],
-        ),
-        (
             "optimization { execution_accelerators { cpu_execution_accelerator "
             '[ { name: "openvino" } ] } eager_batching: true }',
             ["optimization.eager_batching (not supported yet)"],
-        ),
-        (
-            "model_transaction_policy { decoupled: true }",
-            ["model_transaction_policy (not supported yet)"],
         ),
         (
             'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "n" } ]',
@@ -524,6 +516,13 @@ def test_yaml_fields_without_a_value_keep_their_defaults() -> None:
 )
 def test_unsupported_and_unknown_fields_are_listed_not_fatal(text: str, listed: list[str]) -> None:
     assert list(_pbtxt(text).unsupported_fields) == listed
+
+
+def test_a_decoupled_model_is_read_and_served_back() -> None:
+    config = _pbtxt("model_transaction_policy { decoupled: true }")
+    assert config.model_transaction_policy.decoupled
+    assert config.unsupported_fields == ()
+    assert config.to_triton_dict()["model_transaction_policy"] == {"decoupled": True}
 
 
 def test_unsupported_fields_at_their_zero_value_are_not_listed() -> None:

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec, RequestOutcome
+from inferplex import logging_setup
+from inferplex.backends.base import (
+    BatchRequest,
+    Cancellation,
+    InstanceSpec,
+    RequestOutcome,
+    ResponseSink,
+)
+from inferplex.backends.python.completion import auto_complete
 from inferplex.backends.worker.process_backend import ProcessBackend
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError
@@ -34,6 +43,7 @@ class PythonBackend(ProcessBackend):
     role = "the handler"
     per_request = True
     cancellable = True
+    decoupled = True
 
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
         # A handler that waits on the models it calls while holding one of the scheduler's
@@ -52,11 +62,14 @@ class PythonBackend(ProcessBackend):
             "instance_kind": "GPU" if gpu else "CPU",
             "device_id": instance.device_id,
             "handler_class": config.parameters.get(CLASS_PARAMETER, ""),
+            "log": logging_setup.current,
         }
         # batches are numbered for the cancel board (backends/worker/cancel.py); a batch holds
         # at most max_batch_size requests (one row each at least), an unbatched model's one
         self._batch_numbers = itertools.count(1)
         self._launch(config, init, instance, cancel_slots=max(1, config.max_batch_size))
+        #: where the responses of the running batch's requests go (a decoupled model's)
+        self._sinks: list[ResponseSink | None] = []
 
     def execute_requests(
         self,
@@ -70,6 +83,7 @@ class PythonBackend(ProcessBackend):
         while it runs are marked on the worker's cancel board, where the handler's
         ``is_cancelled()`` finds them."""
         meta = [(r.id, r.parameters, r.rows) for r in requests]
+        self._sinks = [r.sink for r in requests]
         number = next(self._batch_numbers)
         board = self._worker.board
         if cancellation is not None and board is not None:
@@ -89,6 +103,28 @@ class PythonBackend(ProcessBackend):
             answers.append({name: array[offset:end] for name, array in results.items()})
             offset = end
         return answers
+
+    def _deliver(self, message: tuple[Any, ...]) -> None:
+        """A response of a decoupled model's request: copied out of the arena and queued for
+        its client, waiting while the client is too far behind; the worker, waiting for the
+        answer, learns whether the client is still there."""
+        _, index, headers, final, error = message
+        worker = self._worker
+        outcome: RequestOutcome | None = None
+        if error is not None:
+            outcome = self._failure(*error)
+        elif headers:
+            outcome = worker.arena.read(headers, copy=True)
+        sink = self._sinks[index] if 0 <= index < len(self._sinks) else None
+        worker.send(("sent", sink is not None and sink.send(outcome, final)))
+
+    @classmethod
+    def auto_complete(
+        cls, config: ModelConfig | None, name: str, model_path: Path
+    ) -> ModelConfig | None:
+        """The model's own ``auto_complete_config`` completes its config (completion.py)."""
+        handler_class = config.parameters.get(CLASS_PARAMETER, "") if config else ""
+        return auto_complete(model_path.resolve(), config, name, handler_class)
 
     @classmethod
     def gpu_available(cls) -> bool:

@@ -12,6 +12,7 @@ Either way the outputs are cast to the datatypes the model's config declares.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
 import inspect
@@ -20,10 +21,11 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from inferplex.backends.python.senders import BatchSenders, Respond
 from inferplex.datatypes import TRITON_TO_V2, V2_TO_NUMPY
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import triton
@@ -51,6 +53,10 @@ class Runner:
             for t in config.get("output", [])
         }
         self._triton = callable(getattr(handler, "execute", None))
+        #: runs an ``async def execute`` (made on first use)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: sends 0..N responses per request (model_transaction_policy { decoupled: true })
+        self._decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
         cls = type(handler)
         self._vectorised = (
             isinstance(handler, BaseHandler)
@@ -70,6 +76,14 @@ class Runner:
                 )
             if hasattr(handler, "initialize"):
                 handler.initialize(context)
+            if not self._decoupled and any(
+                inspect.isgeneratorfunction(getattr(handler, m, None))
+                for m in ("handle", "inference")
+            ):
+                raise HandlerError(
+                    f"{type(handler).__name__} yields its results (a generator): each is a "
+                    "response, so the model needs model_transaction_policy { decoupled: true }"
+                )
 
     def run(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         """One batch: input name -> array in, the requested outputs out (a Triton-style model
@@ -92,26 +106,46 @@ class Runner:
         outputs: list[str],
         requests: list[tuple[str, dict[str, Any], int]],
         cancelled: Callable[[int], bool] = never,
+        respond: Respond | None = None,
     ) -> tuple[dict[str, np.ndarray], list[tuple[int, str, str]]]:
         """One batch with who asked for its rows ((id, parameters, rows) per request): the
         outputs of the requests that did not fail, rows in order, and (index, message, code)
         of each that did. A Triton-style model gets one InferenceRequest per client request
         and answers each; a TorchServe-style handler gets the batch's rows as before.
         ``cancelled(index)`` tells whether a request's caller went away (the handler's
-        ``request.is_cancelled()``, ``context.is_cancelled(row)``)."""
+        ``request.is_cancelled()``, ``context.is_cancelled(row)``). A decoupled model sends
+        its responses with ``respond`` as they come and answers nothing here."""
         if not self._triton:
             ids = [request_id for request_id, _, rows in requests for _ in range(rows)]
             self.context.request_ids = dict(enumerate(ids))
             self.context._begin_batch([rows for _, _, rows in requests], cancelled)
+            if self._decoupled and respond is not None:
+                self._stream_torchserve(inputs, outputs, [r for *_, r in requests], respond)
+                return {}, []
             return self.run(inputs, outputs), []
-        results, failed = self._run_triton_requests(inputs, outputs, requests, cancelled)
-        if len(failed) == len(requests):
+        senders = BatchSenders(
+            len(requests), respond if self._decoupled else None, self._converter(outputs)
+        )
+        results, failed = self._run_triton_requests(inputs, outputs, requests, cancelled, senders)
+        if len(failed) == len(requests) or self._decoupled:  # a decoupled model sent its own
             return {}, failed
         return {name: self._finish(name, results) for name in outputs}, failed
 
     def finalize(self) -> None:
         if callable(getattr(self.handler, "finalize", None)):
             self.handler.finalize()
+        if self._loop is not None:
+            self._loop.close()
+
+    def _execute(self, requests: list[triton.InferenceRequest]) -> Any:
+        """``execute(requests)``; an ``async def execute`` runs to its end on the worker's
+        event loop (its ``async_exec`` calls started together run at once in the server)."""
+        returned = self.handler.execute(requests)
+        if inspect.iscoroutine(returned):
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            returned = self._loop.run_until_complete(returned)
+        return returned
 
     # -- Triton style --------------------------------------------------------------------
     def _run_triton_requests(
@@ -119,7 +153,8 @@ class Runner:
         inputs: dict[str, np.ndarray],
         outputs: list[str],
         requests: list[tuple[str, dict[str, Any], int]],
-        cancelled: Callable[[int], bool] = never,
+        cancelled: Callable[[int], bool],
+        senders: BatchSenders,
     ) -> tuple[dict[str, Any], list[tuple[int, str, str]]]:
         split: list[triton.InferenceRequest] = []
         offset = 0
@@ -133,19 +168,15 @@ class Runner:
                 self.context.model_name, tensors, outputs, request_id=request_id,
                 parameters=parameters,
             )  # fmt: skip
+            check = functools.partial(cancelled, index)
             if cancelled is not never:
-                request._cancelled = functools.partial(cancelled, index)
+                request._cancelled = check
+            request._sender = senders.sender(index, check)
             split.append(request)
             offset = end
-        responses = self.handler.execute(split)
-        if not isinstance(responses, list | tuple) or len(responses) != len(split):
-            got = "None" if responses is None else f"{type(responses).__name__}"
-            if isinstance(responses, list | tuple):
-                got = f"{len(responses)} responses"
-            raise HandlerError(
-                f"execute(requests) must return a list with one InferenceResponse per request "
-                f"({len(split)} here), got {got} (decoupled models are not supported)"
-            )
+        responses = self._responses(self._execute(split), senders, len(split))
+        if responses is None:  # a decoupled model: it sent them all
+            return {}, []
         failed: list[tuple[int, str, str]] = []
         answered: list[dict[str, np.ndarray]] = []
         for index, response in enumerate(responses):
@@ -164,8 +195,84 @@ class Runner:
             results[name] = np.concatenate([np.asarray(_plain(p)) for p in parts])
         return results, failed
 
+    def _responses(
+        self, returned: Any, senders: BatchSenders, count: int
+    ) -> list[triton.InferenceResponse] | None:
+        """What ``execute`` answered: the list it returned, or (it returned None) the
+        responses its senders kept, once each request had its final one; None for a
+        decoupled model, which sent them."""
+        if returned is None:
+            senders.wait()
+            if self._decoupled:
+                return None
+            missing = [i for i, response in enumerate(senders.kept) if response is None]
+            if missing:
+                raise HandlerError(
+                    f"execute(requests) returned None and sent no response to request(s) "
+                    f"{missing}: return one InferenceResponse per request, or send one with "
+                    "request.get_response_sender()"
+                )
+            return cast(list[triton.InferenceResponse], senders.kept)
+        if self._decoupled:
+            raise HandlerError(
+                "a decoupled model's execute(requests) returns None: it sends responses with "
+                f"request.get_response_sender() (it returned a {type(returned).__name__})"
+            )
+        if not isinstance(returned, list | tuple) or len(returned) != count:
+            got = f"{type(returned).__name__}"
+            if isinstance(returned, list | tuple):
+                got = f"{len(returned)} responses"
+            raise HandlerError(
+                f"execute(requests) must return a list with one InferenceResponse per request "
+                f"({count} here), got {got}"
+            )
+        return list(returned)
+
+    def _converter(self, outputs: list[str]) -> Callable[[dict[str, Any]], dict[str, np.ndarray]]:
+        """What casts a sent response's outputs (those asked for) to the declared types."""
+
+        def convert(results: dict[str, Any]) -> dict[str, np.ndarray]:
+            return {name: self._finish(name, results) for name in outputs if name in results}
+
+        return convert
+
     # -- TorchServe style ----------------------------------------------------------------
+    def _stream_torchserve(
+        self,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        rows: list[int],
+        respond: Respond,
+    ) -> None:
+        """A decoupled TorchServe-style handler: each result it yields (or the one it
+        returns) is a response to each request of the batch (its rows), then a final flag.
+        It stops early when every request's client went away."""
+        result, count = self._call_torchserve(inputs)
+        convert = self._converter(outputs)
+        items = result if inspect.isgenerator(result) else iter([result])
+        try:
+            for item in items:
+                batch = convert(self._collect(item, count))
+                alive, offset = False, 0
+                for index, n in enumerate(rows):
+                    part = {k: v[offset : offset + n] for k, v in batch.items()}
+                    if not self._batched:
+                        part = batch
+                    alive = respond(index, part, False, None) or alive
+                    offset += n
+                if not alive:
+                    break
+        finally:
+            if inspect.isgenerator(items):
+                items.close()
+        for index in range(len(rows)):
+            respond(index, None, True, None)
+
     def _run_torchserve(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+        return self._collect(*self._call_torchserve(inputs))
+
+    def _call_torchserve(self, inputs: dict[str, np.ndarray]) -> tuple[Any, int]:
+        """The handler's result for a batch, and the batch's rows."""
         handler = self.handler
         if self._vectorised:
             # BaseHandler's own handle and preprocess would split the batch into rows and
@@ -182,6 +289,10 @@ class Runner:
                 for step in ("preprocess", "inference", "postprocess"):
                     if callable(getattr(handler, step, None)):
                         result = getattr(handler, step)(result)
+        return result, rows
+
+    def _collect(self, result: Any, rows: int) -> dict[str, Any]:
+        """A handler's result for a batch of ``rows`` as output name -> batch value."""
         if not isinstance(result, list | tuple):
             return self._item(result)
         if len(result) != rows:

@@ -16,9 +16,18 @@ Messages are small tuples; tensors stay in the arena:
                                                             [(id, parameters, rows)] per
                                                             request: ("done", headers,
                                                             [(index, why, code)] that failed)
-                    ("result", headers) | ("error", code, message)   answers to a worker's call
+                    ("result", [("result", headers) | ("error", code, message)])
+                                                            answers to a worker's calls
+                    ("sent", alive)                         answer to a response: queued
+                                                            for its client (still there?)
                     ("stop",)
-  worker -> server  ("infer", model, version, headers, output names, timeout)   a call (BLS)
+  worker -> server  ("infer", [(model, version, headers, output names, timeout)])   calls
+                                                            (BLS), run at once
+                    ("metrics", updates)                    custom metric changes, ahead of
+                                                            "ready" and of an answer
+                    ("response", index, headers or None, final, (why, code) or None)
+                                                            a decoupled model's response to
+                                                            request ``index`` of the batch
 
 It imports only numpy and the few modules of this package it needs (not the server, not the
 config models: the ``__init__`` of ``backends`` and ``backends/python`` import lazily for it),
@@ -33,19 +42,25 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 import numpy as np
 
+from inferplex.backends.python import compat
 from inferplex.backends.python.runner import Runner, find_class, load_module
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.errors import ErrorCode, InferplexError
-from inferplex.handler import bls
+from inferplex.handler import bls, metrics
 from inferplex.handler.base import Context, never
+from inferplex.logging_setup import configure_logging
+
+#: the log level and format of a worker whose init names none (the server's are in "log":
+#: a handler's Logger lines reach the server's log as its own do)
+LOG_DEFAULT = ("info", "plain")
 
 
 def describe(exc: BaseException, model_dir: str) -> str:
@@ -82,6 +97,7 @@ def load(init: dict[str, Any]) -> Runner:
         device_id=init["device_id"],
     )
     module = load_module(model_file)
+    compat.check(model_file)
     handler = find_class(module, init["handler_class"])()
     return Runner(handler, context)
 
@@ -98,8 +114,10 @@ def loader(init: dict[str, Any]) -> Callable[[dict[str, Any]], Loaded]:
 
 
 class Link:
-    """The worker's way back to the server while a request runs. Calls from several threads
-    of one handler take turns: the pipe and the arena carry one call at a time."""
+    """The worker's way back to the server while a request runs. A message carries one call
+    or several (an async handler's gathered ``async_exec``: the server runs them at once);
+    messages from several threads of one handler take turns: the pipe and the arena carry
+    one at a time."""
 
     def __init__(self, connection: Connection, arena: Arena) -> None:
         self._connection = connection
@@ -114,14 +132,9 @@ class Link:
     def end(self) -> None:
         self._base = -1
 
-    def call(
-        self,
-        model_name: str,
-        inputs: Mapping[str, Any],
-        outputs: Sequence[str] | None,
-        version: str,
-        timeout: float | None,
-    ) -> dict[str, np.ndarray]:
+    def call_many(
+        self, calls: Sequence[bls.Call]
+    ) -> list[dict[str, np.ndarray] | bls.ModelCallError]:
         with self._lock:
             if self._base < 0:
                 raise bls.ModelCallError(
@@ -129,20 +142,45 @@ class Link:
                     "(not in initialize or finalize)",
                     "unavailable",
                 )
-            headers, _ = self._arena.write(inputs, self._base)
-            self._connection.send(
-                ("infer", model_name, version, headers, list(outputs or ()), timeout)
-            )
-            reply = self._connection.recv()
-            if reply[0] == "error":
-                raise bls.ModelCallError(reply[2], reply[1])
+            sent = []
+            offset = self._base
+            for call in calls:
+                headers, offset = self._arena.write(call.inputs, offset)
+                outputs = list(call.outputs or ())
+                sent.append((call.model_name, call.version, headers, outputs, call.timeout))
+            self._connection.send(("infer", sent))
+            _, answers = self._connection.recv()
             # copies: the next call reuses this part of the arena
-            return self._arena.read(reply[1], copy=True)
+            return [
+                bls.ModelCallError(answer[2], answer[1])
+                if answer[0] == "error"
+                else self._arena.read(answer[1], copy=True)
+                for answer in answers
+            ]
+
+    def respond(
+        self,
+        index: int,
+        outputs: dict[str, np.ndarray] | None,
+        final: bool,
+        error: tuple[str, str] | None,
+    ) -> bool:
+        """Send one response of request ``index`` of the running batch (a decoupled model's)
+        and wait until the server has queued it for the client: whether the client is still
+        there."""
+        with self._lock:
+            if self._base < 0:
+                raise RuntimeError("responses can be sent only while their request runs")
+            headers = self._arena.write(outputs, self._base)[0] if outputs else None
+            self._connection.send(("response", index, headers, final, error))
+            alive: bool = self._connection.recv()[1]
+            return alive
 
 
 def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None) -> int:
     """The worker's life: initialise, then run batches until told to stop."""
     _, init = connection.recv()
+    configure_logging(*init.get("log", LOG_DEFAULT))
     model_dir = str(Path(init["model_file"]).parent)
     runner: Loaded
     try:
@@ -153,6 +191,7 @@ def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None
         return 1
     link = Link(connection, arena)
     bls.install(link)
+    send_metrics(connection)
     connection.send(("ready",))
     while True:
         try:
@@ -172,7 +211,7 @@ def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None
                 if board is not None:
                     cancelled = board.checker(number)
                 results, failed = cast(Runner, runner).run_requests(
-                    inputs, outputs, requests, cancelled
+                    inputs, outputs, requests, cancelled, link.respond
                 )
                 reply: tuple[Any, ...] = ("done", arena.write(results, base)[0], failed)
             else:
@@ -186,9 +225,18 @@ def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None
             reply = ("error", describe(exc, model_dir), ErrorCode.INTERNAL.value)
         finally:
             link.end()
+        send_metrics(connection)
         connection.send(reply)
     runner.finalize()
     return 0
+
+
+def send_metrics(connection: Connection) -> None:
+    """The custom metrics the handler changed since the last answer, in one message ahead
+    of the next (none when nothing changed)."""
+    updates = metrics.drain()
+    if updates:
+        connection.send(("metrics", updates))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from inferplex.errors import (
     ModelExecutionError,
     UnsupportedError,
 )
-from inferplex.types import InferenceRequest, RequestedOutput, Tensor
+from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 #: model parameters of every backend that runs in worker processes
 TIMEOUT_PARAMETER = "execute_timeout_seconds"
@@ -127,7 +128,10 @@ class ProcessBackend(Backend):
                     return tuple(message)
                 if message[0] == "error":
                     raise self._failure(message[1], message[2])
-                self._answer_call(message, base, deadline)
+                if message[0] == "response":
+                    self._deliver(message)
+                else:
+                    self._answer_call(message, base, deadline)
         except WorkerSilent:
             reason = (
                 f"{self.role} did not answer within {self._timeout:g} s "
@@ -146,6 +150,11 @@ class ProcessBackend(Backend):
                 f"request ({exc}); it was restarted"
             ) from None
 
+    def _deliver(self, message: tuple[Any, ...]) -> None:
+        """A response a decoupled model sent while its batch runs: only a backend serving
+        decoupled models (``decoupled``) takes them."""
+        raise ModelExecutionError(f"model '{self._name}': {self.role} sent a response of its own")
+
     def _failure(self, why: str, code: str) -> InferplexError:
         """The error for a failure the worker reported, with the code it gave."""
         text = f"model '{self._name}': {self.role} failed: {why}"
@@ -155,39 +164,65 @@ class ProcessBackend(Backend):
         return WorkerError(text, error_code)
 
     def _answer_call(self, message: tuple[Any, ...], base: int, deadline: float | None) -> None:
-        """Run a call the worker makes to another served model (its inputs in the arena
-        from ``base``) and send back the answer."""
-        _, model, version, headers, wanted, timeout = message
+        """Run the calls the worker makes to other served models (("infer", [(model,
+        version, input headers, output names, timeout)]), their inputs in the arena from
+        ``base``) and send back one answer each: the calls of one message run at once (an
+        async handler's gathered ``async_exec``), their outputs written after all inputs."""
+        calls = message[1]
+        started = [self._start_call(call, deadline) for call in calls]
+        offset = max(Arena.end(call[2], base) for call in calls)
+        answers: list[tuple[Any, ...]] = []
+        for (model, *_), (future, until) in zip(calls, started, strict=True):
+            answer, offset = self._finish_call(model, future, until, offset)
+            answers.append(answer)
+        self._worker.send(("result", answers))
+
+    def _start_call(
+        self, call: tuple[Any, ...], deadline: float | None
+    ) -> tuple[Future[InferenceResponse] | InferplexError, float | None]:
+        """Submit one call; its future (or why it could not start) and when it times out."""
+        model, version, headers, wanted, timeout = call
+        until = None if timeout is None else time.monotonic() + timeout
         if deadline is not None:
-            left = max(0.0, deadline - time.monotonic())
-            timeout = left if timeout is None else min(timeout, left)
-        worker = self._worker
-        caller = self._caller
-        reply: tuple[Any, ...]
+            until = deadline if until is None else min(until, deadline)
+        if self._caller is None:
+            return UnsupportedError("this server gives handlers no access to other models"), until
+        tensors = self._worker.arena.read(headers, copy=True)
+        request = InferenceRequest(
+            model,
+            [Tensor(n, v2_datatype(a.dtype), a.shape, a) for n, a in tensors.items()],
+            model_version=version,
+            outputs=[RequestedOutput(n) for n in wanted],
+        )
+        return self._caller.submit(request), until
+
+    def _finish_call(
+        self,
+        model: str,
+        future: Future[InferenceResponse] | InferplexError,
+        until: float | None,
+        offset: int,
+    ) -> tuple[tuple[Any, ...], int]:
+        """Wait for one call; its answer for the worker (outputs written into the arena from
+        ``offset``) and the next free offset."""
         try:
-            if caller is None:
-                raise UnsupportedError("this server gives handlers no access to other models")
-            tensors = worker.arena.read(headers, copy=True)
-            request = InferenceRequest(
-                model,
-                [Tensor(n, v2_datatype(a.dtype), a.shape, a) for n, a in tensors.items()],
-                model_version=version,
-                outputs=[RequestedOutput(n) for n in wanted],
-            )
-            response = caller.infer(request, timeout)
+            if isinstance(future, InferplexError):
+                raise future
+            timeout = None if until is None else max(0.0, until - time.monotonic())
+            try:
+                response = future.result(timeout)
+            except TimeoutError:
+                future.cancel()
+                raise
             results = {t.name: t.data for t in response.outputs}
-            reply = ("result", worker.arena.write(results, Arena.end(headers, base))[0])
+            headers, offset = self._worker.arena.write(results, offset)
+            return ("result", headers), offset
         except InferplexError as exc:
-            reply = ("error", exc.code.value, exc.message)
+            return ("error", exc.code.value, exc.message), offset
         except TimeoutError:
-            reply = (
-                "error",
-                "deadline_exceeded",
-                f"model '{model}' did not answer in {timeout:.3g} s",
-            )
+            return ("error", "deadline_exceeded", f"model '{model}' did not answer in time"), offset
         except Exception as exc:
-            reply = ("error", "internal", f"calling model '{model}' failed: {exc}")
-        worker.send(reply)
+            return ("error", "internal", f"calling model '{model}' failed: {exc}"), offset
 
     def close(self) -> None:
         """Stop the worker process (it finalizes, then exits): its memory goes back to the

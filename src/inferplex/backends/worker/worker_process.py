@@ -18,6 +18,7 @@ from typing import Any
 import inferplex
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
+from inferplex.backends.worker.model_metrics import MODEL_METRICS
 
 Message = tuple[Any, ...]
 
@@ -95,18 +96,22 @@ class WorkerProcess:
             raise WorkerGone(self.exit_status()) from None
 
     def receive(self, deadline: float | None) -> Message:
-        """The worker's next message; WorkerSilent at the deadline, WorkerGone if it died."""
+        """The worker's next message; WorkerSilent at the deadline, WorkerGone if it died.
+        The custom metric updates a worker sends before an answer are applied on the way."""
         assert self._connection is not None
-        try:
-            # without a deadline, recv alone waits (one system call fewer per message)
-            if deadline is not None and not self._connection.poll(
-                max(0.0, deadline - time.monotonic())
-            ):
-                raise WorkerSilent()
-            message: Message = self._connection.recv()
-        except (EOFError, OSError):
-            raise WorkerGone(self.exit_status()) from None
-        return message
+        while True:
+            try:
+                # without a deadline, recv alone waits (one system call fewer per message)
+                if deadline is not None and not self._connection.poll(
+                    max(0.0, deadline - time.monotonic())
+                ):
+                    raise WorkerSilent()
+                message: Message = self._connection.recv()
+            except (EOFError, OSError):
+                raise WorkerGone(self.exit_status()) from None
+            if message[0] != "metrics":
+                return message
+            MODEL_METRICS.apply(message[1])
 
     def exit_status(self) -> str:
         """How the process ended, in words."""

@@ -1,0 +1,74 @@
+"""The response senders of one batch, in the worker process: what a Triton model's
+``request.get_response_sender()`` sends goes out here.
+
+For a decoupled model each response leaves at once (``respond``: over the worker's pipe, its
+tensors through the arena; the server answers once it has queued it for the client, so a
+slow client holds the sender back). A model that is not decoupled may use senders too, as in
+Triton: one response per request, kept and answered with the batch. Either way the batch is
+over when every request had its final response, which may come from threads the model
+started after ``execute`` returned: ``wait`` waits for that.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from inferplex.handler import triton
+
+#: sends one response of request ``index`` of the batch: (index, outputs or None, final,
+#: (message, error code) or None) -> whether its client is still there
+Respond = Callable[[int, dict[str, np.ndarray] | None, bool, tuple[str, str] | None], bool]
+
+
+class BatchSenders:
+    """The senders of one batch's requests (one each, made on first use)."""
+
+    def __init__(
+        self,
+        count: int,
+        respond: Respond | None,
+        convert: Callable[[dict[str, Any]], dict[str, np.ndarray]],
+    ) -> None:
+        """``respond`` sends a decoupled model's responses (None: a model that is not
+        decoupled, whose one response per request is kept in ``kept``); ``convert`` casts a
+        response's outputs to the declared datatypes."""
+        self._respond = respond
+        self._convert = convert
+        self._open = count
+        self._cond = threading.Condition()
+        #: a model that is not decoupled: the response each request was sent
+        self.kept: list[triton.InferenceResponse | None] = [None] * count
+
+    def sender(self, index: int, cancelled: Callable[[], bool]) -> triton.InferenceResponseSender:
+        return triton.InferenceResponseSender(functools.partial(self._emit, index), cancelled)
+
+    def _emit(self, index: int, response: triton.InferenceResponse | None, final: bool) -> None:
+        if self._respond is None:
+            if response is not None and self.kept[index] is not None:
+                raise triton.TritonModelException(
+                    "a model that is not decoupled sends one response per request "
+                    "(model_transaction_policy { decoupled: true } sends more)"
+                )
+            self.kept[index] = response or self.kept[index]
+        elif response is None:
+            self._respond(index, None, final, None)
+        elif (error := response.error()) is not None:
+            self._respond(index, None, final, (error.message(), error.server_code().value))
+        else:
+            outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
+            self._respond(index, self._convert(outputs), final, None)
+        if final:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify_all()
+
+    def wait(self) -> None:
+        """Until every request of the batch had its final response."""
+        with self._cond:
+            while self._open > 0:
+                self._cond.wait()

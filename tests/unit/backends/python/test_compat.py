@@ -1,0 +1,37 @@
+"""A Triton model.py that uses what inferplex lacks is found when it loads."""
+
+from __future__ import annotations
+
+from inferplex.backends.python.compat import unsupported_uses
+
+
+def test_unsupported_names_of_the_module_are_found_with_their_lines() -> None:
+    source = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        pb_utils.load_model(model_name="x")
+        pb_utils.get_input_tensor_by_name(requests[0], "A")  # supported
+        return pb_utils.no_such_function()
+"""
+    found = unsupported_uses(source)
+    assert len(found) == 2
+    assert found[0].startswith("pb_utils.load_model (line 6): the model loading API")
+    assert found[1] == "pb_utils.no_such_function (line 8): Triton's module has no such name"
+
+
+def test_every_import_form_is_followed() -> None:
+    assert unsupported_uses(
+        "import triton_python_backend_utils\ntriton_python_backend_utils.load_model"
+    )
+    assert unsupported_uses("from inferplex.handler import triton as pb\npb.unload_model")
+    assert unsupported_uses("import inferplex.handler.triton as t\nt.is_model_ready")
+    # another module's attribute of the same name is not Triton's
+    assert unsupported_uses("import os\nos.load_model") == []
+
+
+def test_request_methods_inferplex_lacks_are_found() -> None:
+    source = "def execute(self, requests):\n    requests[0].set_release_flags(2)\n"
+    (found,) = unsupported_uses(source)
+    assert found.startswith("request.set_release_flags() (line 2): request rescheduling")
