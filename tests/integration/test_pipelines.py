@@ -18,7 +18,7 @@ from inferplex import InferenceRequest, RequestedOutput, ServerConfig, Tensor
 from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
-from inferplex.errors import InvalidInputError, ModelNotFoundError
+from inferplex.errors import InvalidInputError, ModelNotReadyError
 from inferplex.server import build_engine
 
 #: A (16) and B (16): step 1 add_sub makes sum and diff, step 2 add_sub makes sum + diff = 2A
@@ -191,12 +191,14 @@ async def test_a_failing_step_fails_the_request_naming_it(engine: InferenceEngin
         await infer(engine, InferenceRequest("pipe_bad", [tensor("x", x)]))
     (stats,) = engine.model_statistics("pipe_bad")
     assert stats["inference_stats"]["fail"]["count"] == 1
-    # the step's error keeps its code: an unknown step model is NOT_FOUND
+    # an ensemble with an unknown step model is not ready (test_ensemble_readiness.py)
     with pytest.raises(
-        ModelNotFoundError,
-        match=r"step 1 'nope' failed: Request for unknown model: 'nope' is not found",
+        ModelNotReadyError,
+        match=r"model 'pipe_missing' is not ready: its step 1 'nope' is not available: "
+        r"Request for unknown model: 'nope' is not found",
     ):
         await infer(engine, InferenceRequest("pipe_missing", [tensor("x", x)]))
+    assert not engine.model_ready("pipe_missing")
 
 
 async def test_cascade_sends_only_unconfident_rows_to_the_heavy_model(

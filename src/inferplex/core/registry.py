@@ -70,6 +70,9 @@ class ModelEntry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: counts loads, so the versions alive at once have distinct scheduler keys
     generation: int = 0
+    #: an ensemble's steps: (step label, model, version or ""); it serves only while each
+    #: of them does (set by ``ModelRegistry.publish`` from the served config)
+    steps: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def footprint(self) -> int:
@@ -110,6 +113,7 @@ class ModelRegistry:
             if versions
             else None
         )
+        entry.steps = _ensemble_steps(entry.default.config) if entry.default else ()
 
     def set_default_version(self, name: str, version: str) -> None:
         """Route unversioned requests to ``version`` (a served one); "" = the highest."""
@@ -144,31 +148,57 @@ class ModelRegistry:
         return any(v.in_flight for e in self._entries.values() for v in e.versions.values())
 
     def route(self, name: str, version: str = "") -> ModelVersion:
-        """The version that serves a request: the given one, else the default (highest)."""
+        """The version that serves a request: the given one, else the default (highest).
+        ModelNotReadyError for an ensemble one of whose steps cannot serve."""
         entry = self._entries.get(name)
         if entry is None:
             raise unknown_model(name)
-        if not version:
-            served = entry.default
-            if served is None:
-                raise ModelNotReadyError(
-                    f"{UNKNOWN_MODEL}'{name}' has no available versions; {_not_ready(entry)}"
-                )
-        else:
-            found = entry.versions.get(int(version)) if version.isdigit() else None
-            if found is None:
-                if not entry.versions:
-                    raise ModelNotReadyError(
-                        f"{UNKNOWN_MODEL}'{name}' version {version} is not at ready state; "
-                        f"{_not_ready(entry)}"
-                    )
-                raise ModelNotFoundError(
-                    f"{UNKNOWN_MODEL}'{name}' version {version} is not found; served versions: "
-                    f"{_listing(entry)}"
-                )
-            served = found
+        served = _pick(entry, version)
+        if entry.steps:
+            self._check_steps(entry, (name,))
         entry.last_used = _monotonic()
         return served
+
+    def ready(self, name: str, version: str = "") -> bool:
+        """Whether ``route`` would serve the model now (False while it has no ready version
+        or an ensemble's step cannot serve), without counting as a use; ModelNotFoundError
+        for an unknown model or version, as ``route``."""
+        entry = self.entry(name)
+        try:
+            _pick(entry, version)
+            if entry.steps:
+                self._check_steps(entry, (name,))
+        except ModelNotReadyError:
+            return False
+        return entry.state is ModelState.READY
+
+    def _check_steps(self, entry: ModelEntry, path: tuple[str, ...]) -> None:
+        """ModelNotReadyError naming the first step of ``entry`` that cannot serve (a step
+        that is itself an ensemble, with its steps); ``path``: the ensembles on the way, so
+        ensembles that call each other end instead of recursing."""
+        for label, model, version in entry.steps:
+            step = self._entries.get(model)
+            try:
+                if step is None:
+                    raise unknown_model(model)
+                _pick(step, version)
+                if step.steps and model not in path:
+                    self._check_steps(step, (*path, model))
+            except (ModelNotFoundError, ModelNotReadyError) as exc:
+                raise ModelNotReadyError(
+                    f"model '{entry.name}' is not ready: its {label} is not available: "
+                    f"{exc.message}"
+                ) from None
+
+    def _serving_state(self, entry: ModelEntry) -> tuple[str, str]:
+        """The state and reason the index shows for the served versions of ``entry``: an
+        ensemble whose step cannot serve is UNAVAILABLE, with the step and why."""
+        try:
+            if entry.steps:
+                self._check_steps(entry, (entry.name,))
+        except ModelNotReadyError as exc:
+            return ModelState.UNAVAILABLE.value, exc.message
+        return entry.state.value, entry.reason
 
     def served(self, name: str) -> list[ModelVersion]:
         """Every served version of the model; ModelNotReadyError with the reason if none."""
@@ -204,8 +234,9 @@ class ModelRegistry:
             versions: dict[int, tuple[str, str]] = {
                 v: (ModelState.UNAVAILABLE.value, reason) for v, reason in entry.failed.items()
             }
+            served = self._serving_state(entry)
             for v in entry.versions:
-                versions[v] = (entry.state.value, entry.reason)
+                versions[v] = served
             if not versions:
                 versions[-1] = (entry.state.value, entry.reason)
             for v in sorted(versions):
@@ -259,3 +290,43 @@ def _listing(entry: ModelEntry) -> str:
 def _not_ready(entry: ModelEntry) -> str:
     reason = f": {entry.reason}" if entry.reason else ""
     return f"model '{entry.name}' is {entry.state.value}{reason}"
+
+
+def _pick(entry: ModelEntry, version: str) -> ModelVersion:
+    """The served version of ``entry`` for ``version`` ("" = the default); Triton's words
+    when there is none (its clients look for "Request for unknown model")."""
+    name = entry.name
+    if not version:
+        served = entry.default
+        if served is None:
+            raise ModelNotReadyError(
+                f"{UNKNOWN_MODEL}'{name}' has no available versions; {_not_ready(entry)}"
+            )
+        return served
+    found = entry.versions.get(int(version)) if version.isdigit() else None
+    if found is None:
+        if not entry.versions:
+            raise ModelNotReadyError(
+                f"{UNKNOWN_MODEL}'{name}' version {version} is not at ready state; "
+                f"{_not_ready(entry)}"
+            )
+        raise ModelNotFoundError(
+            f"{UNKNOWN_MODEL}'{name}' version {version} is not found; served versions: "
+            f"{_listing(entry)}"
+        )
+    return found
+
+
+def _ensemble_steps(config: ModelConfig) -> tuple[tuple[str, str, str], ...]:
+    """(label, model, version) of each step of an ensemble's config; () for other models."""
+    scheduling = config.ensemble_scheduling
+    if scheduling is None:
+        return ()
+    return tuple(
+        (
+            f"step {i} '{s.model_name}'",
+            s.model_name,
+            "" if s.model_version < 0 else str(s.model_version),
+        )
+        for i, s in enumerate(scheduling.step, 1)
+    )

@@ -19,7 +19,7 @@ from inferplex.core.cache import ResponseCache
 from inferplex.core.caller import EngineCaller
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
-from inferplex.core.registry import ModelRegistry, ModelState
+from inferplex.core.registry import ModelRegistry
 from inferplex.core.scheduler import Scheduler
 from inferplex.core.snapshot import EngineSnapshot
 from inferplex.core.streaming import Responses, SingleResponse
@@ -142,11 +142,7 @@ class InferenceEngine:
         route = self.routes.get(name)
         if route is not None:
             return route.ready(version, self.model_ready)
-        entry = self.registry.entry(name)
-        if entry.state is not ModelState.READY:
-            return False
-        self.registry.route(name, version)  # raises for an unknown version
-        return True
+        return self.registry.ready(name, version)  # raises for an unknown version
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         route = self.routes.get(name)
