@@ -107,7 +107,9 @@ def test_the_remotes_errors(remote: RunningServer) -> None:
     ):
         edge.execute({"INPUT0": np.ones((9, 2), dtype=np.float32)}, ["OUTPUT0"])  # > 8 rows
     unknown = backend(f"http://{remote.http_url}", {"remote_model": "nope"})
-    with pytest.raises(RemoteUnavailableError, match="answered 404: unknown model 'nope'"):
+    with pytest.raises(
+        RemoteUnavailableError, match="answered 404: Request for unknown model: 'nope' is not found"
+    ):
         unknown.execute({"INPUT0": np.ones((1, 2), dtype=np.float32)}, ["OUTPUT0"])
 
 
