@@ -386,3 +386,26 @@ def test_a_model_using_what_inferplex_lacks_fails_at_load(server: RunningServer)
     assert "pb_utils.is_model_ready (line 6)" in reason
     assert "pb_utils.load_model (line 7)" in reason
     assert "the model loading API" in reason
+
+
+def test_with_auto_complete_off_a_model_needs_its_config_file(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """tritonserver's --disable-auto-complete-config: auto_complete_config is not called."""
+    repo = tmp_path_factory.mktemp("strict_models")
+    python_model(repo, "auto_complete", AUTO_COMPLETE, None)
+    python_model(repo, "add_sub", ADD_SUB, ADD_SUB_CONFIG.format(name="add_sub"))
+    log = tmp_path_factory.mktemp("strict_log") / "server.log"
+    running = start_server(repo, log, args=["--disable-auto-complete-config"])
+    try:
+        client = httpclient.InferenceServerClient(running.http_url)
+        try:
+            assert client.is_model_ready("add_sub")
+            index = {m["name"]: m for m in client.get_model_repository_index()}
+        finally:
+            client.close()
+    finally:
+        assert running.stop() == 0
+    assert index["auto_complete"]["state"] == "UNAVAILABLE"
+    assert "no config file, and configs are not completed" in index["auto_complete"]["reason"]
+    assert "auto_complete_config ran" not in running.log()

@@ -68,6 +68,7 @@ class ModelLoader:
         gpu_memory: GpuMemory | None = None,
         load_nice: int = 0,
         load_share: float = 1.0,
+        auto_complete: bool = True,
     ) -> None:
         self.registry = registry
         self.repository = repository
@@ -77,6 +78,8 @@ class ModelLoader:
         #: temporary folders of models loaded from a load request's file overrides
         self.overrides = OverrideFolders()
         self._intra_op_threads = intra_op_threads
+        #: configs completed from the model (ServerConfig.auto_complete_config)
+        self._auto_complete = auto_complete
         #: reading, planning and freeing models yield the cores to serving (background.py)
         self._background = BackgroundWork(load_nice)
         #: the share of the time a load's steps take while requests are served (pacing.py)
@@ -151,7 +154,12 @@ class ModelLoader:
             # the repository's folder, also for a model loaded from file overrides
             entry.fingerprint, read = await pacer.step(
                 lambda: self._background.run(
-                    _read, model_dir, self.repository / entry.name, self._intra_op_threads, override
+                    _read,
+                    model_dir,
+                    self.repository / entry.name,
+                    self._intra_op_threads,
+                    override,
+                    self._auto_complete,
                 )
             )
             if isinstance(read, Exception):
@@ -481,7 +489,11 @@ _Read = tuple[ModelPlan, _Facts, _Warmup]
 
 
 def _read(
-    model_dir: Path, folder: Path, intra_op_threads: int, override: ModelConfig | None
+    model_dir: Path,
+    folder: Path,
+    intra_op_threads: int,
+    override: ModelConfig | None,
+    auto_complete: bool,
 ) -> tuple[str, _Read | Exception]:
     """Everything a load reads from the repository, in one trip to a worker thread: the
     fingerprint of the model's ``folder`` in the repository, then the plan, each version's
@@ -490,7 +502,7 @@ def _read(
     in_folder = list_files(folder)
     folder_fingerprint = digest(in_folder, folder.parent)
     try:
-        plan = plan_model(model_dir, intra_op_threads, override)
+        plan = plan_model(model_dir, intra_op_threads, override, auto_complete)
         in_model_dir = in_folder if model_dir == folder else list_files(model_dir)
         facts = {}
         for version, path in plan.version_files.items():

@@ -65,6 +65,7 @@ class LifecycleManager:
             GpuMemory(config.gpu_memory_limit),
             config.load_nice,
             config.load_share,
+            config.auto_complete_config,
         )
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository

@@ -55,11 +55,16 @@ def _detect_backend(model_dir: Path, versions: dict[int, Path]) -> type[Backend]
 
 
 def plan_model(
-    model_dir: Path, server_intra_op_threads: int = 0, override: ModelConfig | None = None
+    model_dir: Path,
+    server_intra_op_threads: int = 0,
+    override: ModelConfig | None = None,
+    auto_complete: bool = True,
 ) -> ModelPlan:
     """Read and complete the model's config and find its files; ConfigError with the reason
     if the model cannot be served. ``override`` replaces the config file (Triton's load
-    request with a config). Blocking (reads files): call it off the event loop."""
+    request with a config); ``auto_complete`` False (``--disable-auto-complete-config``)
+    takes the config as written, which must then exist. Blocking (reads files): call it off
+    the event loop."""
     name = model_dir.name
     config = override if override is not None else read_model_config(model_dir)
     versions = version_dirs(model_dir)
@@ -86,7 +91,7 @@ def plan_model(
             f"model '{name}': version_policy selects none of the versions on disk "
             f"({sorted(versions)})"
         )
-    config = _completed(config, name, backend, files[max(files)])
+    config = _completed(config, name, backend, files[max(files)], auto_complete)
     # both names filled in, as Triton renders a config (platform onnxruntime_onnx, backend
     # onnxruntime; an ensemble's backend stays empty): clients that read either one see what
     # serves the model
@@ -129,11 +134,22 @@ def _check_decoupled(config: ModelConfig, backend: type[Backend]) -> None:
 
 
 def _completed(
-    config: ModelConfig | None, name: str, backend: type[Backend], model_file: Path
+    config: ModelConfig | None,
+    name: str,
+    backend: type[Backend],
+    model_file: Path,
+    auto_complete: bool,
 ) -> ModelConfig:
     """The config (None: no config file) completed from the model file: its signature (ONNX,
     as Triton's auto-complete) or the model's own completion (a Python model's
-    ``auto_complete_config``)."""
+    ``auto_complete_config``); as written when ``auto_complete`` is off."""
+    if not auto_complete:
+        if config is None:
+            raise ConfigError(
+                f"model '{name}' has no config file, and configs are not completed from the "
+                "model (--disable-auto-complete-config / --strict-model-config)"
+            )
+        return config
     signature = backend.signature(model_file)
     if signature is not None:
         return complete_config(config, name, *signature)

@@ -80,3 +80,36 @@ def test_missing_version_folder_and_missing_file(tmp_path: Path) -> None:
     (model / "2").mkdir()
     with pytest.raises(ConfigError, match="model file"):
         plan_model(model)
+
+
+AUTO_COMPLETING = """
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [4]})
+        config.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [4]})
+        config.set_max_batch_size(2)
+        return config
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def test_a_python_model_completes_its_config_unless_completion_is_off(tmp_path: Path) -> None:
+    (tmp_path / "py" / "1").mkdir(parents=True)
+    (tmp_path / "py" / "1" / "model.py").write_text(AUTO_COMPLETING)
+    plan = plan_model(tmp_path / "py")
+    assert plan.config.backend == "python"
+    assert plan.config.max_batch_size == 2
+    assert [t.name for t in plan.config.input] == ["IN"]
+    with pytest.raises(ConfigError, match="no config file, and configs are not completed"):
+        plan_model(tmp_path / "py", auto_complete=False)
+
+
+def test_with_completion_off_a_config_is_taken_as_written(tmp_path: Path) -> None:
+    model = add_sub_model(tmp_path)
+    (model / "config.pbtxt").write_text('name: "add_sub"\nplatform: "onnxruntime_onnx"\n')
+    assert plan_model(model).config.max_batch_size > 0  # completed from the ONNX file
+    written = plan_model(model, auto_complete=False).config
+    assert (written.max_batch_size, written.input, written.dynamic_batching) == (0, (), None)
