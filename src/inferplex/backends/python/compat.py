@@ -1,21 +1,38 @@
 """What a Triton model.py uses of ``triton_python_backend_utils`` that inferplex lacks, found
 when the model loads: the model then fails to load with the names and why, rather than load
-READY and fail each request with an AttributeError.
+READY and fail each request with an AttributeError or a TypeError.
 
 The check reads model.py's source: attributes of the names the module is imported as
-(``pb_utils.load_model``) that ``inferplex.handler.triton`` does not have, and calls of the
-request methods of Triton's that ``InferenceRequest`` lacks (``request.set_release_flags``).
+(``pb_utils.load_model``) that ``inferplex.handler.triton`` does not have, keywords its
+classes and functions do not take (``InferenceRequest(preferred_memory=...)``), calls of
+Triton request methods ``InferenceRequest`` lacks (``request.set_release_flags``) and BLS
+calls of decoupled models (``exec(decoupled=True)``). The model's class is checked for the
+Triton methods the server would not call (``is_ready``).
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
+from typing import Any
 
 from inferplex.handler import triton
 
 #: the names a model imports the module under (Triton's, and inferplex's own path)
 _MODULES = ("triton_python_backend_utils", "inferplex.handler.triton")
+#: why a keyword of Triton's is not taken here
+_KEYWORDS = {
+    "preferred_memory": "GPU tensors (tensors are in CPU memory here)",
+    "correlation_id": "sequence correlation ids on a BLS request (sequence batching)",
+    "flags": "sequence flags on a BLS request (sequence batching)",
+    "trace": "tracing BLS requests",
+    "parameters": "response parameters",
+}
+#: model methods of Triton's that the server does not call, and what it does instead
+_METHODS = {
+    "is_ready": "the model's own readiness check (the model is ready once initialize returns)",
+}
 
 
 def unsupported_uses(source: str) -> list[str]:
@@ -24,19 +41,54 @@ def unsupported_uses(source: str) -> list[str]:
     aliases = _aliases(tree)
     found: list[str] = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute):
-            continue
-        owner = node.value
-        if isinstance(owner, ast.Name) and owner.id in aliases:
-            if not hasattr(triton, node.attr):
-                why = triton.UNSUPPORTED.get(node.attr, "Triton's module has no such name")
-                found.append(f"{owner.id}.{node.attr} (line {node.lineno}): {why}")
-        elif node.attr in triton.UNSUPPORTED_METHODS and not hasattr(
-            triton.InferenceRequest, node.attr
-        ):
-            why = triton.UNSUPPORTED_METHODS[node.attr]
-            found.append(f"request.{node.attr}() (line {node.lineno}): {why}")
+        if isinstance(node, ast.Attribute):
+            found.extend(_attribute(node, aliases))
+        elif isinstance(node, ast.Call):
+            found.extend(_keywords(node, aliases))
     return found
+
+
+def _attribute(node: ast.Attribute, aliases: set[str]) -> list[str]:
+    owner = node.value
+    if isinstance(owner, ast.Name) and owner.id in aliases:
+        if hasattr(triton, node.attr):
+            return []
+        why = triton.UNSUPPORTED.get(node.attr, "Triton's module has no such name")
+        return [f"{owner.id}.{node.attr} (line {node.lineno}): {why}"]
+    if node.attr in triton.UNSUPPORTED_METHODS and not hasattr(triton.InferenceRequest, node.attr):
+        return [
+            f"request.{node.attr}() (line {node.lineno}): {triton.UNSUPPORTED_METHODS[node.attr]}"
+        ]
+    return []
+
+
+def _keywords(node: ast.Call, aliases: set[str]) -> list[str]:
+    """Keywords a pb_utils class or function does not take, and ``decoupled=True`` calls."""
+    func = node.func
+    if not isinstance(func, ast.Attribute):
+        return []
+    if func.attr in ("exec", "async_exec") and any(
+        k.arg == "decoupled" and isinstance(k.value, ast.Constant) and k.value.value is True
+        for k in node.keywords
+    ):
+        return [
+            f"{func.attr}(decoupled=True) (line {node.lineno}): calling a decoupled model from "
+            "a model (its responses as an iterator)"
+        ]
+    owner = func.value
+    target: Any = getattr(triton, func.attr, None)
+    if not (isinstance(owner, ast.Name) and owner.id in aliases and callable(target)):
+        return []
+    try:
+        taken = inspect.signature(target).parameters
+    except ValueError:  # a built-in's (an exception class): it takes what Triton's takes
+        return []
+    return [
+        f"{owner.id}.{func.attr}({k.arg}=...) (line {node.lineno}): "
+        f"{_KEYWORDS.get(k.arg, 'a keyword inferplex does not take')}"
+        for k in node.keywords
+        if k.arg is not None and k.arg not in taken
+    ]
 
 
 def _aliases(tree: ast.AST) -> set[str]:
@@ -49,10 +101,16 @@ def _aliases(tree: ast.AST) -> set[str]:
     return names
 
 
-def check(model_file: Path) -> None:
-    """ImportError naming every unsupported use in ``model_file`` (a model that fails to
-    load); nothing when there is none."""
+def check(model_file: Path, handler_class: Any = None) -> None:
+    """ImportError naming every unsupported use in ``model_file`` and every Triton method of
+    a Triton-style ``handler_class`` the server would not call (a model that fails to load)."""
     found = unsupported_uses(model_file.read_text(encoding="utf-8"))
+    if callable(getattr(handler_class, "execute", None)):
+        found.extend(
+            f"{handler_class.__name__}.{method}: {why}"
+            for method, why in _METHODS.items()
+            if callable(getattr(handler_class, method, None))
+        )
     if found:
         raise ImportError(
             f"{model_file.name} uses what inferplex's triton_python_backend_utils does not "

@@ -97,8 +97,9 @@ def load(init: dict[str, Any]) -> Runner:
         device_id=init["device_id"],
     )
     module = load_module(model_file)
-    compat.check(model_file)
-    handler = find_class(module, init["handler_class"])()
+    found = find_class(module, init["handler_class"])
+    compat.check(model_file, found)
+    handler = found()
     return Runner(handler, context)
 
 

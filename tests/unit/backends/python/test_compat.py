@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from inferplex.backends.python.compat import unsupported_uses
+from pathlib import Path
+
+import pytest
+
+from inferplex.backends.python.compat import check, unsupported_uses
 
 
 def test_unsupported_names_of_the_module_are_found_with_their_lines() -> None:
@@ -35,3 +39,41 @@ def test_request_methods_inferplex_lacks_are_found() -> None:
     source = "def execute(self, requests):\n    requests[0].set_release_flags(2)\n"
     (found,) = unsupported_uses(source)
     assert found.startswith("request.set_release_flags() (line 2): request rescheduling")
+
+
+def test_keywords_inferplex_does_not_take_are_found() -> None:
+    source = """
+import triton_python_backend_utils as pb_utils
+pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[],
+                          preferred_memory=None, correlation_id=3)
+pb_utils.InferenceResponse([], parameters={"a": 1})
+pb_utils.InferenceRequest(model_name="m", request_id="7", timeout=5)  # all taken
+"""
+    found = unsupported_uses(source)
+    assert [f.split(":")[0] for f in found] == [
+        "pb_utils.InferenceRequest(preferred_memory=...) (line 3)",
+        "pb_utils.InferenceRequest(correlation_id=...) (line 3)",
+        "pb_utils.InferenceResponse(parameters=...) (line 5)",
+    ]
+    assert "sequence batching" in found[1]
+
+
+def test_calling_a_decoupled_model_is_found() -> None:
+    source = "r.exec(decoupled=True)\nr.async_exec(decoupled=False)\n"
+    (found,) = unsupported_uses(source)
+    assert found.startswith("exec(decoupled=True) (line 1): calling a decoupled model")
+
+
+def test_a_model_class_with_is_ready_fails(tmp_path: Path) -> None:
+    class TritonPythonModel:
+        def is_ready(self) -> bool:
+            return True
+
+        def execute(self, requests: list[object]) -> list[object]:
+            return []
+
+    path = tmp_path / "model.py"
+    path.write_text("")
+    with pytest.raises(ImportError, match=r"TritonPythonModel\.is_ready: the model's own"):
+        check(path, TritonPythonModel)
+    check(path, object)  # not a Triton-style class: nothing to say
