@@ -130,6 +130,10 @@ class Tensor:
     def is_cpu(self) -> bool:
         return True
 
+    def triton_dtype(self) -> int | None:
+        """The TRITONSERVER_DataType number (FP32: 11, BYTES: 13)."""
+        return numpy_to_triton_type(self._array.dtype)
+
     def to_dlpack(self) -> Any:
         # a legacy DLPack capsule (what torch.utils.dlpack.from_dlpack takes) cannot say
         # read-only, and numpy will not export a read-only array (a request's input is one)

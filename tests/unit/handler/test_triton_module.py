@@ -91,3 +91,8 @@ def test_logger_levels(caplog: pytest.LogCaptureFixture) -> None:
         ("WARNING", "x"),
         ("INFO", "y"),
     ]
+
+
+def test_tensors_tell_tritons_datatype_number() -> None:
+    assert pb_utils.Tensor("A", np.ones(2, np.float32)).triton_dtype() == 11
+    assert pb_utils.Tensor("B", np.array([b"x"], dtype=np.object_)).triton_dtype() == 13
