@@ -339,12 +339,13 @@ def _error_response(exc: bls.ModelCallError) -> InferenceResponse:
     return InferenceResponse(error=TritonError(exc.message, exc.code))
 
 
-def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
-    return next((t for t in request.inputs() if t.name() == name), None)
+# the parameters have Triton's names: a model may pass them by keyword
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    return next((t for t in inference_request.inputs() if t.name() == name), None)
 
 
-def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor | None:
-    return next((t for t in response.output_tensors() if t.name() == name), None)
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    return next((t for t in inference_response.output_tensors() if t.name() == name), None)
 
 
 class Logger:

@@ -28,12 +28,12 @@ _BY_NUMBER: tuple[type, ...] = (
 )
 
 
-def triton_string_to_numpy(type_string: str) -> type:
+def triton_string_to_numpy(triton_type_string: str) -> type:
     """``"TYPE_FP32"`` -> ``numpy.float32`` (``TYPE_STRING`` -> ``numpy.object_``)."""
     try:
-        return TRITON_STRING_TO_NUMPY[type_string]
+        return TRITON_STRING_TO_NUMPY[triton_type_string]
     except KeyError:
-        raise TritonModelException(f"unknown Triton data type '{type_string}'") from None
+        raise TritonModelException(f"unknown Triton data type '{triton_type_string}'") from None
 
 
 def triton_to_numpy_type(data_type: int) -> type | None:

@@ -77,3 +77,17 @@ def test_a_model_class_with_is_ready_fails(tmp_path: Path) -> None:
     with pytest.raises(ImportError, match=r"TritonPythonModel\.is_ready: the model's own"):
         check(path, TritonPythonModel)
     check(path, object)  # not a Triton-style class: nothing to say
+
+
+def test_tritons_keyword_names_are_taken() -> None:
+    source = """
+import triton_python_backend_utils as pb_utils
+pb_utils.get_input_tensor_by_name(inference_request=r, name="A")
+pb_utils.get_output_tensor_by_name(inference_response=r, name="A")
+pb_utils.get_output_config_by_name(model_config={}, name="A")
+pb_utils.triton_string_to_numpy(triton_type_string="TYPE_FP32")
+pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message="m", code=1))
+pb_utils.MetricFamily(name="n", description="d", kind=pb_utils.MetricFamily.GAUGE)
+pb_utils.Logger.log(message="m", level=pb_utils.Logger.INFO)
+"""
+    assert unsupported_uses(source) == []
