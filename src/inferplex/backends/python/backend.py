@@ -33,6 +33,8 @@ from inferplex.errors import ConfigError
 #: that runs in worker processes: timeouts, arena size)
 CLASS_PARAMETER = "handler_class"
 SLOT_PARAMETER = "compute_slot"
+#: Triton's model parameter for a custom Python environment, which workers do not honour
+ENV_PARAMETER = "EXECUTION_ENV_PATH"
 
 _instance_numbers = itertools.count()
 
@@ -51,6 +53,12 @@ class PythonBackend(ProcessBackend):
         # slots). So by default its batches take none, like a pipeline's; its own work runs
         # in its worker process, bounded by the instance count. A compute-heavy handler that
         # calls no models can ask for a slot.
+        if ENV_PARAMETER in config.parameters:
+            raise ConfigError(
+                f"model '{config.name}': parameter {ENV_PARAMETER} (a custom execution "
+                "environment) is not supported: the worker runs the server's Python; remove "
+                "the parameter to run the model there (--worker-env passes variables)"
+            )
         self.composite = not _flag(config, SLOT_PARAMETER)
         gpu = instance.kind == "KIND_GPU"
         init = {

@@ -172,6 +172,8 @@ def test_handlers_take_no_compute_slot_by_default(backend: PythonBackend) -> Non
 def test_bad_parameters_are_config_errors(model_file: Path) -> None:
     with pytest.raises(ConfigError, match="execute_timeout_seconds must be a non-negative number"):
         PythonBackend(model_file, config(execute_timeout_seconds="soon"), InstanceSpec())
+    with pytest.raises(ConfigError, match=r"EXECUTION_ENV_PATH .* is not supported"):
+        PythonBackend(model_file, config(EXECUTION_ENV_PATH="/envs/py36.tar.gz"), InstanceSpec())
 
 
 def test_nothing_is_written_into_the_model_folder(backend: PythonBackend, model_file: Path) -> None:
