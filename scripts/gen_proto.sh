@@ -3,12 +3,13 @@
 #
 #   scripts/gen_proto.sh [OUT_DIR [CONFIG_OUT_DIR]]
 #
-# Writes OUT_DIR/inference.desc (default: src/inferplex/protocol/v2/generated), both protos,
-# for the gRPC frontend; and CONFIG_OUT_DIR/model_config.desc (default: src/inferplex/config),
-# model_config.proto alone, the schema config/pbtxt.py reads config.pbtxt against. The message
-# classes are built from them in private descriptor pools (see generated/__init__.py), so no
-# *_pb2.py modules are generated: those would register `inference.*` in protobuf's default
-# pool and clash with tritonclient's own copy in the same process.
+# Writes OUT_DIR/inference.desc (default: src/inferplex/protocol/v2/generated), the V2
+# protos and gRPC's health and reflection services, for the gRPC frontend; and
+# CONFIG_OUT_DIR/model_config.desc (default: src/inferplex/config), model_config.proto
+# alone, the schema config/pbtxt.py reads config.pbtxt against. The message classes are
+# built from them in private descriptor pools (see generated/__init__.py), so no *_pb2.py
+# modules are generated: those would register `inference.*` in protobuf's default pool and
+# clash with tritonclient's own copy in the same process.
 # PYTHON selects the interpreter that has grpcio-tools (default: the project's .venv).
 set -euo pipefail
 
@@ -24,7 +25,10 @@ mkdir -p "$out_dir" "$config_out_dir"
   --proto_path="$root/proto" \
   --include_imports \
   --descriptor_set_out="$out_dir/inference.desc" \
-  "$root/proto/grpc_service.proto" "$root/proto/model_config.proto"
+  "$root/proto/grpc_service.proto" "$root/proto/model_config.proto" \
+  "$root/proto/grpc/health/v1/health.proto" \
+  "$root/proto/grpc/reflection/v1/reflection.proto" \
+  "$root/proto/grpc/reflection/v1alpha/reflection.proto"
 echo "wrote $out_dir/inference.desc"
 "$python" -m grpc_tools.protoc \
   --proto_path="$root/proto" \

@@ -60,6 +60,20 @@ _GRPC_SCOPES: dict[str, Scope] = {
 }
 
 
+# gRPC's standard services (frontends/grpc_services.py): health is open, as /v2/health/* is;
+# reflection describes the API (the service and message definitions, no model names), and
+# is open too; List names every model, as the repository index does
+_GRPC_SCOPES.update(
+    {
+        "/grpc.health.v1.Health/Check": Scope.HEALTH,
+        "/grpc.health.v1.Health/Watch": Scope.HEALTH,
+        "/grpc.health.v1.Health/List": Scope.INFERENCE,
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": Scope.HEALTH,
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Scope.HEALTH,
+    }
+)
+
+
 def grpc_scope(full_method: str) -> Scope:
     """Scope of a gRPC method given as its exact path ``/package.Service/Method``. A path
     that is not one of the service's methods is management scope: unknown means closed."""

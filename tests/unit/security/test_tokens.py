@@ -16,6 +16,14 @@ def test_grpc_scopes() -> None:
     # only exact method paths have a scope of their own: anything else is closed
     assert grpc_scope(service + "ModelInfer/") is Scope.MANAGEMENT
     assert grpc_scope("/other.Service/ServerLive") is Scope.MANAGEMENT
+    # gRPC's health service is open as /v2/health/* is, reflection too (it shows the API's
+    # definitions only); the health list names every model, as the repository index does
+    assert grpc_scope("/grpc.health.v1.Health/Check") is Scope.HEALTH
+    assert grpc_scope("/grpc.health.v1.Health/Watch") is Scope.HEALTH
+    assert grpc_scope("/grpc.health.v1.Health/List") is Scope.INFERENCE
+    for package in ("v1", "v1alpha"):
+        reflection = f"/grpc.reflection.{package}.ServerReflection/ServerReflectionInfo"
+        assert grpc_scope(reflection) is Scope.HEALTH
 
 
 def test_no_tokens_means_everything_open() -> None:
