@@ -1,14 +1,12 @@
-"""The parts of Triton's ``triton_python_backend_utils`` a model.py uses, so a Triton Python
-model runs with one import changed (it was ``import triton_python_backend_utils as pb_utils``)::
-
-    from inferplex.handler import triton as pb_utils
+"""Triton's ``triton_python_backend_utils``, what a Triton Python model imports: the module of
+that name (``src/triton_python_backend_utils.py``) is this one, so a model.py written for
+Triton runs unchanged (``from inferplex.handler import triton as pb_utils`` is the same).
 
 Requests, responses and tensors hold numpy arrays (BYTES: object arrays of ``bytes``).
 ``InferenceRequest(...).exec()`` calls another served model in-process (BLS);
 ``request.is_cancelled()`` tells whether a request's client went away;
 ``request.get_response_sender()`` sends a decoupled model's responses;
-``await request.async_exec()`` in an ``async def execute`` runs calls at once. The module
-``triton_python_backend_utils`` is this one, so a Triton model.py runs unchanged. Not
+``await request.async_exec()`` in an ``async def execute`` runs calls at once. Not
 supported: GPU tensors (``is_cpu()`` is always true) and the names of ``UNSUPPORTED``: a
 model.py that uses one fails to load, naming it (``backends/python/compat.py``).
 """
@@ -53,11 +51,14 @@ UNSUPPORTED = {
     "TRITONSERVER_MEMORY_GPU": "GPU tensors (tensors are in CPU memory here)",
     "TRITONSERVER_MEMORY_CPU": "GPU tensors (tensors are in CPU memory here)",
 }
-#: Triton request methods ``InferenceRequest`` lacks (checked in model.py the same way)
+#: Triton request methods ``InferenceRequest`` lacks (their calls in model.py are found the
+#: same way)
 UNSUPPORTED_METHODS = {
     "set_release_flags": "request rescheduling (sequence_batching { iterative_sequence })",
     "set_flags": "sequence flags on a BLS request (sequence batching)",
+    "flags": "sequence flags (sequence batching)",
     "correlation_id": "sequence correlation ids (sequence batching)",
+    "trace": "request traces",
 }
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1

@@ -44,29 +44,28 @@ def unsupported_uses(source: str) -> list[str]:
         if isinstance(node, ast.Attribute):
             found.extend(_attribute(node, aliases))
         elif isinstance(node, ast.Call):
-            found.extend(_keywords(node, aliases))
+            found.extend(_call(node, aliases))
     return found
 
 
 def _attribute(node: ast.Attribute, aliases: set[str]) -> list[str]:
+    """A name of the module that inferplex's lacks."""
     owner = node.value
-    if isinstance(owner, ast.Name) and owner.id in aliases:
-        if hasattr(triton, node.attr):
-            return []
-        why = triton.UNSUPPORTED.get(node.attr, "Triton's module has no such name")
-        return [f"{owner.id}.{node.attr} (line {node.lineno}): {why}"]
-    if node.attr in triton.UNSUPPORTED_METHODS and not hasattr(triton.InferenceRequest, node.attr):
-        return [
-            f"request.{node.attr}() (line {node.lineno}): {triton.UNSUPPORTED_METHODS[node.attr]}"
-        ]
-    return []
+    if not (isinstance(owner, ast.Name) and owner.id in aliases) or hasattr(triton, node.attr):
+        return []
+    why = triton.UNSUPPORTED.get(node.attr, "Triton's module has no such name")
+    return [f"{owner.id}.{node.attr} (line {node.lineno}): {why}"]
 
 
-def _keywords(node: ast.Call, aliases: set[str]) -> list[str]:
-    """Keywords a pb_utils class or function does not take, and ``decoupled=True`` calls."""
+def _call(node: ast.Call, aliases: set[str]) -> list[str]:
+    """Calls of request methods inferplex lacks, keywords a pb_utils class or function does
+    not take, and ``decoupled=True`` calls."""
     func = node.func
     if not isinstance(func, ast.Attribute):
         return []
+    method = triton.UNSUPPORTED_METHODS.get(func.attr)
+    if method is not None and not hasattr(triton.InferenceRequest, func.attr):
+        return [f"request.{func.attr}() (line {node.lineno}): {method}"]
     if func.attr in ("exec", "async_exec") and any(
         k.arg == "decoupled" and isinstance(k.value, ast.Constant) and k.value.value is True
         for k in node.keywords

@@ -36,9 +36,18 @@ def test_every_import_form_is_followed() -> None:
 
 
 def test_request_methods_inferplex_lacks_are_found() -> None:
-    source = "def execute(self, requests):\n    requests[0].set_release_flags(2)\n"
-    (found,) = unsupported_uses(source)
-    assert found.startswith("request.set_release_flags() (line 2): request rescheduling")
+    source = """def execute(self, requests):
+    requests[0].set_release_flags(2)
+    if requests[0].flags() & 1 or requests[0].trace():
+        x = requests[0].as_numpy().flags.writeable  # numpy's flags: not a call
+"""
+    found = unsupported_uses(source)
+    assert sorted(f.split(":")[0] for f in found) == [
+        "request.flags() (line 3)",
+        "request.set_release_flags() (line 2)",
+        "request.trace() (line 3)",
+    ]
+    assert any("request rescheduling" in f for f in found)
 
 
 def test_keywords_inferplex_does_not_take_are_found() -> None:
