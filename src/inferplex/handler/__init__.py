@@ -8,12 +8,13 @@ TorchServe style::
         def inference(self, data):          # {input name: batch array}
             return {"OUTPUT0": data["INPUT0"] * 2}
 
-Triton python-backend style: ``from inferplex.handler import triton as pb_utils``.
-Calling another served model from either: ``inferplex.handler.infer(name, inputs)``.
-See docs/python_backend.md.
+Triton python-backend style: ``import triton_python_backend_utils as pb_utils`` (the same
+module as ``inferplex.handler.triton``). Calling another served model from either:
+``inferplex.handler.infer(name, inputs)``, or ``await infer_async(name, inputs)`` in a
+coroutine. See docs/python_backend.md.
 """
 
 from inferplex.handler.base import BaseHandler, Context
-from inferplex.handler.bls import ModelCallError, infer
+from inferplex.handler.bls import ModelCallError, infer, infer_async
 
-__all__ = ["BaseHandler", "Context", "ModelCallError", "infer"]
+__all__ = ["BaseHandler", "Context", "ModelCallError", "infer", "infer_async"]
