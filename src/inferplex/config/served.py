@@ -13,6 +13,7 @@ field and item by item, and :data:`_SHOWN_ZEROS` fills what Triton always shows.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -109,7 +110,7 @@ def _overlay(top: Mapping[str, Any], bottom: Mapping[str, Any]) -> dict[str, Any
     for key, under in bottom.items():
         over = out.get(key)
         if key not in out:
-            out[key] = under
+            out[key] = copy.deepcopy(under)  # the caller may change what it gets
         elif isinstance(over, Mapping) and isinstance(under, Mapping):
             out[key] = _overlay(over, under)
         elif isinstance(over, list) and isinstance(under, list):

@@ -367,6 +367,7 @@ def test_what_model_config_says_wins_over_the_file() -> None:
     input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] allow_ragged_batch: true } ]
     instance_group [ { count: 2 host_policy: "h" } ]
     """
+
     def tensor(name: str) -> TensorConfig:
         return TensorConfig(name=name, data_type="FP32", dims=(-1, 16))
 
@@ -422,3 +423,15 @@ def test_a_field_kept_as_written_must_hold_its_protobuf_type(text: str) -> None:
     answer can always be built."""
     with pytest.raises(ConfigError, match=r"^m/config\.pbtxt: "):
         config_from_dict(parse_pbtxt(text), "m", "m/config.pbtxt")
+
+
+def test_a_served_config_is_the_callers_to_change() -> None:
+    """The fields kept as written are shared by every version of the model: a caller that
+    changes the served dict changes its own copy."""
+    config = config_from_dict(parse_pbtxt(NESTED), "nested", "nested/config.pbtxt")
+    served = config.to_triton_dict()
+    served["sequence_batching"]["oldest"]["max_candidate_sequences"] = 99
+    served["model_metrics"]["metric_control"].clear()
+    again = config.to_triton_dict()
+    assert again["sequence_batching"]["oldest"]["max_candidate_sequences"] == 4
+    assert again["model_metrics"]["metric_control"]
