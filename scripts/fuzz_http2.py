@@ -156,6 +156,12 @@ class App:
         stream.data(len(stream.head))
         self.ready.append(stream)
 
+    def data_received(self, connection: Http2Connection, stream: Stream) -> None:
+        pass  # (no streaming calls here)
+
+    def drained(self, connection: Http2Connection, stream: Stream) -> None:
+        pass
+
     def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
         connection.respond_headers_only(stream, _OK)
 

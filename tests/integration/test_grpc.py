@@ -8,6 +8,7 @@ engine, message size limits, a port clash).
 
 from __future__ import annotations
 
+import functools
 import socket
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 from inferplex.config.server_config import ServerConfig
+from inferplex.core.streaming import SingleResponse
 from inferplex.errors import (
     ConfigError,
     InferplexError,
@@ -273,16 +275,26 @@ def test_raw_channel_bad_contents_name_the_field(channel) -> None:
         assert words in info.value.details()
 
 
-def test_stream_infer_is_unimplemented(channel) -> None:
+def test_stream_infer_answers_an_ordinary_model_once_per_request(channel) -> None:
+    """The raw stub: each request of the stream gets its one response, with its id; an
+    error goes in the stream and the stream goes on."""
     stream = channel.stream_stream(
         SERVICE + "ModelStreamInfer",
         request_serializer=lambda message: message.SerializeToString(),
         response_deserializer=pb.ModelStreamInferResponse.FromString,
     )
-    with pytest.raises(grpc.RpcError) as info:
-        list(stream(iter([typed_request([0.0] * 16, [0.0] * 16)])))
-    assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
-    assert "ModelStreamInfer" in info.value.details()
+    first, second = typed_request([1.0] * 16, [2.0] * 16), typed_request([5.0] * 16, [1.0] * 16)
+    first.id, second.id = "first", "second"
+    missing = pb.ModelInferRequest(model_name="no_such_model", id="missing")
+    answers = list(stream(iter([first, missing, second])))
+    assert len(answers) == 3
+    by_id = {a.infer_response.id: a for a in answers}
+    assert "unknown model: 'no_such_model'" in by_id["missing"].error_message
+    outputs = {
+        key: np.frombuffer(by_id[key].infer_response.raw_output_contents[0], np.float32)
+        for key in ("first", "second")
+    }
+    assert outputs["first"].tolist() == [3.0] * 16 and outputs["second"].tolist() == [6.0] * 16
 
 
 # ---- in-process frontend over a stub engine ----
@@ -311,6 +323,9 @@ class StubEngine:
         (tensor,) = request.inputs
         out = Tensor("OUTPUT0", tensor.datatype, tensor.shape, tensor.data)
         return InferenceResponse(request.model_name, "1", [out], id=request.id)
+
+    async def stream(self, request: InferenceRequest) -> SingleResponse:
+        return SingleResponse(functools.partial(self.infer, request))
 
 
 def stub_frontend(

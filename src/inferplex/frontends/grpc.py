@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import message_factory
 
 from inferplex.errors import UnsupportedError
+from inferplex.frontends.grpc_stream import StreamInfer
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import generated as pb
@@ -38,9 +39,6 @@ logger = logging.getLogger(__name__)
 Unary = Callable[[Any], Awaitable[Any]]
 #: builds a server of a method table with a guard (--grpc-server)
 ServerFactory = Callable[[dict[str, Method], Guard | None], GrpcServing]
-_STREAMING_REFUSED = UnsupportedError(
-    "ModelStreamInfer: streaming inference is not available yet; use ModelInfer"
-)
 
 
 class GrpcFrontend:
@@ -68,6 +66,7 @@ class GrpcFrontend:
         self.config = config
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
+        self._stream = StreamInfer(self._plane, engine.shared_memory, config.stream_max_requests)
         self._server: GrpcServing
         if server is not None:
             self._server = server(self._methods(trace), guard)
@@ -127,8 +126,8 @@ class GrpcFrontend:
             if method.name == "ModelInfer":  # the codec reads and writes its wire format
                 handler = trace(self._model_infer) if trace is not None else self._model_infer
                 methods[path] = Method(handler, _raw, _raw)
-            elif method.name == "ModelStreamInfer":
-                methods[path] = Method(_refused, _raw, _raw, refused=_STREAMING_REFUSED)
+            elif method.name == "ModelStreamInfer":  # the same codec, once per message
+                methods[path] = Method(self._stream.serve, _raw, _raw, streaming=True)
             else:
                 request_class = message_factory.GetMessageClass(method.input_type)
                 response_class = message_factory.GetMessageClass(method.output_type)
@@ -234,10 +233,6 @@ def _repository_parameters(parameters: Any) -> dict[str, Any]:
 
 def _raw(message: bytes) -> bytes:
     return message
-
-
-async def _refused(request: Any, call: Call) -> Any:
-    raise _STREAMING_REFUSED
 
 
 def _without_call(rpc: Unary) -> Handler:

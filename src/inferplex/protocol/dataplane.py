@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from inferplex.core.streaming import Responses
 from inferplex.datatypes import V2_TO_NUMPY
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.checks import CheckFactory, declared_checks
@@ -94,6 +95,8 @@ class Engine(Protocol):
 
     def infer(self, request: InferenceRequest) -> Awaitable[InferenceResponse]: ...
 
+    def stream(self, request: InferenceRequest) -> Awaitable[Responses]: ...
+
     def model_config(self, name: str, version: str = "") -> ModelConfig: ...
 
 
@@ -113,6 +116,7 @@ class DataPlane:
         "limits",
         "routing_header",
         "routing_metadata",
+        "stream",
     )
 
     def __init__(
@@ -135,6 +139,8 @@ class DataPlane:
         #: the engine's answer to an admitted request: the engine's own method, bound here
         #: (no call or coroutine of the plane's on the hot path)
         self.infer = engine.infer
+        #: the responses to an admitted request as its model sends them (docs/streaming.md)
+        self.stream = engine.stream
         #: per input, what runs on its declared name, datatype and shape before a large
         #: tensor is decoded: the limits, then the model's checks
         self.checks: CheckFactory = declared_checks(limits, engine)

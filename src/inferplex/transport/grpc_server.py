@@ -13,9 +13,9 @@ message (gzip/deflate compressed or not) below the message size limit (RESOURCE_
 soon as its prefix announces more, or the body passes it) and read by the connection into
 one buffer of the size its prefix announces (the message ``parse`` gets: no copy),
 ``grpc-timeout`` deadlines (DEADLINE_EXCEEDED, and the call is cancelled), cancellation when
-the client resets the stream, and a status with a percent-encoded message. Not served:
-streaming calls (a method may be registered as refused, answered as soon as its headers
-arrive).
+the client resets the stream, and a status with a percent-encoded message. Bidirectional
+streaming methods run from their headers on, their messages read as they come
+(transport/grpc_stream.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import binascii
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,18 +36,25 @@ from inferplex.errors import (
     HeadersTooLargeError,
     InferplexError,
     InvalidInputError,
-    PayloadTooLargeError,
+    ServerBusyError,
     UnsupportedError,
 )
 from inferplex.protocol.v2.errors import GRPC_STATUS
 from inferplex.transport.compression import decompress
+from inferplex.transport.grpc_stream import (
+    ENCODINGS,
+    OK_HEAD,
+    StreamingCall,
+    percent_encode,
+    too_large,
+)
 from inferplex.transport.http2 import READ_BUFFER, Http2Connection, Stream
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_wire import literal_header_block
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.http_server import TLS_SHUTDOWN_TIMEOUT_S
 
-__all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method"]
+__all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method", "StreamHandler"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +69,8 @@ UNAVAILABLE: int = grpc.StatusCode.UNAVAILABLE.value[0]
 CLOSE_WAIT_S = 1.0
 #: header list size we take when no limit is configured
 DEFAULT_HEADER_LIMIT = 1 << 20
-ENCODINGS = b"identity,deflate,gzip"
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
-#: ":status: 200" is entry 8 of HPACK's static table
-_OK_HEAD = b"\x88" + literal_header_block(
-    [(b"content-type", b"application/grpc"), (b"grpc-accept-encoding", ENCODINGS)]
-)
+_OK_HEAD = OK_HEAD
 _OK_TRAILERS = literal_header_block([(b"grpc-status", b"0")])
 
 
@@ -98,6 +101,8 @@ class Call:
 
 
 Handler = Callable[[Any, Call], Awaitable[Any]]
+#: a bidirectional streaming RPC: the call's parsed request messages in, its responses out
+StreamHandler = Callable[[AsyncIterator[Any], Call], AsyncIterator[Any]]
 #: sees every call's method (path) and metadata first; raises InferplexError to refuse it
 Guard = Callable[[str, list[tuple[str, str | bytes]]], None]
 
@@ -105,16 +110,18 @@ Guard = Callable[[str, list[tuple[str, str | bytes]]], None]
 @dataclass(frozen=True, slots=True)
 class Method:
     """One RPC: ``parse`` reads the request message, ``handler`` answers it, ``serialize``
-    writes the response; ``refused`` (for streaming methods) answers every call at once.
+    writes the response; ``refused`` answers every call at once. A ``streaming`` method's
+    handler is a ``StreamHandler``: each message ``parse``d, each response ``serialize``d.
 
     The message ``parse`` gets is bytes-like: bytes, or (usually) a writable memoryview of
     the buffer the request was read into, which the call owns; protobuf's ``FromString``
     and zlib take either."""
 
-    handler: Handler
+    handler: Handler | StreamHandler
     parse: Callable[[Any], Any]
     serialize: Callable[[Any], bytes]
     refused: InferplexError | None = None
+    streaming: bool = False
 
 
 class _CallState:
@@ -267,6 +274,9 @@ class GrpcServer:
             logger.exception("gRPC guard failed on %s", call.method)
             self._status(connection, stream, INTERNAL, f"{call.method} failed: {exc}")
             return
+        if method.streaming:
+            self._start_stream(connection, stream, method, call, encoding)
+            return
         state = _CallState(method, call, encoding)
         stream.context = state
         stream.head_size = 5  # the message's prefix: body_head_received sizes the rest
@@ -289,7 +299,10 @@ class GrpcServer:
 
     def body_received(self, connection: Http2Connection, stream: Stream) -> None:
         state = stream.context
-        assert isinstance(state, _CallState)
+        if not isinstance(state, _CallState):  # a streaming call's last messages
+            assert isinstance(state, StreamingCall)
+            state.end()
+            return
         try:
             message = self._message(stream, state.encoding)
         except InferplexError as exc:
@@ -299,14 +312,24 @@ class GrpcServer:
         assert self._loop is not None
         stream.task = self._loop.create_task(self._run(connection, stream, state, message))
 
+    def data_received(self, connection: Http2Connection, stream: Stream) -> None:
+        if isinstance(stream.context, StreamingCall):
+            stream.context.data()
+
+    def drained(self, connection: Http2Connection, stream: Stream) -> None:
+        if isinstance(stream.context, StreamingCall):
+            stream.context.drained()
+
     def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
+        error = too_large(self._max_message)
+        if isinstance(stream.context, StreamingCall):
+            stream.context.fail(error)
+            return
         if isinstance(stream.context, _CallState):
             _cancel_deadline(stream.context)
-        self._error(connection, stream, _too_large(self._max_message))
+        self._error(connection, stream, error)
 
     def buffers_full(self, connection: Http2Connection, stream: Stream, server_wide: bool) -> None:
-        if isinstance(stream.context, _CallState):
-            _cancel_deadline(stream.context)
         if server_wide:
             where = "all connections", "INFERPLEX_HTTP2_MAX_BUFFER_BYTES"
         else:
@@ -315,6 +338,11 @@ class GrpcServer:
             f"the server holds too many request bytes not yet received whole for {where[0]} "
             f"({where[1]}); retry later"
         )
+        if isinstance(stream.context, StreamingCall):
+            stream.context.fail(ServerBusyError(message))
+            return
+        if isinstance(stream.context, _CallState):
+            _cancel_deadline(stream.context)
         self._status(connection, stream, RESOURCE_EXHAUSTED, message)
 
     def stream_reset(self, stream: Stream) -> None:
@@ -324,6 +352,20 @@ class GrpcServer:
             stream.task.cancel()
 
     # -- calls ----------------------------------------------------------------------------------
+    def _start_stream(
+        self,
+        connection: Http2Connection,
+        stream: Stream,
+        method: Method,
+        call: Call,
+        encoding: bytes,
+    ) -> None:
+        """A streaming call runs from its headers on: its messages reach it as they come."""
+        state = StreamingCall(connection, stream, method, call, encoding, self._max_message)
+        stream.context = state  # its body is read as it comes (no head_size: unsized)
+        assert self._loop is not None
+        stream.task = self._loop.create_task(state.run())
+
     def _message(self, stream: Stream, encoding: bytes) -> bytes | memoryview:
         """The one message of a unary call's body (not copied when the connection read it
         into the buffer its prefix sized)."""
@@ -346,7 +388,7 @@ class GrpcServer:
             )
         plain = decompress(message, encoding, self._max_message, f"the {encoding.decode()} message")
         if len(plain) > self._max_message:
-            raise _too_large(self._max_message)
+            raise too_large(self._max_message)
         return plain
 
     async def _run(
@@ -364,7 +406,8 @@ class GrpcServer:
                 raise
             except Exception as exc:
                 raise InvalidInputError(f"the request message could not be parsed: {exc}") from None
-            body = method.serialize(await method.handler(request, state.call))
+            # a unary method (a streaming one never gets here): its handler is a Handler
+            body = method.serialize(await method.handler(request, state.call))  # type: ignore[misc]
         except asyncio.CancelledError:
             if state.expired:
                 self._status(connection, stream, DEADLINE_EXCEEDED, "the deadline passed")
@@ -382,7 +425,7 @@ class GrpcServer:
             _cancel_deadline(state)
             stream.task = None
         if len(body) > self._max_message:
-            self._error(connection, stream, _too_large(self._max_message, "response"))
+            self._error(connection, stream, too_large(self._max_message, "response"))
             return
         prefix = b"\x00" + len(body).to_bytes(4, "big")
         connection.respond(stream, _OK_HEAD, prefix, body, _OK_TRAILERS)
@@ -402,7 +445,7 @@ class GrpcServer:
     def _status(connection: Http2Connection, stream: Stream, code: int, message: str) -> None:
         """A 'trailers-only' response: the status in the one header block."""
         block = _OK_HEAD + literal_header_block(
-            [(b"grpc-status", str(code).encode()), (b"grpc-message", _percent_encode(message))]
+            [(b"grpc-status", str(code).encode()), (b"grpc-message", percent_encode(message))]
         )
         connection.respond_headers_only(stream, block)
 
@@ -411,24 +454,6 @@ def _http_error(connection: Http2Connection, stream: Stream, status: bytes) -> N
     connection.respond_headers_only(
         stream, literal_header_block([(b":status", status), (b"content-length", b"0")])
     )
-
-
-def _too_large(limit: int, what: str = "request") -> PayloadTooLargeError:
-    return PayloadTooLargeError(
-        f"the {what} message is larger than the limit of {limit} bytes "
-        "(INFERPLEX_MAX_GRPC_MESSAGE_BYTES)"
-    )
-
-
-def _percent_encode(message: str) -> bytes:
-    """grpc-message encoding: bytes outside printable ASCII, and '%', as %XX."""
-    out = bytearray()
-    for byte in message.encode():
-        if 0x20 <= byte <= 0x7E and byte != 0x25:
-            out.append(byte)
-        else:
-            out += b"%%%02X" % byte
-    return bytes(out)
 
 
 def _timeout_seconds(value: bytes) -> float | None:

@@ -1,5 +1,5 @@
-"""The reference gRPC server: grpc.aio serving a table of unary methods
-(``--grpc-server grpcio``).
+"""The reference gRPC server: grpc.aio serving a table of unary methods and bidirectional
+streams (``--grpc-server grpcio``).
 
 It serves the same table the built-in server (``transport/grpc_server.py``) serves, with the
 same guard, so that the same tests run against both (DESIGN.md, "The edge"):
@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +224,8 @@ def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.Rpc
     if method.refused is not None:
         refused = method.refused
         return _refusal(GRPC_STATUS[refused.code], refused.message)
+    if method.streaming:
+        return _stream_handler(path, method, max_message)
 
     async def unary(message: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
         try:
@@ -240,11 +242,50 @@ def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.Rpc
             logger.exception("gRPC %s failed", path)
             await context.abort(grpc.StatusCode.INTERNAL, f"{path} failed: {exc}")
         if len(body) > max_message:
-            too_large = PayloadTooLargeError(
-                f"the response message is larger than the limit of {max_message} bytes "
-                "(INFERPLEX_MAX_GRPC_MESSAGE_BYTES)"
-            )
+            too_large = _too_large(max_message)
             await context.abort(GRPC_STATUS[too_large.code], too_large.message)
         return body
 
     return grpc.unary_unary_rpc_method_handler(unary)
+
+
+def _stream_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.RpcMethodHandler:
+    """A bidirectional stream: the handler takes the parsed messages as they arrive and its
+    responses are written one at a time (``write`` waits for the peer's flow-control window:
+    a slow reader holds the handler back); its error ends the call with that status."""
+
+    async def stream(requests: Any, context: aio.ServicerContext[Any, Any]) -> None:
+        responses = method.handler(_parsed(requests, method.parse), GrpcioCall(path, context))
+        try:
+            async for response in responses:
+                body = method.serialize(response)
+                if len(body) > max_message:
+                    raise _too_large(max_message)
+                await context.write(body)
+        except InferplexError as exc:
+            await context.abort(GRPC_STATUS[exc.code], exc.message)
+        except Exception as exc:  # never let one call take the server down
+            logger.exception("gRPC %s failed", path)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{path} failed: {exc}")
+        finally:
+            await responses.aclose()
+
+    return grpc.stream_stream_rpc_method_handler(stream)
+
+
+async def _parsed(requests: Any, parse: Callable[[Any], Any]) -> AsyncIterator[Any]:
+    """The stream's messages, each parsed (INVALID_ARGUMENT for one that does not)."""
+    async for message in requests:
+        try:
+            yield parse(message)
+        except InferplexError:
+            raise
+        except Exception as exc:
+            raise InvalidInputError(f"a request message could not be parsed: {exc}") from None
+
+
+def _too_large(max_message: int) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"the response message is larger than the limit of {max_message} bytes "
+        "(INFERPLEX_MAX_GRPC_MESSAGE_BYTES)"
+    )

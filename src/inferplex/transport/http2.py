@@ -436,11 +436,9 @@ class Http2Connection(Http2Frames):
             if not stream.discard:
                 self._hand_over(stream)
             return
-        stream.unacked += flow - kept
-        if stream.unacked >= STREAM_WINDOW // 2:
-            self._write(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(stream.unacked)))
-            stream.recv_window += stream.unacked
-            stream.unacked = 0
+        self._give_back(stream, flow - kept)
+        if kept:  # a body arriving in several frames: a streaming call reads it as it comes
+            self._app.data_received(self, stream)
 
 
 #: the handler of each frame type that is read whole (unknown types: none, ignored); plain

@@ -186,6 +186,32 @@ class Http2Base(asyncio.BufferedProtocol):
             unacked = 0
         self._unacked = unacked
 
+    def _give_back(self, stream: Stream, count: int) -> None:
+        """``count`` of the stream's flow-controlled bytes were taken: its window gets them
+        back (in one WINDOW_UPDATE once half of it is owed)."""
+        stream.unacked += count
+        if stream.unacked >= STREAM_WINDOW // 2:
+            self._write(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(stream.unacked)))
+            stream.recv_window += stream.unacked
+            stream.unacked = 0
+
+    def taken(self, stream: Stream, count: int) -> None:
+        """A streaming call's application took ``count`` bytes of the body held for it: no
+        longer buffered, and both windows get them back, so the peer may send more (until
+        it does, a peer whose messages are not taken is held back by flow control)."""
+        count = min(count, stream.unsized)
+        if count <= 0:
+            return
+        stream.unsized -= count
+        held = min(count, stream.held)
+        stream.held -= held
+        self._held -= held
+        counters = self._counters
+        counters.buffered -= held
+        counters.budget.used -= held
+        self._ack(count)
+        self._give_back(stream, count)
+
     def _release(self, stream: Stream) -> None:
         """The stream's buffered bytes are the application's now, or dropped."""
         held = stream.held

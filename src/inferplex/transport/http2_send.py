@@ -1,6 +1,7 @@
 """Responses of a server HTTP/2 connection (transport/http2.py): a header block, the body as
 DATA frames as the peer's windows allow (what they do not is sent as they open, or dropped
-after the send timeout), and a trailer block."""
+after the send timeout), and a trailer block. An open-ended response (a streaming call's)
+sends its header block, then its data piece by piece, then its trailers."""
 
 from __future__ import annotations
 
@@ -88,6 +89,40 @@ class Http2Output(Http2Base):
             self._control -= 1
         self._finish(stream)
 
+    # -- open-ended responses (streaming calls) ---------------------------------------------
+    def send_headers(self, stream: Stream, block: bytes) -> None:
+        """Start an open-ended response: the ``block`` of headers, the stream left open for
+        ``send_data`` and, last, ``send_trailers``."""
+        if self._closed or self.streams.get(stream.id) is not stream:
+            return
+        self._write(b"".join(self._header_frames(stream.id, block, 0)))
+
+    def send_data(self, stream: Stream, data: bytes) -> bool:
+        """Send ``data`` on an open-ended response as the windows allow: True if it all went
+        out, False if some waits for the peer's windows (``Http2App.drained`` tells when it
+        is out; the send timeout drops a stream that waits too long)."""
+        if self._closed or self.streams.get(stream.id) is not stream:
+            return True  # reset or gone: nobody reads it
+        stream.outbox = memoryview(data)
+        parts: list[bytes] = []
+        self._send_body(stream, parts)
+        if parts:
+            self._write(b"".join(parts))
+        if stream.outbox is None:
+            return True
+        self._blocked[stream.id] = stream
+        if self._limits.send_timeout_s and self._loop is not None:
+            stream.stalled_since = now = self._loop.time()
+            self._arm(now + self._limits.send_timeout_s)
+        return False
+
+    def send_trailers(self, stream: Stream, block: bytes) -> None:
+        """End an open-ended response (its data all sent) with the trailer ``block``."""
+        if self._closed or self.streams.get(stream.id) is not stream:
+            return
+        self._write(b"".join(self._header_frames(stream.id, block, END_STREAM)))
+        self._finish(stream)
+
     def respond_headers_only(self, stream: Stream, block: bytes) -> None:
         """Answer ``stream`` with one header block that ends it (a 'trailers-only' gRPC
         response, or an HTTP error status)."""
@@ -131,6 +166,10 @@ class Http2Output(Http2Base):
         if outbox:
             return
         stream.outbox = None
+        if not stream.trailers:  # an open-ended response (a streaming call): more follows
+            self._blocked.pop(stream.id, None)
+            self._app.drained(self, stream)  # type: ignore[arg-type]
+            return
         parts.extend(self._header_frames(stream.id, stream.trailers, END_STREAM))
         self._finish(stream)
 

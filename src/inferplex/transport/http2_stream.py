@@ -108,6 +108,14 @@ class Http2App(Protocol):
     def body_received(self, connection: Http2Connection, stream: Stream) -> None:
         """The stream's body is complete (the peer ended its side)."""
 
+    def data_received(self, connection: Http2Connection, stream: Stream) -> None:
+        """More of a body that arrives in several frames, kept in ``stream.body`` (not in a
+        sized buffer), before it is complete: a streaming call takes its messages as they
+        come (``connection.taken`` gives their bytes back to the windows)."""
+
+    def drained(self, connection: Http2Connection, stream: Stream) -> None:
+        """An open-ended response's data waiting for the peer's windows is all sent."""
+
     def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
         """The body passed ``max_body_bytes``; what arrived is dropped."""
 

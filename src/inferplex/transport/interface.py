@@ -25,12 +25,17 @@ class GrpcCall(Protocol):
 
 
 class GrpcMethod(Protocol):
-    """One unary RPC of a server's table (``transport.grpc_server.Method``): ``parse`` reads
-    the request message (bytes-like), ``handler(request, call)`` answers it, ``serialize``
-    writes the response; ``refused`` (streaming methods) answers every call at once."""
+    """One RPC of a server's table (``transport.grpc_server.Method``): ``parse`` reads the
+    request message (bytes-like), ``handler(request, call)`` answers it, ``serialize``
+    writes the response; ``refused`` answers every call at once. A ``streaming`` method is
+    a bidirectional stream: ``handler(requests, call)`` takes an async iterator of parsed
+    messages and returns an async iterator of responses."""
 
     @property
-    def handler(self) -> Callable[[Any, Any], Awaitable[Any]]: ...
+    def handler(self) -> Callable[[Any, Any], Any]: ...
+
+    @property
+    def streaming(self) -> bool: ...
 
     @property
     def parse(self) -> Callable[[Any], Any]: ...

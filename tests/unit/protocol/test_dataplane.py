@@ -5,6 +5,7 @@ the same request with the same error, and the in-process API gets the same check
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
+from inferplex.core.streaming import SingleResponse
 from inferplex.errors import InferplexError, InvalidInputError, PayloadTooLargeError
 from inferplex.protocol import dataplane
 from inferplex.protocol.classification import ClassifiedOutputs
@@ -177,6 +179,9 @@ class Engine:
         self.seen.append(request)
         scores = Tensor("SCORES", "FP32", (2, 4), SCORES)
         return InferenceResponse(request.model_name, "1", [scores, *request.inputs])
+
+    async def stream(self, request: InferenceRequest) -> SingleResponse:
+        return SingleResponse(functools.partial(self.infer, request))
 
 
 SCORES = np.array([[1.1, 3.3, 0.5, 2.4], [0.0, -1.0, 7.0, 7.0]], np.float32)

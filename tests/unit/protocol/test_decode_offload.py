@@ -56,6 +56,9 @@ class Models:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         raise AssertionError("these tests decode and encode only")
 
+    async def stream(self, request: InferenceRequest) -> Any:
+        raise AssertionError("these tests decode and encode only")
+
 
 def binary_body(name: str, shape: list[int], elements: list[bytes]) -> tuple[bytes, int]:
     raw = serialize_bytes(np.array([*elements, None], dtype=object)[:-1])

@@ -15,7 +15,8 @@ import pytest
 
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.grpc_codec import decode_infer_request_bytes
-from inferplex.transport.grpc_server import _percent_encode, _timeout_seconds
+from inferplex.transport.grpc_server import _timeout_seconds
+from inferplex.transport.grpc_stream import percent_encode
 from inferplex.transport.http2 import (
     CONNECTION_WINDOW,
     READ_BUFFER,
@@ -60,10 +61,10 @@ def test_malformed_grpc_timeout_is_no_deadline(value: bytes) -> None:
 
 
 def test_grpc_message_percent_encoding() -> None:
-    assert _percent_encode("plain text: ok") == b"plain text: ok"
-    assert _percent_encode("100%") == b"100%25"
-    assert _percent_encode("line\nbreak") == b"line%0Abreak"
-    assert _percent_encode("µs") == b"%C2%B5s"
+    assert percent_encode("plain text: ok") == b"plain text: ok"
+    assert percent_encode("100%") == b"100%25"
+    assert percent_encode("line\nbreak") == b"line%0Abreak"
+    assert percent_encode("µs") == b"%C2%B5s"
 
 
 # ---------------------------------------------------------------------- reading bodies
@@ -174,6 +175,12 @@ class _App:
         self.bodies[stream.id] = bytes(stream.data())
         self.messages[stream.id] = stream.data(len(stream.head))
         self.sized[stream.id] = stream.data(len(stream.head)) is stream.buffer is not None
+
+    def data_received(self, connection: Http2Connection, stream: Stream) -> None:
+        pass  # bodies are read whole here
+
+    def drained(self, connection: Http2Connection, stream: Stream) -> None:
+        pass
 
     def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
         self.too_large.append(stream.id)
