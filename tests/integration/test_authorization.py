@@ -13,6 +13,7 @@ import http.client
 import socket
 from collections.abc import Iterator
 
+import grpc
 import orjson
 import pytest
 
@@ -214,3 +215,23 @@ def test_grpc_management_lives_on_the_http_management_listener(
         stream_id = client.open_stream(SERVICE + "RepositoryModelLoad", extra=extra)
         assert client.wait_finished(stream_id).grpc_status == PERMISSION_DENIED
     assert not loaded(server)
+
+
+def test_grpc_health_and_reflection_need_no_token_the_health_list_does(server: Server) -> None:
+    """grpc.health.v1 Check (Kubernetes probes) and reflection (the API's definitions) are
+    open, as /v2/health/* is; the health List names every model: the inference scope."""
+    health_pb2 = pytest.importorskip("grpc_health.v1.health_pb2")
+    health_pb2_grpc = pytest.importorskip("grpc_health.v1.health_pb2_grpc")
+    database = pytest.importorskip("grpc_reflection.v1alpha.proto_reflection_descriptor_database")
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=10).status == 1  # SERVING
+        services = database.ProtoReflectionDescriptorDatabase(channel).get_services()
+        assert "inference.GRPCInferenceService" in services
+        with pytest.raises(grpc.RpcError) as refused:
+            health.List(health_pb2.HealthListRequest(), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        token = [("authorization", "Bearer inference-token")]
+        assert (
+            "" in health.List(health_pb2.HealthListRequest(), timeout=10, metadata=token).statuses
+        )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import message_factory
 
 from inferplex.errors import UnsupportedError
+from inferplex.frontends.grpc_services import health_methods, reflection_methods
 from inferplex.frontends.grpc_stream import StreamInfer
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import DataPlane
@@ -136,6 +137,9 @@ class GrpcFrontend:
                     request_class.FromString,
                     response_class.SerializeToString,
                 )
+        # gRPC's health and reflection services on the same port (frontends/grpc_services.py)
+        methods.update(health_methods(self.engine))
+        methods.update(reflection_methods(lambda: {path.split("/")[1] for path in methods}))
         return methods
 
     # -- RPCs -----------------------------------------------------------------------------
