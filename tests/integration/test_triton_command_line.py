@@ -1,6 +1,7 @@
 """`inferplex serve` started with a tritonserver start script's command line (issue 20 §4)
 comes up with what those flags say: Triton's spellings, explicit control with its models,
-no auto-complete, no metrics listener; the flags without effect are named in the log."""
+no auto-complete, no metrics listener; the flags without effect are named in the log; with
+--exit-on-error=true a model that fails to load stops the start."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from examples import modelgen
 from inferplex.benchtool.launch import HOST, RunningServer, free_port, wait_ready
 from inferplex.config.writers import write_config
+from tests.support.repository import BROKEN_CONFIG
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -72,8 +75,20 @@ def test_the_server_runs_with_the_triton_flags(server: RunningServer) -> None:
         assert probe.connect_ex((HOST, server.metrics_port)) != 0
 
 
-def test_the_flags_without_effect_say_so_in_the_log(server: RunningServer) -> None:
-    log = server.log()
-    for flag in ("--exit-on-error", "--backend-config"):
-        (line,) = [x for x in log.splitlines() if f"tritonserver's {flag}" in x]
-        assert "no effect" in line
+def test_a_flag_without_effect_says_so_in_the_log(server: RunningServer) -> None:
+    (line,) = [x for x in server.log().splitlines() if "tritonserver's --backend-config" in x]
+    assert "no effect" in line
+
+
+def test_exit_on_error_stops_the_start_naming_the_model(tmp_path: Path) -> None:
+    path = modelgen.add_sub(tmp_path)
+    write_config(tmp_path / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    modelgen.add_sub(tmp_path, name="broken")
+    (tmp_path / "broken" / "config.pbtxt").write_text(BROKEN_CONFIG)
+    command = [
+        sys.executable, "-m", "inferplex", "serve", f"--model-repository={tmp_path}",
+        "--http-port=0", "--grpc-port=0", "--metrics-port=0", "--exit-on-error=true",
+    ]  # fmt: skip
+    ended = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert ended.returncode == 2, ended.stderr
+    assert "failed to load at start (--exit-on-error): 'broken':" in ended.stderr

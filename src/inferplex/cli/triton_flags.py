@@ -88,9 +88,9 @@ FLAGS = (
     TritonFlag(
         "--exit-on-error",
         "bool",
-        None,
-        "no effect: inferplex always starts and serves the models that load; one that fails "
-        "is listed in the repository index with its error and answers UNAVAILABLE",
+        lambda exit_: {"exit_on_error": exit_},
+        "true: a model that fails to load at start stops the start (exit status 2); "
+        "inferplex's default, unlike Triton's, serves the models that load",
     ),
     TritonFlag(
         "--backend-config",

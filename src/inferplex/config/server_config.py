@@ -125,6 +125,11 @@ class ServerConfig(BaseSettings):
         "file that declares them (tritonserver's --disable-auto-complete-config and "
         "--strict-model-config=true set it off)",
     )
+    exit_on_error: Annotated[bool, NoFlag] = Field(
+        default=False,
+        description="exit (status 2, naming them) when a model fails to load at start, instead "
+        "of serving the others (tritonserver's --exit-on-error, whose default is on)",
+    )
     # -- security (docs/security.md) ---------------------------------------------------------
     inference_token: SecretStr | None = Field(
         default=None,

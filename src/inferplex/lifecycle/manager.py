@@ -30,6 +30,7 @@ from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
 from inferplex.core.registry import ModelEntry, ModelRegistry
 from inferplex.errors import (
+    ConfigError,
     InferplexError,
     InvalidInputError,
     ModelControlDisabledError,
@@ -79,8 +80,9 @@ class LifecycleManager:
         self, dispatcher: Dispatcher, cache: ResponseCache | None, caller: ModelCaller | None
     ) -> None:
         """Load what the control mode says; start polling and idle unloading as configured.
-        A model that fails to load is recorded in the index, not raised; a GPU memory limit
-        for a GPU that is not there is (ConfigError)."""
+        A model that fails to load is recorded in the index, not raised (unless
+        ``exit_on_error``: then everything loaded is freed and ConfigError names the
+        failures); a GPU memory limit for a GPU that is not there is (ConfigError)."""
         gpu = self.loader.gpu
         if gpu.limits:
             gpu.probe = await asyncio.to_thread(open_probe)
@@ -99,11 +101,19 @@ class LifecycleManager:
                 "--load-model is for --model-control-mode explicit; in mode %s every model loads",
                 config.model_control_mode,
             )
+        failed: list[str] = []
         for name in wanted:
             try:
                 await self.loader.load(name)
             except InferplexError as exc:
                 logger.error("model '%s' not loaded at start: %s", name, exc.message)
+                failed.append(f"'{name}': {exc.message}")
+        if failed and config.exit_on_error:
+            await self.stop(0)  # free what did load: the start fails
+            raise ConfigError(
+                f"{len(failed)} model(s) failed to load at start (--exit-on-error): "
+                + "; ".join(failed)
+            )
         if config.model_control_mode == "poll":
             self.poller = RepositoryPoller(
                 lambda: scan_repository(self.loader.repository),

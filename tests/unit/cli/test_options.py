@@ -23,6 +23,7 @@ ENVIRONMENT_ONLY = {
     "enable_grpc",
     "enable_metrics",
     "auto_complete_config",
+    "exit_on_error",
     "model_repository_url",
     "server_name",
 }

@@ -61,6 +61,15 @@ def test_a_triton_start_script_line_sets_the_same_settings(
     assert (config.model_control_mode, config.load_model) == ("explicit", ("a", "b"))
     assert (config.enable_http, config.enable_grpc, config.enable_metrics) == (True, False, False)
     assert config.auto_complete_config and config.log_level == "debug"
+    assert not config.exit_on_error
+
+
+def test_exit_on_error_is_the_setting_of_that_name(
+    tmp_path: Path, started: list[ServerConfig]
+) -> None:
+    result = _serve("--model-repository", str(tmp_path), "--exit-on-error=true")
+    assert result.exit_code == 0, result.output
+    assert started[0].exit_on_error
 
 
 @pytest.mark.parametrize(
