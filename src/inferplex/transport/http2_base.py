@@ -198,7 +198,11 @@ class Http2Base(asyncio.BufferedProtocol):
     def taken(self, stream: Stream, count: int) -> None:
         """A streaming call's application took ``count`` bytes of the body held for it: no
         longer buffered, and both windows get them back, so the peer may send more (until
-        it does, a peer whose messages are not taken is held back by flow control)."""
+        it does, a peer whose messages are not taken is held back by flow control). A message
+        is a request's work, as a stream is: it gives back the control frames an answered
+        stream gives back (the peer's WINDOW_UPDATEs and PINGs follow the answers)."""
+        control = self._control - _STREAM_REFUND
+        self._control = control if control > 0 else 0
         count = min(count, stream.unsized)
         if count <= 0:
             return
