@@ -13,6 +13,8 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     GET  /v2/models/{m}/ready                    200 or 503
     GET  /v2/models/{m}/config                   Triton model configuration
     POST /v2/models/{m}/infer                    inference (JSON or binary tensor data)
+    POST /v2/models/{m}/generate[_stream]        Triton's generate extension (one JSON
+                                                 object; server-sent events as they come)
     GET  /v2/models/{m}/stats | /v2/models/stats statistics
     POST /v2/repository/index                    repository index ({"ready": bool} optional)
     POST /v2/repository/models/{m}/load          load / reload ({"parameters": {"config": ..}})
@@ -49,6 +51,7 @@ from inferplex.errors import (
     UnauthenticatedError,
     UnsupportedError,
 )
+from inferplex.frontends.http_generate import Generate
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import DataPlane
@@ -58,7 +61,7 @@ from inferplex.protocol.v2.rest import parse_header_length
 from inferplex.security.access import Access
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 from inferplex.transport.compression import CODINGS, accepted, compress, decompress
-from inferplex.transport.interface import ADMITTED_KEY, HttpRequest
+from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
 
 __all__ = ["HttpApp", "create_http_app"]
 
@@ -69,6 +72,8 @@ Headers = list[tuple[bytes, bytes]]
 Body = bytes | memoryview
 #: status, body, headers other than content-length
 Reply = tuple[int, bytes, Headers]
+#: what an endpoint answers: a whole body, or one streamed as it comes (generate_stream)
+AnyReply = tuple[int, bytes | StreamedBody, Headers]
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -120,6 +125,7 @@ class HttpApp:
         self._routes: dict[str, Route] = {}
         # an HTTP header whose value becomes the request parameter routing_key (sticky routes)
         self._routing_header = self._plane.routing_header
+        self._generation = Generate(engine, self._plane)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI 3 (uvicorn, the tracing wrapper): the body comes through ``receive``."""
@@ -137,6 +143,9 @@ class HttpApp:
             if reply is None:
                 return  # the client went away before its body was whole
             status, payload, headers = reply
+            if isinstance(payload, StreamedBody):
+                await _send_streamed(status, headers, payload, receive, send)
+                return
             headers = [*headers, (b"content-length", str(len(payload)).encode())]
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": payload})
@@ -144,7 +153,7 @@ class HttpApp:
             await _lifespan(receive, send)
         # any other scope (websocket) is refused by returning: the server closes it
 
-    async def respond(self, request: HttpRequest) -> Reply:
+    async def respond(self, request: HttpRequest) -> AnyReply:
         """The built-in server's way in (no ASGI messages): a request complete with its body,
         answered with (status, body, headers other than content-length)."""
         reply = await self._serve(
@@ -203,7 +212,7 @@ class HttpApp:
         headers: Headers,
         admitted: Route | None,
         body: Body | Receive,
-    ) -> Reply | None:
+    ) -> AnyReply | None:
         """The answer to one request whose body is ``body``, or comes through it (ASGI's
         ``receive``); None when the client went away before its body was whole."""
         try:
@@ -223,11 +232,12 @@ class HttpApp:
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
                 key = _header(headers, self._routing_header)
-                reply = await self._infer(model, version, body, header_length, key)
+                reply: AnyReply = await self._infer(model, version, body, header_length, key)
             else:
                 reply = await handler(model, version, body, header_length)
             if accept is not None and is_infer:
                 status, payload, reply_headers = reply
+                assert isinstance(payload, bytes)  # an inference answer is whole
                 payload, reply_headers = await _compressed(payload, reply_headers, accept)
                 reply = status, payload, reply_headers
             return reply
@@ -346,6 +356,13 @@ class HttpApp:
             ],
         )
 
+    # -- Triton's generate extension (frontends/http_generate.py) ----------------------------
+    async def _generate(self, model: str, version: str, body: Body, *_: Any) -> AnyReply:
+        return await self._generation.generate(model, version, body)
+
+    async def _generate_stream(self, model: str, version: str, body: Body, *_: Any) -> AnyReply:
+        return await self._generation.generate_stream(model, version, body)
+
     async def _live(self, *_: Any) -> Reply:
         return _EMPTY_OK if self._engine.live() else _EMPTY_UNAVAILABLE
 
@@ -439,7 +456,7 @@ class HttpApp:
         return _EMPTY_OK  # nothing can have been registered
 
 
-Handler = Callable[[str, str, Body, bytes | None], Awaitable[Reply]]
+Handler = Callable[[str, str, Body, bytes | None], Awaitable[AnyReply]]
 #: an admitted request's endpoint, the bound handler, the model (or region) and version
 Route = tuple[Endpoint, Handler, str, str]
 
@@ -465,6 +482,38 @@ async def _compressed(payload: bytes, headers: Headers, accept: bytes) -> tuple[
     if coding is None:
         return payload, headers
     return await _off_loop(compress, payload, coding), [*headers, (b"content-encoding", coding)]
+
+
+async def _send_streamed(
+    status: int, headers: Headers, body: StreamedBody, receive: Receive, send: Send
+) -> None:
+    """An ASGI response sent as its body comes (the server's ``send`` waits while the client
+    is behind); a client that goes away (``http.disconnect``) stops it, and the producer is
+    closed."""
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    watcher = asyncio.ensure_future(_disconnect(receive))
+    chunks = body.chunks
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(chunks, None))
+            await asyncio.wait((step, watcher), return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():  # the client went away
+                step.cancel()
+                return
+            chunk = step.result()
+            if chunk is None:
+                break
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        watcher.cancel()
+        await chunks.aclose()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Until the client goes away (its body was read whole before)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -62,6 +62,8 @@ def _post(handler: str, scope: Scope = _INFERENCE) -> Endpoint:
 #: the last path segment of a model route (/v2/models/{m}[/versions/{v}]/{action})
 _MODEL_ACTIONS: dict[str, Endpoint] = {
     "infer": _post("_infer"),
+    "generate": _post("_generate"),
+    "generate_stream": _post("_generate_stream"),
     "ready": _get("_model_ready"),
     "config": _get("_model_config"),
     "stats": _get("_model_stats"),

@@ -13,6 +13,8 @@ from urllib.parse import unquote
 
 import orjson
 
+from inferplex.transport.interface import StreamedBody
+
 if TYPE_CHECKING:
     from inferplex.transport.http_connection import Connection
     from inferplex.transport.interface import Respond
@@ -111,8 +113,45 @@ async def answer(connection: Connection, request: Request, respond: Respond) -> 
         logger.exception("the HTTP application failed")
         status, headers, body = 500, [_JSON], _NO_RESPONSE
     keep_alive = request.keep_alive and not connection.server.stopping
+    if isinstance(body, StreamedBody):
+        await _stream(connection, status, headers, body, keep_alive)
+        return
     head = response_head(status, headers, len(body), not keep_alive)
     connection.write(head, b"" if request.method == "HEAD" else body)
+    connection.answered(keep_alive)
+
+
+async def _stream(
+    connection: Connection,
+    status: int,
+    headers: list[tuple[bytes, bytes]],
+    body: StreamedBody,
+    keep_alive: bool,
+) -> None:
+    """Write a streamed body as chunks as they come, each once the transport has room (a
+    client that does not read holds the producer back). A body that fails midway is cut
+    off with the connection; a client that goes away cancels this task (the producer is
+    closed)."""
+    lines = [status_line(status), *(b"%s: %s\r\n" % header for header in headers)]
+    lines.append(b"transfer-encoding: chunked\r\n")
+    if not keep_alive:
+        lines.append(b"connection: close\r\n")
+    connection.write(b"".join(lines) + b"\r\n", b"")
+    chunks = body.chunks
+    try:
+        async for chunk in chunks:
+            if chunk:
+                drained = connection.write(b"%x\r\n" % len(chunk), chunk + b"\r\n")
+                if drained is not None:
+                    await drained
+    except Exception:
+        logger.exception("a streamed response failed midway")
+        connection.close()
+        connection.answered(False)
+        return
+    finally:
+        await chunks.aclose()
+    connection.write(b"0\r\n\r\n", b"")
     connection.answered(keep_alive)
 
 

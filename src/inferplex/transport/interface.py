@@ -4,7 +4,7 @@ built-in ones or the reference twins."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Protocol
 
 from inferplex.errors import InferplexError
@@ -78,9 +78,23 @@ class HttpRequest(Protocol):
     admitted: Any
 
 
+class StreamedBody:
+    """A response body sent as it comes (HTTP/1.1 chunked transfer coding): the chunks of
+    ``chunks``, each written once the last has left (a slow reader holds the producer back);
+    the server closes the iterator (``aclose``) when it ends or the client goes away."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
+        self.chunks = chunks
+
+
 #: the built-in HTTP server's way into an application without ASGI messages: a complete
-#: request in, (status, body, headers other than content-length) out
-Respond = Callable[[HttpRequest], Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]]]]
+#: request in, (status, body, headers other than content-length) out; the body is whole,
+#: or streamed (generate_stream's events)
+Respond = Callable[
+    [HttpRequest], Awaitable[tuple[int, bytes | StreamedBody, list[tuple[bytes, bytes]]]]
+]
 
 
 class HttpServing(Protocol):

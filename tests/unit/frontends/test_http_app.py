@@ -3,6 +3,7 @@ lifespan, unexpected exceptions, bodies that arrive in pieces or not at all."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import orjson
 import pytest
 
 from inferplex.config.server_config import ServerConfig
+from inferplex.core.streaming import SingleResponse
 from inferplex.datatypes import serialize_bytes
 from inferplex.errors import ModelNotFoundError
 from inferplex.frontends.http import create_http_app
@@ -38,6 +40,9 @@ class FakeEngine:
             raise ModelNotFoundError(f"unknown model '{request.model_name}'")
         outputs = [Tensor(t.name, t.datatype, t.shape, t.data) for t in request.inputs]
         return InferenceResponse(request.model_name, "1", outputs, id=request.id)
+
+    async def stream(self, request: InferenceRequest) -> SingleResponse:
+        return SingleResponse(functools.partial(self.infer, request))
 
 
 class Exchange:

@@ -16,6 +16,8 @@ from inferplex.security.scopes import Scope
         ("/v2/models/m/versions/2", "_model_metadata", Scope.INFERENCE),
         ("/v2/models/m/infer", "_infer", Scope.INFERENCE),
         ("/v2/models/m/versions/2/infer", "_infer", Scope.INFERENCE),
+        ("/v2/models/m/generate", "_generate", Scope.INFERENCE),
+        ("/v2/models/m/versions/2/generate_stream", "_generate_stream", Scope.INFERENCE),
         ("/v2/models/stats", "_model_stats", Scope.INFERENCE),
         ("/v2/repository/index", "_repository_index", Scope.INFERENCE),
         ("/v2/repository/memory", "_repository_memory", Scope.INFERENCE),

@@ -1,0 +1,81 @@
+"""Triton's generate extension over HTTP: ``POST /v2/models/{m}/generate`` answers one JSON
+object, ``/generate_stream`` one server-sent event (``data: {...}``) per response as the
+model sends it (docs/streaming.md). A request that fails before its model sends anything
+gets a JSON error with its status, as Triton; an error after that is an event
+``data: {"error": ...}``. The stream is as slow as its reader: the next event is made once
+the last has left (``StreamedBody``), so a reader that does not read holds the model back;
+one that goes away cancels the request in the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
+
+import orjson
+
+from inferplex.core.streaming import Responses, StreamedResponse
+from inferplex.protocol.dataplane import DataPlane
+from inferplex.protocol.v2.generate import decode_generate, encode_generate
+from inferplex.transport.interface import StreamedBody
+from inferplex.types import InferenceRequest
+
+if TYPE_CHECKING:
+    from inferplex.engine.inference import InferenceEngine
+
+Headers = list[tuple[bytes, bytes]]
+Reply = tuple[int, bytes | StreamedBody, Headers]
+
+_JSON: Headers = [(b"content-type", b"application/json")]
+_EVENTS: Headers = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+]
+
+
+class Generate:
+    """The two endpoints, over the data plane."""
+
+    def __init__(self, engine: InferenceEngine, plane: DataPlane) -> None:
+        self._engine = engine
+        self._plane = plane
+
+    async def generate(self, model: str, version: str, body: bytes | memoryview) -> Reply:
+        """One response (a decoupled model must send exactly one)."""
+        response = await self._plane.infer(self._request(model, version, body))
+        return 200, orjson.dumps(encode_generate(response)), _JSON
+
+    async def generate_stream(self, model: str, version: str, body: bytes | memoryview) -> Reply:
+        """The responses as events; an error before the first is the request's answer."""
+        responses = await self._plane.stream(self._request(model, version, body))
+        first = await anext(responses, None)
+        if first is not None and first.error is not None and first.final:
+            responses.close()
+            raise first.error
+        return 200, StreamedBody(_events(first, responses)), _EVENTS
+
+    def _request(self, model: str, version: str, body: bytes | memoryview) -> InferenceRequest:
+        request = decode_generate(body, self._engine.model_config(model, version), version)
+        self._plane.admit(request)
+        return request
+
+
+async def _events(
+    first: StreamedResponse | None, responses: Responses
+) -> AsyncGenerator[bytes, None]:
+    """One ``data:`` event per response (a final flag alone makes none)."""
+    try:
+        if first is not None:
+            yield _event(first)
+        async for item in responses:
+            yield _event(item)
+    finally:
+        responses.close()
+
+
+def _event(item: StreamedResponse) -> bytes:
+    if item.error is not None:
+        return b"data: " + orjson.dumps({"error": item.error.message}) + b"\n\n"
+    if item.response is None:
+        return b""
+    return b"data: " + orjson.dumps(encode_generate(item.response)) + b"\n\n"

@@ -1,0 +1,194 @@
+"""Triton's generate extension over HTTP against a real server, on the built-in HTTP server
+and its uvicorn twin, with a plain HTTP client: ``/generate_stream`` as server-sent events
+(one per token of a model whose handler yields), ``/generate`` as one JSON object, an
+ordinary ONNX model through both, errors before the first response as JSON with their
+status, a client that goes away (the model stops) and one that does not read (the model is
+held back). No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from examples import modelgen
+from examples.modelgen import decoupled
+from inferplex.benchtool.launch import RunningServer, start_server
+from inferplex.config.writers import write_config
+
+#: TorchServe style, decoupled: yields ``count`` text outputs of ``size`` characters, writing
+#: how many it yielded to its progress file, and "stopped" when it is closed early
+ENDLESS = """
+import numpy as np
+from inferplex.handler import BaseHandler
+
+class Handler(BaseHandler):
+    def initialize(self, context):
+        super().initialize(context)
+        self.progress = context.config["parameters"]["progress"]["string_value"]
+
+    def inference(self, data):
+        count, size = (int(v) for v in data["IN"].reshape(-1))
+        done = 0
+        try:
+            for done in range(1, count + 1):
+                yield {"text_output": np.array([b"x" * size], dtype=object)}
+                open(self.progress, "w").write(str(done))
+        finally:
+            if done < count:
+                open(self.progress, "w").write("stopped")
+"""
+
+ENDLESS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 2 ] }} ]
+output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }} ]
+parameters [ {{ key: "progress" value {{ string_value: "{progress}" }} }} ]
+"""
+
+
+@pytest.fixture(scope="module", params=["builtin", "uvicorn"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RunningServer, Path]]:
+    root = tmp_path_factory.mktemp(f"generate_{request.param}")
+    decoupled.tokens(root)
+    path = modelgen.add_sub(root)
+    write_config(root / "add_sub", modelgen.model_config(path, max_batch_size=8))
+    progress = root / "endless.progress"
+    decoupled.write_model(root, "endless", ENDLESS, ENDLESS_CONFIG.format(progress=progress))
+    server = start_server(root, root.parent / "server.log", args=["--http-server", request.param])
+    yield server, progress
+    code = server.stop()
+    assert code == 0, f"server exited with {code}:\n{server.log()}"
+
+
+def url(server: RunningServer, model: str, action: str) -> str:
+    return f"http://{server.http_url}/v2/models/{model}/{action}"
+
+
+def events(response: requests.Response) -> list[dict[str, Any]]:
+    """The ``data:`` events of a server-sent event stream."""
+    found = []
+    for line in response.iter_lines():
+        if line.startswith(b"data: "):
+            found.append(json.loads(line[len(b"data: ") :]))
+    return found
+
+
+def test_generate_stream_sends_one_event_per_token(served: tuple[RunningServer, Path]) -> None:
+    server, _ = served
+    body = {"id": "42", "text_input": "tokens come one by one"}
+    with requests.post(url(server, "tokens", "generate_stream"), json=body, stream=True) as reply:
+        assert reply.status_code == 200
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        found = events(reply)
+    assert [e["text_output"] for e in found] == ["tokens", "come", "one", "by", "one"]
+    assert {(e["id"], e["model_name"], e["model_version"]) for e in found} == {
+        ("42", "tokens", "1")
+    }
+
+
+def test_generate_answers_one_object(served: tuple[RunningServer, Path]) -> None:
+    server, _ = served
+    reply = requests.post(url(server, "tokens", "generate"), json={"text_input": "single"})
+    assert reply.status_code == 200
+    assert reply.json() == {"model_name": "tokens", "model_version": "1", "text_output": "single"}
+    several = requests.post(url(server, "tokens", "generate"), json={"text_input": "a b"})
+    assert several.status_code == 501
+    assert "sent 2 responses" in several.json()["error"]
+
+
+def test_an_ordinary_model_through_both_endpoints(served: tuple[RunningServer, Path]) -> None:
+    server, _ = served
+    body = {"INPUT0": [1.0] * 16, "INPUT1": [2.0] * 16, "parameters": {"note": "kept"}}
+    reply = requests.post(url(server, "add_sub", "generate"), json=body)
+    assert reply.status_code == 200
+    assert reply.json()["OUTPUT0"] == [3.0] * 16 and reply.json()["OUTPUT1"] == [-1.0] * 16
+    with requests.post(url(server, "add_sub", "generate_stream"), json=body, stream=True) as r:
+        found = events(r)
+    assert len(found) == 1 and found[0]["OUTPUT0"] == [3.0] * 16
+
+
+def test_errors_before_the_first_response_are_json_with_their_status(
+    served: tuple[RunningServer, Path],
+) -> None:
+    server, _ = served
+    missing = requests.post(url(server, "nope", "generate_stream"), json={"text_input": "x"})
+    assert missing.status_code == 404
+    assert "unknown model: 'nope'" in missing.json()["error"]
+    short = requests.post(url(server, "add_sub", "generate_stream"), json={"INPUT0": [1.0] * 16})
+    assert short.status_code == 400 and "INPUT1" in short.json()["error"]
+    bad = requests.post(url(server, "tokens", "generate"), data=b"{not json")
+    assert bad.status_code == 400
+
+
+def test_a_client_that_goes_away_stops_the_model(served: tuple[RunningServer, Path]) -> None:
+    server, progress = served
+    progress.write_text("")
+    body = json.dumps({"IN": [10**6, 8]}).encode()
+    with raw_request(server, "endless", body) as sock:
+        sock.recv(4096)  # the stream has started
+    wait_for(lambda: progress.read_text() == "stopped")
+
+
+def test_a_client_that_does_not_read_holds_the_model_back(
+    served: tuple[RunningServer, Path],
+) -> None:
+    """200 events of 1 MiB to a client that reads none: the model gets no further than the
+    socket buffers and the bounded queues hold."""
+    server, progress = served
+    progress.write_text("")
+    count = 200
+    body = json.dumps({"IN": [count, 1 << 20]}).encode()
+    with raw_request(server, "endless", body) as sock:
+        wait_for(lambda: progress.read_text().isdigit())
+        for _ in range(30):  # however long it is given, it gets no further
+            time.sleep(0.05)
+            assert int(progress.read_text()) < count // 2
+        received = 0
+        while chunk := sock.recv(1 << 20):  # now read it all
+            received += len(chunk)
+    assert received > count << 20
+    assert progress.read_text() == str(count)
+
+
+class raw_request:
+    """A generate_stream request on a socket of our own, whose answer we read as we like."""
+
+    def __init__(self, server: RunningServer, model: str, body: bytes) -> None:
+        host, port = server.http_url.rsplit(":", 1)
+        self._sock = socket.create_connection((host, int(port)))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        head = (
+            f"POST /v2/models/{model}/generate_stream HTTP/1.1\r\nhost: test\r\n"
+            f"content-type: application/json\r\nconnection: close\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        ).encode()
+        self._sock.sendall(head + body)
+
+    def __enter__(self) -> socket.socket:
+        return self._sock
+
+    def __exit__(self, *_: Any) -> None:
+        self._sock.close()
+
+
+def wait_for(condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    raise AssertionError("the condition never held")
