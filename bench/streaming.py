@@ -24,6 +24,7 @@ import queue
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,11 @@ from inferplex.protocol.v2 import generated as pb
 SERVICE = "/inference.GRPCInferenceService/"
 MODEL = "square_int32"
 #: (case, responses per request, streamed)
-CASES = (("unary, 1 response", 1, False), ("stream, 1 response", 1, True))
-CASES += (("stream, 16 responses", 16, True),)
+CASES = (
+    ("unary, 1 response", 1, False),
+    ("stream, 1 response", 1, True),
+    ("stream, 16 responses", 16, True),
+)
 
 
 def request(count: int) -> Any:
@@ -105,8 +109,7 @@ def cases(channel: grpc.Channel, stream: Stream) -> Iterator[tuple[str, Callable
         return [time.perf_counter_ns()]
 
     for name, count, streamed in CASES:
-        message = request(count)
-        yield name, (lambda m=message: stream.ask(m)) if streamed else (lambda m=message: unary(m))
+        yield name, partial(stream.ask if streamed else unary, request(count))
 
 
 def run(args: argparse.Namespace) -> None:

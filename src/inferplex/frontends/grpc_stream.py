@@ -47,7 +47,7 @@ class StreamInfer:
         """The call: its request messages (ModelInferRequest bytes) in, the
         ModelStreamInferResponse messages out, as they are ready."""
         out: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(QUEUED_RESPONSES)
-        calls = _Calls(self, out, call)
+        calls = _Calls(self, out, call, self._max_requests)
         reader = asyncio.get_running_loop().create_task(calls.read(requests))
         try:
             while (item := await out.get()) is not None:
@@ -106,11 +106,13 @@ class StreamInfer:
 class _Calls:
     """The requests of one stream while they run (at most ``max_requests``)."""
 
-    def __init__(self, infer: StreamInfer, out: asyncio.Queue[Any], call: Any) -> None:
+    def __init__(
+        self, infer: StreamInfer, out: asyncio.Queue[Any], call: Any, max_requests: int
+    ) -> None:
         self._infer = infer
         self._out = out
         self._call = call
-        self._slots = asyncio.Semaphore(infer._max_requests)
+        self._slots = asyncio.Semaphore(max_requests)
         self._running: set[asyncio.Task[None]] = set()
 
     async def read(self, requests: AsyncIterator[Any]) -> None:
