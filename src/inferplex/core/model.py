@@ -107,7 +107,8 @@ class ModelVersion:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         if self.decoupled:
             return await self._one_response(request)
-        self._check_open()
+        if self._closing:
+            raise self._unloading()
         start = _now_ns()
         if not self._in_flight:
             self._idle_event.clear()
@@ -137,11 +138,8 @@ class ModelVersion:
             if not self._in_flight:
                 self._idle_event.set()
 
-    def _check_open(self) -> None:
-        if self._closing:
-            raise ModelNotReadyError(
-                f"model '{self.config.name}' version {self.version} is unloading"
-            )
+    def _unloading(self) -> ModelNotReadyError:
+        return ModelNotReadyError(f"model '{self.config.name}' version {self.version} is unloading")
 
     def _response(self, request_id: str, names: list[str], results: Outputs) -> InferenceResponse:
         """The response of ``results``, its outputs in the order asked (``names``, those it
@@ -163,7 +161,8 @@ class ModelVersion:
         """Queue a decoupled model's request; its responses come through the stream as the
         model sends them (at most ``bound`` waiting for the reader: the model waits beyond).
         InferplexError at once for a request the model cannot take."""
-        self._check_open()
+        if self._closing:
+            raise self._unloading()
         start = _now_ns()
         feeds, rows = self._validator.feeds(request)
         names = self._validator.output_names(request)
