@@ -106,6 +106,7 @@ parameters [
 """
 
 MAX_REQUESTS = 2  # --stream-max-requests of these servers
+MAX_MESSAGE = 4 << 20  # their --max-grpc-message-bytes
 MB = 1 << 20
 
 
@@ -130,6 +131,7 @@ def served(
 ) -> Iterator[tuple[RunningServer, Repo]]:
     repo = Repo(tmp_path_factory.mktemp(f"stream_{request.param}"))
     args = ["--grpc-server", request.param, "--stream-max-requests", str(MAX_REQUESTS)]
+    args += ["--max-grpc-message-bytes", str(MAX_MESSAGE)]
     server = start_server(repo.root, repo.root.parent / "server.log", args=args)
     yield server, repo
     code = server.stop()
@@ -311,6 +313,26 @@ def test_a_stream_runs_at_most_its_bound_of_requests_at_once(
         ids = sorted(result.get_response().id for result, _ in received.take(4))
         client.stop_stream()
     assert ids == ["r0", "r1", "r2", "r3"]
+
+
+def test_a_message_above_the_size_limit_ends_the_stream(
+    served: tuple[RunningServer, Repo],
+) -> None:
+    server, _ = served
+    large = pb.ModelInferRequest(
+        model_name="add_sub", id="large", raw_input_contents=[bytes(MAX_MESSAGE + 1)]
+    )
+    with grpc.insecure_channel(
+        server.grpc_url, options=[("grpc.max_send_message_length", 2 * MAX_MESSAGE)]
+    ) as channel:
+        call = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            request_serializer=pb.ModelInferRequest.SerializeToString,
+            response_deserializer=pb.ModelStreamInferResponse.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            list(call(iter([large])))
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_perf_analyzer_streams_a_decoupled_model(
