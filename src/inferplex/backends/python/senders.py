@@ -43,9 +43,17 @@ class BatchSenders:
         self._cond = threading.Condition()
         #: a model that is not decoupled: the response each request was sent
         self.kept: list[triton.InferenceResponse | None] = [None] * count
+        #: requests whose client the server found gone when their response arrived (before
+        #: the cancel board may say so)
+        self._gone: set[int] = set()
 
     def sender(self, index: int, cancelled: Callable[[], bool]) -> triton.InferenceResponseSender:
-        return triton.InferenceResponseSender(functools.partial(self._emit, index), cancelled)
+        """Request ``index``'s sender; ``cancelled``: the cancel board's check of it."""
+
+        def gone() -> bool:
+            return index in self._gone or cancelled()
+
+        return triton.InferenceResponseSender(functools.partial(self._emit, index), gone)
 
     def _emit(self, index: int, response: triton.InferenceResponse | None, final: bool) -> None:
         if self._respond is None:
@@ -55,17 +63,23 @@ class BatchSenders:
                     "(model_transaction_policy { decoupled: true } sends more)"
                 )
             self.kept[index] = response or self.kept[index]
-        elif response is None:
-            self._respond(index, None, final, None)
-        elif (error := response.error()) is not None:
-            self._respond(index, None, final, (error.message(), error.server_code().value))
-        else:
-            outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
-            self._respond(index, self._convert(outputs), final, None)
+        elif not self._send(index, response, final):
+            self._gone.add(index)
         if final:
             with self._cond:
                 self._open -= 1
                 self._cond.notify_all()
+
+    def _send(self, index: int, response: triton.InferenceResponse | None, final: bool) -> bool:
+        """A decoupled model's response out now; whether its client is still there."""
+        assert self._respond is not None
+        if response is None:
+            return self._respond(index, None, final, None)
+        error = response.error()
+        if error is not None:
+            return self._respond(index, None, final, (error.message(), error.server_code().value))
+        outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
+        return self._respond(index, self._convert(outputs), final, None)
 
     def wait(self) -> None:
         """Until every request of the batch had its final response."""
