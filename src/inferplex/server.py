@@ -12,7 +12,7 @@ import signal
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from inferplex.backends.worker.worker_process import pass_to_workers
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
+from inferplex.core.streaming import StreamedResponse
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InferplexError
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
@@ -385,6 +386,27 @@ class Server:
             self.plane.infer_local(request), self._loop_for_thread()
         )
         return future.result(timeout)
+
+    def stream(
+        self, request: InferenceRequest, timeout: float | None = None
+    ) -> Iterator[StreamedResponse]:
+        """The responses to one request as its model sends them (a decoupled model's 0..N,
+        an ordinary model's one), without sockets (blocking; for a server started in a
+        thread). Each is taken from the model when asked for, so a slow reader holds the
+        model back; leaving the loop early cancels the request in the model. ``timeout``
+        bounds the wait for each response."""
+        loop = self._loop_for_thread()
+        responses = asyncio.run_coroutine_threadsafe(self.plane.stream_local(request), loop)
+        stream = responses.result(timeout)
+        try:
+            while True:
+                step = asyncio.run_coroutine_threadsafe(anext(stream, None), loop)
+                item = step.result(timeout)
+                if item is None:
+                    return
+                yield item
+        finally:
+            loop.call_soon_threadsafe(stream.close)
 
     def _loop_for_thread(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._thread is None:

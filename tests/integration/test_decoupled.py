@@ -19,7 +19,7 @@ from inferplex import InferenceRequest, ServerConfig, Tensor
 from inferplex.core.streaming import StreamedResponse
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import UnsupportedError
-from inferplex.server import build_engine
+from inferplex.server import Server, build_engine
 
 #: sends IN[0] responses from execute itself (COUNT = i), one of them an error when asked
 #: (IN[1] = its index), then the final flag; writes how far it got to the file PROGRESS
@@ -243,3 +243,25 @@ async def wait_for_text(path: Path, text: str, timeout: float = 30.0) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"{path} never held {text!r}")
+
+
+def test_the_in_process_api_streams_a_decoupled_model(repo: Path) -> None:
+    """``Server.stream`` (a server started in a thread): responses as the model sends them;
+    leaving the loop early cancels the request in the model."""
+    progress = counter(repo, "counter_in_process")
+    config = ServerConfig(model_repository=repo, http_port=0, grpc_port=0, metrics_port=0)
+    server = Server(config).start_in_thread()
+    try:
+        items = list(server.stream(request("square_int32", IN=np.array([3], np.int32))))
+        assert [i.response.outputs[0].data.tolist() for i in items if i.response] == [[3]] * 3
+        assert items[-1].final
+        endless = request("counter_in_process", IN=np.array([10**6, -1], np.int32))
+        for item in server.stream(endless):
+            assert item.response is not None
+            break  # the client goes away
+        deadline = time.monotonic() + 30
+        while not progress.exists() or progress.read_text() != "cancelled":
+            assert time.monotonic() < deadline, "the model was not told"
+            time.sleep(0.02)
+    finally:
+        server.stop_thread()

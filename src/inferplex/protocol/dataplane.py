@@ -36,7 +36,7 @@ import numpy as np
 
 from inferplex.core.streaming import Responses
 from inferplex.datatypes import V2_TO_NUMPY
-from inferplex.errors import InvalidInputError
+from inferplex.errors import InvalidInputError, UnsupportedError
 from inferplex.protocol.checks import CheckFactory, declared_checks
 from inferplex.protocol.classification import (
     CLASSIFICATION,
@@ -167,6 +167,18 @@ class DataPlane:
         """The in-process API's way in (``Server.infer``): the request was built in Python,
         not decoded, so each tensor gets the checks a codec runs on a decoded one, then
         the request those of a decoded request."""
+        classified = self._check_local(request)
+        response = await self.engine.infer(request)
+        return await self.classify(request, response) if classified else response
+
+    async def stream_local(self, request: InferenceRequest) -> Responses:
+        """``infer_local`` for the responses as the model sends them (``Server.stream``)."""
+        if self._check_local(request):
+            raise UnsupportedError("classification is not available on streamed requests")
+        return await self.engine.stream(request)
+
+    def _check_local(self, request: InferenceRequest) -> bool:
+        """The checks of a request built in Python; whether it asks for classes."""
         shm = self.engine.shared_memory
         for tensor in request.inputs:
             input_dtype(tensor.name, tensor.datatype)
@@ -176,8 +188,7 @@ class DataPlane:
             if output.parameters and requested_output(output.name, output.parameters, shm):
                 classified = True
         self.admit(request)
-        response = await self.engine.infer(request)
-        return await self.classify(request, response) if classified else response
+        return classified
 
     async def classify(
         self, request: InferenceRequest, response: InferenceResponse
