@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from inferplex.config.composite import Cascade, EnsembleScheduling, SizeRouting
 from inferplex.config.optimization import Optimization
 from inferplex.config.paths import check_file_name
+from inferplex.config.sequence_batching import SequenceBatching
 from inferplex.config.served import served
 from inferplex.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
 
@@ -241,6 +242,7 @@ class ModelConfig(_Frozen):
     instance_group: tuple[InstanceGroup, ...] = ()
     version_policy: VersionPolicy = VersionPolicy()
     dynamic_batching: DynamicBatching | None = None
+    sequence_batching: SequenceBatching | None = None
     scheduling: Scheduling = Scheduling()
     response_cache: ResponseCache = ResponseCache()
     model_transaction_policy: ModelTransactionPolicy = ModelTransactionPolicy()

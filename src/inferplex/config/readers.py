@@ -36,9 +36,9 @@ inferplex's ``config.yaml`` (or ``config.yml``), the same configuration::
 In YAML a map may also be written as Triton's list of ``{key: ..., value: ...}`` entries,
 and a field with nothing after it (``dynamic_batching:``) is an empty message.
 
-Fields this server does not honour yet (``sequence_batching``, ``optimization``, ...) and
+Fields this server does not honour yet (``batch_input``, ``optimization.priority``, ...) and
 unknown names (typos) never fail the load: they are listed in
-``ModelConfig.unsupported_fields`` as ``"sequence_batching (not supported yet)"`` or
+``ModelConfig.unsupported_fields`` as ``"batch_input (not supported yet)"`` or
 ``"max_batchsize (unknown field)"`` for the loader to warn about. A Triton field left at its
 proto3 zero value (``false``, ``0``, ``""``, ``[]``, ``FORMAT_NONE``) is not listed: to
 protobuf it is the same as not being there, and the JSON that ``/v2/models/{m}/config``
@@ -54,10 +54,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from inferplex.config.composite import Cascade, EnsembleStep, SizeRouting, SizeRule
 from inferplex.config.model_config import (
@@ -71,6 +72,7 @@ from inferplex.config.model_config import (
     TensorConfig,
 )
 from inferplex.config.pbtxt import model_config_schema, parse_pbtxt
+from inferplex.config.sequence_batching import SequenceBatching
 from inferplex.config.served import check_served, json_form
 from inferplex.errors import ConfigError
 
@@ -116,7 +118,7 @@ _MODEL_MESSAGES = frozenset(
     | {"parameters", "scheduling", "response_cache", "ensemble_scheduling", "cascade"}
     | {"model_transaction_policy"}
     | {"size_routing"}
-    | {"model_warmup", "optimization"}
+    | {"model_warmup", "optimization", "sequence_batching"}
 )
 _WARMUP_FIELDS = _schema_fields("ModelWarmup")
 _WARMUP_INPUT_FIELDS = _schema_fields("ModelWarmup.Input")
@@ -125,7 +127,6 @@ _STEP_NOT_YET = _schema_fields("ModelEnsembling.Step") - _STEP_FIELDS
 _CASCADE_FIELDS = frozenset(Cascade.model_fields)
 _SIZE_ROUTING_FIELDS = frozenset(SizeRouting.model_fields)
 _RULE_FIELDS = frozenset(SizeRule.model_fields)
-_SEQUENCE_BATCHING = "sequence_batching (not supported yet)"
 
 
 def read_model_config(model_dir: Path) -> ModelConfig | None:
@@ -253,6 +254,24 @@ class _Reader:
             str(key): self.parameter_value(value, where)
             for key, value, where in self.map_entries(raw, path)
         }
+
+    def section(self, raw: Any, path: str, model: type[BaseModel]) -> dict[str, Any]:
+        """A message read by the fields of its pydantic ``model``: nested messages read in
+        turn, a repeated field's single value made a list of one, unknown fields listed."""
+        f = self.fields(raw, path, frozenset(model.model_fields), _NONE) or {}
+        out: dict[str, Any] = {}
+        for key, value in _plain(f).items():
+            nested, repeated = _field_shape(model.model_fields[key].annotation)
+            if nested is None:
+                out[key] = _as_list(value) if repeated else value
+            elif repeated:
+                out[key] = [
+                    self.section(v, f"{path}.{key}[{i}]", nested)
+                    for i, v in enumerate(_as_list(value))
+                ]
+            else:
+                out[key] = self.section(value, f"{path}.{key}", nested)
+        return out
 
     def plain_message(self, raw: Any, path: str, known: frozenset[str]) -> dict[str, Any]:
         """A message whose fields go to ModelConfig as they are."""
@@ -454,6 +473,7 @@ _MODEL_SECTIONS: tuple[tuple[str, Callable[[_Reader, Any, str], Any]], ...] = (
     ("cascade", lambda r, raw, path: r.plain_message(raw, path, _CASCADE_FIELDS)),
     ("optimization", lambda reader, raw, _: reader.optimization(raw)),
     ("model_warmup", _Reader.warmups),
+    ("sequence_batching", lambda r, raw, path: r.section(raw, path, SequenceBatching)),
     ("parameters", _Reader.parameters),
 )
 
@@ -462,6 +482,18 @@ def _plain(fields: Mapping[str, Any], special: Iterable[str] = ()) -> dict[str, 
     """The fields that go to ModelConfig as they are: all but the ``special`` ones, which
     need reading, and the empty ones (YAML's "field:" with nothing after it keeps the default)."""
     return {k: v for k, v in fields.items() if v is not None and k not in special}
+
+
+def _field_shape(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """A pydantic field's message type (None: a scalar) and whether it is repeated (a
+    tuple), from its annotation (``tuple[State, ...]``, ``StrategyDirect | None``)."""
+    repeated = get_origin(annotation) is tuple
+    if repeated:
+        annotation = get_args(annotation)[0]
+    elif get_origin(annotation) in (Union, UnionType):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    nested = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return (annotation if nested else None), repeated
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -548,7 +580,8 @@ def complete_config(
       nor ``sequence_batching`` in its config gets ``dynamic_batching {}``, as in Triton.
     - ``max_batch_size > 0`` for a model that cannot batch is an error.
     - With no inputs in the config, all the model's inputs are declared; inputs the config
-      leaves out are added too (the model needs them). Outputs are filled only when the
+      leaves out are added too (the model needs them), but for the control and state inputs
+      of a sequence model, which the server fills. Outputs are filled only when the
       config declares none, since declaring some keeps the others private, as in Triton.
       Filled dims leave out the batch dimension when batching; a scalar becomes
       ``dims: [1]`` with ``reshape: []``.
@@ -570,16 +603,15 @@ def complete_config(
             f"every input and output needs a variable (-1) first dimension, and these do not: "
             f"{shapes}; set max_batch_size: 0"
         )
-    if (
-        max_batch_size > 1
-        and base.dynamic_batching is None
-        and _SEQUENCE_BATCHING not in base.unsupported_fields
-    ):
+    if max_batch_size > 1 and base.dynamic_batching is None and base.sequence_batching is None:
         fields["dynamic_batching"] = DynamicBatching()
     batched = max_batch_size > 0
+    # a sequence model's control and state tensors are the server's, never the client's
+    sequences = base.sequence_batching
+    own = (sequences.server_inputs | sequences.state_outputs) if sequences else frozenset()
     for kind, declared, model in (("input", base.input, inputs), ("output", base.output, outputs)):
         _check_declared(name, kind, declared, model, batched)
-        names = {t.name for t in declared}
+        names = {t.name for t in declared} | own
         if kind == "input" or not declared:
             fields[kind] = [
                 *declared,

@@ -119,6 +119,8 @@ class VersionExecution:
         #: the cancellable batches running now, by instance
         self._running: dict[ModelInstance, _Job] = {}
         self._output_order = [t.name for t in config.output]
+        if config.sequence_batching is not None:  # its state outputs are asked for too
+            self._output_order += sorted(config.sequence_batching.state_outputs)
         self._bytes_outputs = [t.name for t in config.output if t.data_type == "BYTES"]
         self._loop = loop
         self._dispatcher = dispatcher

@@ -19,6 +19,7 @@ from inferplex.core.cache import ResponseCache
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.execution import Outputs, VersionExecution
 from inferplex.core.queueing import VersionQueue
+from inferplex.core.sequences import SequenceBatcher
 from inferplex.core.stats import ModelStats
 from inferplex.core.streaming import DEFAULT_BOUND, ResponseChannel, ResponseStream
 from inferplex.core.validation import RequestValidator
@@ -82,6 +83,10 @@ class ModelVersion:
         }
         self._loop = loop
         self._cache = cache if config.response_cache.enable else None
+        #: a stateful model's sequences (Triton's sequence_batching)
+        self.sequences: SequenceBatcher | None = None
+        if config.sequence_batching is not None:
+            self.sequences = SequenceBatcher(config, config.sequence_batching, len(backends), loop)
         self._in_flight = 0
         self._idle_event = asyncio.Event()
         self._idle_event.set()
@@ -117,7 +122,9 @@ class ModelVersion:
         try:
             feeds, rows = self._validator.feeds(request)
             names = self._validator.output_names(request)
-            if self._cache is not None:
+            if self.sequences is not None:
+                results = await self._sequence_results(request, feeds, rows, names, start)
+            elif self._cache is not None:
                 results = await self._cached_results(request, feeds, rows, names, start)
             else:
                 shape_key = self._validator.shape_key(feeds) if self._batched else None
@@ -216,6 +223,24 @@ class ModelVersion:
                 "ModelStreamInfer or HTTP generate_stream)"
             )
         return responses[0]
+
+    async def _sequence_results(
+        self,
+        request: InferenceRequest,
+        feeds: dict[str, np.ndarray],
+        rows: int,
+        outputs: list[str],
+        start: int,
+    ) -> Outputs:
+        """The outputs of one request of a sequence, with the inputs the server fills."""
+        assert self.sequences is not None
+
+        def submit(step: dict[str, np.ndarray], names: list[str]) -> asyncio.Future[Outputs]:
+            # the shape key counts the server's inputs too (a state may change its shape)
+            shape_key = tuple((n, a.shape[1:]) for n, a in step.items()) if self._batched else None
+            return self._submit(request, step, rows, shape_key, names, start)
+
+        return await self.sequences.run(request, feeds, rows, outputs, submit)
 
     async def _cached_results(
         self,

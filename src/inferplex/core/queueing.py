@@ -25,6 +25,7 @@ from inferplex.core.dispatcher import STEP_PRECEDENCE
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.execution import Outputs, Payload, VersionExecution
 from inferplex.core.fifo import FifoQueue
+from inferplex.core.sequences import batch_policy
 from inferplex.errors import DeadlineExceededError, InvalidInputError
 from inferplex.tracing.context import CURRENT as CURRENT_TRACE
 from inferplex.tracing.context import TRACING
@@ -59,6 +60,8 @@ class VersionQueue:
         self._per_request = execution.per_request
         self.queue: DynamicBatcher | FifoQueue
         batching = config.dynamic_batching
+        if config.sequence_batching is not None:  # sequences share batches as it says
+            batching = batch_policy(config.sequence_batching)
         self.adaptive: AdaptiveBatching | None = None
         if batching is not None and config.batched:
             self.queue = DynamicBatcher(

@@ -447,7 +447,10 @@ def test_yaml_fields_without_a_value_keep_their_defaults() -> None:
 @pytest.mark.parametrize(
     ("text", "listed"),
     [
-        ("sequence_batching { }", ["sequence_batching (not supported yet)"]),
+        (
+            "sequence_batching { direct { } lastest: 1 }",
+            ["sequence_batching.lastest (unknown field)"],
+        ),
         (
             "optimization { execution_accelerators { cpu_execution_accelerator "
             '[ { name: "openvino" } ] } eager_batching: true }',
@@ -541,9 +544,9 @@ def test_unsupported_fields_at_their_zero_value_are_not_listed() -> None:
 
 
 def test_yaml_lists_unsupported_fields_too() -> None:
-    config = _yaml("sequence_batching:\nmax_batchsize: 4\n3: x\n")
+    config = _yaml("batch_input: [{target_name: [x]}]\nmax_batchsize: 4\n3: x\n")
     assert config.unsupported_fields == (
-        "sequence_batching (not supported yet)",
+        "batch_input (not supported yet)",
         "max_batchsize (unknown field)",
         "3 (unknown field)",
     )

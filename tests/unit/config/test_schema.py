@@ -82,7 +82,7 @@ def test_not_yet_supported_means_in_the_schema_but_not_in_model_config() -> None
         *(f"{name} (not supported yet)" for name in not_yet),
         "max_batchsize (unknown field)",
     }
-    assert "sequence_batching (not supported yet)" in config.unsupported_fields
+    assert "batch_input (not supported yet)" in config.unsupported_fields
     config = config_from_dict(
         parse_pbtxt("ensemble_scheduling { step { model_name: 'a' } max_inflight_responses: 2 }"),
         "m",
