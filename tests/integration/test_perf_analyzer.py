@@ -1,8 +1,8 @@
 """Triton's own perf_analyzer (the binary in the tritonclient wheel) against the real server:
-HTTP and gRPC, batched requests, concurrent async requests, BYTES tensors, and system shared
-memory for inputs and outputs. Each run must finish with a throughput figure and no error;
-perf_analyzer checks the model's metadata, config and statistics along the way
-(../shared/COMPAT.md lists what it reads).
+HTTP and gRPC, batched requests, concurrent async requests, BYTES tensors, system shared
+memory for inputs and outputs, and sequences of a stateful model (``--sequence-length``).
+Each run must finish with a throughput figure and no error; perf_analyzer checks the model's
+metadata, config and statistics along the way (../shared/COMPAT.md lists what it reads).
 
 The binary needs libb64 (scripts/system_packages.sh installs it) and CUDA's runtime library
 (the nvidia-cuda-runtime-cu12 wheel of the test extra; no GPU is used); where either is
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from examples import modelgen
+from examples.modelgen import sequences
 from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 
@@ -54,6 +55,7 @@ def perf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSer
     for path in (modelgen.add_sub(repo), modelgen.identity(repo, "BYTES", name="text")):
         config = modelgen.model_config(path, max_batch_size=8, dynamic_batching=True)
         write_config(path.parent.parent, config)
+    sequences.accumulator(repo, "accumulator", strategy="oldest { max_candidate_sequences: 8 }")
     running = start_server(
         repo,
         tmp_path_factory.mktemp("perf_server") / "server.log",
@@ -78,9 +80,12 @@ SHM = ["--shared-memory", "system", "--output-shared-memory-size", "4096"]
         ("grpc", "add_sub", SHM),
         ("http", "text", ["--string-length", "12", "--shape", "INPUT0:3"]),
         ("grpc", "text", ["--string-length", "12", "--shape", "INPUT0:3"]),
+        ("http", "accumulator", ["--sequence-length", "5", "--concurrency-range", "4"]),
+        ("grpc", "accumulator", ["--sequence-length", "5", "--concurrency-range", "4"]),
+        ("grpc", "accumulator", ["--sequence-length", "5", "--streaming"]),
     ],
     ids=["http", "grpc", "http-batch4", "grpc-async-c4", "http-shm", "grpc-shm",
-         "http-bytes", "grpc-bytes"],
+         "http-bytes", "grpc-bytes", "http-sequences", "grpc-sequences", "stream-sequences"],
 )  # fmt: skip
 def test_perf_analyzer_measures_the_server(
     perf_server: RunningServer, protocol: str, model: str, options: list[str]

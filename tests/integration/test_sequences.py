@@ -5,6 +5,7 @@ sequence, correlation ids as uint64 and string, the errors Triton gives."""
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import time
 import uuid
 from collections.abc import Iterator
@@ -152,3 +153,41 @@ def test_a_batch_of_rows_in_one_sequence_request_is_refused(
     tensor.set_data_from_numpy(data)
     with pytest.raises(InferenceServerException, match="batch-size 1"):
         client.infer("acc_direct", [tensor], sequence_id=77, sequence_start=True)
+
+
+def test_sequences_over_a_grpc_stream(sequence_server: RunningServer) -> None:
+    """As Triton's simple_grpc_sequence_stream_infer_client: two sequences interleaved on one
+    stream, each request flagged, the answers in the order sent per sequence."""
+    answers: queue.Queue[Any] = queue.Queue()
+    client = grpcclient.InferenceServerClient(sequence_server.grpc_url)
+    client.start_stream(callback=lambda result, error: answers.put(error or result))
+    values = [0, *VALUES]
+    for i, value in enumerate(values):
+        for sequence_id, sign in ((2000, 1), (2001, -1)):
+            data = np.full((1, 1), value * sign, np.int32)
+            tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+            tensor.set_data_from_numpy(data)
+            client.async_stream_infer(
+                "simple_sequence",
+                [tensor],
+                request_id=f"{sequence_id}-{i}",
+                sequence_id=sequence_id,
+                sequence_start=i == 0,
+                sequence_end=i == len(values) - 1,
+            )
+    results = [answers.get(timeout=30) for _ in range(2 * len(values))]
+    client.stop_stream()
+    client.close()
+    by_id = {r.get_response().id: int(r.as_numpy("OUTPUT")[0][0]) for r in results}
+    assert [by_id[f"2000-{i}"] for i in range(len(values))] == [1, *VALUES]
+    assert [by_id[f"2001-{i}"] for i in range(len(values))] == [1, *(-v for v in VALUES)]
+
+
+def test_statistics_count_the_sequences(sequence_server: RunningServer) -> None:
+    client = _clients(sequence_server)[0]
+    before = client.get_inference_statistics("acc_string")["model_stats"][0]["sequence_stats"]
+    _sequence(client, "acc_string", "stats-a", [1.0, 2.0, 3.0], "FP32")
+    after = client.get_inference_statistics("acc_string")["model_stats"][0]["sequence_stats"]
+    assert after["started"] == before["started"] + 1
+    assert after["ended"] == before["ended"] + 1
+    assert after["open"] == before["open"] and after["slots"] == 8

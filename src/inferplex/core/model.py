@@ -278,8 +278,11 @@ class ModelVersion:
 
     def statistics(self) -> dict[str, Any]:
         """Triton's statistics of this version, plus why its batches closed and how many
-        requests were cancelled (their callers went away)."""
-        return self._stats.statistics(self.queue.close_reasons)
+        requests were cancelled (their callers went away); a sequence model's sequences."""
+        statistics = self._stats.statistics(self.queue.close_reasons)
+        if self.sequences is not None:
+            statistics["sequence_stats"] = self.sequences.statistics()
+        return statistics
 
     # -- life cycle ----------------------------------------------------------------------------
     @property

@@ -101,6 +101,17 @@ class SequenceBatcher:
         """Sequences begun that wait for a slot."""
         return len(self._backlog)
 
+    def statistics(self) -> dict[str, int]:
+        """Sequences begun, ended by a request, idled out, open now, waiting for a slot."""
+        return {
+            "started": self.started,
+            "ended": self.ended,
+            "timed_out": self.timed_out,
+            "open": len(self._open),
+            "backlog": len(self._backlog),
+            "slots": self.slots,
+        }
+
     async def run(
         self,
         request: InferenceRequest,
