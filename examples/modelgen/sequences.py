@@ -117,3 +117,52 @@ def accumulator(
     )
     (Path(repo) / name / "config.pbtxt").write_text(config)
     return path
+
+
+PYTHON_SUM_MODEL = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            key = request.correlation_id()
+            start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy()
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
+            if start[0][0]:
+                self.sums[key] = 0
+            self.sums[key] += int(value[0][0])
+            total = self.sums[key]
+            if request.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.sums[key]
+            out = pb_utils.Tensor("OUTPUT", np.array([[total]], dtype=np.int32))
+            responses.append(pb_utils.InferenceResponse([out]))
+        return responses
+"""
+
+PYTHON_SUM_CONFIG = """\
+backend: "python"
+max_batch_size: 4
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+def python_sum(repo: Path, name: str = "python_sum") -> Path:
+    """A Triton-style Python model keeping a running INT32 sum per correlation id in its own
+    memory (``request.correlation_id()``, ``flags()``, the START control input)."""
+    path = Path(repo) / name / "1" / "model.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(PYTHON_SUM_MODEL)
+    (Path(repo) / name / "config.pbtxt").write_text(PYTHON_SUM_CONFIG)
+    return path

@@ -32,6 +32,7 @@ def sequence_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
     sequences.accumulator(repo, "acc_oldest", strategy="oldest { max_candidate_sequences: 2 }")
     sequences.accumulator(repo, "acc_string", corrid="TYPE_STRING")
     sequences.accumulator(repo, "acc_idle", idle_us=100_000)
+    sequences.python_sum(repo)
     running = start_server(repo, repo / "server.log")
     yield running
     assert running.stop() == 0, running.log()
@@ -191,3 +192,13 @@ def test_statistics_count_the_sequences(sequence_server: RunningServer) -> None:
     assert after["started"] == before["started"] + 1
     assert after["ended"] == before["ended"] + 1
     assert after["open"] == before["open"] and after["slots"] == 8
+
+
+def test_a_triton_python_model_keeps_state_by_correlation_id(
+    sequence_server: RunningServer,
+) -> None:
+    client = _clients(sequence_server)[1]
+    first = _sequence(client, "python_sum", 31, [1, 2, 3], "INT32")
+    second = _sequence(client, "python_sum", "thirty-two", [10, 20], "INT32")
+    assert [int(r.as_numpy("OUTPUT")[0][0]) for r in first] == [1, 3, 6]
+    assert [int(r.as_numpy("OUTPUT")[0][0]) for r in second] == [10, 30]

@@ -56,8 +56,6 @@ UNSUPPORTED = {
 UNSUPPORTED_METHODS = {
     "set_release_flags": "request rescheduling (sequence_batching { iterative_sequence })",
     "set_flags": "sequence flags on a BLS request (sequence batching)",
-    "flags": "sequence flags (sequence batching)",
-    "correlation_id": "sequence correlation ids (sequence batching)",
     "trace": "request traces",
 }
 
@@ -281,6 +279,20 @@ class InferenceRequest:
 
     def parameters(self) -> str:
         return json.dumps(self._parameters or {})
+
+    def correlation_id(self) -> int | str:
+        """The id of the sequence the request belongs to (request parameter ``sequence_id``,
+        a uint64 or a string, docs/sequences.md); 0 for a request of none."""
+        value = (self._parameters or {}).get("sequence_id", 0)
+        return value if isinstance(value, int | str) else 0
+
+    def flags(self) -> int:
+        """TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END of a sequence's first / last
+        request (request parameters ``sequence_start`` / ``sequence_end``)."""
+        parameters = self._parameters or {}
+        start = TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if parameters.get("sequence_start") else 0
+        end = TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if parameters.get("sequence_end") else 0
+        return start | end
 
     def exec(self, decoupled: bool = False) -> InferenceResponse:
         """Run this request on the model it names, in-process; errors come back in the
