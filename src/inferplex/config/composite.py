@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from inferplex.config.sections import Section as _Section
 
 #: Triton's model_version -1: whichever version the step model serves by default (the latest)
 LATEST = -1
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class EnsembleStep(_Section):

@@ -9,33 +9,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from inferplex.config.composite import Cascade, EnsembleScheduling, SizeRouting
 from inferplex.config.optimization import Optimization
 from inferplex.config.paths import check_file_name
+from inferplex.config.sections import Section as _Frozen
+from inferplex.config.sections import normalise_datatype as _normalise_datatype
 from inferplex.config.sequence_batching import SequenceBatching
 from inferplex.config.served import served
-from inferplex.datatypes import TRITON_TO_V2, V2_DATATYPES, V2_TO_TRITON
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _normalise_datatype(value: Any) -> Any:
-    """Accept Triton's TYPE_FP32 and the V2 name FP32; store the V2 name."""
-    if isinstance(value, str):
-        upper = value.upper()
-        if upper in TRITON_TO_V2:
-            return TRITON_TO_V2[upper]
-        if upper in V2_DATATYPES:
-            return upper
-        raise ValueError(
-            f"unknown data_type '{value}', expected a TYPE_* name such as TYPE_FP32 "
-            "or a V2 datatype such as FP32"
-        )
-    return value
+from inferplex.datatypes import V2_TO_TRITON
 
 
 class TensorConfig(_Frozen):

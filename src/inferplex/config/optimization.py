@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from inferplex.config.sections import Section as _Section
 
 
 class Accelerator(_Section):

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from inferplex.datatypes import TRITON_TO_V2, V2_DATATYPES
+from inferplex.config.sections import Section as _Section
+from inferplex.config.sections import normalise_datatype
 
 #: Triton's default when max_sequence_idle_microseconds is not set (or 0)
 DEFAULT_IDLE_MICROSECONDS = 1_000_000
@@ -27,22 +28,6 @@ ControlKind = Literal[
 ]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _datatype(value: Any) -> Any:
-    """TYPE_UINT64 or UINT64 -> UINT64 (the V2 name)."""
-    if isinstance(value, str):
-        upper = value.upper()
-        if upper in TRITON_TO_V2:
-            return TRITON_TO_V2[upper]
-        if upper in V2_DATATYPES:
-            return upper
-        raise ValueError(f"unknown data_type '{value}', expected a TYPE_* name")
-    return value
-
-
 class Control(_Section):
     """One control signal of a control input: a flag given as the (false, true) pair of
     values of one type, or (CORRID) the correlation id in ``data_type``."""
@@ -53,7 +38,7 @@ class Control(_Section):
     bool_false_true: tuple[bool, ...] = ()
     data_type: str = ""
 
-    _check_datatype = field_validator("data_type", mode="before")(_datatype)
+    _check_datatype = field_validator("data_type", mode="before")(normalise_datatype)
 
     @model_validator(mode="after")
     def _one_encoding(self) -> Control:
@@ -104,7 +89,7 @@ class InitialState(_Section):
     zero_data: bool = False
     data_file: str = ""
 
-    _check_datatype = field_validator("data_type", mode="before")(_datatype)
+    _check_datatype = field_validator("data_type", mode="before")(normalise_datatype)
 
     @field_validator("data_file")
     @classmethod
@@ -128,7 +113,7 @@ class State(_Section):
     use_same_buffer_for_input_output: bool = False
     use_growable_memory: bool = False
 
-    _check_datatype = field_validator("data_type", mode="before")(_datatype)
+    _check_datatype = field_validator("data_type", mode="before")(normalise_datatype)
 
 
 class StrategyDirect(_Section):

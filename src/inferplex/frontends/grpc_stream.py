@@ -24,6 +24,7 @@ from inferplex.core.streaming import StreamedResponse
 from inferplex.errors import InferplexError
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import offload
+from inferplex.protocol.v2.grpc_codec import varint
 from inferplex.shm import SharedMemoryRegistry
 from inferplex.types import InferenceRequest, InferenceResponse
 
@@ -161,13 +162,4 @@ def _field(number: int, value: bytes) -> bytes:
     """A length-delimited protobuf field (wire type 2)."""
     if not value:
         return b""
-    return _varint(number << 3 | 2) + _varint(len(value)) + value
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return varint(number << 3 | 2) + varint(len(value)) + value

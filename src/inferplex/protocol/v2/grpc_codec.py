@@ -390,7 +390,7 @@ def encode_infer_response_bytes(
     parts = [prefix]
     for tensor, (field, nbytes) in zip(outputs, fields, strict=True):
         data = tensor_bytes(tensor)
-        parts.append(field if len(data) == nbytes else _RAW_OUTPUT_TAG + _varint(len(data)))
+        parts.append(field if len(data) == nbytes else _RAW_OUTPUT_TAG + varint(len(data)))
         parts.append(data)
     return b"".join(parts)
 
@@ -404,7 +404,7 @@ def _response_layout(response: InferenceResponse) -> tuple[bytes, list[tuple[byt
             fields.append((b"", -1))
         else:
             nbytes = prod(tensor.shape) * V2_TO_NUMPY[tensor.datatype].itemsize
-            fields.append((_RAW_OUTPUT_TAG + _varint(nbytes), nbytes))
+            fields.append((_RAW_OUTPUT_TAG + varint(nbytes), nbytes))
     return _response_without_data(response).SerializeToString(), fields
 
 
@@ -428,7 +428,7 @@ class _RequestLayout:
         #: per input: the raw field's tag and length, then what its tensor needs
         self.inputs = [
             (
-                bytes((_RAW_INPUT_TAG,)) + _varint(t.data.nbytes),
+                bytes((_RAW_INPUT_TAG,)) + varint(t.data.nbytes),
                 t.data.nbytes,
                 t.name,
                 t.datatype,
@@ -517,7 +517,8 @@ def _raw_inputs_start(data: memoryview) -> int | None:
     return start if pos == end else None
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """A protobuf varint."""
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)
