@@ -21,6 +21,7 @@ from examples import modelgen
 from examples.modelgen import decoupled
 from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from tests.support.polling import wait_for
 
 #: TorchServe style, decoupled: yields ``count`` text outputs of ``size`` characters, writing
 #: how many it yielded to its progress file, and "stopped" when it is closed early
@@ -180,15 +181,3 @@ class raw_request:
 
     def __exit__(self, *_: Any) -> None:
         self._sock.close()
-
-
-def wait_for(condition: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.02)
-    raise AssertionError("the condition never held")

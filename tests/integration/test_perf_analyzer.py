@@ -10,12 +10,7 @@ missing the tests skip and say which."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,30 +18,7 @@ from examples import modelgen
 from examples.modelgen import sequences
 from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
-
-
-def perf_analyzer_env() -> dict[str, str]:
-    """The environment that lets the binary find CUDA's runtime library."""
-    env = dict(os.environ)
-    try:
-        import nvidia.cuda_runtime
-    except ImportError:
-        return env
-    libraries = [str(Path(p) / "lib") for p in nvidia.cuda_runtime.__path__]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join([*libraries, env.get("LD_LIBRARY_PATH", "")])
-    return env
-
-
-def find_perf_analyzer() -> str:
-    found = shutil.which("perf_analyzer", path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.skip("perf_analyzer is not installed: it comes with tritonclient (test extra)")
-    check = subprocess.run(
-        [found, "--version"], capture_output=True, text=True, env=perf_analyzer_env()
-    )
-    if check.returncode != 0:
-        pytest.skip(f"perf_analyzer cannot start here: {check.stderr.strip()[:300]}")
-    return found
+from tests.support.perf_analyzer import run_perf_analyzer
 
 
 @pytest.fixture(scope="module")
@@ -90,16 +62,5 @@ SHM = ["--shared-memory", "system", "--output-shared-memory-size", "4096"]
 def test_perf_analyzer_measures_the_server(
     perf_server: RunningServer, protocol: str, model: str, options: list[str]
 ) -> None:
-    binary = find_perf_analyzer()
     url = perf_server.http_url if protocol == "http" else perf_server.grpc_url
-    command = [
-        binary, "-m", model, "-u", url, "-i", protocol,
-        "--measurement-interval", "300", "--stability-percentage", "100", "--max-trials", "3",
-        *options,
-    ]  # fmt: skip
-    run = subprocess.run(
-        command, capture_output=True, text=True, timeout=120, env=perf_analyzer_env()
-    )
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-3000:]
-    assert "throughput:" in output and "rror" not in output, output[-3000:]
+    run_perf_analyzer(model, url, protocol, options)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import queue
-import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,7 +23,8 @@ from examples.modelgen import decoupled
 from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.protocol.v2 import generated as pb
-from tests.integration.test_perf_analyzer import find_perf_analyzer, perf_analyzer_env
+from tests.support.perf_analyzer import run_perf_analyzer
+from tests.support.polling import wait_for
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 grpcaio = pytest.importorskip("tritonclient.grpc.aio")
@@ -339,29 +339,8 @@ def test_perf_analyzer_streams_a_decoupled_model(
     served: tuple[RunningServer, Repo], tmp_path: Path
 ) -> None:
     server, _ = served
-    binary = find_perf_analyzer()
     data = tmp_path / "data.json"
     data.write_text(json.dumps({"data": [{"IN": [3]}]}))
-    command = [
-        binary, "-m", "square_int32", "-u", server.grpc_url, "-i", "grpc", "--streaming",
-        "--input-data", str(data), "--measurement-interval", "300",
-        "--stability-percentage", "100", "--max-trials", "3",
-    ]  # fmt: skip
-    run = subprocess.run(
-        command, capture_output=True, text=True, timeout=120, env=perf_analyzer_env()
+    run_perf_analyzer(
+        "square_int32", server.grpc_url, "grpc", ["--streaming", "--input-data", str(data)]
     )
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-3000:]
-    assert "throughput:" in output and "rror" not in output, output[-3000:]
-
-
-def wait_for(condition: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.02)
-    raise AssertionError("the condition never held")
