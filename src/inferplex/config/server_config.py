@@ -228,6 +228,13 @@ class ServerConfig(BaseSettings):
         "their final response not yet written); past it the stream's messages are not read "
         "until one ends, so HTTP/2 flow control holds the client back",
     )
+    max_sequence_backlog: int = Field(
+        default=1024,
+        ge=0,
+        description="sequences of one stateful model (sequence_batching) that may wait for a "
+        "slot; a start past it is answered 503 / UNAVAILABLE (each waiting sequence holds its "
+        "requests and its state until it runs or idles out)",
+    )
     # -- HTTP/2 (the gRPC port) bounds on what one client holds (docs/security.md) ----------
     http2_max_concurrent_streams: int = Field(
         default=1024,

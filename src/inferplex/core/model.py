@@ -50,6 +50,8 @@ class ModelVersion:
         dispatcher: Dispatcher,
         cache: ResponseCache | None = None,
         key: str = "",
+        *,
+        sequence_backlog: int = 1024,
     ) -> None:
         self.config = config
         self.version = version
@@ -86,7 +88,9 @@ class ModelVersion:
         #: a stateful model's sequences (Triton's sequence_batching)
         self.sequences: SequenceBatcher | None = None
         if config.sequence_batching is not None:
-            self.sequences = SequenceBatcher(config, config.sequence_batching, len(backends), loop)
+            self.sequences = SequenceBatcher(
+                config, config.sequence_batching, len(backends), loop, sequence_backlog
+            )
         self._in_flight = 0
         self._idle_event = asyncio.Event()
         self._idle_event.set()

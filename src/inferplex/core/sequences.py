@@ -33,7 +33,7 @@ import numpy as np
 from inferplex.config.model_config import DynamicBatching, ModelConfig
 from inferplex.config.sequence_batching import SequenceBatching, State
 from inferplex.datatypes import V2_TO_NUMPY
-from inferplex.errors import ConfigError, InvalidInputError
+from inferplex.errors import ConfigError, InvalidInputError, ServerBusyError
 from inferplex.types import InferenceRequest, Parameters
 
 Outputs = dict[str, np.ndarray]
@@ -69,6 +69,7 @@ class SequenceBatcher:
         batching: SequenceBatching,
         instances: int,
         loop: asyncio.AbstractEventLoop,
+        max_backlog: int = 1024,
     ) -> None:
         self._name = config.name
         self._batched = config.batched
@@ -89,6 +90,7 @@ class SequenceBatcher:
         self._open: dict[CorrelationId, _Sequence] = {}
         self._used = 0
         self._backlog: deque[_Sequence] = deque()
+        self._max_backlog = max_backlog
         #: counters for the statistics: sequences begun, ended by request, idled out
         self.started = self.ended = self.timed_out = 0
 
@@ -212,6 +214,12 @@ class SequenceBatcher:
         return sequence
 
     def _begin(self, sequence_id: CorrelationId) -> _Sequence:
+        if self._used >= self.slots and len(self._backlog) >= self._max_backlog:
+            raise ServerBusyError(
+                f"model '{self._name}': {len(self._backlog)} sequences already wait for one of "
+                f"its {self.slots} sequence slots (--max-sequence-backlog {self._max_backlog}); "
+                "retry later"
+            )
         sequence = _Sequence(sequence_id, self._loop.create_future())
         self._open[sequence_id] = sequence
         self.started += 1

@@ -69,6 +69,7 @@ class ModelLoader:
         load_nice: int = 0,
         load_share: float = 1.0,
         auto_complete: bool = True,
+        sequence_backlog: int = 1024,
     ) -> None:
         self.registry = registry
         self.repository = repository
@@ -80,6 +81,8 @@ class ModelLoader:
         self._intra_op_threads = intra_op_threads
         #: configs completed from the model (ServerConfig.auto_complete_config)
         self._auto_complete = auto_complete
+        #: sequences of a stateful model that may wait for a slot (--max-sequence-backlog)
+        self._sequence_backlog = sequence_backlog
         #: reading, planning and freeing models yield the cores to serving (background.py)
         self._background = BackgroundWork(load_nice)
         #: the share of the time a load's steps take while requests are served (pacing.py)
@@ -275,7 +278,16 @@ class ModelLoader:
         if entry.generation > 1:
             key += f"@{entry.generation}"
         loop = asyncio.get_running_loop()
-        served = ModelVersion(plan.config, version, backends, loop, dispatcher, self._cache, key)
+        served = ModelVersion(
+            plan.config,
+            version,
+            backends,
+            loop,
+            dispatcher,
+            self._cache,
+            key,
+            sequence_backlog=self._sequence_backlog,
+        )
         old = entry.versions.get(version)
         if old is not None:
             served.stats = old.stats  # the counters of a version go on across a reload

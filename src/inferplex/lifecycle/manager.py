@@ -67,6 +67,7 @@ class LifecycleManager:
             config.load_nice,
             config.load_share,
             config.auto_complete_config,
+            config.max_sequence_backlog,
         )
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository

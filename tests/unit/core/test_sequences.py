@@ -12,7 +12,7 @@ import pytest
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.sequence_batching import SequenceBatching
 from inferplex.core.sequences import SequenceBatcher, batch_policy
-from inferplex.errors import InvalidInputError
+from inferplex.errors import InvalidInputError, ServerBusyError
 from inferplex.types import InferenceRequest
 
 CONTROLS = [
@@ -40,10 +40,13 @@ class _Model:
         self.calls[index][2].set_result({"OUT": out, "S_OUT": out + 100})
 
 
-def _batcher(max_batch_size: int = 1, instances: int = 1, **fields: Any) -> SequenceBatcher:
+def _batcher(
+    max_batch_size: int = 1, instances: int = 1, max_backlog: int = 1024, **fields: Any
+) -> SequenceBatcher:
     batching = SequenceBatching(**{"control_input": CONTROLS, "state": STATE, **fields})
     config = ModelConfig(name="m", max_batch_size=max_batch_size, sequence_batching=batching)
-    return SequenceBatcher(config, batching, instances, asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    return SequenceBatcher(config, batching, instances, loop, max_backlog)
 
 
 def _run(batcher: SequenceBatcher, model: _Model, sequence_id: Any, **flags: Any) -> Any:
@@ -113,6 +116,25 @@ async def test_sequences_past_the_slots_wait_in_the_backlog_first_come_first_ser
     await _settle()
     model.answer(3, 3)
     await third
+    assert batcher.backlog == 0 and batcher.open_sequences == 0
+
+
+async def test_a_start_past_the_backlog_bound_is_refused_and_holds_nothing() -> None:
+    batcher, model = _batcher(max_backlog=1), _Model()
+    running = _run(batcher, model, 1, sequence_start=True)
+    waiting = _run(batcher, model, 2, sequence_start=True, sequence_end=True)
+    await _settle()
+    with pytest.raises(ServerBusyError, match="--max-sequence-backlog 1"):
+        await _run(batcher, model, 3, sequence_start=True)
+    assert batcher.backlog == 1 and batcher.started == 2  # the third never began
+    model.answer(0, 1)
+    await running
+    _run(batcher, model, 1, sequence_end=True)
+    await _settle()
+    model.answer(1, 1)
+    await _settle()
+    model.answer(2, 2)
+    await waiting
     assert batcher.backlog == 0 and batcher.open_sequences == 0
 
 
