@@ -9,6 +9,7 @@ one that goes away cancels the request in the model.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ import orjson
 from inferplex.core.streaming import Responses, StreamedResponse
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2.generate import decode_generate, encode_generate
+from inferplex.protocol.v2.offload import OFFLOAD_BYTES
 from inferplex.transport.interface import StreamedBody
 from inferplex.types import InferenceRequest
 
@@ -42,20 +44,28 @@ class Generate:
 
     async def generate(self, model: str, version: str, body: bytes | memoryview) -> Reply:
         """One response (a decoupled model must send exactly one)."""
-        response = await self._plane.infer(self._request(model, version, body))
+        response = await self._plane.infer(await self._request(model, version, body))
         return 200, orjson.dumps(encode_generate(response)), _JSON
 
     async def generate_stream(self, model: str, version: str, body: bytes | memoryview) -> Reply:
         """The responses as events; an error before the first is the request's answer."""
-        responses = await self._plane.stream(self._request(model, version, body))
+        responses = await self._plane.stream(await self._request(model, version, body))
         first = await anext(responses, None)
         if first is not None and first.error is not None and first.final:
             responses.close()
             raise first.error
         return 200, StreamedBody(_events(first, responses)), _EVENTS
 
-    def _request(self, model: str, version: str, body: bytes | memoryview) -> InferenceRequest:
-        request = decode_generate(body, self._engine.model_config(model, version), version)
+    async def _request(
+        self, model: str, version: str, body: bytes | memoryview
+    ) -> InferenceRequest:
+        """The request of a body, decoded in a worker thread when it is large (parsing its
+        JSON and making one bytes object per BYTES element take time in proportion)."""
+        config = self._engine.model_config(model, version)
+        if len(body) <= OFFLOAD_BYTES:
+            request = decode_generate(body, config, version)
+        else:
+            request = await asyncio.to_thread(decode_generate, body, config, version)
         self._plane.admit(request)
         return request
 
