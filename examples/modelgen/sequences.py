@@ -120,6 +120,8 @@ def accumulator(
 
 
 PYTHON_SUM_MODEL = """\
+import os
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -141,7 +143,8 @@ class TritonPythonModel:
             if request.flags() & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
                 del self.sums[key]
             out = pb_utils.Tensor("OUTPUT", np.array([[total]], dtype=np.int32))
-            responses.append(pb_utils.InferenceResponse([out]))
+            pid = pb_utils.Tensor("INSTANCE", np.array([[os.getpid()]], dtype=np.int64))
+            responses.append(pb_utils.InferenceResponse([out, pid]))
         return responses
 """
 
@@ -154,15 +157,21 @@ sequence_batching {
   ]
 }
 input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "INSTANCE" data_type: TYPE_INT64 dims: [ 1 ] }
+]
+instance_group [ { kind: KIND_CPU count: {instances} } ]
 """
 
 
-def python_sum(repo: Path, name: str = "python_sum") -> Path:
+def python_sum(repo: Path, name: str = "python_sum", instances: int = 1) -> Path:
     """A Triton-style Python model keeping a running INT32 sum per correlation id in its own
-    memory (``request.correlation_id()``, ``flags()``, the START control input)."""
+    memory (``request.correlation_id()``, ``flags()``, the START control input); INSTANCE
+    answers the process id of the instance that ran the request."""
     path = Path(repo) / name / "1" / "model.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(PYTHON_SUM_MODEL)
-    (Path(repo) / name / "config.pbtxt").write_text(PYTHON_SUM_CONFIG)
+    config = PYTHON_SUM_CONFIG.replace("{instances}", str(instances))
+    (Path(repo) / name / "config.pbtxt").write_text(config)
     return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import queue
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -33,6 +35,7 @@ def sequence_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
     sequences.accumulator(repo, "acc_string", corrid="TYPE_STRING")
     sequences.accumulator(repo, "acc_idle", idle_us=100_000)
     sequences.python_sum(repo)
+    sequences.python_sum(repo, "python_sum_x2", instances=2)
     running = start_server(repo, repo / "server.log")
     yield running
     assert running.stop() == 0, running.log()
@@ -202,3 +205,50 @@ def test_a_triton_python_model_keeps_state_by_correlation_id(
     second = _sequence(client, "python_sum", "thirty-two", [10, 20], "INT32")
     assert [int(r.as_numpy("OUTPUT")[0][0]) for r in first] == [1, 3, 6]
     assert [int(r.as_numpy("OUTPUT")[0][0]) for r in second] == [10, 30]
+
+
+def test_each_sequence_keeps_to_one_instance_that_holds_its_state(
+    sequence_server: RunningServer,
+) -> None:
+    """Four sequences open at once on a two-instance Python model that keeps each running sum
+    in its instance's own memory: every request of a sequence reaches the instance of its
+    start, so every sum is right, and the sequences are spread over both instances."""
+    steps = [1, 2, 3, 4, 5, 6]
+    opened = threading.Barrier(4)
+
+    def run(sequence_id: int) -> list[tuple[int, int]]:
+        client = grpcclient.InferenceServerClient(sequence_server.grpc_url)
+        answers = []
+        for i, value in enumerate(steps):
+            result = _send(
+                client,
+                "python_sum_x2",
+                value,
+                "INT32",
+                sequence_id=sequence_id,
+                sequence_start=i == 0,
+                sequence_end=i == len(steps) - 1,
+            )
+            answers.append(
+                (int(result.as_numpy("OUTPUT")[0][0]), int(result.as_numpy("INSTANCE")[0][0]))
+            )
+            if i == 0:
+                opened.wait(timeout=30)  # all four hold a slot before any goes on
+        client.close()
+        return answers
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(run, [41, 42, 43, 44]))
+    for answers in runs:
+        assert [total for total, _ in answers] == [1, 3, 6, 10, 15, 21]
+        assert len({instance for _, instance in answers}) == 1
+    assert len({answers[0][1] for answers in runs}) == 2
+
+
+def test_a_sequence_model_s_instance_count_changes_only_with_a_reload(
+    sequence_server: RunningServer,
+) -> None:
+    url = f"{sequence_server.http_url}/v2/repository/models/python_sum_x2/instances"
+    answer = requests.post(f"http://{url}", json={"count": 3}, timeout=30)
+    assert answer.status_code == 400, answer.text
+    assert "sequence model" in answer.json()["error"]

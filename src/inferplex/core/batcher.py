@@ -102,6 +102,8 @@ class PendingRequest:
     """set by the policy: absolute deadline, or None"""
     delayed: bool = False
     """set by the policy: timed out at a DELAY level and moved behind the others"""
+    lane: int = 0
+    """the instance lane it must run on, for a queue of lanes (``core.lanes``); else unused"""
 
 
 #: the batch being formed: (candidates, how many close now, their rows, reason or None if it
@@ -116,6 +118,8 @@ class Batch:
     requests: list[PendingRequest]
     rows: int
     reason: CloseReason
+    lane: int = -1
+    """the instance it must run on, set by a queue of lanes (``core.lanes``); -1: any"""
 
 
 class _Level:

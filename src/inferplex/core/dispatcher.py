@@ -23,6 +23,7 @@ from typing import Protocol
 
 from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
 from inferplex.core.fifo import FifoQueue
+from inferplex.core.lanes import LaneQueue
 from inferplex.core.scheduler import ModelPolicy, Scheduler, Ticket
 
 _now = time.perf_counter
@@ -53,7 +54,7 @@ class ServedVersion(Protocol):
         """Its instances free to start a batch."""
 
     @property
-    def queue(self) -> DynamicBatcher | FifoQueue: ...
+    def queue(self) -> DynamicBatcher | FifoQueue | LaneQueue: ...
 
     def launch(self, batch: Batch, ticket: Ticket | None) -> None:
         """Run ``batch`` on an idle instance; ``ticket`` is its scheduler slot."""

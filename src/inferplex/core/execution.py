@@ -131,10 +131,14 @@ class VersionExecution:
 
     # -- batches: called by the dispatcher -------------------------------------------------------
     def launch(self, batch: Batch, ticket: Ticket | None) -> None:
-        """Run ``batch`` on an idle instance (the dispatcher checked there is one): on the
-        event loop when it is measured to take less than the hand-over to the instance's
-        thread and back, else in that thread."""
-        instance = self.idle.pop()
+        """Run ``batch`` on an idle instance (the dispatcher checked there is one; for a
+        batch of a lane, that lane's instance): on the event loop when it is measured to take
+        less than the hand-over to the instance's thread and back, else in that thread."""
+        if batch.lane < 0:
+            instance = self.idle.pop()
+        else:
+            instance = self.instances[batch.lane]
+            self.idle.remove(instance)
         if self._cancellable:
             job: _Job = (batch, ticket, instance, Cancellation())
             self._running[instance] = job

@@ -239,10 +239,12 @@ class ModelVersion:
         """The outputs of one request of a sequence, with the inputs the server fills."""
         assert self.sequences is not None
 
-        def submit(step: dict[str, np.ndarray], names: list[str]) -> asyncio.Future[Outputs]:
+        def submit(
+            step: dict[str, np.ndarray], names: list[str], lane: int
+        ) -> asyncio.Future[Outputs]:
             # the shape key counts the server's inputs too (a state may change its shape)
             shape_key = tuple((n, a.shape[1:]) for n, a in step.items()) if self._batched else None
-            return self._submit(request, step, rows, shape_key, names, start)
+            return self._submit(request, step, rows, shape_key, names, start, lane=lane)
 
         return await self.sequences.run(request, feeds, rows, outputs, submit)
 

@@ -25,8 +25,9 @@ from inferplex.core.dispatcher import STEP_PRECEDENCE
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.execution import Outputs, Payload, VersionExecution
 from inferplex.core.fifo import FifoQueue
+from inferplex.core.lanes import LaneQueue
 from inferplex.core.sequences import batch_policy
-from inferplex.errors import DeadlineExceededError, InvalidInputError
+from inferplex.errors import ConfigError, DeadlineExceededError, InvalidInputError
 from inferplex.tracing.context import CURRENT as CURRENT_TRACE
 from inferplex.tracing.context import TRACING
 from inferplex.types import InferenceRequest, Parameters
@@ -58,27 +59,45 @@ class VersionQueue:
         self.launch: Callable[[Batch, Ticket | None], None] = execution.launch
         self._answer = execution.answer
         self._per_request = execution.per_request
-        self.queue: DynamicBatcher | FifoQueue
         batching = config.dynamic_batching
         if config.sequence_batching is not None:  # sequences share batches as it says
             batching = batch_policy(config.sequence_batching)
-        self.adaptive: AdaptiveBatching | None = None
-        if batching is not None and config.batched:
-            self.queue = DynamicBatcher(
-                config.name, config.max_batch_size, batching, estimator.estimate
-            )
-            scheduling = config.scheduling
-            if scheduling.adaptive_batching and scheduling.slo_p99_ms is not None:
-                self.adaptive = AdaptiveBatching(
-                    self.queue,
-                    estimator,
-                    scheduling.slo_p99_ms * 1e-3,
-                    config.max_batch_size,
-                    batching.max_queue_delay_microseconds * 1e-6,
+
+        def one_queue() -> DynamicBatcher | FifoQueue:
+            if batching is not None and config.batched:
+                return DynamicBatcher(
+                    config.name, config.max_batch_size, batching, estimator.estimate
                 )
-                execution.adaptive_batch_done = self.adaptive.batch_done
+            return FifoQueue()
+
+        self.queue: DynamicBatcher | FifoQueue | LaneQueue
+        if config.sequence_batching is not None and len(execution.instances) > 1:
+            # each sequence keeps to one instance: a lane each
+            lanes = [one_queue() for _ in execution.instances]
+            self.queue = LaneQueue(lanes, execution.instances, execution.idle)
         else:
-            self.queue = FifoQueue()
+            self.queue = one_queue()
+        self.adaptive: AdaptiveBatching | None = None
+        scheduling = config.scheduling
+        if (
+            scheduling.adaptive_batching
+            and scheduling.slo_p99_ms is not None
+            and batching is not None
+            and config.batched
+        ):
+            if not isinstance(self.queue, DynamicBatcher):
+                raise ConfigError(
+                    f"model '{config.name}': scheduling.adaptive_batching tunes one batch "
+                    "queue; a sequence model with more than one instance has one per instance"
+                )
+            self.adaptive = AdaptiveBatching(
+                self.queue,
+                estimator,
+                scheduling.slo_p99_ms * 1e-3,
+                config.max_batch_size,
+                batching.max_queue_delay_microseconds * 1e-6,
+            )
+            execution.adaptive_batch_done = self.adaptive.batch_done
         #: the highest pipeline-step precedence among the queued requests (0: none queued)
         self.precedence = 0
         self._name = config.name
@@ -95,9 +114,11 @@ class VersionQueue:
         outputs: list[str],
         start: int,
         sink: ResponseSink | None = None,
+        lane: int = 0,
     ) -> asyncio.Future[Outputs]:
         """Queue the request; the future is answered when its batch has run (a decoupled
-        model's request: its responses go to ``sink`` meanwhile)."""
+        model's request: its responses go to ``sink`` meanwhile; a sequence's: on the
+        instance of ``lane``)."""
         priority, timeout_us = _scheduling_parameters(request.parameters)
         future: asyncio.Future[Outputs] = self._loop.create_future()
         arrival = start * 1e-9
@@ -109,6 +130,8 @@ class VersionQueue:
             trace.queued(self._name, self._version, request.id, start)
             payload.trace = trace
         pending = PendingRequest(rows, shape_key, arrival, priority, timeout_us, payload)
+        if lane:
+            pending.lane = lane
         self.queue.submit(pending, arrival)
         precedence = STEP_PRECEDENCE.get()
         if precedence > self.precedence:

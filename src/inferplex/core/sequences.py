@@ -9,6 +9,9 @@ A client sends the requests of a sequence with one correlation id (request param
   gives each a batch slot; oldest considers ``max_candidate_sequences``); a sequence begun
   while all are taken waits in the backlog, first come first served, until one ends or
   idles out;
+- keeps to one instance (its *lane*, the least loaded when it got its slot, or the lane of
+  the sequence whose slot it took) from start to end, so a model that keeps a sequence's
+  state in an instance's own memory sees all of it there (``core.lanes``);
 - runs after the previous request of its sequence has been answered (so a sequence's
   requests reach the model in order, and a batch never holds two of one sequence; across
   sequences they batch as the strategy's delay and sizes allow);
@@ -37,21 +40,24 @@ from inferplex.errors import ConfigError, InvalidInputError, ServerBusyError
 from inferplex.types import InferenceRequest, Parameters
 
 Outputs = dict[str, np.ndarray]
-#: runs one request's feeds through the model's queue: (feeds, output names) -> outputs
-Submit = Callable[[dict[str, np.ndarray], list[str]], Awaitable[Outputs]]
+#: runs one request's feeds through the model's queue: (feeds, output names, the lane of the
+#: instance it must run on) -> outputs
+Submit = Callable[[dict[str, np.ndarray], list[str], int], Awaitable[Outputs]]
 CorrelationId = int | str
 
 _UINT64_MAX = (1 << 64) - 1
 
 
 class _Sequence:
-    """One open sequence: its turn (the request last queued), its state, its slot."""
+    """One open sequence: its turn (the request last queued), its state, its slot and the
+    lane (instance) of the slot."""
 
-    __slots__ = ("closing", "id", "idle_timer", "in_flight", "slot", "state", "tail")
+    __slots__ = ("closing", "id", "idle_timer", "in_flight", "lane", "slot", "state", "tail")
 
     def __init__(self, sequence_id: CorrelationId, slot: asyncio.Future[None]) -> None:
         self.id = sequence_id
         self.slot = slot  # done once the sequence holds a slot
+        self.lane = 0  # the instance it runs on, set with its slot
         #: done when the sequence's latest request has been answered (None: none yet)
         self.tail: asyncio.Future[None] | None = None
         self.state: dict[str, np.ndarray] = {}  # state input name -> the next request's
@@ -81,6 +87,8 @@ class SequenceBatcher:
             self.slots = oldest.max_candidate_sequences
         else:
             self.slots = rows * max(1, instances)
+        #: open sequences holding a slot, per lane (instance)
+        self._lane_load = [0] * max(1, instances)
         self._controls = [_control(c.name, c.control[0]) for c in batching.control_input]
         self._states = batching.state
         self._initial = {s.input_name: _initial_state(s, self._batched) for s in batching.state}
@@ -135,7 +143,7 @@ class SequenceBatcher:
                 await asyncio.shield(sequence.slot)
             feeds = {**feeds, **self._server_inputs(sequence, start, end, rows)}
             wanted = self._with_states(outputs)
-            results = await submit(feeds, wanted)
+            results = await submit(feeds, wanted, sequence.lane)
             for state in self._states:
                 sequence.state[state.input_name] = results[state.output_name]
             return results if len(wanted) == len(outputs) else {n: results[n] for n in outputs}
@@ -225,6 +233,9 @@ class SequenceBatcher:
         self.started += 1
         if self._used < self.slots:
             self._used += 1
+            load = self._lane_load
+            sequence.lane = load.index(min(load))
+            load[sequence.lane] += 1
             sequence.slot.set_result(None)
         else:
             self._backlog.append(sequence)
@@ -235,7 +246,7 @@ class SequenceBatcher:
         (or its place in the backlog) with the new one, which runs after the old's requests
         and keeps the slot."""
         new = _Sequence(old.id, old.slot)
-        new.tail = old.tail
+        new.tail, new.lane = old.tail, old.lane
         self._open[old.id] = new
         if old in self._backlog:
             self._backlog[self._backlog.index(old)] = new
@@ -259,10 +270,13 @@ class SequenceBatcher:
             if sequence in self._backlog:
                 self._backlog.remove(sequence)
             return
-        if self._backlog:
-            self._backlog.popleft().slot.set_result(None)
+        if self._backlog:  # the next takes the slot, on its lane
+            waiting = self._backlog.popleft()
+            waiting.lane = sequence.lane
+            waiting.slot.set_result(None)
         else:
             self._used -= 1
+            self._lane_load[sequence.lane] -= 1
 
     # -- what the server feeds the model -------------------------------------------------------
     def _server_inputs(

@@ -432,6 +432,12 @@ class ModelLoader:
             plan = entry.plan
             if not entry.versions or plan is None:
                 raise ModelNotReadyError(f"model '{name}' is {entry.state.value}: not loaded")
+            if plan.config.sequence_batching is not None:
+                raise InvalidInputError(
+                    f"model '{name}' is a sequence model: its sequences keep to their "
+                    "instances, so its instance count changes only with a reload "
+                    "(instance_group count)"
+                )
             for version, served in entry.versions.items():
                 have = len(served.instances)
                 if count > have:

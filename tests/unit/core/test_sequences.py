@@ -29,10 +29,14 @@ class _Model:
 
     def __init__(self) -> None:
         self.calls: list[tuple[dict[str, np.ndarray], list[str], asyncio.Future[Any]]] = []
+        self.lanes: list[int] = []  # the lane each call was queued on
 
-    def submit(self, feeds: dict[str, np.ndarray], names: list[str]) -> asyncio.Future[Any]:
+    def submit(
+        self, feeds: dict[str, np.ndarray], names: list[str], lane: int
+    ) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
         self.calls.append((feeds, names, future))
+        self.lanes.append(lane)
         return future
 
     def answer(self, index: int, value: float) -> None:
@@ -238,3 +242,39 @@ def test_strategies_map_to_batch_policies() -> None:
 def test_configs_the_batcher_cannot_run_fail_at_load(fields: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SequenceBatching(**fields)
+
+
+async def test_each_sequence_keeps_to_the_least_loaded_lane_of_its_slot() -> None:
+    batcher, model = _batcher(max_batch_size=2, instances=2), _Model()
+    runs = [_run(batcher, model, i, sequence_start=True) for i in (1, 2, 3)]
+    await _settle()
+    assert model.lanes == [0, 1, 0]  # spread over the instances
+    for i in range(3):
+        model.answer(i, i)
+    await asyncio.gather(*runs)
+    nexts = [_run(batcher, model, i) for i in (3, 1, 2)]
+    await _settle()
+    assert model.lanes[3:] == [0, 0, 1]  # each on the lane it started on
+    for i in range(3, 6):
+        model.answer(i, i)
+    await asyncio.gather(*nexts)
+
+
+async def test_a_sequence_from_the_backlog_takes_the_lane_of_the_slot_it_gets() -> None:
+    batcher, model = _batcher(max_batch_size=1, instances=2), _Model()
+    first = _run(batcher, model, 1, sequence_start=True)
+    second = _run(batcher, model, 2, sequence_start=True)
+    waiting = _run(batcher, model, 3, sequence_start=True, sequence_end=True)
+    await _settle()
+    assert model.lanes == [0, 1] and batcher.backlog == 1
+    model.answer(1, 0)
+    await second
+    ending = _run(batcher, model, 2, sequence_end=True)  # lane 1's slot frees
+    await _settle()
+    model.answer(2, 0)
+    await ending
+    await _settle()
+    assert model.lanes == [0, 1, 1, 1]  # the waiting sequence runs on lane 1
+    model.answer(3, 0)
+    model.answer(0, 0)
+    await asyncio.gather(first, waiting)
