@@ -92,6 +92,17 @@ FLAGS = (
         "true: a model that fails to load at start stops the start (exit status 2); "
         "inferplex's default, unlike Triton's, serves the models that load",
     ),
+    *(
+        TritonFlag(
+            f"--{listener}-address",
+            "text",
+            lambda address: {"host": address},
+            f"the address the {listener} listener binds: inferplex binds HTTP, gRPC and "
+            "metrics on one address (--host; Triton's default 0.0.0.0 is 127.0.0.1 here), so "
+            "two different addresses are an error",
+        )
+        for listener in ("http", "grpc", "metrics")
+    ),
     TritonFlag(
         "--backend-config",
         "repeated",
@@ -133,6 +144,7 @@ def take_triton_flags(options: dict[str, Any]) -> tuple[dict[str, Any], list[str
     """Remove the tritonserver flags from a command's ``options``: the ServerConfig settings
     they make, and one line per flag given that has no effect (for the log)."""
     settings: dict[str, Any] = {}
+    set_by: dict[str, str] = {}  # setting -> the flag that set it
     ignored: list[str] = []
     for flag in FLAGS:
         value = options.pop(flag.param, None)
@@ -144,5 +156,11 @@ def take_triton_flags(options: dict[str, Any]) -> tuple[dict[str, Any], list[str
             shown = ", ".join(value) if isinstance(value, tuple) else value
             ignored.append(f"tritonserver's {flag.name} ({shown}) is accepted; {flag.why}")
         else:
-            settings.update(flag.sets(value))
+            for key, setting in flag.sets(value).items():
+                if key in settings and settings[key] != setting:
+                    raise click.UsageError(
+                        f"tritonserver's {flag.name} ({value}) and {set_by[key]} "
+                        f"({settings[key]}) both set --{key.replace('_', '-')}: give one value"
+                    )
+                settings[key], set_by[key] = setting, flag.name
     return settings, ignored

@@ -124,3 +124,23 @@ def test_a_flag_without_effect_is_logged_with_its_reason(
     assert result.exit_code == 0, result.output
     (line,) = [x for x in result.stderr.splitlines() if "--backend-config" in x]
     assert "(python,x=1)" in line and "no effect" in line
+
+
+def test_listener_addresses_set_the_one_bind_address(
+    tmp_path: Path, started: list[ServerConfig]
+) -> None:
+    result = _serve(
+        f"--model-repository={tmp_path}", "--http-address=127.0.0.2", "--grpc-address=127.0.0.2"
+    )
+    assert result.exit_code == 0, result.output
+    assert started[0].host == "127.0.0.2"
+
+
+def test_two_different_listener_addresses_are_an_error(
+    tmp_path: Path, started: list[ServerConfig]
+) -> None:
+    result = _serve(
+        f"--model-repository={tmp_path}", "--http-address=127.0.0.2", "--grpc-address=127.0.0.3"
+    )
+    assert result.exit_code == 2 and not started
+    assert "--grpc-address (127.0.0.3) and --http-address (127.0.0.2)" in result.output
