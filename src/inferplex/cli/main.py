@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from inferplex.benchtool.command import bench as bench_command
+from inferplex.cli.mesh import mesh as mesh_command
 from inferplex.cli.options import server_options
 from inferplex.cli.triton_flags import take_triton_flags, triton_options
 from inferplex.config.server_config import ServerConfig
@@ -128,6 +129,7 @@ main.add_command(bench_command, "bench")
 main.add_command(tune_command, "tune")
 main.add_command(heatmap_command, "heatmap")
 main.add_command(optimize_command, "optimize")
+main.add_command(mesh_command, "mesh")
 
 
 if __name__ == "__main__":

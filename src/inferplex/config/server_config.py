@@ -394,6 +394,25 @@ class ServerConfig(BaseSettings):
         ge=0,
         description="unload models without requests for this long (scale to zero); 0 = never",
     )
+    # -- model mesh (docs/mesh.md) ------------------------------------------------------------
+    mesh_replicas: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="the names of every replica of a model mesh, this one included (e.g. the "
+        "StatefulSet's pod names): a consistent-hash ring over them says which models each "
+        "replica owns; at start a replica loads only the models it owns and loads others on "
+        "demand (needs load_on_demand); empty = no mesh. In the environment comma-separated "
+        "(or a JSON list)",
+    )
+    mesh_self: str = Field(
+        default="",
+        description="this replica's name among mesh_replicas (on Kubernetes the pod's name)",
+    )
+    mesh_copies: int = Field(
+        default=1,
+        ge=1,
+        description="how many replicas own each model (a model's config parameter mesh_copies "
+        "overrides); nginx spreads a model's requests over its owners",
+    )
     # -- remote repositories, resilience (docs/routing.md) ---------------------------------
     model_repository_url: Annotated[str, NoFlag] = Field(
         default="",
@@ -453,7 +472,7 @@ class ServerConfig(BaseSettings):
         default="inferplex", description="the name server metadata answers with"
     )
 
-    @field_validator("load_model", mode="before")
+    @field_validator("load_model", "mesh_replicas", mode="before")
     @classmethod
     def _model_names(cls, value: Any) -> Any:
         """``a,b`` (environment; a JSON list too) -> ("a", "b")."""

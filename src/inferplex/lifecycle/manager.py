@@ -42,6 +42,7 @@ from inferplex.lifecycle.gpu_memory import GpuMemory, open_probe
 from inferplex.lifecycle.loader import ModelLoader, pinned_by_config
 from inferplex.lifecycle.memory import rss_bytes
 from inferplex.lifecycle.poller import RepositoryPoller, Snapshot, diff
+from inferplex.mesh.replica import owned_models
 from inferplex.repository.local import list_models, scan_repository
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,8 @@ class LifecycleManager:
                 "--load-model is for --model-control-mode explicit; in mode %s every model loads",
                 config.model_control_mode,
             )
+        # a mesh replica loads only what the ring gives it (docs/mesh.md)
+        wanted = await asyncio.to_thread(owned_models, config, wanted)
         failed: list[str] = []
         for name in wanted:
             try:
