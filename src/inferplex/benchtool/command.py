@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from inferplex.benchtool import BenchError
+from inferplex.benchtool.mlperf_cli import run_scenario, scenario_options
 
 #: exit codes: a regression (or a failed model) is 1, bad options or an unusable server 2
 EXIT_REGRESSION = 1
@@ -199,12 +200,14 @@ def _names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     show_default=True,
     help="Version gate: promote a passing version.",
 )
+@scenario_options
 def bench(**flags: Any) -> None:
     """Drive a KServe V2 server with load and report throughput and latency.
 
     Closed-loop concurrency sweeps (--concurrency) and open-loop rate sweeps (--rate), over
-    HTTP (binary or JSON) or gRPC, inputs synthesised from the model metadata. Exit code 1 on
-    a regression against --compare (or a model that failed), 2 on bad options.
+    HTTP (binary or JSON) or gRPC, inputs synthesised from the model metadata; or MLPerf
+    LoadGen's scenarios (--scenario). Exit code 1 on a regression against --compare (or a
+    model that failed, or an INVALID LoadGen run), 2 on bad options.
     """
     try:
         code = _bench(flags)
@@ -240,6 +243,8 @@ def _bench(flags: dict[str, Any]) -> int:
         together=flags["together"],
     )
     options.check()
+    if flags["scenario"]:
+        return run_scenario(options, flags)
     if flags["record_metrics"]:
         if not (flags["metrics_url"] or flags["model_repository"]):
             raise BenchError("--record-metrics needs --metrics-url HOST:PORT (the metrics port)")
