@@ -69,6 +69,14 @@ asks for more of a resource than its explicit total could never run and is refus
     recently active model misses its aim, every model that is not missing its own, whatever its
     weight, counts as lower, so a slot stays free for the models in trouble.
 
+    Slots alone do not hold a target: the batches of other models that do run still take the
+    cores from it. So the worst p99 / target of the recently active models with a target also
+    steers an :class:`~inferplex.core.adaptive.SloGuard`: above the aim it halves the share of
+    compute the models *without* a target may use (down to 1/64), well under the target it
+    gives it back by steps of 5 %, and while it is below 1 and a model with a target is
+    recently active, their batches are paced to that share (a candidate refused for it may
+    start at :meth:`Scheduler.reservation_lifts`).
+
 Ties (equal virtual times) go to Triton's rate-limiter rule: the smaller
 ``executions x max(resource_priority, 1)``, so a ``resource_priority`` of 2 gets half the
 turns of 1 (0 counts as 1); remaining ties go by key. Every decision is deterministic.
@@ -84,6 +92,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Literal
 
+from inferplex.core.adaptive import SloGuard
 from inferplex.errors import ConfigError
 
 Policy = Literal["round_robin", "priority", "adaptive"]
@@ -137,8 +146,10 @@ class _ModelState:
         "needs",
         "policy",
         "priority",
+        "ratio",
         "running",
         "seen",
+        "targeted",
         "turns",
         "vtime",
         "weight",
@@ -157,6 +168,7 @@ class _ModelState:
         self.latency_times: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.boost = 1.0  # adaptive: effective weight / base weight
         self.missing = False  # adaptive: p99 above the aim at the last adjustment
+        self.ratio = 0.0  # adaptive: p99 / target at the last adjustment
         self.last_adjust = -math.inf
         self.configure(policy, needs)
 
@@ -164,6 +176,7 @@ class _ModelState:
         self.policy = policy
         self.needs = needs  # (resource, count) with count > 0, sorted by name
         self.priority = max(policy.resource_priority, 1)  # Triton treats 0 as 1
+        self.targeted = policy.slo_p99_ms is not None
         self.turns = self.executions * self.priority  # Triton's tie-break: smaller goes first
         self.set_boost(self.boost)
 
@@ -182,13 +195,26 @@ class _ModelState:
 class Ticket:
     """One batch execution in progress; hand it to :meth:`Scheduler.finish` exactly once."""
 
-    __slots__ = ("_charge", "_needs", "_state", "_weight", "key", "started_at")
+    __slots__ = (
+        "_charge",
+        "_estimate",
+        "_needs",
+        "_pace",
+        "_state",
+        "_weight",
+        "key",
+        "started_at",
+    )
 
-    def __init__(self, state: _ModelState, started_at: float, charge: float) -> None:
+    def __init__(
+        self, state: _ModelState, started_at: float, charge: float, estimate: float, pace: float
+    ) -> None:
         self.key = state.key
         self.started_at = started_at
         self._state = state
         self._charge = charge  # virtual time charged at start, corrected at finish
+        self._estimate = estimate  # the execution time ``_charge`` assumed
+        self._pace = pace  # the SLO guard's rate where it paced this execution, else 0
         self._weight = state.weight
         self._needs = state.needs  # what this execution holds, even if the model re-registers
 
@@ -234,6 +260,9 @@ class Scheduler:
         self._vfloor = 0.0  # never-decreasing minimum virtual time of the active models
         self._last_started: str | None = None
         self._compute_total = 0.0
+        self._guard = SloGuard(max(slots - 1, 1)) if self._adaptive else None
+        self._paced_until: float | None = None  # a candidate refused by the guard may start then
+        self._steered = -math.inf  # when the guard's share was last adjusted
 
     @property
     def policy(self) -> Policy:
@@ -252,6 +281,12 @@ class Scheduler:
     def resource_totals(self) -> dict[str, int]:
         """The total of each resource: explicit, or the largest amount a model asks for."""
         return dict(self._totals)
+
+    @property
+    def untargeted_share(self) -> float:
+        """``adaptive``: the share of their compute the models without a latency target may
+        use while one with a target is active (1: not paced)."""
+        return 1.0 if self._guard is None else self._guard.share
 
     def free_resources(self) -> dict[str, int]:
         """Tokens of each resource not held by a running execution."""
@@ -305,11 +340,16 @@ class Scheduler:
 
     def reservation_lifts(self) -> float | None:
         """The earliest moment the slot reservation may lift (a recent arrival leaves the
-        window): a driver whose candidates were refused while slots were free waits until then.
-        None when nothing reserves slots."""
-        if not self._fair or self._slots < 2 or not self._recent:
-            return None
-        return min(s.last_arrival for s in self._recent.values()) + self._reserve_window
+        window) or a candidate the last ``pick`` refused for the SLO guard may start: a driver
+        whose candidates were refused while slots were free waits until then. None when
+        nothing reserves slots or paces."""
+        lifts = None
+        if self._fair and self._slots > 1 and self._recent:
+            lifts = min(s.last_arrival for s in self._recent.values()) + self._reserve_window
+        paced = self._paced_until
+        if paced is not None and (lifts is None or paced < lifts):
+            return paced
+        return lifts
 
     def pick(self, candidates: Collection[str], now: float) -> str | None:
         """The candidate that may start a batch now, or None (no free slot or no candidate fits).
@@ -339,13 +379,11 @@ class Scheduler:
         if len(states) > 1:  # one candidate (the usual case) needs no order
             self._order(states)
         bar = self._reservation_bar(now)
-        room = -1  # executions the models below the bar may still start; computed on first need
         reserved: set[str] | None = None
+        self._paced_until = None
         for state in states:
-            if state.weight < bar and not state.missing:
-                room = self._room_below(bar) if room < 0 else room
-                if room == 0:
-                    continue
+            if self._waits(state, bar, now):
+                continue
             # a model with rate-limiter resources waits while they are taken, and one that
             # cannot have them holds them back from those after it
             if state.needs and (held := self._held_back(state.needs, reserved)) is not None:
@@ -390,15 +428,18 @@ class Scheduler:
             state.vtime = max(state.vtime, self._vfloor)  # started without being picked
         for name, count in needs:
             self._used[name] = self._used.get(name, 0) + count
-        charge = (state.est_cost or 0.0) / state.weight
+        estimate = state.est_cost or 0.0
+        charge = estimate / state.weight
         state.vtime += charge
+        guard = None if state.targeted else self._pacing(now)
+        pace = 0.0 if guard is None else guard.charge(now, estimate)
         state.running += 1
         state.executions += 1
         state.turns += state.priority
         self._running += 1
         self._busy.add(state)
         self._last_started = key
-        ticket = Ticket(state, now, charge)
+        ticket = Ticket(state, now, charge, estimate, pace)
         self._tickets.add(ticket)
         return ticket
 
@@ -414,6 +455,8 @@ class Scheduler:
         state.vtime += cost / ticket._weight - ticket._charge
         state.compute_s += cost
         self._compute_total += cost
+        if ticket._pace and self._guard is not None:
+            self._guard.settle(ticket._pace, ticket._estimate, cost)
         estimate = state.est_cost
         state.est_cost = cost if estimate is None else estimate + COST_SMOOTHING * (cost - estimate)
         if ticket._needs:
@@ -517,6 +560,27 @@ class Scheduler:
                 del self._recent[key]
         return bar
 
+    def _waits(self, state: _ModelState, bar: float, now: float) -> bool:
+        """Whether a candidate is held back: by the slot reservation (below ``bar``, with the
+        slots it leaves taken) or by the SLO guard's pacing (noting when it may start)."""
+        if state.weight < bar and not state.missing and self._room_below(bar) == 0:
+            return True
+        if not state.targeted and (guard := self._pacing(now)) and not guard.allows(now):
+            self._paced_until = guard.resume_at
+            return True
+        return False
+
+    def _pacing(self, now: float) -> SloGuard | None:
+        """The SLO guard while it paces the models without a target: its share is below 1 and
+        a model with a target had a request within the reserve window."""
+        guard = self._guard
+        if guard is None or not guard.pacing:
+            return None
+        horizon = now - self._reserve_window
+        if any(s.targeted and s.last_arrival >= horizon for s in self._recent.values()):
+            return guard
+        return None
+
     def _room_below(self, bar: float) -> int:
         """How many more executions the models below ``bar`` may start."""
         below = sum(s.running for s in self._busy if s.weight < bar and not s.missing)
@@ -528,11 +592,17 @@ class Scheduler:
         if p99 is None:
             return
         state.last_adjust = now
-        state.missing = p99 > AIM * target
+        state.ratio = p99 / target
+        state.missing = state.ratio > AIM
         if state.missing:
             state.set_boost(min(state.boost * RAISE, MAX_BOOST))
-        elif p99 < WELL_UNDER * target:
+        elif state.ratio < WELL_UNDER:
             state.set_boost(max(state.boost * DECAY, 1.0))
+        if self._guard is not None and now - self._steered >= ADJUST_INTERVAL_S:
+            self._steered = now
+            horizon = now - self._reserve_window
+            recent = (s for s in self._recent.values() if s.targeted and s.last_arrival >= horizon)
+            self._guard.steer(max([state.ratio, *(s.ratio for s in recent)]), AIM, WELL_UNDER)
 
 
 #: priority / adaptive order: virtual time, then Triton's tie-break, then the key

@@ -1,6 +1,6 @@
 import pytest
 
-from inferplex.core.adaptive import HEADROOM, plan_limits
+from inferplex.core.adaptive import HEADROOM, MIN_SHARE, RELEASE, SloGuard, plan_limits
 from inferplex.core.estimator import ExecutionEstimator
 
 
@@ -60,3 +60,39 @@ def test_adaptive_batching_needs_a_latency_target() -> None:
     with pytest.raises(ValidationError, match="slo_p99_ms"):
         Scheduling(adaptive_batching=True)
     assert Scheduling(adaptive_batching=True, slo_p99_ms=50).adaptive_batching
+
+
+# --- the SLO guard ---------------------------------------------------------------------------
+
+
+def test_slo_guard_halves_the_share_above_the_aim_holds_near_it_and_gives_it_back_under() -> None:
+    guard = SloGuard(capacity=1)
+    assert not guard.pacing
+    guard.steer(1.2, aim=0.9, well_under=0.7)
+    assert guard.share == 0.5 and guard.pacing
+    guard.steer(0.8, aim=0.9, well_under=0.7)  # under the aim, not well under: hold
+    assert guard.share == 0.5
+    for _ in range(20):
+        guard.steer(5.0, aim=0.9, well_under=0.7)
+    assert guard.share == MIN_SHARE  # slowed to a trickle, never stopped
+    guard.steer(0.5, aim=0.9, well_under=0.7)
+    assert guard.share == pytest.approx(MIN_SHARE + RELEASE)
+    for _ in range(round(1 / RELEASE) + 1):
+        guard.steer(0.5, aim=0.9, well_under=0.7)
+    assert guard.share == 1.0 and not guard.pacing
+
+
+def test_slo_guard_paces_batches_to_its_share_of_the_capacity() -> None:
+    guard = SloGuard(capacity=2)
+    guard.steer(1.0, aim=0.9, well_under=0.7)  # share 0.5 of 2 executions: one core's worth
+    assert guard.allows(0.0)
+    rate = guard.charge(0.0, 0.010)
+    assert rate == 1.0
+    assert not guard.allows(0.009)
+    assert guard.allows(0.010)
+    rate = guard.charge(0.010, 0.010)  # a second one back to back pushes the next further
+    assert guard.resume_at == pytest.approx(0.020)
+    guard.settle(rate, 0.010, 0.030)  # it took 30 ms, not 10: charged for what it used
+    assert guard.resume_at == pytest.approx(0.040)
+    guard.charge(1.0, 0.010)  # after a quiet spell the pacing starts from now
+    assert guard.resume_at == pytest.approx(1.010)

@@ -271,6 +271,73 @@ def test_a_model_missing_its_target_gets_the_slot_reservation() -> None:
     assert sched.pick(["other", "slo"], 0.2) == "slo"
 
 
+def missed_target(slots: int = 2) -> Scheduler:
+    """adaptive: ``slo`` (weight 8, target 20 ms) active and just missing its target by 2.5x
+    beside ``low`` (weight 1, no target): the guard has cut the untargeted share to 0.5."""
+    sched = scheduler("adaptive", slots, slo=ModelPolicy(weight=8.0, slo_p99_ms=20.0), low=1.0)
+    sched.note_arrival("slo", 0.0)
+    sched.finish(sched.start("slo", 0.0), 0.05, [0.05])
+    assert sched.untargeted_share == 0.5
+    return sched
+
+
+def test_a_missed_target_paces_the_models_without_one() -> None:
+    sched = missed_target()
+    sched.register("own", ModelPolicy(slo_p99_ms=500.0))  # a target of its own: never paced
+    sched.finish(pick_and_start(sched, ["low"], 0.1), 0.11, [0.01])
+    # 10 ms run at half of the one execution's worth the reservation leaves: next at 0.12
+    assert sched.pick(["low"], 0.115) is None
+    assert sched.reservation_lifts() == pytest.approx(0.12)  # before the window lifts at 1.0
+    assert sched.pick(["low", "slo"], 0.115) == "slo"
+    assert sched.pick(["low", "own"], 0.115) == "own"
+    assert sched.pick(["low"], 0.12) == "low"
+
+
+def test_paced_models_use_their_share_of_the_capacity() -> None:
+    sched = missed_target()
+    now, until, end, ticket = 0.0, 2.0, 0.0, None
+    while now < until:
+        sched.note_arrival("slo", now)  # keeps the target's model active; it runs no batch
+        if ticket is not None and now >= end:
+            sched.finish(ticket, now, [0.01])
+            ticket = None
+        if ticket is None and sched.pick(["low"], now) == "low":
+            ticket, end = sched.start("low", now), now + 0.010
+        now = round(now + 0.001, 6)
+    assert sched.snapshot()["low"]["compute_s"] == pytest.approx(0.5 * until, abs=0.02)
+
+
+def test_pacing_ends_when_the_targeted_model_goes_quiet() -> None:
+    sched = missed_target()
+    sched.finish(pick_and_start(sched, ["low"], 0.1), 0.6, [0.5])  # paced until 1.1
+    assert sched.pick(["low"], 0.9) is None
+    assert sched.pick(["low"], 1.05) == "low"  # no request to slo within the last second
+
+
+def test_the_untargeted_share_comes_back_once_the_target_is_met_again() -> None:
+    sched = missed_target()
+    sched.finish(pick_and_start(sched, ["low"], 0.1), 0.6, [0.5])  # paced until 1.1
+    now = 0.6
+    while sched.untargeted_share < 1.0:
+        # the 50 ms latency is the p99 until it leaves the 5 s window (meanwhile the share is
+        # cut to the minimum), then the share grows by 5 % per adjustment
+        assert now < 6.5
+        now += 0.06
+        sched.note_arrival("slo", now)
+        sched.finish(sched.start("slo", now), now, [0.002])
+    assert now > 5.05
+    assert sched.pick(["low"], now) == "low"
+
+
+def test_the_priority_policy_never_paces() -> None:
+    sched = scheduler("priority", 2, slo=ModelPolicy(weight=8.0, slo_p99_ms=20.0), low=1.0)
+    sched.note_arrival("slo", 0.0)
+    sched.finish(sched.start("slo", 0.0), 0.05, [0.05])
+    assert sched.untargeted_share == 1.0
+    sched.finish(pick_and_start(sched, ["low"], 0.1), 0.11, [0.01])
+    assert sched.pick(["low"], 0.11) == "low"
+
+
 # --- resources (Triton's rate limiter) -------------------------------------------------------
 
 
