@@ -179,7 +179,11 @@ def _peak(
         max_probes=options.peak_max_probes,
     )
     if search.peak is None:
-        echo(f"no VALID QPS in {len(search.probes)} probes (logs under {log_dir})")
+        lowest = min(p.qps for p in search.probes)
+        echo(
+            f"no VALID QPS in {len(search.probes)} probes, down to {lowest:.1f} QPS "
+            f"(logs under {log_dir})"
+        )
         return 1
     echo(f"peak: {search.peak:.1f} QPS, the highest VALID probe; its result:")
     for line in format_result(results[search.peak]):

@@ -4,7 +4,11 @@ Pure search, no I/O: it is given ``probe(qps) -> valid`` (a LoadGen Server run a
 and decides where to probe next.
 
 1. **Bracket.** From the starting QPS, double while VALID (the last VALID is the lower end,
-   the first INVALID the upper), or halve while INVALID (the first VALID is the lower end).
+   the first INVALID the upper), or halve while INVALID (the first VALID is the lower end),
+   down to the starting QPS / ``MAX_HALVING``: a run lasts at least its minimum query count
+   divided by the QPS, so each halving doubles a probe's time, and a server INVALID at a
+   small fraction of the expected load is missing the bound for another reason than load
+   (or the probes are too short for LoadGen's early stopping).
 2. **Bisect** between the ends until they are within ``tolerance`` of the lower end
    (0.05 = 5%), each probe replacing the end it agrees with.
 
@@ -17,6 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+#: the lowest QPS probed is the starting QPS divided by this
+MAX_HALVING = 16
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,8 @@ def find_peak(
         else:
             high = qps
             qps /= 2
+            if qps < start_qps / MAX_HALVING:
+                return search
     while (
         low is not None
         and high is not None

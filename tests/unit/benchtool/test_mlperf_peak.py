@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from inferplex.benchtool.mlperf_peak import Probe, find_peak
+from inferplex.benchtool.mlperf_peak import MAX_HALVING, Probe, find_peak
 
 
 def fake(limit: float, asked: list[float]) -> Callable[[float], bool]:
@@ -38,10 +38,14 @@ def test_halves_while_invalid() -> None:
     assert [p.valid for p in search.probes] == [False, False, True, False]
 
 
-def test_max_probes_bounds_the_search_and_nothing_valid_is_no_peak() -> None:
+def test_max_probes_and_the_floor_bound_the_search() -> None:
     asked: list[float] = []
     search = find_peak(fake(0, asked), 100, max_probes=3)
     assert asked == [100, 50, 25]
+    assert search.peak is None
+    asked.clear()
+    search = find_peak(fake(0, asked), 160)  # never VALID: down to 160 / MAX_HALVING
+    assert asked == [160, 80, 40, 20, 10] and asked[-1] == 160 / MAX_HALVING
     assert search.peak is None
     asked.clear()
     search = find_peak(fake(1e9, asked), 100, max_probes=4)
