@@ -1,0 +1,277 @@
+"""A model mesh on loopback: three replicas that each hold about a third of a 300-model
+repository, behind a real nginx configured from the ring (docs/mesh.md), against three
+replicas that each hold everything behind the shipped round-robin nginx.
+
+    python -m bench.mesh [--models N] [--duration S] [--rounds N] [--quick]
+
+Prints, with PASS/MISS, the targets of issue 22:
+
+1. throughput over all models, HTTP binary: mesh / all-holding replicas (interleaved rounds,
+   best of each), every model answered, no failure;
+2. each mesh replica's resident memory (sampled every 50 ms through all of it) against its
+   container's limit: ``--memory-limit`` plus the server's own memory (RSS less the models'
+   footprints). The limit is 1.15 x the largest share of owned models' footprints, measured
+   by the mesh's replicas themselves in a first start without a limit: about a third of the
+   repository, so a replica cannot hold what it does not own beside what it does;
+3. a replica killed (SIGKILL) under HTTP and gRPC load: its models answered by their next
+   owners, no failed HTTP request;
+4. a rolling restart of all three under HTTP and gRPC load, each drained at nginx first:
+   no failed request.
+
+The models are copies of one MLP (examples.modelgen.mlp, 2.6 MB of weights), so a
+replica's memory is mostly its models'. The cluster and its clients are in
+bench/mesh_cluster.py. Needs nginx (scripts/system_packages.sh installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from bench.mesh_cluster import (
+    MIB,
+    REPLICA_ENV,
+    REPLICAS,
+    Failure,
+    MeshCluster,
+    MeshLoad,
+    Workload,
+    build_models,
+    loaded_models,
+    memory,
+)
+from bench.overhead import Timing, add_round_options, round_options
+from examples import modelgen
+from inferplex.benchtool.cluster import Nginx, start_nginx, start_replica
+from inferplex.benchtool.launch import RunningServer
+from inferplex.config.writers import write_config
+
+
+def make_mlp(repo: Path, name: str) -> Path:
+    """The MLP with a warm-up sample: ONNX Runtime allocates a session's working memory at
+    its first run, which the footprint counted against ``--memory-limit`` then includes."""
+    path = modelgen.mlp(repo, name, features=64, hidden=(768, 768))
+    config = modelgen.model_config(path, max_batch_size=8)
+    sample = {"data_type": "TYPE_FP32", "dims": [64], "zero_data": True}
+    config["model_warmup"] = [{"name": "zeros", "batch_size": 1, "inputs": {"features": sample}}]
+    write_config(repo / name, config)
+    return path
+
+
+def mlp_workload(model: Path) -> Workload:
+    features = np.random.default_rng(0).random((1, 64), dtype=np.float32)
+    logits = modelgen.onnxfile.session(model).run(None, {"features": features})[0]
+    return Workload({"features": features}, {"logits": logits}, atol=1e-4)
+
+
+class RssPeak(threading.Thread):
+    """The highest resident memory of each replica in each phase, sampled every 50 ms."""
+
+    def __init__(self, cluster: MeshCluster) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.phase = "start"
+        self.peaks: dict[str, Counter[str]] = {}
+        self._done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self._done.wait(0.05):
+            peak = self.peaks.setdefault(self.phase, Counter())
+            for name, replica in list(self.cluster.replicas.items()):
+                try:
+                    rss = psutil.Process(replica.process.pid).memory_info().rss
+                except psutil.Error:
+                    continue  # killed or restarting
+                peak[name] = max(peak[name], rss)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+# -- the benchmark ---------------------------------------------------------------------------
+@dataclass
+class Verdicts:
+    lines: list[str] = field(default_factory=list)
+
+    def check(self, ok: bool, target: str, figures: str) -> None:
+        self.lines.append(f"{'PASS' if ok else 'MISS'}  {target}: {figures}")
+
+
+def size_mesh(mesh: MeshCluster, names: list[str], w: Workload) -> tuple[dict[str, int], int]:
+    """Start the mesh without a limit and serve every model once; then restart each replica
+    with ``--memory-limit`` = 1.15 x the largest share of owned models' footprints. Returns
+    each replica's share and the server's own memory (RSS less the models' footprints)."""
+    mesh.start()
+    with MeshLoad(mesh.router(), names, w, http_clients=8) as load:
+        load.wait_for(3 * len(names))  # memory measured as it is while serving
+    reports = {name: memory(replica) for name, replica in mesh.replicas.items()}
+    shares = {name: int(report["used"]) for name, report in reports.items()}
+    own = max(int(report["rss"]) - int(report["used"]) for report in reports.values())
+    mesh.memory_limit = int(max(shares.values()) * 1.15)
+    for name in REPLICAS:
+        mesh.restart(name)
+    return shares, own
+
+
+def throughput(
+    rounds: int, timing: Timing, topologies: dict[str, Nginx], names: list[str], w: Workload
+) -> tuple[dict[str, float], list[Failure], set[str]]:
+    """Best rate per topology over interleaved rounds; the failures; the models answered
+    through the mesh."""
+    best: dict[str, float] = {}
+    failures: list[Failure] = []
+    answered: set[str] = set()
+    for number in range(1, rounds + 1):
+        for topology, nginx in topologies.items():
+            with MeshLoad(nginx, names, w, http_clients=8) as load:
+                time.sleep(timing.warmup)  # warm-up before the window
+                rate = load.rate(timing.duration)
+            print(f"round {number}/{rounds} {topology:5} {rate:8.1f} req/s", flush=True)
+            best[topology] = max(best.get(topology, 0.0), rate)
+            failures += load.failures
+            if topology == "mesh":
+                answered |= set(load.answered)
+    return best, failures, answered
+
+
+def compare(
+    mesh: MeshCluster, names: list[str], w: Workload, rounds: int, timing: Timing, v: Verdicts
+) -> None:
+    """The mesh against three all-holding replicas behind the shipped nginx."""
+    full: list[RunningServer] = []
+    full_nginx: Nginx | None = None
+    try:
+        for index in range(len(REPLICAS)):
+            log = mesh.folder / f"full-{index}.log"
+            full.append(start_replica(mesh.repository, log, env=REPLICA_ENV, deadline=600))
+        full_nginx = start_nginx(mesh.folder / "full-nginx", full)
+        used = int(memory(full[0])["used"])
+        print(f"an all-holding replica's models: {used / MIB:.0f} MiB", flush=True)
+        topologies = {"all": full_nginx, "mesh": mesh.router()}
+        best, failed, answered = throughput(rounds, timing, topologies, names, w)
+    finally:
+        if full_nginx is not None:
+            full_nginx.stop()
+        for replica in full:
+            replica.stop()
+    ratio = best["mesh"] / best["all"]
+    v.check(
+        ratio >= 0.9,
+        "throughput mesh / all-holding >= 0.9",
+        f"{ratio:.3f} ({best['all']:.0f} -> {best['mesh']:.0f} req/s, HTTP binary, 8 clients)",
+    )
+    v.check(not failed, "0 failed requests", f"{len(failed)} {failed[:3]}")
+    v.check(answered == set(names), "every model answered", f"{len(answered)}/{len(names)}")
+
+
+def kill_under_load(mesh: MeshCluster, names: list[str], w: Workload, v: Verdicts) -> None:
+    """SIGKILL a replica under load: are its models answered by their next owners?"""
+    victim = "r1"
+    owned = {m for m, members in mesh.owners().items() if members[0] == victim}
+    with MeshLoad(mesh.router(), names, w, http_clients=6, grpc_clients=2) as load:
+        load.wait_for(300)
+        mark = time.monotonic()
+        mesh.replicas[victim].process.kill()
+        end = mark + 60
+        while not owned <= load.answered_since(mark) and time.monotonic() < end:
+            time.sleep(0.05)  # polling the answers, with a deadline
+        took = time.monotonic() - mark
+        load.wait_for(300)
+        missing = owned - load.answered_since(mark)
+    http = [f for f in load.failures if f.kind == "http"]
+    v.check(
+        not missing and not http,
+        f"{victim} killed: its models answered by the next owners, 0 failed HTTP",
+        f"{len(owned) - len(missing)}/{len(owned)} of its models answered within {took:.2f} s; "
+        f"failed: HTTP {len(http)}, gRPC {len(load.failures) - len(http)} "
+        f"{load.failures[:2]}; answers {dict(load.ok)}",
+    )
+    old = mesh.replicas[victim]
+    mesh.start_replica(victim, (old.http_port, old.grpc_port, old.metrics_port))
+
+
+def rolling_restart(mesh: MeshCluster, names: list[str], w: Workload, v: Verdicts) -> None:
+    with MeshLoad(mesh.router(), names, w, http_clients=6, grpc_clients=2) as load:
+        load.wait_for(300)
+        for name in REPLICAS:
+            mesh.restart(name)
+            load.wait_for(300)
+    v.check(
+        not load.failures,
+        "rolling restart of all three (drained at nginx first), 0 failed",
+        f"{len(load.failures)} failed {load.failures[:3]}; answers {dict(load.ok)}; "
+        f"sent again after nginx closed a kept-alive connection: {load.resent}",
+    )
+
+
+def run(mesh: MeshCluster, names: list[str], rounds: int, timing: Timing, v: Verdicts) -> None:
+    w = mlp_workload(mesh.repository / names[0] / "1" / "model.onnx")
+    shares, own = size_mesh(mesh, names, w)
+    total = sum(shares.values())
+    print(
+        f"{len(names)} models (MLP 64-768-768-10); the mesh's replicas count "
+        f"{', '.join(f'{n} {b / MIB:.0f}' for n, b in shares.items())} MiB of models, "
+        f"the server's own memory {own / MIB:.0f} MiB\n--memory-limit "
+        f"{mesh.memory_limit / MIB:.0f} MiB = {mesh.memory_limit / total:.2f} of the "
+        "repository's footprints",
+        flush=True,
+    )
+    peak = RssPeak(mesh)
+    try:
+        owners = mesh.owners()
+        agree = all(
+            loaded_models(replica) == {m for m, o in owners.items() if o[0] == name}
+            for name, replica in mesh.replicas.items()
+        )
+        v.check(agree, "each replica loaded (only) the models nginx sends it", str(agree))
+        peak.phase = "serving every model"
+        compare(mesh, names, w, rounds, timing, v)
+        peak.phase = "a replica killed"
+        kill_under_load(mesh, names, w, v)
+        peak.phase = "rolling restart"
+        rolling_restart(mesh, names, w, v)
+    finally:
+        peak.stop()
+    bound = mesh.memory_limit + own
+    for phase in ("serving every model", "a replica killed", "rolling restart"):
+        peaks = peak.peaks.get(phase, Counter())
+        v.check(
+            bool(peaks) and max(peaks.values()) <= bound,
+            f"RSS <= --memory-limit + the server's own, {phase}",
+            ", ".join(f"{n} {b / MIB:.0f}" for n, b in sorted(peaks.items()))
+            + f" MiB at most (sampled every 50 ms) <= {bound / MIB:.0f} MiB",
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="a model mesh of 3 replicas behind nginx")
+    parser.add_argument("--models", type=int, default=300, help="models in the repository")
+    add_round_options(parser, duration=3.0, warmup=1.0, rounds=3)
+    args = parser.parse_args()
+    rounds, timing = round_options(args, quick=Timing(1.0, 0.5))
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+    verdicts = Verdicts()
+    with tempfile.TemporaryDirectory(prefix="inferplex-mesh-") as tmp:
+        folder = Path(tmp)
+        names = build_models(folder / "models", args.models, make_mlp)
+        mesh = MeshCluster(folder / "models", folder)
+        try:
+            run(mesh, names, rounds, timing, verdicts)
+        finally:
+            mesh.stop()
+    print("\n" + "\n".join(verdicts.lines))
+
+
+if __name__ == "__main__":
+    main()
