@@ -106,19 +106,22 @@ class MeshCluster:
         self.replicas[name] = start_replica(self.repository, log, ports, env=self.env(name))
 
     def owners(self) -> dict[str, tuple[str, ...]]:
-        """Each model's owners and then its backup, as the ring places them."""
+        """Each model's owners, as the ring places them."""
         ring = Ring(REPLICAS)
-        copies = self._copies()
-        return {m: ring.owners(m, k + 1) for m, k in copies.items()}
+        return {m: ring.owners(m, k) for m, k in self.copies_by_model().items()}
 
-    def _copies(self) -> dict[str, int]:
+    def backup(self, model: str) -> str:
+        """The replica after ``model``'s owners on the ring: nginx's backup for it."""
+        return Ring(REPLICAS).owners(model, self.copies_by_model()[model] + 1)[-1]
+
+    def copies_by_model(self) -> dict[str, int]:
         models = sorted(p.name for p in self.repository.iterdir() if p.is_dir())
         return copies_by_model(self.repository, models, self.copies)
 
     def config(self, prefix: Path, http_port: int, grpc_port: int, down: Collection[str]) -> str:
         backends = [Backend(n, r.http_url, r.grpc_url) for n, r in self.replicas.items()]
         listen = Listen(f"{HOST}:{http_port}", f"{HOST}:{grpc_port}", str(prefix), "1")
-        return render(Ring(REPLICAS), self._copies(), backends, listen, down)
+        return render(Ring(REPLICAS), self.copies_by_model(), backends, listen, down)
 
     def _start_nginx(self, deadline: float = 20.0) -> Nginx:
         binary = nginx_binary()

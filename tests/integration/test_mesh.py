@@ -30,6 +30,8 @@ from examples import modelgen
 from inferplex.benchtool.cluster import nginx_binary
 
 MODELS = 30
+#: a model with two owners (its config's mesh_copies)
+HOT = "model_007"
 
 pytestmark = pytest.mark.skipif(
     nginx_binary() is None, reason="nginx is not installed (scripts/system_packages.sh)"
@@ -41,6 +43,9 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshCluster]:
     folder = tmp_path_factory.mktemp("mesh")
     repo = folder / "models"
     build_models(repo, MODELS, lambda r, name: modelgen.add_sub(r, name))
+    (repo / HOT / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\nparameters { key: "mesh_copies" value { string_value: "2" } }\n'
+    )
     cluster = MeshCluster(repo, folder)
     try:
         cluster.start()
@@ -49,13 +54,15 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshCluster]:
         cluster.stop()
 
 
-def _routed(conf: str) -> dict[str, str]:
-    """model -> the replica nginx sends it to first (the map, then the upstream's first
-    server that is not a backup), from nginx's configuration file."""
+def _routed(conf: str) -> dict[str, set[str]]:
+    """model -> the replicas nginx sends it to (the map, then the servers of its upstream
+    that are not backups), from nginx's configuration file."""
     sets = dict(re.findall(r'^        "(.+)" (s\d+);$', conf, re.M))
-    primaries = dict(
-        re.findall(r"upstream http_(s\d+) \{[^\n]*\n\s+least_conn;\n\s+server (\S+) ", conf)
-    )
+    upstreams = dict(re.findall(r"upstream http_(s\d+) \{[^\n]*\n(.*?)\n    \}", conf, re.S))
+    primaries = {
+        set_id: set(re.findall(r"server (\S+) max_fails=1 fail_timeout=1s;", body))
+        for set_id, body in upstreams.items()
+    }
     return {model: primaries[set_id] for model, set_id in sets.items()}
 
 
@@ -63,8 +70,9 @@ def test_replicas_loaded_what_nginx_sends_them(mesh: MeshCluster) -> None:
     assert mesh.nginx is not None
     routed = _routed((mesh.nginx.prefix / "nginx.conf").read_text())
     assert len(routed) == MODELS
+    assert len(routed[HOT]) == 2
     for name, replica in mesh.replicas.items():
-        mine = {model for model, address in routed.items() if address == replica.http_url}
+        mine = {model for model, addresses in routed.items() if replica.http_url in addresses}
         assert mine, f"{name} owns nothing"
         assert loaded_models(replica) == mine, name
 
@@ -80,7 +88,9 @@ def test_every_model_answers_through_nginx_on_its_owner(mesh: MeshCluster) -> No
     owners = mesh.owners()
     for name, replica in mesh.replicas.items():
         served = _successes(replica.metrics_url)
-        assert served and all(owners[model][0] == name for model in served), (name, served)
+        assert served and all(name in owners[model] for model in served), (name, served)
+        # least_conn spreads the model with two owners over both
+        assert (HOT in served) == (name in owners[HOT]), (name, served)
 
 
 def test_a_killed_replicas_models_answer_from_their_next_owner(mesh: MeshCluster) -> None:
@@ -89,7 +99,7 @@ def test_a_killed_replicas_models_answer_from_their_next_owner(mesh: MeshCluster
     victim = mesh.replicas.pop("r1")  # the fixture stops the others
     victim.process.kill()
     victim.process.wait()
-    orphans = sorted(model for model, members in owners.items() if members[0] == "r1")
+    orphans = sorted(model for model, members in owners.items() if members == ("r1",))
     workload = add_sub_workload()
     body = {
         "inputs": [
@@ -104,8 +114,8 @@ def test_a_killed_replicas_models_answer_from_their_next_owner(mesh: MeshCluster
             assert answer.status_code == 200, (model, answer.text)
             outputs = {o["name"]: o["data"] for o in answer.json()["outputs"]}
             assert outputs["OUTPUT0"] == workload.expected["OUTPUT0"].ravel().tolist()
-    for backup in {owners[model][1] for model in orphans}:
-        taken = {model for model in orphans if owners[model][1] == backup}
+    for backup in {mesh.backup(model) for model in orphans}:
+        taken = {model for model in orphans if mesh.backup(model) == backup}
         assert taken <= loaded_models(mesh.replicas[backup]), backup
 
 
