@@ -124,6 +124,8 @@ async def measure_setup(contention: Contention, timing: Timing, setup: Setup) ->
     }
     if setup.slo_p99_ms:
         result["slo_ratio"] = round(flooded_p99 / setup.slo_p99_ms, 2)
+        # with no flood at all: above 1, the machine's other load missed the target already
+        result["alone_slo_ratio"] = round(alone["steady"]["p99_ms"] / setup.slo_p99_ms, 2)
     return result
 
 
@@ -171,7 +173,8 @@ def print_legend(setups: dict[str, Setup], samples: int) -> None:
     print(
         "ratio = flooded p99 / alone p99; /slo = flooded p99 / high's slo_p99_ms; n = high's "
         "flooded requests (the p99's samples); high queue ms = its mean time in the queue "
-        "while flooded (the scheduler's share of its latency); cpu = cores used while flooded"
+        "while flooded (the scheduler's share of its latency); cpu = cores used while flooded; "
+        "alone_slo_ratio = alone p99 / slo_p99_ms (above 1: the target was missed with no flood)"
     )
     if samples < MIN_P99_SAMPLES:
         print(
@@ -185,7 +188,7 @@ def spread(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
     values: dict[str, list[float]] = {}
     for run in runs:
         for key, r in run.items():
-            for figure in ("p99_ratio", "slo_ratio"):
+            for figure in ("p99_ratio", "slo_ratio", "alone_slo_ratio"):
                 if figure in r:
                     values.setdefault(f"{key}/{figure}", []).append(r[figure])
     return values
@@ -222,15 +225,16 @@ def main() -> None:
             parser.error(f"unknown setups {unknown}; choose from {list(setups)}")
         setups = {key: setups[key] for key in chosen}
     pair = Pair(HIGH, LOW, args.rate, args.concurrency, args.image_size)
-    before = machine_state()
 
     import uvloop
 
     runs: list[dict[str, Any]] = []
+    machines: list[dict[str, float]] = []  # the neighbours' load before each run
     with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp:
         repo = Path(tmp) / "models"
         models = build_models(repo, pair)
         for run in range(args.repeat):
+            machines.append(machine_state())
             results: dict[str, Any] = {}
             for key, setup in setups.items():
                 configure(models, setup.layouts())
@@ -251,10 +255,13 @@ def main() -> None:
         {
             "options": {**vars(args), "duration": timing.duration, "warmup": timing.warmup},
             "setups": {key: setup.describe() for key, setup in setups.items()},
-            "runs": runs,
+            "runs": [
+                {"machine": machine, "results": results}
+                for machine, results in zip(machines, runs, strict=True)
+            ],
             "targets": outcomes,
         },
-        before,
+        machines[0],
     )
 
 
