@@ -250,6 +250,7 @@ class Server:
                 self.engine.snapshot,
                 listeners=self._http_servers,
                 http2=self._grpc.counters if self._grpc is not None else None,
+                activity=self.engine.activity,
             )
             self._metrics.sampler.start(asyncio.get_running_loop())
             self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)

@@ -24,8 +24,11 @@ from inferplex.config.writers import write_config
 from tests.support.polling import wait_for
 
 #: TorchServe style, decoupled: yields ``count`` text outputs of ``size`` characters, writing
-#: how many it yielded to its progress file, and "stopped" when it is closed early
+#: how many it yielded to its progress file, and "stopped" when it is closed early (each
+#: written whole, by a rename, so that the test never reads a file half written)
 ENDLESS = """
+import os
+
 import numpy as np
 from inferplex.handler import BaseHandler
 
@@ -34,16 +37,21 @@ class Handler(BaseHandler):
         super().initialize(context)
         self.progress = context.config["parameters"]["progress"]["string_value"]
 
+    def report(self, text):
+        with open(self.progress + ".new", "w") as file:
+            file.write(text)
+        os.replace(self.progress + ".new", self.progress)
+
     def inference(self, data):
         count, size = (int(v) for v in data["IN"].reshape(-1))
         done = 0
         try:
             for done in range(1, count + 1):
                 yield {"text_output": np.array([b"x" * size], dtype=object)}
-                open(self.progress, "w").write(str(done))
+                self.report(str(done))
         finally:
             if done < count:
-                open(self.progress, "w").write("stopped")
+                self.report("stopped")
 """
 
 ENDLESS_CONFIG = """

@@ -173,7 +173,7 @@ async def test_reload_loads_beside_and_a_failing_version_leaves_the_old_serving(
         await engine.load_model("add_sub", {})
         new = engine.registry.entry("add_sub").versions
         assert new[2] is not old and new[1] is v1
-        assert old.in_flight == 0 and not old.instances[0]._thread.is_alive()
+        assert old.in_flight == 0 and old.instances[0].closed
         assert index(engine)[("add_sub", "2")] == ("READY", "")
 
 
@@ -418,7 +418,8 @@ async def test_loads_beside_busy_serving_pause_and_loads_requests_wait_for_do_no
         busy = asyncio.create_task(
             engine.infer(InferenceRequest("slow", [Tensor("INPUT0", "FP32", data.shape, data)]))
         )
-        await eventually(engine.registry.serving, what="a request in flight")
+        assert engine.dispatcher is not None
+        await eventually(engine.dispatcher.busy, what="a request in flight")
         await engine.load_model("add_sub", {})  # the file's config again: a new instance
         # waits before creating the instance (for the read) and before its warm-up (for the
         # creation); the warm-up (none) calls for next to no wait before the freeing

@@ -128,7 +128,9 @@ class Backend(abc.ABC):
     #: takes no compute slot of the scheduler: holding one while waiting could deadlock
     composite: bool = False
     #: ``execute`` may run on the event loop when its measured time is tiny (the server's
-    #: ``inline_execution_us``): it computes in this process and never blocks on anything else
+    #: ``inline_execution_us``), and on any thread: it computes in this process and never
+    #: blocks on anything else, so its instances share the server's worker threads
+    #: (``core.workers``) unless the model sets ``scheduling.nice``
     runs_inline: bool = False
     #: batches go to ``execute_requests`` with the requests they hold (ids, parameters, rows),
     #: and each request may fail on its own (Triton's python backend: one response each)

@@ -25,6 +25,7 @@ from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
 from inferplex.core.fifo import FifoQueue
 from inferplex.core.lanes import LaneQueue
 from inferplex.core.scheduler import ModelPolicy, Scheduler, Ticket
+from inferplex.core.workers import WorkerPool
 
 _now = time.perf_counter
 
@@ -78,6 +79,8 @@ class Dispatcher:
         self._pump_queued = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
+        #: the threads the instances of light models share (``core.workers``)
+        self.workers = WorkerPool()
 
     def add(self, version: ServedVersion, policy: ModelPolicy) -> None:
         self.scheduler.register(version.key, policy)
@@ -90,6 +93,10 @@ class Dispatcher:
         self._policies.pop(version.key, None)
         self._pending.discard(version)
         self.scheduler.unregister(version.key)
+
+    def busy(self) -> bool:
+        """Whether requests wait in a queue or batches run (what a paced load yields to)."""
+        return bool(self._pending) or self.scheduler.running > 0
 
     # -- events ---------------------------------------------------------------------------
     def wake(self) -> None:

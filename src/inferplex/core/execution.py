@@ -88,12 +88,9 @@ class VersionExecution:
         self.stats = stats
         self.estimator = estimator
         self.adaptive_batch_done: Callable[[], None] | None = None
-        self.instances = [
-            ModelInstance(
-                f"{key}#{i}", backend, loop, self._run, self._done, config.scheduling.nice
-            )
-            for i, backend in enumerate(backends)
-        ]
+        self._loop = loop
+        self._dispatcher = dispatcher
+        self.instances = [self._instance(f"{key}#{i}", b) for i, b in enumerate(backends)]
         #: never rebound: the version's queue reads the same list
         self.idle = list(self.instances)
         #: batches may run on the event loop (``launch``): every instance can, the inputs have
@@ -122,12 +119,17 @@ class VersionExecution:
         if config.sequence_batching is not None:  # its state outputs are asked for too
             self._output_order += sorted(config.sequence_batching.state_outputs)
         self._bytes_outputs = [t.name for t in config.output if t.data_type == "BYTES"]
-        self._loop = loop
-        self._dispatcher = dispatcher
         batching = config.dynamic_batching
         self._ordered = batching is not None and batching.preserve_ordering
         self._held: dict[int, Callable[[], None]] = {}  # preserve_ordering: answers waiting
         self._next_seq = 0
+
+    def _instance(self, label: str, backend: Backend) -> ModelInstance:
+        """An instance of ``backend``: on the shared worker threads when it computes in this
+        process without blocking and keeps the server's priority, else on its own thread."""
+        nice = self.config.scheduling.nice
+        pool = self._dispatcher.workers if backend.runs_inline and not nice else None
+        return ModelInstance(label, backend, self._loop, self._run, self._done, nice, pool)
 
     # -- batches: called by the dispatcher -------------------------------------------------------
     def launch(self, batch: Batch, ticket: Ticket | None) -> None:
@@ -329,11 +331,8 @@ class VersionExecution:
     def add_instances(self, backends: list[Backend]) -> None:
         """Put more instances into service (their backends were made off the loop)."""
         for backend in backends:
-            label = f"{self.key}#{self._instances_made}"
+            instance = self._instance(f"{self.key}#{self._instances_made}", backend)
             self._instances_made += 1
-            instance = ModelInstance(
-                label, backend, self._loop, self._run, self._done, self.config.scheduling.nice
-            )
             self.instances.append(instance)
             self.idle.append(instance)
         self._dispatcher.wake()

@@ -1,4 +1,5 @@
-"""Model instances: each a backend object with its own dedicated worker thread and queue.
+"""Model instances: each a backend object with a worker thread of its own and its queue, or
+(a light model's, ``core.workers``) the server's shared worker threads.
 
 The dispatcher hands a batch to an idle instance; the worker runs it and answers with one
 ``call_soon_threadsafe`` per batch (DESIGN.md: a dedicated thread fed by a queue is cheaper
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from inferplex.backends.base import Backend
+from inferplex.core.workers import WorkerPool
 from inferplex.threadprio import lower_thread_priority
 
 logger = logging.getLogger(__name__)
@@ -31,7 +33,8 @@ Done = Callable[[Any, Any, BaseException | None], None]
 
 
 class ModelInstance:
-    """One backend instance and the thread that runs its jobs (batches), one at a time."""
+    """One backend instance and the thread that runs its jobs (batches), one at a time: its
+    own, or with ``pool`` one of the pool's (a light model's; never with ``nice``)."""
 
     def __init__(
         self,
@@ -41,6 +44,7 @@ class ModelInstance:
         work: Work,
         done: Done,
         nice: int = 0,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.label = label
         self.nice = nice
@@ -48,13 +52,32 @@ class ModelInstance:
         self._loop = loop
         self._work_fn = work
         self._done = done
+        self._pool = pool
+        #: its backend has been freed (``close``)
+        self.closed = False
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name=label, daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if pool is None:
+            self._thread = threading.Thread(target=self._work, name=label, daemon=True)
+            self._thread.start()
+        else:
+            assert not nice, "a pool thread keeps the server's priority"
 
     def run(self, job: Any) -> None:
         """Queue ``job`` (not None); ``done`` is called on the event loop with its outcome."""
-        self._queue.put(job)
+        if self._pool is not None:
+            self._pool.submit(self._execute, job)
+        else:
+            self._queue.put(job)
+
+    def _execute(self, job: Any) -> None:
+        """In the worker thread (its own or a pool's): run ``job``, answer on the loop."""
+        try:
+            result = self._work_fn(self._backend, job)
+        except BaseException as exc:  # every job is answered, whatever the backend raised
+            self._loop.call_soon_threadsafe(self._done, job, None, exc)
+        else:
+            self._loop.call_soon_threadsafe(self._done, job, result, None)
 
     def run_inline(self, job: Any) -> None:
         """Run ``job`` now, on the event loop (the caller's thread), for a batch measured to be
@@ -74,26 +97,22 @@ class ModelInstance:
         reason = lower_thread_priority(self.nice)
         if reason is not None:
             logger.warning("instance %s keeps the server's priority: %s", self.label, reason)
-        call_soon = self._loop.call_soon_threadsafe
-        get = self._queue.get
-        work, done, backend = self._work_fn, self._done, self._backend
+        get, execute = self._queue.get, self._execute
         while True:
             job = get()
             if job is None:
                 return
-            try:
-                result = work(backend, job)
-            except BaseException as exc:  # every job is answered, whatever the backend raised
-                call_soon(done, job, None, exc)
-            else:
-                call_soon(done, job, result, None)
+            execute(job)
 
     def close(self) -> None:
-        """Stop the worker after the work already queued, then free the backend.
-        Blocking: call it off the event loop."""
-        self._queue.put(None)
-        self._thread.join()
+        """Stop the worker after the work already queued (a pooled instance is idle when it
+        is closed: it was drained or retired), then free the backend. Blocking: call it off
+        the event loop."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
         try:
             self._backend.close()
         except Exception:
             logger.exception("closing instance %s failed", self.label)
+        self.closed = True

@@ -18,6 +18,7 @@ from inferplex.config.model_config import ModelConfig
 from inferplex.core.model import ModelVersion
 from inferplex.core.scheduler import ModelPolicy
 from inferplex.core.snapshot import ModelSnapshot, VersionSnapshot
+from inferplex.core.stats import ACTIVITY
 from inferplex.errors import (
     UNKNOWN_MODEL,
     InvalidInputError,
@@ -105,6 +106,7 @@ class ModelRegistry:
 
     def publish(self, entry: ModelEntry, versions: dict[int, ModelVersion]) -> None:
         """Make ``versions`` the served set of ``entry`` at once (the atomic switch)."""
+        ACTIVITY.count += 1
         if entry.default_version is not None and entry.default_version not in versions:
             entry.default_version = None
         entry.versions = versions
@@ -142,10 +144,6 @@ class ModelRegistry:
 
     def entries(self) -> list[ModelEntry]:
         return [self._entries[name] for name in sorted(self._entries)]
-
-    def serving(self) -> bool:
-        """Whether any served version has requests in flight."""
-        return any(v.in_flight for e in self._entries.values() for v in e.versions.values())
 
     def route(self, name: str, version: str = "") -> ModelVersion:
         """The version that serves a request: the given one, else the default (highest).

@@ -22,6 +22,7 @@ from inferplex.core.model import ModelVersion
 from inferplex.core.registry import ModelRegistry
 from inferplex.core.scheduler import Scheduler
 from inferplex.core.snapshot import EngineSnapshot
+from inferplex.core.stats import ACTIVITY
 from inferplex.core.streaming import Responses, SingleResponse
 from inferplex.core.validation import RequestValidator
 from inferplex.errors import InferplexError, ModelNotFoundError, ModelNotReadyError
@@ -82,6 +83,7 @@ class InferenceEngine:
         self.shared_memory = shared_memory
         lifecycle.before_scan = self._before_scan
         self._routes_reload: asyncio.Task[bool] | None = None
+        self.dispatcher: Dispatcher | None = None  # made by ``start``
         self._started = False
         self._stopping = False
 
@@ -119,6 +121,8 @@ class InferenceEngine:
             self._routes_reload.cancel()
         await self.routes.close()
         await self.lifecycle.stop(drain_timeout)
+        if self.dispatcher is not None:  # (every model is freed: its threads are idle)
+            await asyncio.to_thread(self.dispatcher.workers.close)
         self.shared_memory.close()
 
     # -- health and metadata ----------------------------------------------------------------
@@ -199,6 +203,13 @@ class InferenceEngine:
         """The models, their states and served versions with their counters, for the
         metrics port and the dashboard (read on the event loop, never per request)."""
         return EngineSnapshot(self.config.server_name, self.ready(), self.registry.snapshot())
+
+    def activity(self) -> int | None:
+        """A count that moves whenever what ``snapshot`` shows may have changed; None while
+        requests are queued or running (their queue and busy time change without it)."""
+        if self.dispatcher is not None and self.dispatcher.busy():
+            return None
+        return ACTIVITY.count
 
     def route_listing(self) -> dict[str, Any]:
         """Every route of routing.yaml (docs/routing.md)."""

@@ -129,7 +129,7 @@ class ModelLoader:
                 f"failed to load '{name}', failed to poll from model repository: '{name}' is "
                 f"not in the model repository {self.repository}"
             )
-        pacer = Pacer(self._load_share, self.registry.serving) if paced else UNPACED
+        pacer = Pacer(self._load_share, self._serving) if paced else UNPACED
         entry = self.registry.add(name)
         async with entry.lock:
             if pinned is not None:
@@ -141,6 +141,10 @@ class ModelLoader:
             await self._retire(replaced, pacer)
             if stale is not None:  # the override folder the replaced versions came from
                 await asyncio.to_thread(remove_folder, stale)
+
+    def _serving(self) -> bool:
+        """Whether requests are being served (a paced load yields to them)."""
+        return self._dispatcher is not None and self._dispatcher.busy()
 
     async def _read_model(
         self,
@@ -318,6 +322,8 @@ class ModelLoader:
         """Evict idle models (least recently used first) until ``needed`` more bytes fit into
         the memory limit and ``gpu_needed`` (GPU -> bytes) into each GPU's limit;
         InsufficientMemoryError, with nothing evicted, when even that cannot make room."""
+        if not self.memory_limit and not self.gpu.active:
+            return  # no budget: nothing to weigh (the residents are a walk over every model)
         while True:
             residents = self._residents(entry)
             victims, budget = [], "--memory-limit"

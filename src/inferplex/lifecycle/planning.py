@@ -27,6 +27,12 @@ logger = logging.getLogger(__name__)
 INTRA_OP_PARAMETER = "intra_op_thread_count"
 #: model parameter: "true" lets a KIND_GPU group run on the CPU where there is no GPU
 CPU_FALLBACK_PARAMETER = "allow_cpu_fallback"
+#: below this size (the version folder's files) a model computes too little per batch for
+#: intra-op threads to pay back their hand-offs, and hundreds of such models would each
+#: start their own: its instances get one intra-op thread unless the config or the server
+#: sets a count
+LIGHT_MODEL_BYTES = 1_000_000
+
 #: instances of a composite model (pipeline, cascade, remote) whose config sets none: the
 #: batches it can have in flight at once
 COMPOSITE_INSTANCES = 8
@@ -115,7 +121,7 @@ def plan_model(
         group = InstanceGroup(count=COMPOSITE_INSTANCES, kind="KIND_CPU")
         config = config.model_copy(update={"instance_group": (group,)})
     gpu = backend.gpu_available()
-    size = model_bytes(files[max(files)]) if gpu else 0  # only KIND_AUTO on a GPU asks
+    size = model_bytes(files[max(files)])
     check_parameters(config)  # breaker and timeout parameters (resilience/guard.py)
     instances = _instances(config, server_intra_op_threads, gpu, size)
     served = served_backend(backend, config)
@@ -170,7 +176,7 @@ def _instances(
     without one fails the model, or runs on the CPU when the model sets the parameter
     allow_cpu_fallback."""
     groups = config.instance_group or (InstanceGroup(),)
-    threads = _intra_op_threads(config, server_intra_op_threads, sum(g.count for g in groups))
+    threads = _intra_op_threads(config, server_intra_op_threads, sum(g.count for g in groups), size)
     specs: list[InstanceSpec] = []
     for index, group in enumerate(groups):
         kind = group.kind
@@ -201,7 +207,7 @@ def _instances(
     return tuple(specs)
 
 
-def _intra_op_threads(config: ModelConfig, server_setting: int, instances: int) -> int:
+def _intra_op_threads(config: ModelConfig, server_setting: int, instances: int, size: int) -> int:
     value = config.parameters.get(INTRA_OP_PARAMETER)
     if value is not None:
         try:
@@ -215,5 +221,7 @@ def _intra_op_threads(config: ModelConfig, server_setting: int, instances: int) 
             return threads
     if server_setting > 0:
         return server_setting
+    if size < LIGHT_MODEL_BYTES:  # a second thread would only wait: one per instance
+        return 1
     # Instances of one model share the cores rather than oversubscribe them.
     return max(1, (os.cpu_count() or 1) // instances)

@@ -17,7 +17,7 @@ from inferplex.metrics.dashboard import STATIC_FILES, dashboard_data, load_stati
 from inferplex.metrics.exposition import render
 from inferplex.metrics.http2 import Http2Counts
 from inferplex.metrics.listeners import Listener
-from inferplex.metrics.sampler import Sampler, Snapshot
+from inferplex.metrics.sampler import Activity, Sampler, Snapshot
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _JSON = b"application/json"
@@ -32,9 +32,10 @@ class MetricsApp:
         sampler: Sampler | None = None,
         listeners: Sequence[Listener] = (),
         http2: Http2Counts | None = None,
+        activity: Activity | None = None,
     ) -> None:
         self.snapshot = snapshot
-        self.sampler = sampler or Sampler(snapshot)
+        self.sampler = sampler or Sampler(snapshot, activity=activity)
         self.collector = Collector(snapshot, self.sampler, listeners, http2)
         self._static = load_static()
 
@@ -81,8 +82,10 @@ def create_metrics_app(
     sampler: Sampler | None = None,
     listeners: Sequence[Listener] = (),
     http2: Http2Counts | None = None,
+    activity: Activity | None = None,
 ) -> MetricsApp:
     """The metrics port's application over what ``snapshot`` (the engine's) reads; ``sampler``
-    defaults to a one-second sampler; ``listeners``, the HTTP servers whose counters it
-    reports; ``http2``, the gRPC port's."""
-    return MetricsApp(snapshot, sampler, listeners, http2)
+    defaults to a one-second sampler that skips its walk over the models while ``activity``
+    (the engine's) stands still; ``listeners``, the HTTP servers whose counters it reports;
+    ``http2``, the gRPC port's."""
+    return MetricsApp(snapshot, sampler, listeners, http2, activity)

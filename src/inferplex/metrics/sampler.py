@@ -4,7 +4,10 @@ memory, the server's CPU — as a short history for the live dashboard and as th
 gauges of ``/metrics`` (CPU utilisation, instance busy ratio).
 
 It only reads counters the data path keeps anyway, so it adds nothing per request; one
-tick costs a few microseconds per served model version.
+tick costs a few microseconds per served model version — and next to nothing when the
+engine's activity count says nothing was answered or loaded since the last tick and nothing
+waits or runs: the versions' points are then those of a quiet window, made once, so a
+server of a thousand idle models is not woken to walk them every second.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferplex.core.snapshot import EngineSnapshot, ModelSnapshot, VersionSnapshot
 from inferplex.core.stats import LATENCY_BOUNDS_NS, ModelStats
@@ -28,6 +31,9 @@ from inferplex.metrics.process import (
 VersionId = tuple[str, str]
 #: what reads the engine's models now (``InferenceEngine.snapshot``)
 Snapshot = Callable[[], EngineSnapshot]
+#: a count that moves whenever the snapshot may differ; None: it may differ now
+#: (``InferenceEngine.activity``)
+Activity = Callable[[], int | None]
 
 
 def busy_ns(stats: ModelStats) -> int:
@@ -100,8 +106,17 @@ class Sample:
 class Sampler:
     """Keeps the last ``keep`` one-window samples of the engine."""
 
-    def __init__(self, snapshot: Snapshot, interval: float = 1.0, keep: int = 300) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        interval: float = 1.0,
+        keep: int = 300,
+        activity: Activity | None = None,
+    ) -> None:
         self.snapshot = snapshot
+        self._activity = activity
+        self._seen: int | None = None  # the activity count at the previous sample
+        self._quiet: dict[VersionId, VersionPoint] | None = None  # the versions, idle
         self.interval = interval
         self.history: deque[Sample] = deque(maxlen=keep)
         # by (model, version): a reloaded version keeps its statistics object and counters
@@ -143,6 +158,32 @@ class Sampler:
             busy, total = system[0] - self._system[0], system[1] - self._system[1]
             system_share = busy / total if total > 0 else 0.0
         self._system = system
+        seen, self._seen = self._seen, None if self._activity is None else self._activity()
+        if seen is not None and seen == self._seen and self.history:
+            versions, inflight = self._idle_points(), 0  # (every counter is where it was)
+        else:
+            self._quiet = None
+            versions, inflight = self._points(window)
+        server = ServerPoint(
+            min(max(cpu_share, 0.0), 1.0), system_share, process_rss_bytes(), inflight
+        )
+        sample = Sample(time.time(), server, versions)
+        self.history.append(sample)
+        return sample
+
+    def _idle_points(self) -> dict[VersionId, VersionPoint]:
+        """The versions over a window in which nothing happened: the last sample's, idle."""
+        if self._quiet is None:
+            self._quiet = {
+                key: replace(
+                    point, throughput=0.0, errors=0.0, p50_ms=None, p99_ms=None, queue=0, busy=0.0
+                )
+                for key, point in self.history[-1].versions.items()
+            }
+        return self._quiet
+
+    def _points(self, window: float) -> tuple[dict[VersionId, VersionPoint], int]:
+        """Every served version over the window, and the requests in flight now."""
         versions: dict[VersionId, VersionPoint] = {}
         totals: dict[VersionId, _Totals] = {}
         inflight = 0
@@ -159,12 +200,7 @@ class Sampler:
             totals[key] = current
             versions[key] = _point(model, version, current, self._totals.get(key), window)
         self._totals = totals
-        server = ServerPoint(
-            min(max(cpu_share, 0.0), 1.0), system_share, process_rss_bytes(), inflight
-        )
-        sample = Sample(time.time(), server, versions)
-        self.history.append(sample)
-        return sample
+        return versions, inflight
 
     @property
     def latest(self) -> Sample | None:

@@ -10,7 +10,7 @@ import pytest
 from examples import modelgen
 from inferplex.config.writers import to_pbtxt
 from inferplex.errors import ConfigError
-from inferplex.lifecycle.planning import plan_model
+from inferplex.lifecycle.planning import LIGHT_MODEL_BYTES, plan_model
 
 
 def add_sub_model(repo: Path, extra: str = "") -> Path:
@@ -41,6 +41,15 @@ def test_auto_kind_is_cpu_here_and_threads_divide_the_cores(tmp_path: Path) -> N
     plan = plan_model(model, server_intra_op_threads=0)
     assert [spec.kind for spec in plan.instances] == ["KIND_CPU", "KIND_CPU"]
     assert all(s.intra_op_threads == max(1, (os.cpu_count() or 1) // 2) for s in plan.instances)
+
+
+def test_a_light_model_gets_one_intra_op_thread_a_heavy_one_the_cores(tmp_path: Path) -> None:
+    light = add_sub_model(tmp_path / "light", "")
+    assert plan_model(light).instances[0].intra_op_threads == 1
+    heavy = add_sub_model(tmp_path / "heavy", "")
+    # weights beside the model file count towards its size (ONNX external data)
+    (heavy / "1" / "weights.bin").write_bytes(bytes(LIGHT_MODEL_BYTES))
+    assert plan_model(heavy).instances[0].intra_op_threads == (os.cpu_count() or 1)
 
 
 def test_thread_parameter_overrides_the_server_setting(tmp_path: Path) -> None:

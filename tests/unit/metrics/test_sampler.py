@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from inferplex.core.stats import ModelStats
 from inferplex.engine.inference import InferenceEngine
 from inferplex.metrics.dashboard import dashboard_data, load_static
@@ -24,6 +26,25 @@ async def test_each_window_counts_only_its_own_requests(engine: InferenceEngine)
     for _ in range(3):
         sampler.sample()
     assert len(sampler.history) == 3  # bounded
+
+
+async def test_a_quiet_engine_is_sampled_without_walking_its_models(
+    engine: InferenceEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sampler = Sampler(engine.snapshot, activity=engine.activity)
+    await engine.infer(add_sub())
+    assert sampler.sample().versions[("add_sub", "1")].throughput > 0
+
+    def walked() -> None:
+        raise AssertionError("a quiet sample walked the models")
+
+    monkeypatch.setattr(sampler, "snapshot", walked)
+    quiet = [sampler.sample().versions[("add_sub", "1")] for _ in range(3)]
+    assert all(p.throughput == 0 and p.busy == 0 and p.p99_ms is None for p in quiet)
+    assert quiet[0].memory is not None  # what does not change by window is kept
+    monkeypatch.undo()
+    await engine.infer(add_sub())  # the count moves: the next sample walks again
+    assert sampler.sample().versions[("add_sub", "1")].throughput > 0
 
 
 async def test_the_sampler_ticks_on_the_loop(engine: InferenceEngine) -> None:

@@ -1,0 +1,75 @@
+"""WorkerPool: the threads that the instances of light models share.
+
+A server of hundreds of small models cannot give each instance a thread of its own (a
+thousand models made two thousand threads). Their batches run on these threads instead, fed
+by one queue as a dedicated thread is (DESIGN.md: a thread fed by a queue, answering with one
+``call_soon_threadsafe`` per batch). The pool starts a thread only when a job finds none
+waiting, so it holds as many threads as batches ever ran at once — at most the scheduler's
+slots, which bound the batches running server-wide — and a started batch never waits for a
+thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: one job for a pool thread: the function and its argument
+Job = tuple[Callable[[Any], None], Any]
+
+
+class WorkerPool:
+    """Threads that run jobs as they come, growing to the largest number running at once."""
+
+    def __init__(self, name: str = "inferplex-worker") -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._waiting = 0  # threads waiting for a job that no job has been promised to
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def size(self) -> int:
+        """Threads started so far."""
+        return len(self._threads)
+
+    def submit(self, run: Callable[[Any], None], job: Any) -> None:
+        """Run ``run(job)`` on a pool thread (``run`` handles its own errors)."""
+        with self._lock:
+            if self._waiting:
+                self._waiting -= 1
+            else:
+                thread = threading.Thread(
+                    target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        self._queue.put((run, job))
+
+    def _work(self) -> None:
+        get, lock = self._queue.get, self._lock
+        while True:
+            item = get()
+            if item is None:
+                return
+            run, job = item
+            try:
+                run(job)
+            except Exception:  # ``run`` answers its own errors; one that escapes is a bug
+                logger.exception("a job on %s failed", threading.current_thread().name)
+            with lock:
+                self._waiting += 1
+
+    def close(self) -> None:
+        """Stop every thread after the jobs already queued (blocking: off the event loop)."""
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
+        self._waiting = 0
