@@ -114,7 +114,6 @@ def run_mlperf(bench: BenchOptions, options: MlperfOptions, echo: Echo) -> int:
     if len(bench.models) != 1:
         raise BenchError("--scenario drives one model: give exactly one --model")
     lg = loadgen()
-    log_dir = options.log_dir or Path(tempfile.mkdtemp(prefix="inferplex-mlperf-"))
     host, port = split_address(bench.url)
     model = bench.models[0]
     label = f"{SCENARIOS[options.scenario]} {model} {bench.protocol_label}"
@@ -127,6 +126,7 @@ def run_mlperf(bench: BenchOptions, options: MlperfOptions, echo: Echo) -> int:
             except BenchError as exc:
                 echo(f"{label}: INVALID: the probe request failed, LoadGen not started: {exc}")
                 return 1
+            log_dir = options.log_dir or Path(tempfile.mkdtemp(prefix="inferplex-mlperf-"))
             try:
                 if options.find_peak:
                     return _peak(lg, loop, prepared.client, options, log_dir, label, echo)

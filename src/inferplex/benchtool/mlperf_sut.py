@@ -10,7 +10,8 @@ wait counts in LoadGen's latency, as a real client's would), and completes each 
 
 LoadGen knows nothing of errors: a sample whose request failed is still completed (with an
 empty response, or LoadGen would wait for it forever) and counted here, and the caller marks
-the run INVALID.
+the run INVALID. A request unanswered after ``REQUEST_TIMEOUT`` seconds is failed the same way,
+so a server that stops answering cannot hang the run.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ T = TypeVar("T")
 #: samples in LoadGen's query sample library; every one is the same pre-encoded request, so
 #: the count only sets how LoadGen's sample indexes repeat
 QSL_SIZE = 1024
+#: seconds a request may go unanswered before it counts as failed
+REQUEST_TIMEOUT = 60.0
 
 
 class LoopThread:
@@ -71,10 +74,15 @@ class Sut:
     """LoadGen's SUT callbacks, sending every sample as one request of ``client``."""
 
     def __init__(
-        self, lg: Any, client: InferClient, loop: asyncio.AbstractEventLoop, max_in_flight: int
+        self,
+        lg: Any,
+        client: InferClient,
+        loop: asyncio.AbstractEventLoop,
+        max_in_flight: int,
+        timeout: float = REQUEST_TIMEOUT,
     ) -> None:
         self._lg, self._client, self._loop = lg, client, loop
-        self._max_in_flight = max_in_flight
+        self._max_in_flight, self._timeout = max_in_flight, timeout
         self._waiting: deque[int] = deque()  # sample ids not sent yet (loop thread only)
         self._senders: set[asyncio.Task[None]] = set()
         self.errors = 0
@@ -100,12 +108,18 @@ class Sut:
         while waiting:
             sample_id = waiting.popleft()
             try:
-                await self._client.call()
+                async with asyncio.timeout(self._timeout):
+                    await self._client.call()
+            except TimeoutError:
+                self._failed(f"no answer in {self._timeout:g} s")
             except Exception as exc:  # whatever failed, LoadGen must get the sample back
-                self.errors += 1
-                self.first_error = self.first_error or str(exc) or type(exc).__name__
+                self._failed(str(exc) or type(exc).__name__)
             # performance mode: LoadGen needs no data; a failed sample gets the same empty one
             lg.QuerySamplesComplete([lg.QuerySampleResponse(sample_id, 0, 0)])
+
+    def _failed(self, message: str) -> None:
+        self.errors += 1
+        self.first_error = self.first_error or message
 
 
 @dataclass

@@ -87,3 +87,21 @@ def test_every_sample_is_completed_from_the_loop_and_failures_counted() -> None:
     assert client.most_in_flight == 4
     assert sut.errors == 6  # requests 3, 6, ..., 18
     assert sut.first_error.startswith("HTTP/1.1 500 Internal Server Error: request ")
+
+
+class SilentClient(HeldClient):
+    """Never answers (a server that stopped)."""
+
+    async def call(self) -> bytes:
+        await asyncio.Event().wait()
+        return b""
+
+
+def test_an_unanswered_request_fails_after_the_timeout() -> None:
+    lg = FakeLoadGen(expected=2)
+    with LoopThread() as loop:
+        sut = Sut(lg, SilentClient(busy=0), loop.loop, max_in_flight=2, timeout=0.01)
+        sut.issue_queries(samples(range(2)))
+        assert lg.all_done.wait(DEADLINE)
+    assert sorted(lg.completed) == [0, 1]
+    assert (sut.errors, sut.first_error) == (2, "no answer in 0.01 s")
