@@ -80,7 +80,7 @@ class Dispatcher:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         #: the threads the instances of light models share (``core.workers``)
-        self.workers = WorkerPool()
+        self.workers = WorkerPool(scheduler.slots)
 
     def add(self, version: ServedVersion, policy: ModelPolicy) -> None:
         self.scheduler.register(version.key, policy)

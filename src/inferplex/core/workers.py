@@ -4,9 +4,9 @@ A server of hundreds of small models cannot give each instance a thread of its o
 thousand models made two thousand threads). Their batches run on these threads instead, fed
 by one queue as a dedicated thread is (DESIGN.md: a thread fed by a queue, answering with one
 ``call_soon_threadsafe`` per batch). The pool starts a thread only when a job finds none
-waiting, so it holds as many threads as batches ever ran at once — at most the scheduler's
-slots, which bound the batches running server-wide — and a started batch never waits for a
-thread.
+waiting, up to its size — the scheduler's slots, which bound the batches running
+server-wide — so a started batch waits for a thread at most while one finishes handing its
+batch back (the loop may start the next batch before that thread takes its next turn).
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ Job = tuple[Callable[[Any], None], Any]
 
 
 class WorkerPool:
-    """Threads that run jobs as they come, growing to the largest number running at once."""
+    """Up to ``size`` threads that run jobs as they come, started as jobs find none waiting."""
 
-    def __init__(self, name: str = "inferplex-worker") -> None:
+    def __init__(self, size: int, name: str = "inferplex-worker") -> None:
+        self._size = max(1, size)
         self._name = name
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -43,7 +44,7 @@ class WorkerPool:
         with self._lock:
             if self._waiting:
                 self._waiting -= 1
-            else:
+            elif len(self._threads) < self._size:
                 thread = threading.Thread(
                     target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True
                 )

@@ -1,4 +1,5 @@
-"""The shared worker threads: jobs run on them, and there are only as many as ran at once."""
+"""The shared worker threads: jobs run on them, and there are only as many as ran at once,
+up to the pool's size."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from inferplex.core.workers import WorkerPool
 
 
 def test_jobs_one_after_another_need_one_thread() -> None:
-    pool = WorkerPool()
+    pool = WorkerPool(4)
     done: list[int] = []
     for i in range(20):
         finished = threading.Event()
@@ -23,7 +24,7 @@ def test_jobs_one_after_another_need_one_thread() -> None:
 
 
 def test_jobs_running_at_once_each_get_a_thread_and_no_more() -> None:
-    pool = WorkerPool()
+    pool = WorkerPool(4)
     release = threading.Event()
     started = threading.Barrier(4)
     names: set[str] = set()
@@ -42,7 +43,7 @@ def test_jobs_running_at_once_each_get_a_thread_and_no_more() -> None:
 
 
 def test_a_job_that_raises_leaves_its_thread_in_the_pool() -> None:
-    pool = WorkerPool()
+    pool = WorkerPool(1)
 
     def failing(_: object) -> None:
         raise RuntimeError("the instance answers its own errors; this one did not")
@@ -52,3 +53,20 @@ def test_a_job_that_raises_leaves_its_thread_in_the_pool() -> None:
     pool.submit(lambda _: finished.set(), None)
     assert finished.wait(10)
     pool.close()
+
+
+def test_jobs_past_the_size_wait_for_a_thread() -> None:
+    pool = WorkerPool(2)
+    release = threading.Event()
+    ran: list[int] = []
+
+    def job(index: int) -> None:
+        release.wait(10)
+        ran.append(index)
+
+    for index in range(5):
+        pool.submit(job, index)
+    assert pool.size == 2
+    release.set()
+    pool.close()
+    assert sorted(ran) == [0, 1, 2, 3, 4]
