@@ -400,8 +400,8 @@ class ServerConfig(BaseSettings):
         description="the names of every replica of a model mesh, this one included (e.g. the "
         "StatefulSet's pod names): a consistent-hash ring over them says which models each "
         "replica owns; at start a replica loads only the models it owns and loads others on "
-        "demand (needs load_on_demand); empty = no mesh. In the environment comma-separated "
-        "(or a JSON list)",
+        "demand (needs load_on_demand); empty = no mesh. Comma-separated (or a JSON list in "
+        "the environment)",
     )
     mesh_self: str = Field(
         default="",
@@ -472,7 +472,7 @@ class ServerConfig(BaseSettings):
         default="inferplex", description="the name server metadata answers with"
     )
 
-    @field_validator("load_model", "mesh_replicas", mode="before")
+    @field_validator("load_model", mode="before")
     @classmethod
     def _model_names(cls, value: Any) -> Any:
         """``a,b`` (environment; a JSON list too) -> ("a", "b")."""
@@ -481,6 +481,16 @@ class ServerConfig(BaseSettings):
         if value.lstrip().startswith("["):
             return json.loads(value)
         return tuple(filter(None, (name.strip() for name in value.split(","))))
+
+    @field_validator("mesh_replicas", mode="before")
+    @classmethod
+    def _replica_names(cls, value: Any) -> Any:
+        """``a,b`` (flag, repeated flags or environment; a JSON list too) -> ("a", "b")."""
+        if isinstance(value, str):
+            value = json.loads(value) if value.lstrip().startswith("[") else [value]
+        if isinstance(value, (list, tuple)):
+            return tuple(n.strip() for item in value for n in str(item).split(",") if n.strip())
+        return value
 
     @field_validator("worker_env", mode="before")
     @classmethod

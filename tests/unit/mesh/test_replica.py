@@ -47,3 +47,11 @@ def test_self_must_be_a_replica(tmp_path: Path) -> None:
 def test_the_mesh_needs_load_on_demand(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--load-on-demand"):
         owned_models(_config(tmp_path, "r0", load_on_demand=False), NAMES)
+
+
+@pytest.mark.parametrize("given", ["r0,r1, r2", ("r0,r1", "r2"), '["r0", "r1", "r2"]'])
+def test_replica_names_from_a_flag_repeated_flags_or_the_environment(
+    tmp_path: Path, given: Any
+) -> None:
+    config = ServerConfig(model_repository=tmp_path, mesh_replicas=given)
+    assert config.mesh_replicas == ("r0", "r1", "r2")
