@@ -40,6 +40,15 @@ def test_intra_op_threads_do_not_spin_unless_the_model_asks(model: Path) -> None
     assert spinning(OnnxRuntimeBackend(model, config({SPINNING_PARAMETER: "1"}), spec)) == "1"
 
 
+def test_a_light_model_s_session_keeps_no_memory_arena(model: Path) -> None:
+    def arena(spec: InstanceSpec) -> bool:
+        backend = OnnxRuntimeBackend(model, config(), spec)
+        return bool(backend._session.get_session_options().enable_cpu_mem_arena)
+
+    assert not arena(InstanceSpec(light=True))
+    assert arena(InstanceSpec())
+
+
 def test_a_bad_spinning_value_fails_the_model(model: Path) -> None:
     with pytest.raises(ConfigError, match=SPINNING_PARAMETER):
         OnnxRuntimeBackend(model, config({SPINNING_PARAMETER: "yes"}), InstanceSpec())
