@@ -108,7 +108,9 @@ class OnnxRuntimeBackend(Backend):
         return dict(zip(outputs, results, strict=True))
 
     def close(self) -> None:
-        del self._session
+        # the run method holds the native session too: both go, so that its memory is
+        # returned now, not when a garbage collection finds the unloaded version's objects
+        del self._session, self._run
 
     @classmethod
     def gpu_available(cls) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,13 @@ def test_a_light_model_s_session_keeps_no_memory_arena(model: Path) -> None:
 
     assert not arena(InstanceSpec(light=True))
     assert arena(InstanceSpec())
+
+
+def test_close_lets_go_of_the_native_session(model: Path) -> None:
+    backend = OnnxRuntimeBackend(model, config(), InstanceSpec())
+    native = backend._session._sess
+    backend.close()
+    assert sys.getrefcount(native) == 2  # ``native`` and the call's argument: freed with them
 
 
 def test_a_bad_spinning_value_fails_the_model(model: Path) -> None:
