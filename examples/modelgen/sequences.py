@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from onnx import helper
 
 from examples.modelgen.onnxfile import save, value_info
@@ -174,4 +175,43 @@ def python_sum(repo: Path, name: str = "python_sum", instances: int = 1) -> Path
     path.write_text(PYTHON_SUM_MODEL)
     config = PYTHON_SUM_CONFIG.replace("{instances}", str(instances))
     (Path(repo) / name / "config.pbtxt").write_text(config)
+    return path
+
+
+SEEDED_SUM_CONFIG = """\
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 4
+sequence_batching {{
+  state [
+    {{
+      input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 2 ]
+      initial_state {{ name: "seed" data_type: TYPE_FP32 dims: [ 2 ] data_file: "seed.bin" }}
+    }}
+  ]
+}}
+input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+output [ {{ name: "OUTPUT" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+"""
+
+
+def seeded_sum(repo: Path, seed: tuple[float, float], name: str = "seeded_sum") -> Path:
+    """A running sum of FP32 ``[-1, 2]`` inputs kept as implicit state that starts from
+    ``seed``, read from the data file ``initial_state/seed.bin`` (Triton's layout):
+    OUTPUT = STATE_OUT = STATE_IN + INPUT."""
+    shape = ["batch", 2]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["STATE_IN", "INPUT"], ["STATE_OUT"]),
+            helper.make_node("Identity", ["STATE_OUT"], ["OUTPUT"]),
+        ],
+        name,
+        [value_info("INPUT", "FP32", shape), value_info("STATE_IN", "FP32", shape)],
+        [value_info("OUTPUT", "FP32", shape), value_info("STATE_OUT", "FP32", shape)],
+    )
+    path = save(graph, repo, name, 1)
+    folder = Path(repo) / name / "initial_state"
+    folder.mkdir(exist_ok=True)
+    (folder / "seed.bin").write_bytes(np.array(seed, dtype="<f4").tobytes())
+    (Path(repo) / name / "config.pbtxt").write_text(SEEDED_SUM_CONFIG.format(name=name))
     return path

@@ -36,6 +36,7 @@ def sequence_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
     sequences.accumulator(repo, "acc_idle", idle_us=100_000)
     sequences.python_sum(repo)
     sequences.python_sum(repo, "python_sum_x2", instances=2)
+    sequences.seeded_sum(repo, (100.0, -1.0))
     running = start_server(repo, repo / "server.log")
     yield running
     assert running.stop() == 0, running.log()
@@ -109,6 +110,20 @@ def test_implicit_state_runs_per_sequence_with_sequences_interleaved(
     with concurrent.futures.ThreadPoolExecutor(len(ids)) as pool:
         sums = list(pool.map(one, range(len(ids))))
     assert sums == [[(i + 1.0) * k for k in range(1, 6)] for i in range(len(ids))]
+
+
+def test_the_state_starts_from_its_data_file(sequence_server: RunningServer) -> None:
+    client = _clients(sequence_server)[0]
+    inputs = [np.array([[1.0, 2.0]], dtype=np.float32)] * 3
+    outputs = []
+    for i, data in enumerate(inputs):
+        tensor = httpclient.InferInput("INPUT", [1, 2], "FP32")
+        tensor.set_data_from_numpy(data)
+        result = client.infer(
+            "seeded_sum", [tensor], sequence_id=77, sequence_start=i == 0, sequence_end=i == 2
+        )
+        outputs.append(result.as_numpy("OUTPUT").tolist())
+    assert outputs == [[[101.0, 1.0]], [[102.0, 3.0]], [[103.0, 5.0]]]
 
 
 def test_a_string_correlation_id_reaches_the_model(sequence_server: RunningServer) -> None:

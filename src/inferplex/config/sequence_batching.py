@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from inferplex.config.paths import check_file_name
 from inferplex.config.sections import Section as _Section
 from inferplex.config.sections import normalise_datatype
 
@@ -81,7 +82,8 @@ class ControlInput(_Section):
 
 
 class InitialState(_Section):
-    """The state a sequence starts with: zeros (``data_file`` is not supported yet)."""
+    """The state a sequence starts with: zeros, or the values of ``data_file`` in the model's
+    ``initial_state/`` folder (row-major, little-endian; BYTES as 4-byte length + bytes)."""
 
     name: str = ""
     data_type: str = ""
@@ -93,12 +95,8 @@ class InitialState(_Section):
 
     @field_validator("data_file")
     @classmethod
-    def _no_file(cls, value: str) -> str:
-        if value:
-            raise ValueError(
-                "an initial state read from a file is not supported yet; use zero_data: true"
-            )
-        return value
+    def _file_in_folder(cls, value: str) -> str:
+        return check_file_name(value, "the model's initial_state/ folder") if value else value
 
 
 class State(_Section):

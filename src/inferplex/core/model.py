@@ -52,6 +52,7 @@ class ModelVersion:
         key: str = "",
         *,
         sequence_backlog: int = 1024,
+        initial_states: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.config = config
         self.version = version
@@ -89,7 +90,12 @@ class ModelVersion:
         self.sequences: SequenceBatcher | None = None
         if config.sequence_batching is not None:
             self.sequences = SequenceBatcher(
-                config, config.sequence_batching, len(backends), loop, sequence_backlog
+                config,
+                config.sequence_batching,
+                len(backends),
+                loop,
+                sequence_backlog,
+                initial_states or {},
             )
         self._in_flight = 0
         self._idle_event = asyncio.Event()

@@ -76,7 +76,11 @@ class SequenceBatcher:
         instances: int,
         loop: asyncio.AbstractEventLoop,
         max_backlog: int = 1024,
+        initial_states: dict[str, np.ndarray] | None = None,
     ) -> None:
+        """``initial_states``: the states whose initial values come from a data file (read
+        at load, without a batch dimension), by state input name; the others start as
+        zeros."""
         self._name = config.name
         self._batched = config.batched
         self._loop = loop
@@ -91,7 +95,11 @@ class SequenceBatcher:
         self._lane_load = [0] * max(1, instances)
         self._controls = [_control(c.name, c.control[0]) for c in batching.control_input]
         self._states = batching.state
-        self._initial = {s.input_name: _initial_state(s, self._batched) for s in batching.state}
+        given = initial_states or {}
+        self._initial = {
+            s.input_name: _initial_state(s, self._batched, given.get(s.input_name))
+            for s in batching.state
+        }
         self._state_outputs = [s.output_name for s in batching.state]
         self._asked: list[str] = []
         self._wanted: list[str] = []
@@ -307,9 +315,11 @@ def _control(name: str, control: Any) -> tuple[str, str, tuple[Any, Any], np.dty
     return name, control.kind, (false, true), V2_TO_NUMPY[datatype]
 
 
-def _initial_state(state: State, batched: bool) -> np.ndarray:
-    """The zeros a sequence's state starts as (with a batch dimension of one if
-    ``batched``)."""
+def _initial_state(state: State, batched: bool, data: np.ndarray | None) -> np.ndarray:
+    """What a sequence's state starts as: ``data`` (read from its data file), else zeros;
+    with a batch dimension of one if ``batched``."""
+    if data is not None:
+        return data[None] if batched else data
     given = state.initial_state[0] if state.initial_state else None
     dims = given.dims if given is not None and given.dims else state.dims
     if any(d < 0 for d in dims):

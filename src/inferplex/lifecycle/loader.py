@@ -291,6 +291,7 @@ class ModelLoader:
             self._cache,
             key,
             sequence_backlog=self._sequence_backlog,
+            initial_states=plan.initial_states,
         )
         old = entry.versions.get(version)
         if old is not None:

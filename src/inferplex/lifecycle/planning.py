@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from inferplex.backends import Backend, InstanceSpec, backend_for, backend_for_file
 from inferplex.backends.isolated import served_backend
@@ -17,6 +19,7 @@ from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.config.paths import inside
 from inferplex.config.readers import complete_config, read_model_config
 from inferplex.errors import ConfigError
+from inferplex.lifecycle.data_files import initial_states
 from inferplex.lifecycle.placement import auto_kind, model_bytes
 from inferplex.repository.local import version_dirs
 from inferplex.resilience.guard import check_parameters
@@ -46,6 +49,8 @@ class ModelPlan:
     backend: type[Backend]
     version_files: dict[int, Path]
     instances: tuple[InstanceSpec, ...]
+    #: a sequence model's initial states read from data files, by state input name
+    initial_states: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _detect_backend(model_dir: Path, versions: dict[int, Path]) -> type[Backend]:
@@ -126,7 +131,7 @@ def plan_model(
     instances = _instances(config, server_intra_op_threads, gpu, size)
     served = served_backend(backend, config)
     _check_decoupled(config, served)
-    return ModelPlan(config, served, files, instances)
+    return ModelPlan(config, served, files, instances, initial_states(config, model_dir))
 
 
 def _check_decoupled(config: ModelConfig, backend: type[Backend]) -> None:

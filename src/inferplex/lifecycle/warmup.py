@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from inferplex.config.model_config import ModelConfig, ModelWarmup, WarmupInput
-from inferplex.config.paths import inside
 from inferplex.core.model import ModelVersion
-from inferplex.datatypes import deserialize_bytes, element_count, numpy_dtype
+from inferplex.datatypes import element_count, numpy_dtype
 from inferplex.errors import ConfigError, InferplexError, ModelLoadError
+from inferplex.lifecycle.data_files import read_tensor_file
 from inferplex.types import InferenceRequest, Tensor
 
 #: folder of a model holding the files that ``input_data_file`` names
@@ -54,27 +54,21 @@ def _tensor(
     label: str,
 ) -> Tensor:
     shape = (sample.batch_size, *item.dims) if config.batched else tuple(item.dims)
-    count = element_count(shape)
+    if item.input_data_file:
+        what = f"model '{config.name}': warm-up sample '{label}' input '{name}': input_data_file"
+        data = read_tensor_file(
+            model_dir, WARMUP_FOLDER, item.input_data_file, what, item.data_type, shape
+        )
+        return Tensor(name, item.data_type, shape, data)
     if item.data_type == "BYTES":
-        if item.input_data_file:
-            data = deserialize_bytes(_read(model_dir, item, label), count, name)
-        else:
-            # zero data is empty strings; random data is short random byte strings
-            data = np.array(
-                [b"" if item.zero_data else rng.bytes(8) for _ in range(count)], dtype=object
-            )
+        # zero data is empty strings; random data is short random byte strings
+        count = element_count(shape)
+        data = np.array(
+            [b"" if item.zero_data else rng.bytes(8) for _ in range(count)], dtype=object
+        )
         return Tensor(name, "BYTES", shape, data.reshape(shape))
     dtype = numpy_dtype(item.data_type)
-    if item.input_data_file:
-        raw = _read(model_dir, item, label)
-        if len(raw) != count * dtype.itemsize:
-            raise ConfigError(
-                f"model '{config.name}': warm-up sample '{label}' input '{name}': file "
-                f"{item.input_data_file} has {len(raw)} bytes, expected {count * dtype.itemsize} "
-                f"for {item.data_type} {list(shape)}"
-            )
-        array = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(shape)
-    elif item.zero_data:
+    if item.zero_data:
         array = np.zeros(shape, dtype=dtype)
     elif dtype.kind == "f":
         array = rng.random(shape).astype(dtype)
@@ -83,22 +77,6 @@ def _tensor(
     else:
         array = rng.integers(0, 100, shape).astype(dtype)
     return Tensor(name, item.data_type, shape, array)
-
-
-def _read(model_dir: Path, item: WarmupInput, label: str) -> bytes:
-    path = inside(
-        model_dir / WARMUP_FOLDER,
-        item.input_data_file,
-        f"model '{model_dir.name}': warm-up sample '{label}': input_data_file",
-        model_dir,
-    )
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            f"model '{model_dir.name}': warm-up sample '{label}': cannot read "
-            f"{model_dir.name}/{WARMUP_FOLDER}/{item.input_data_file}: {exc.strerror}"
-        ) from None
 
 
 async def run_warmup(served: ModelVersion, requests: list[InferenceRequest]) -> None:

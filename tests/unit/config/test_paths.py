@@ -128,6 +128,22 @@ def test_a_link_loop_is_refused(tmp_path: Path) -> None:
             {"output": [{"name": "y", "data_type": "FP32", "dims": [1], "label_filename": "../l"}]},
             "output[0].label_filename",
         ),
+        (
+            {
+                "sequence_batching": {
+                    "state": [
+                        {
+                            "input_name": "s",
+                            "output_name": "t",
+                            "data_type": "FP32",
+                            "dims": [1],
+                            "initial_state": [{"data_file": "/etc/shadow"}],
+                        }
+                    ]
+                }
+            },
+            "sequence_batching.state[0].initial_state[0].data_file",
+        ),
     ],
 )
 def test_a_config_naming_a_file_outside_is_refused_when_read(

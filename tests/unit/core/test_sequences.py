@@ -236,7 +236,7 @@ def test_strategies_map_to_batch_policies() -> None:
             {"control_input": [{"name": "C", "control": [{"kind": "CONTROL_SEQUENCE_CORRID"}]}]},
             "needs data_type",
         ),
-        ({"state": [{**STATE[0], "initial_state": [{"data_file": "x"}]}]}, "not supported yet"),
+        ({"state": [{**STATE[0], "initial_state": [{"data_file": "../x"}]}]}, "must stay inside"),
     ],
 )
 def test_configs_the_batcher_cannot_run_fail_at_load(fields: Any, message: str) -> None:
