@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from inferplex.config.paths import inside
 from inferplex.errors import InvalidInputError
 from inferplex.types import RequestedOutput, Tensor
 
@@ -90,6 +91,9 @@ def _texts(
     return texts
 
 
-def read_labels(path: Path) -> tuple[str, ...]:
-    """The labels of a label file, one a line (line ``i`` names class ``i``)."""
+def read_labels(folder: Path, name: str) -> tuple[str, ...]:
+    """The labels of the label file ``name`` in the model's ``folder``, one a line (line
+    ``i`` names class ``i``). ConfigError when the name leads out of the folder (through a
+    symbolic link too: its lines would go to clients). Blocking (reads the file)."""
+    path = inside(folder, name, "label_filename", folder)
     return tuple(path.read_text(encoding="utf-8").splitlines())

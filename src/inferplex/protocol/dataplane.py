@@ -36,7 +36,7 @@ import numpy as np
 
 from inferplex.core.streaming import Responses
 from inferplex.datatypes import V2_TO_NUMPY
-from inferplex.errors import InvalidInputError, UnsupportedError
+from inferplex.errors import ConfigError, InvalidInputError, UnsupportedError
 from inferplex.protocol.checks import CheckFactory, declared_checks
 from inferplex.protocol.classification import (
     CLASSIFICATION,
@@ -224,10 +224,9 @@ class DataPlane:
         spec = next((t for t in config.output if t.name == output), None)
         folder = self._folders(config.name) if self._folders is not None else None
         if spec is not None and spec.label_filename and folder is not None:
-            path = folder / spec.label_filename
             try:
-                labels = await asyncio.to_thread(read_labels, path)
-            except (OSError, UnicodeDecodeError) as exc:
+                labels = await asyncio.to_thread(read_labels, folder, spec.label_filename)
+            except (OSError, UnicodeDecodeError, ConfigError) as exc:
                 logger.warning("model '%s': labels of '%s' not read: %s", config.name, output, exc)
         if len(self._labels) >= _LABELS_KEPT:
             del self._labels[next(iter(self._labels))]

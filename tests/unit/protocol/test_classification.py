@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inferplex.errors import InvalidInputError
+from inferplex.errors import ConfigError, InvalidInputError
 from inferplex.protocol.classification import class_count, classify, read_labels
 from inferplex.types import Tensor
 
@@ -58,4 +58,14 @@ def test_a_count_is_a_non_negative_integer(value: object) -> None:
 
 def test_labels_are_the_lines_of_the_file(tmp_path: Path) -> None:
     (tmp_path / "labels.txt").write_text("cat\r\ndog\n\nemu")
-    assert read_labels(tmp_path / "labels.txt") == ("cat", "dog", "", "emu")
+    assert read_labels(tmp_path, "labels.txt") == ("cat", "dog", "", "emu")
+
+
+def test_a_label_file_linked_from_outside_the_model_is_not_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "labels.txt").symlink_to(secret)
+    with pytest.raises(ConfigError, match=r"label_filename 'labels\.txt' must stay inside"):
+        read_labels(model, "labels.txt")
