@@ -200,7 +200,7 @@ def print_spread(values: dict[str, list[float]]) -> dict[str, float]:
     medians = {}
     for key, series in values.items():
         medians[key] = statistics.median(series)
-        print(f"  {key:27} {min(series):>5.2f} / {medians[key]:>5.2f} / {max(series):>5.2f}")
+        print(f"  {key:31} {min(series):>5.2f} / {medians[key]:>5.2f} / {max(series):>5.2f}")
     return medians
 
 

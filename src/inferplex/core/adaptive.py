@@ -21,7 +21,8 @@ measured cost when it finishes), so between their batches the cores are left to 
 with a target. The share is cut by half at each adjustment where the worst p99 / target among
 the models with a target is above the aim, grows back by a small step while it is well under,
 and holds in between; it never falls below :data:`MIN_SHARE`, so a flooding model slows to a
-trickle but is never starved.
+trickle (at the minimum a batch that ran for c seconds, measured on the wall clock, is followed
+by 63 c without one) but is never starved.
 """
 
 from __future__ import annotations
