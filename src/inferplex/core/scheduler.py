@@ -260,6 +260,7 @@ class Scheduler:
         self._vfloor = 0.0  # never-decreasing minimum virtual time of the active models
         self._last_started: str | None = None
         self._compute_total = 0.0
+        # the guard paces within what the slot reservation leaves (all of one slot: no reservation)
         self._guard = SloGuard(max(slots - 1, 1)) if self._adaptive else None
         self._paced_until: float | None = None  # a candidate refused by the guard may start then
         self._steered = -math.inf  # when the guard's share was last adjusted
@@ -574,12 +575,14 @@ class Scheduler:
         """The SLO guard while it paces the models without a target: its share is below 1 and
         a model with a target had a request within the reserve window."""
         guard = self._guard
-        if guard is None or not guard.pacing:
+        if guard is None or not guard.pacing or not self._active_targets(now):
             return None
+        return guard
+
+    def _active_targets(self, now: float) -> list[_ModelState]:
+        """The models with a latency target that had a request within the reserve window."""
         horizon = now - self._reserve_window
-        if any(s.targeted and s.last_arrival >= horizon for s in self._recent.values()):
-            return guard
-        return None
+        return [s for s in self._recent.values() if s.targeted and s.last_arrival >= horizon]
 
     def _room_below(self, bar: float) -> int:
         """How many more executions the models below ``bar`` may start."""
@@ -600,9 +603,8 @@ class Scheduler:
             state.set_boost(max(state.boost * DECAY, 1.0))
         if self._guard is not None and now - self._steered >= ADJUST_INTERVAL_S:
             self._steered = now
-            horizon = now - self._reserve_window
-            recent = (s for s in self._recent.values() if s.targeted and s.last_arrival >= horizon)
-            self._guard.steer(max([state.ratio, *(s.ratio for s in recent)]), AIM, WELL_UNDER)
+            worst = max([state.ratio, *(s.ratio for s in self._active_targets(now))])
+            self._guard.steer(worst, AIM, WELL_UNDER)
 
 
 #: priority / adaptive order: virtual time, then Triton's tie-break, then the key
