@@ -108,9 +108,6 @@ class InstanceSpec:
     kind: str = "KIND_CPU"
     device_id: int = 0
     intra_op_threads: int = 1
-    #: a light model's (``lifecycle.planning.LIGHT_MODEL_BYTES``): its runs are small, so a
-    #: backend keeps no memory arena for them (with a thousand models, arenas add up)
-    light: bool = False
     #: how a backend reaches the other served models (pipelines, cascades, handlers' BLS)
     caller: ModelCaller | None = field(default=None, compare=False)
 

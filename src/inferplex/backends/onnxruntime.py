@@ -45,8 +45,6 @@ class OnnxRuntimeBackend(Backend):
 
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
         options = session_options(instance.intra_op_threads, _spinning(config))
-        # ~36 KB a session after its first run, and no faster for runs this small
-        options.enable_cpu_mem_arena = not instance.light
         providers = session_providers(config, instance, ort.get_available_providers())
         # The session creates its intra-op thread pool now, and threads inherit the nice value
         # of their creator: made in a thread at the model's priority, the pool runs at it too.

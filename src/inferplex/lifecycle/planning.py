@@ -33,7 +33,7 @@ CPU_FALLBACK_PARAMETER = "allow_cpu_fallback"
 #: below this size (the version folder's files) a model computes too little per batch for
 #: intra-op threads to pay back their hand-offs, and hundreds of such models would each
 #: start their own: its instances get one intra-op thread unless the config or the server
-#: sets a count, and keep no memory arena (InstanceSpec.light)
+#: sets a count
 LIGHT_MODEL_BYTES = 1_000_000
 
 #: instances of a composite model (pipeline, cascade, remote) whose config sets none: the
@@ -183,7 +183,6 @@ def _instances(
     groups = config.instance_group or (InstanceGroup(),)
     threads = _intra_op_threads(config, server_intra_op_threads, sum(g.count for g in groups), size)
     specs: list[InstanceSpec] = []
-    light = size < LIGHT_MODEL_BYTES
     for index, group in enumerate(groups):
         kind = group.kind
         if kind == "KIND_AUTO":
@@ -209,7 +208,7 @@ def _instances(
             kind = "KIND_CPU"
         devices = group.gpus or (0,)
         for i in range(group.count):
-            specs.append(InstanceSpec(kind, devices[i % len(devices)], threads, light))
+            specs.append(InstanceSpec(kind, devices[i % len(devices)], threads))
     return tuple(specs)
 
 

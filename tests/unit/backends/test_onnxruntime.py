@@ -41,15 +41,6 @@ def test_intra_op_threads_do_not_spin_unless_the_model_asks(model: Path) -> None
     assert spinning(OnnxRuntimeBackend(model, config({SPINNING_PARAMETER: "1"}), spec)) == "1"
 
 
-def test_a_light_model_s_session_keeps_no_memory_arena(model: Path) -> None:
-    def arena(spec: InstanceSpec) -> bool:
-        backend = OnnxRuntimeBackend(model, config(), spec)
-        return bool(backend._session.get_session_options().enable_cpu_mem_arena)
-
-    assert not arena(InstanceSpec(light=True))
-    assert arena(InstanceSpec())
-
-
 def test_close_lets_go_of_the_native_session(model: Path) -> None:
     backend = OnnxRuntimeBackend(model, config(), InstanceSpec())
     native = backend._session._sess
