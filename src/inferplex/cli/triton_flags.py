@@ -34,6 +34,10 @@ class TritonFlag:
     takes: Literal["bool", "switch", "int", "text", "repeated"]
     sets: Callable[[Any], dict[str, Any]] | None
     why: str
+    #: Triton has this setting per flag where inferplex has one: two such flags giving it
+    #: different values are an error (for the others the later flag in FLAGS wins, as
+    #: --disable-auto-complete-config over --strict-model-config=false)
+    one_of_several: bool = False
 
     @property
     def param(self) -> str:
@@ -100,6 +104,7 @@ FLAGS = (
             f"the address the {listener} listener binds: inferplex binds HTTP, gRPC and "
             "metrics on one address (--host; Triton's default 0.0.0.0 is 127.0.0.1 here), so "
             "two different addresses are an error",
+            one_of_several=True,
         )
         for listener in ("http", "grpc", "metrics")
     ),
@@ -144,7 +149,7 @@ def take_triton_flags(options: dict[str, Any]) -> tuple[dict[str, Any], list[str
     """Remove the tritonserver flags from a command's ``options``: the ServerConfig settings
     they make, and one line per flag given that has no effect (for the log)."""
     settings: dict[str, Any] = {}
-    set_by: dict[str, str] = {}  # setting -> the flag that set it
+    set_by: dict[str, str] = {}  # setting -> the one-of-several flag that set it
     ignored: list[str] = []
     for flag in FLAGS:
         value = options.pop(flag.param, None)
@@ -157,10 +162,12 @@ def take_triton_flags(options: dict[str, Any]) -> tuple[dict[str, Any], list[str
             ignored.append(f"tritonserver's {flag.name} ({shown}) is accepted; {flag.why}")
         else:
             for key, setting in flag.sets(value).items():
-                if key in settings and settings[key] != setting:
+                if flag.one_of_several and key in set_by and settings[key] != setting:
                     raise click.UsageError(
                         f"tritonserver's {flag.name} ({value}) and {set_by[key]} "
                         f"({settings[key]}) both set --{key.replace('_', '-')}: give one value"
                     )
-                settings[key], set_by[key] = setting, flag.name
+                settings[key] = setting
+                if flag.one_of_several:
+                    set_by[key] = flag.name
     return settings, ignored
