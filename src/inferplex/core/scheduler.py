@@ -253,6 +253,9 @@ class Scheduler:
         self._used: dict[str, int] = {}
         self._models: dict[str, _ModelState] = {}
         self._recent: dict[str, _ModelState] = {}  # models with a noted arrival, pruned in pick
+        #: every model has the same weight and none a latency target: no model is ever below
+        #: the reservation's bar, so no pick needs it (nor a walk over the recent models)
+        self._one_weight = True
         self._busy: set[_ModelState] = set()  # models with executions running
         self._tickets: set[Ticket] = set()
         self._running = 0
@@ -323,6 +326,7 @@ class Scheduler:
                 state.boost, state.missing = 1.0, False
             state.configure(policy, needs)
         self._update_totals()
+        self._update_reservation()
 
     def unregister(self, key: str) -> None:
         """Remove a model. Its running executions still hold their slots until finished."""
@@ -332,6 +336,7 @@ class Scheduler:
         if self._last_started == key:
             self._last_started = None
         self._update_totals()
+        self._update_reservation()
 
     def note_arrival(self, key: str, now: float) -> None:
         """Record that a request for ``key`` arrived (activity for the slot reservation)."""
@@ -345,7 +350,7 @@ class Scheduler:
         whose candidates were refused while slots were free waits until then. None when
         nothing reserves slots or paces."""
         lifts = None
-        if self._fair and self._slots > 1 and self._recent:
+        if self._fair and self._slots > 1 and self._recent and not self._one_weight:
             lifts = min(s.last_arrival for s in self._recent.values()) + self._reserve_window
         paced = self._paced_until
         if paced is not None and (lifts is None or paced < lifts):
@@ -519,6 +524,11 @@ class Scheduler:
                     totals[name] = max(totals.get(name, 0), count)
         self._totals = totals
 
+    def _update_reservation(self) -> None:
+        models = self._models.values()
+        weights = {s.policy.weight for s in models}
+        self._one_weight = len(weights) <= 1 and not any(s.targeted for s in models)
+
     def _fits(self, needs: tuple[tuple[str, int], ...]) -> bool:
         totals, used = self._totals, self._used
         return all(count <= totals.get(name, 0) - used.get(name, 0) for name, count in needs)
@@ -542,7 +552,7 @@ class Scheduler:
         target) share at most ``slots - 1`` executions. The bar is the weight of the most
         important recently active model, infinite while a recently active model misses its
         target, and 0 (no reservation) when nothing was active recently."""
-        if not self._fair or self._slots < 2 or not self._recent:
+        if not self._fair or self._slots < 2 or not self._recent or self._one_weight:
             return 0.0
         horizon = now - self._reserve_window
         bar = 0.0

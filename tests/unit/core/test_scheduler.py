@@ -568,3 +568,22 @@ def test_reservation_lifts_when_the_last_important_arrival_leaves_the_window() -
     scheduler.note_arrival("high", 10.0)
     assert scheduler.reservation_lifts() == 11.0
     assert Scheduler("round_robin", slots=2).reservation_lifts() is None
+
+
+def test_models_of_one_weight_and_no_target_never_reserve_a_slot() -> None:
+    """Among equals nothing is ever below the bar: no pick weighs the recently active models
+    (with hundreds of them that walk cost more than the rest of a pick), and nothing waits
+    for the reservation to lift; a model of another weight or with a target brings it back."""
+    sched = Scheduler("priority", slots=2, reserve_window=1.0)
+    for index in range(300):
+        sched.register(f"m{index}", ModelPolicy(weight=1))
+        sched.note_arrival(f"m{index}", 10.0)
+    assert sched.reservation_lifts() is None
+    pick_and_start(sched, ["m0"], 10.0)
+    pick_and_start(sched, ["m1"], 10.0)
+    sched.register("heavy", ModelPolicy(weight=4))
+    sched.note_arrival("heavy", 10.5)
+    assert sched.reservation_lifts() == 11.0
+    sched.unregister("heavy")
+    sched.register("targeted", ModelPolicy(weight=1, slo_p99_ms=20))
+    assert sched.reservation_lifts() == 11.0
