@@ -85,7 +85,7 @@ turns of 1 (0 counts as 1); remaining ties go by key. Every decision is determin
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -256,6 +256,8 @@ class Scheduler:
         #: every model has the same weight and none a latency target: no model is ever below
         #: the reservation's bar, so no pick needs it (nor a walk over the recent models)
         self._one_weight = True
+        self._weights: Counter[float] = Counter()  # registered models per configured weight
+        self._targeted = 0  # registered models with a latency target
         self._busy: set[_ModelState] = set()  # models with executions running
         self._tickets: set[Ticket] = set()
         self._running = 0
@@ -319,24 +321,29 @@ class Scheduler:
                 )
         needs = tuple(sorted((name, count) for name, count in policy.resources.items() if count))
         state = self._models.get(key)
+        had_needs = False
         if state is None:
-            self._models[key] = _ModelState(key, policy, needs)
+            state = self._models[key] = _ModelState(key, policy, needs)
         else:
+            self._count_out(state)
+            had_needs = bool(state.needs)
             if slo is None or self._policy != "adaptive":
                 state.boost, state.missing = 1.0, False
             state.configure(policy, needs)
-        self._update_totals()
-        self._update_reservation()
+        self._count_in(state)
+        if needs or had_needs:  # (a walk over every model: not for the many without)
+            self._update_totals()
 
     def unregister(self, key: str) -> None:
         """Remove a model. Its running executions still hold their slots until finished."""
-        self._state(key)
+        state = self._state(key)
         del self._models[key]
+        self._count_out(state)
         self._recent.pop(key, None)
         if self._last_started == key:
             self._last_started = None
-        self._update_totals()
-        self._update_reservation()
+        if state.needs:
+            self._update_totals()
 
     def note_arrival(self, key: str, now: float) -> None:
         """Record that a request for ``key`` arrived (activity for the slot reservation)."""
@@ -524,10 +531,18 @@ class Scheduler:
                     totals[name] = max(totals.get(name, 0), count)
         self._totals = totals
 
-    def _update_reservation(self) -> None:
-        models = self._models.values()
-        weights = {s.policy.weight for s in models}
-        self._one_weight = len(weights) <= 1 and not any(s.targeted for s in models)
+    def _count_in(self, state: _ModelState) -> None:
+        self._weights[state.policy.weight] += 1
+        self._targeted += state.targeted
+        self._one_weight = len(self._weights) <= 1 and not self._targeted
+
+    def _count_out(self, state: _ModelState) -> None:
+        weight = state.policy.weight
+        self._weights[weight] -= 1
+        if not self._weights[weight]:
+            del self._weights[weight]
+        self._targeted -= state.targeted
+        self._one_weight = len(self._weights) <= 1 and not self._targeted
 
     def _fits(self, needs: tuple[tuple[str, int], ...]) -> bool:
         totals, used = self._totals, self._used
