@@ -15,18 +15,17 @@ from bench.report import check_targets
 from bench.vs_triton import CASES, TARGETS, Case, chosen_cases, medians
 from inferplex.benchtool import BenchError
 
-#: the CSV perf_analyzer 2.51 writes with -f (latencies in µs)
+#: what perf_analyzer 2.51 wrote with -f for add_sub at concurrency 1 (latencies in µs)
 CSV = (
     "Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"
     "Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,"
-    "p50 latency,p90 latency,p95 latency,p99 latency,Avg latency,request/response,"
-    "response wait\n"
-    "32,7986.1,12,1633,1101,20,1162,9,1,2780,5120,7010,13917,3938,0,0\n"
+    "p50 latency,p90 latency,p95 latency,p99 latency\n"
+    "1,1256.85,45,147,319,14,216,49,0,705,869,1175,2295\n"
 )
 
 
 def test_parse_csv_reads_throughput_and_latencies_in_ms() -> None:
-    assert parse_csv(CSV) == (7986.1, 2.78, 13.917)
+    assert parse_csv(CSV) == (1256.85, 0.705, 2.295)
 
 
 @pytest.mark.parametrize("text", ["", "Concurrency,Inferences/Second\n32,100\n"])
