@@ -8,7 +8,9 @@ batching: a light model that asks for nothing of its own), then measures, side b
 
 - **in-process**: a fresh Python process loads the same files into ONNX Runtime sessions in a
   loop, with the session options the server gives a light model (one intra-op thread); its
-  load time, resident memory and threads are the reference;
+  load time, resident memory and threads are the reference, and the rate of runs spread at
+  random over its sessions against runs of one session is what ONNX Runtime itself loses
+  to spreading (each session's memory is cold when its turn comes);
 - **load**: ``inferplex serve`` from start to ready on the repository, less the same for a
   repository of one copy (the server's own start-up), against the in-process loop;
 - **memory and threads**: the ready server's resident memory and threads, against the
@@ -49,7 +51,8 @@ from inferplex.config.writers import to_pbtxt
 
 #: the in-process reference, run in a fresh interpreter so its figures are its own
 INPROCESS = """
-import json, sys, time
+import json, random, sys, time
+import numpy as np
 import onnxruntime as ort
 import psutil
 from inferplex.backends.onnxruntime import session_options
@@ -59,8 +62,19 @@ sessions = [ort.InferenceSession(f, session_options(1), providers=["CPUExecution
             for f in files]
 seconds = time.perf_counter() - start
 process = psutil.Process()
-print(json.dumps({"seconds": seconds, "rss": process.memory_info().rss,
-                  "threads": process.num_threads()}))
+loaded = {"seconds": seconds, "rss": process.memory_info().rss, "threads": process.num_threads()}
+a = np.ones((1, 16), dtype=np.float32)
+feeds = {"INPUT0": a, "INPUT1": a}
+for session in sessions:
+    session.run(None, feeds)
+pick = random.Random(0)
+rates = {}
+for case, choose in (("one", lambda: 0), ("spread", lambda: pick.randrange(len(sessions)))):
+    start = time.perf_counter()
+    for _ in range(20000):
+        sessions[choose()].run(None, feeds)
+    rates[case] = 20000 / (time.perf_counter() - start)
+print(json.dumps({**loaded, "run_ratio": rates["spread"] / rates["one"]}))
 """
 
 TARGETS = (
@@ -228,6 +242,7 @@ def main() -> None:
         ("threads", threads, reference["threads"]),
         ("idle CPU, % of a core", idle, small_idle),
         ("req/s spread / one model (medians)", spread, one),
+        ("spread / one", spread / one, reference["run_ratio"]),
     )
     for label, served, ref in rows:
         print(f"{label:34} {number(served):>12} {number(ref):>12}")
