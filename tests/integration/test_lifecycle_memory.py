@@ -109,3 +109,58 @@ async def test_unloading_returns_the_memory(tmp_path: Path) -> None:
     assert model["bytes"] >= size
     if release_free_memory():  # glibc: freed heap goes back to the system
         assert after_unload - before < grown / 2, (before, after_load, after_unload)
+
+
+#: a Python model of a few hundred bytes whose worker holds 80 MB once it has started
+BALLAST = """
+import numpy as np
+from inferplex.handler import BaseHandler
+
+class Handler(BaseHandler):
+    def initialize(self, context):
+        self.ballast = np.ones(80_000_000, dtype=np.uint8)  # written: resident
+
+    def inference(self, data):
+        return {"OUTPUT0": data["INPUT0"]}
+"""
+
+BALLAST_CONFIG = """
+name: "ballast"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
+"""
+
+
+async def test_a_reload_after_unloading_is_estimated_at_its_last_footprint(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ballast" / "1").mkdir(parents=True)
+    (tmp_path / "ballast" / "1" / "model.py").write_text(BALLAST)
+    (tmp_path / "ballast" / "config.pbtxt").write_text(BALLAST_CONFIG)
+    for name in ("a", "b"):
+        padded_model(tmp_path, name)
+    config = ServerConfig(
+        model_repository=tmp_path, model_control_mode="explicit", memory_limit="100MB"
+    )
+    engine = build_engine(config)
+    await engine.start()
+    try:
+        await engine.load_model("ballast", {})
+        (model,) = engine.memory()["models"]
+        assert model["bytes"] >= 80 * MB
+        await engine.unload_model("ballast", {})
+        await engine.load_model("a", {"pinned": True})
+        await engine.load_model("b", {"pinned": True})
+        # its files (a few hundred bytes) would fit; its last footprint does not
+        with pytest.raises(InsufficientMemoryError, match="cannot load model 'ballast'"):
+            await engine.load_model("ballast", {})
+        assert loaded(engine) == ["a", "b"]
+        assert engine.memory()["used"] <= 100 * MB
+        await engine.unload_model("b", {})
+        (tmp_path / "ballast" / "1" / "model.py").write_text(BALLAST + "\n# changed\n")
+        await engine.load_model("ballast", {})  # new files: estimated at their size again
+        assert sorted(loaded(engine)) == ["a", "ballast"]
+    finally:
+        await engine.stop()

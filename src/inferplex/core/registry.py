@@ -62,6 +62,9 @@ class ModelEntry:
     fingerprint: str = ""
     #: measured bytes of each served version
     footprints: dict[int, int] = field(default_factory=dict)
+    #: each version's last measured bytes with its files' fingerprint then, kept across
+    #: unloads and evictions: the estimate of its next load while its files are the same
+    measured: dict[int, tuple[str, int]] = field(default_factory=dict)
     pinned: bool = False
     #: monotonic time of the last routed request (or of the load)
     last_used: float = 0.0

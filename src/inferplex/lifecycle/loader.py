@@ -219,7 +219,7 @@ class ModelLoader:
         if not to_load and set(keep) == set(entry.versions):
             entry.state, entry.reason = ModelState.READY, ""
             return []
-        estimate = sum(entry.footprints.get(v) or facts[v][1] for v in to_load)
+        estimate = _estimate(entry, to_load, facts)
         sizes = {v: facts[v][1] for v in to_load}
         gpu_estimate = self.gpu.estimate(
             entry.name, to_load, sizes, _specs(plan, entry.instance_count)
@@ -238,6 +238,7 @@ class ModelLoader:
         entry.config, entry.plan = plan.config, plan
         entry.version_fingerprints = {v: facts[v][0] for v in served}
         entry.footprints = {v: entry.footprints[v] for v in keep} | footprints
+        entry.measured |= {v: (facts[v][0], n) for v, n in footprints.items()}
         if first:
             entry.last_used = time.monotonic()
         self.registry.publish(entry, served)  # the switch: new requests go to ``served``
@@ -553,6 +554,18 @@ def pinned_by_config(config: ModelConfig | None) -> bool:
 def _state(entry: ModelEntry) -> dict[str, str]:
     """The structured fields of a state-change log line (JSON logs show them)."""
     return {"model": entry.name, "state": entry.state.value}
+
+
+def _estimate(entry: ModelEntry, versions: list[int], facts: _Facts) -> int:
+    """Bytes that loading ``versions`` will take: each one's last measured footprint while
+    its files are those it was measured with (also after an unload or eviction), else its
+    files' size."""
+    total = 0
+    for version in versions:
+        fingerprint, size = facts[version]
+        last = entry.measured.get(version)
+        total += last[1] if last is not None and last[0] == fingerprint else size
+    return total
 
 
 def _unchanged(entry: ModelEntry, plan: ModelPlan, facts: _Facts) -> dict[int, ModelVersion]:
