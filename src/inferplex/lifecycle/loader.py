@@ -214,6 +214,12 @@ class ModelLoader:
         plan, facts, warmup = await self._read_model(entry, model_dir, override, pacer, first)
         if first:
             entry.config = plan.config
+        if plan.config.response_cache.enable and self._cache is None:
+            logger.warning(
+                "model '%s' has response_cache { enable: true } but the server has no response "
+                "cache (--cache-size is 0): nothing of it is cached; set --cache-size BYTES",
+                entry.name,
+            )
         keep = _unchanged(entry, plan, facts)
         to_load = sorted(set(plan.version_files) - set(keep))
         if not to_load and set(keep) == set(entry.versions):
