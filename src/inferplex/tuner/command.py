@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from inferplex.benchtool import BenchError
+from inferplex.tuner.decision import MIN_GAIN
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int]:
@@ -104,7 +105,17 @@ def _words(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
     "--server-arg", "server_args", multiple=True, help="Extra `inferplex serve` flag (repeat)."
 )
 @click.option(
-    "--write", is_flag=True, help="Save the best configuration into the model's config file."
+    "--min-gain",
+    type=float,
+    default=MIN_GAIN,
+    show_default=True,
+    help="--write replaces the current configuration only when the best one has this much "
+    "more throughput (a fraction: 0.1 = 10%), or meets a --latency-target-ms it misses.",
+)
+@click.option(
+    "--write",
+    is_flag=True,
+    help="Save the best configuration into the model's config file when it beats the current one.",
 )
 def tune(**flags: Any) -> None:
     """Search max batch size, queue delay, instances, threads and precision for a model, or
@@ -150,17 +161,22 @@ def _tune(flags: dict[str, Any]) -> int:
         max_candidates=flags["max_candidates"],
         max_rungs=flags["max_rungs"],
         latency_target_ms=flags["latency_target_ms"],
+        min_gain=flags["min_gain"],
         results=flags["results"],
         seed=flags["seed"],
         server_args=list(flags["server_args"]),
     )
     if options.concurrency < 1 or options.windows < 1 or options.window <= 0:
         raise BenchError("--concurrency and --windows must be >= 1, --window > 0 s")
+    if options.min_gain < 0:
+        raise BenchError(f"--min-gain: expected a fraction >= 0, got {options.min_gain}")
     result = uvloop.run(tune(options, Progress(0, "tune"), lambda line: click.echo(line, err=True)))
     click.echo(report(result, options.latency_target_ms))
     if result.best is None:
         return 1
-    if flags["write"]:
+    if flags["write"] and result.decision is not None and not result.decision.write:
+        click.echo("not written: the current configuration is kept")
+    elif flags["write"]:
         from inferplex.tuner.configs import int8_quantizer, write_best
 
         quantize, _ = int8_quantizer()
@@ -196,4 +212,13 @@ def report(result: Any, target_ms: float | None) -> str:
             f"{c.queue_delay_us}, instances {c.instances}, intra_op_thread_count {c.threads}, "
             f"{c.precision})"
         )
+    if result.current is not None:
+        current = result.current
+        lines.append(
+            f"current: {current.key}: {current.throughput:.1f} req/s, p99 "
+            f"{current.p99_ms:.3f} ms (measured in the same rung)"
+        )
+    if result.decision is not None:
+        verdict = "replace" if result.decision.write else "keep"
+        lines.append(f"verdict: {verdict}: {result.decision.reason}")
     return "\n".join(lines)

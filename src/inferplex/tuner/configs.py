@@ -23,7 +23,7 @@ import yaml
 
 from inferplex.benchtool import BenchError
 from inferplex.config.pbtxt import parse_pbtxt
-from inferplex.config.readers import PBTXT_NAME, YAML_NAMES
+from inferplex.config.readers import PBTXT_NAME, YAML_NAMES, config_from_dict
 from inferplex.config.writers import Format, render
 from inferplex.errors import ConfigError
 from inferplex.tuner.space import Candidate
@@ -76,6 +76,30 @@ def apply(
     config["instance_group"] = [{"kind": "KIND_CPU", "count": candidate.instances}]
     _set_parameter(config, THREADS_PARAMETER, str(candidate.threads), fmt)
     return config
+
+
+def current_candidate(model_dir: Path) -> Candidate:
+    """The model's own configuration as a candidate (its searched fields): no
+    ``dynamic_batching`` reads as queue delay 0, no ``intra_op_thread_count`` as 0 threads
+    (the server's choice), the instance count is the groups' total, the precision FP32."""
+    raw, _ = read_raw(model_dir)
+    path, _ = config_file(model_dir)
+    try:
+        config = config_from_dict(raw, raw.get("name") or model_dir.name, str(path))
+    except ConfigError as exc:
+        raise BenchError(f"cannot read {path}: {exc}") from None
+    threads = config.parameters.get(THREADS_PARAMETER) or "0"
+    if not threads.isdigit():
+        raise BenchError(
+            f"{path}: parameter {THREADS_PARAMETER} must be an integer >= 0, got '{threads}'"
+        )
+    batching = config.dynamic_batching
+    return Candidate(
+        max_batch_size=config.max_batch_size,
+        queue_delay_us=batching.max_queue_delay_microseconds if batching else 0,
+        instances=sum(g.count for g in config.instance_group) or 1,
+        threads=int(threads),
+    )
 
 
 def _set_parameter(config: dict[str, Any], key: str, value: str, fmt: Format) -> None:

@@ -19,7 +19,15 @@ from inferplex.benchtool import BenchError
 from inferplex.benchtool.launch import launch
 from inferplex.benchtool.progress import Progress
 from inferplex.benchtool.sweep import BenchOptions, run
-from inferplex.tuner.configs import Quantizer, int8_quantizer, materialise, model_file, read_raw
+from inferplex.tuner.configs import (
+    Quantizer,
+    current_candidate,
+    int8_quantizer,
+    materialise,
+    model_file,
+    read_raw,
+)
+from inferplex.tuner.decision import MIN_GAIN, Decision, decide
 from inferplex.tuner.journal import Journal
 from inferplex.tuner.pareto import Point, best_under, frontier
 from inferplex.tuner.search import Rung, rung_count, successive_halving
@@ -45,6 +53,8 @@ class TuneOptions:
     max_candidates: int = 0
     max_rungs: int = 0
     latency_target_ms: float | None = None
+    min_gain: float = MIN_GAIN
+    """the winner replaces the current configuration only with more throughput gain"""
     results: Path | None = None
     seed: int = 0
     server_args: list[str] = field(default_factory=list)
@@ -78,6 +88,10 @@ class TuneResult:
     front: list[Point]
     best: Point | None
     notes: list[str]
+    current: Point | None = None
+    """the model's current configuration, measured in the rung the winner comes from"""
+    decision: Decision | None = None
+    """whether ``best`` replaces the current configuration (None without a best)"""
 
 
 async def tune(
@@ -90,6 +104,7 @@ async def tune(
     candidates = sample(
         options.space.candidates(default_batch), options.max_candidates, options.seed
     )
+    current = _current(options, candidates, notes)
     journal = Journal.open(options.results, options.workload())
     if journal.resumed:
         notes.append(f"resumed: {journal.resumed} measurements read from {options.results}")
@@ -116,22 +131,54 @@ async def tune(
     rungs = await successive_halving(
         candidates, measure, options.eta, options.latency_target_ms, options.max_rungs
     )
-    progress.close()
     # the frontier compares like with like: rung 0 measured every candidate the same way
     points = list(rungs[0].measured.values()) if rungs else []
     # the deepest rung that measured anything decides (a failed last rung falls back)
     deciding = next((r for r in reversed(rungs) if r.measured), None)
     winners = [deciding.measured[c] for c in deciding.kept] if deciding else []
     best = best_under(winners, options.latency_target_ms)
-    if best is None and points and options.latency_target_ms is not None:
-        lowest = min(points, key=lambda p: p.p99_ms)
+    if best is None:
+        notes.append(_why_no_best(points, options.latency_target_ms))
+    result = TuneResult(candidates, rungs, points, frontier(points), best, notes)
+    if best is not None and deciding is not None:
+        if current is not None and current not in deciding.measured:
+            progress.total += 1  # eliminated earlier: measured again beside the winner
+            deciding.measured.update(await measure([current], deciding.index))
+        result.current = deciding.measured.get(current) if current is not None else None
+        result.decision = decide(best, result.current, options.latency_target_ms, options.min_gain)
+    progress.close()
+    return result
+
+
+def _why_no_best(points: list[Point], target_ms: float | None) -> str:
+    if not points:
+        return "no candidate could be measured (see the failures above)"
+    lowest = min(points, key=lambda p: p.p99_ms)
+    return (
+        f"no candidate met p99 <= {target_ms:g} ms; the lowest p99 was "
+        f"{lowest.p99_ms:.3f} ms ({lowest.key})"
+    )
+
+
+def _current(
+    options: TuneOptions, candidates: list[Candidate], notes: list[str]
+) -> Candidate | None:
+    """The current configuration of the model(s) as a candidate, added to ``candidates``
+    when it is not among them (so the winner has a bar); None (noted) when models tuned
+    together are configured differently."""
+    found = {
+        options.space.settle(current_candidate(options.repository / m)) for m in options.models
+    }
+    if len(found) > 1:
         notes.append(
-            f"no candidate met p99 <= {options.latency_target_ms:g} ms; the lowest p99 was "
-            f"{lowest.p99_ms:.3f} ms ({lowest.key})"
+            "the models are configured differently now: there is no one current "
+            "configuration to compare the winner with"
         )
-    elif not points:
-        notes.append("no candidate could be measured (see the failures above)")
-    return TuneResult(candidates, rungs, points, frontier(points), best, notes)
+        return None
+    current = found.pop()
+    if current not in candidates:
+        candidates.append(current)
+    return current
 
 
 def _int8(options: TuneOptions) -> tuple[Quantizer | None, list[str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from inferplex.benchtool import BenchError
@@ -79,10 +79,15 @@ class SearchSpace:
         for batch, delay, instances, threads, precision in itertools.product(
             batches, self.queue_delay_us, self.instances, self.threads, self.precision
         ):
-            if batch <= 1:
-                delay = min(self.queue_delay_us)
-            found.add(Candidate(batch, delay, instances, threads, precision))
+            found.add(self.settle(Candidate(batch, delay, instances, threads, precision)))
         return sorted(found)
+
+    def settle(self, candidate: Candidate) -> Candidate:
+        """``candidate`` as the grid holds it: without batching, the smallest queue delay
+        (any other cannot make a difference)."""
+        if candidate.max_batch_size <= 1:
+            return replace(candidate, queue_delay_us=min(self.queue_delay_us))
+        return candidate
 
 
 def sample(candidates: list[Candidate], limit: int, seed: int = 0) -> list[Candidate]:

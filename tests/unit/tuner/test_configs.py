@@ -10,10 +10,18 @@ import onnxruntime as ort
 import pytest
 
 from examples import modelgen
+from inferplex.benchtool import BenchError
 from inferplex.config.readers import read_model_config
 from inferplex.config.writers import write_config
 from inferplex.lifecycle.planning import plan_model
-from inferplex.tuner.configs import apply, int8_quantizer, materialise, read_raw, write_best
+from inferplex.tuner.configs import (
+    apply,
+    current_candidate,
+    int8_quantizer,
+    materialise,
+    read_raw,
+    write_best,
+)
 from inferplex.tuner.space import Candidate
 
 
@@ -81,3 +89,21 @@ def test_int8_quantizer_refuses_a_model_without_weights_and_quantizes_an_mlp(
     session = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"])
     (output,) = session.run(None, {"features": np.ones((2, 16), dtype=np.float32)})[:1]
     assert output.shape == (2, 4)
+
+
+@pytest.mark.parametrize("fmt", ["pbtxt", "yaml"])
+def test_current_candidate_reads_the_searched_fields(tmp_path: Path, fmt: str) -> None:
+    model_dir = _model(tmp_path, fmt)
+    # instance_kind KIND_CPU, no dynamic_batching, no threads parameter: the server's choice
+    assert current_candidate(model_dir) == Candidate(8, 0, 1, 0)
+    write_best(model_dir, Candidate(4, 250, 2, 3), quantize=None)
+    assert current_candidate(model_dir) == Candidate(4, 250, 2, 3)
+
+
+def test_current_candidate_names_a_bad_threads_parameter(tmp_path: Path) -> None:
+    model_dir = _model(tmp_path, "yaml")
+    raw, _ = read_raw(model_dir)
+    raw["parameters"] = {"intra_op_thread_count": "two"}
+    write_config(model_dir, raw, "yaml")
+    with pytest.raises(BenchError, match="intra_op_thread_count must be an integer >= 0"):
+        current_candidate(model_dir)

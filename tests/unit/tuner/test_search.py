@@ -91,3 +91,9 @@ def test_journal_resumes_only_the_same_workload(tmp_path: Path) -> None:
     path.write_text("not json\n")
     with pytest.raises(BenchError, match=r"results\.jsonl:1"):
         Journal.open(path, {})
+
+
+def test_settle_puts_a_candidate_without_batching_on_the_grid() -> None:
+    space = SearchSpace(max_batch_size=[1, 8], queue_delay_us=[100, 500])
+    assert space.settle(Candidate(1, 0, 1, 0)) == Candidate(1, 100, 1, 0)
+    assert space.settle(Candidate(8, 0, 1, 0)) == Candidate(8, 0, 1, 0)
