@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -19,17 +21,26 @@ from examples import modelgen
 from inferplex.benchtool.compat import CompatLog
 from inferplex.benchtool.control import HttpApi
 from inferplex.benchtool.gate import watch
-from inferplex.benchtool.launch import RunningServer, launch
+from inferplex.benchtool.launch import Launched, Ports, RunningServer, free_port, launch
 from inferplex.benchtool.sweep import BenchOptions
 from inferplex.cli.main import main
 from inferplex.config.readers import read_model_config
 from inferplex.config.writers import write_config
 from inferplex.datatypes import V2_DATATYPES
+from inferplex.tuner import runner
 
 IDENTITIES = ",".join(f"identity_{d.lower()}" for d in sorted(V2_DATATYPES))
 #: the shortest measurement: no warm-up, one window of 0.1 s
 QUICK = ["--warmup", "0", "--window", "0.1", "--max-windows", "1", "--stable-windows", "1"]
 PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def distinct_free_ports() -> Ports:
+    ports: set[int] = set()
+    while len(ports) < 3:
+        ports.add(free_port())
+    http, grpc, metrics = sorted(ports)
+    return http, grpc, metrics
 
 
 def invoke(*args: str) -> Result:
@@ -174,7 +185,17 @@ def test_scheduling_policies_side_by_side(two_versions: Path, tmp_path: Path) ->
     assert list(document["policies"]) == ["round_robin", "priority"]
 
 
-def test_tune_two_models_together_writes_the_best_and_resumes(tmp_path: Path) -> None:
+def test_tune_two_models_together_writes_the_best_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ports = distinct_free_ports()
+    used: list[Ports | None] = []
+
+    def recording_launch(*args: Any, **kwargs: Any) -> AbstractContextManager[Launched]:
+        used.append(kwargs.get("ports"))
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "launch", recording_launch)
     repo = tmp_path / "repo"
     for name in ("add_sub", "add_sub_b"):
         path = modelgen.add_sub(repo, name=name)
@@ -186,9 +207,11 @@ def test_tune_two_models_together_writes_the_best_and_resumes(tmp_path: Path) ->
         "tune", "--model-repository", str(repo), "--model", "add_sub,add_sub_b",
         "--max-batch-size", "1,8", "--eta", "2", "--concurrency", "2",
         "--warmup", "0", "--window", "0.15", "--windows", "2", "--results", str(results),
+        "--ports", ",".join(map(str, ports)),
     ]  # fmt: skip
     result = invoke(*args, "--write")
     assert result.exit_code == 0, result.output
+    assert len(used) >= 2 and set(used) == {ports}  # one server per rung, one after another
     assert "2 candidates, 2 rungs" in result.output and "Pareto frontier" in result.output
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     # rung 1: the winner, then the current configuration when it lost rung 0

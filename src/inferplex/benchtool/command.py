@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from inferplex.benchtool import BenchError
+from inferplex.benchtool.flags import ports_option
 from inferplex.benchtool.mlperf_cli import run_scenario, scenario_options
 
 #: exit codes: a regression (or a failed model) is 1, bad options or an unusable server 2
@@ -159,6 +160,7 @@ def _names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     multiple=True,
     help="Extra `inferplex serve` flag for launched servers (repeat).",
 )
+@ports_option
 @click.option(
     "--gate-version",
     default="",
@@ -243,6 +245,10 @@ def _bench(flags: dict[str, Any]) -> int:
         together=flags["together"],
     )
     options.check()
+    if flags["ports"] and not flags["model_repository"]:
+        raise BenchError("--ports: only for a server the bench launches (--model-repository)")
+    if flags["ports"] and flags["scenario"]:
+        raise BenchError("--ports: not supported with --scenario yet (its server takes free ports)")
     if flags["scenario"]:
         return run_scenario(options, flags)
     if flags["record_metrics"]:
@@ -300,7 +306,7 @@ async def _launched(options: Any, flags: dict[str, Any]) -> int:
     repository, server_args = flags["model_repository"], list(flags["server_args"])
     policies = flags["policies"]
     if not policies:
-        with launch(repository, server_args) as server:
+        with launch(repository, server_args, ports=flags["ports"]) as server:
             run_options = dataclasses.replace(options, url=server.address(options.protocol))
             with _recording(flags, server.metrics):
                 report = await run(run_options, _bar("bench"), _say)
@@ -313,6 +319,7 @@ async def _launched(options: Any, flags: dict[str, Any]) -> int:
         _bar,
         _say,
         around=lambda server: _recording(flags, server.metrics),
+        ports=flags["ports"],
     )
     code = 0
     for policy, report in reports.items():

@@ -30,6 +30,25 @@ HOST = "127.0.0.1"
 LOG_TAIL = 8000
 
 
+#: a launched server's (HTTP, gRPC, metrics) ports
+Ports = tuple[int, int, int]
+
+
+def parse_ports(text: str) -> Ports:
+    """``HTTP,GRPC,METRICS``: three distinct port numbers; ValueError saying what was
+    expected."""
+    try:
+        ports = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        ports = ()
+    if len(ports) != 3 or len(set(ports)) != 3 or not all(0 < p < 65536 for p in ports):
+        raise ValueError(
+            f"expected three distinct port numbers HTTP,GRPC,METRICS (1-65535), e.g. "
+            f"8000,8001,8002; got '{text}'"
+        )
+    return ports[0], ports[1], ports[2]
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now."""
     with socket.socket() as sock:
@@ -97,7 +116,7 @@ def start_server(
     env: Mapping[str, str] | None = None,
     deadline: float = 120.0,
     *,
-    ports: tuple[int, int, int] | None = None,
+    ports: Ports | None = None,
     args: Sequence[str] = (),
     append: bool = False,
 ) -> RunningServer:
@@ -176,14 +195,17 @@ class Launched:
 
 @contextmanager
 def launch(
-    repository: Path, args: Sequence[str] = (), ready_timeout: float = 120.0
+    repository: Path,
+    args: Sequence[str] = (),
+    ready_timeout: float = 120.0,
+    ports: Ports | None = None,
 ) -> Iterator[Launched]:
-    """Serve ``repository`` with the extra ``serve`` flags ``args`` until the block ends,
-    then stop it (SIGTERM: the server drains) and wait. Its log lives in a temporary folder
-    for as long as it runs."""
+    """Serve ``repository`` with the extra ``serve`` flags ``args`` on ``ports`` (free ones
+    by default) until the block ends, then stop it (SIGTERM: the server drains) and wait.
+    Its log lives in a temporary folder for as long as it runs."""
     with tempfile.TemporaryDirectory(prefix="inferplex-launch-") as folder:
         server = start_server(
-            repository, Path(folder) / "server.log", deadline=ready_timeout, args=args
+            repository, Path(folder) / "server.log", deadline=ready_timeout, args=args, ports=ports
         )
         try:
             yield Launched(server.http_url, server.grpc_url, server.metrics_url)

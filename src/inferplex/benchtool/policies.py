@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from inferplex.benchtool import BenchError
-from inferplex.benchtool.launch import Launched, launch
+from inferplex.benchtool.launch import Launched, Ports, launch
 from inferplex.benchtool.progress import Progress
 from inferplex.benchtool.results import BenchReport
 from inferplex.benchtool.sweep import BenchOptions, run
@@ -30,9 +30,10 @@ async def run_policies(
     progress: Callable[[str], Progress] | None = None,
     say: Callable[[str], None] = lambda line: None,
     around: Callable[[Launched], AbstractContextManager[object]] | None = None,
+    ports: Ports | None = None,
 ) -> dict[str, BenchReport]:
-    """One report per policy, in the order given; ``around(server)`` is entered around each
-    run (the metrics recorder)."""
+    """One report per policy, in the order given, each from a server on ``ports`` (free ones
+    by default); ``around(server)`` is entered around each run (the metrics recorder)."""
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise BenchError(
@@ -41,7 +42,8 @@ async def run_policies(
     reports: dict[str, BenchReport] = {}
     for policy in policies:
         say(f"serving {repository} with --scheduling-policy {policy}")
-        with launch(repository, ["--scheduling-policy", policy, *server_args]) as server:
+        args = ["--scheduling-policy", policy, *server_args]
+        with launch(repository, args, ports=ports) as server:
             run_options = dataclasses.replace(options, url=server.address(options.protocol))
             bar = progress(policy) if progress else None
             with around(server) if around else nullcontext():

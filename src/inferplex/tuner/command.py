@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from inferplex.benchtool import BenchError
+from inferplex.benchtool.flags import ports_option
 from inferplex.tuner.decision import MIN_GAIN
 
 
@@ -104,6 +105,7 @@ def _words(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
 @click.option(
     "--server-arg", "server_args", multiple=True, help="Extra `inferplex serve` flag (repeat)."
 )
+@ports_option
 @click.option(
     "--min-gain",
     type=float,
@@ -165,6 +167,7 @@ def _tune(flags: dict[str, Any]) -> int:
         results=flags["results"],
         seed=flags["seed"],
         server_args=list(flags["server_args"]),
+        ports=flags["ports"],
     )
     if options.concurrency < 1 or options.windows < 1 or options.window <= 0:
         raise BenchError("--concurrency and --windows must be >= 1, --window > 0 s")

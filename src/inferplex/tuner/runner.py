@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inferplex.benchtool import BenchError
-from inferplex.benchtool.launch import launch
+from inferplex.benchtool.launch import Ports, launch
 from inferplex.benchtool.progress import Progress
 from inferplex.benchtool.sweep import BenchOptions, run
 from inferplex.tuner.configs import (
@@ -58,6 +58,8 @@ class TuneOptions:
     results: Path | None = None
     seed: int = 0
     server_args: list[str] = field(default_factory=list)
+    ports: Ports | None = None
+    """fixed (HTTP, gRPC, metrics) ports for each rung's server; free ones when None"""
 
     @property
     def label(self) -> str:
@@ -236,7 +238,7 @@ async def _measure_rung(
             model: materialise(options.repository / model, todo, Path(folder), quantize)
             for model in options.models
         }
-        with launch(Path(folder), options.server_args) as server:
+        with launch(Path(folder), options.server_args, ports=options.ports) as server:
             for candidate in todo:
                 bench = BenchOptions(
                     url=server.address(options.protocol),
