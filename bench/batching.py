@@ -17,7 +17,8 @@ requests in closed loops over HTTP binary and gRPC, interleaved over ``--rounds`
 case keeps its best round, as ``bench/overhead.py`` does): items/s, p50/p99, the server's CPU
 time per request (user + system of its process / requests), and from the server's statistics
 over the same window the mean batch size (inference_count / execution_count) and why batches
-closed. Prints the targets of issue 3 with PASS/MISS and writes JSON to bench/results/.
+closed. Prints the targets of issue 3 with PASS/MISS and writes JSON to the results folder
+(bench/outputs.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.loadgen import Measurement, measure_threads
+from bench.outputs import add_results_option
 from bench.overhead import (
     Case,
     Results,
@@ -256,6 +258,7 @@ def main() -> None:
         "--delays", type=lambda s: [int(d) for d in s.split(",")], default=[0, 100, 500],
         help="candidate max_queue_delay_microseconds, comma-separated (0: dynamic_batching {})",
     )  # fmt: skip
+    add_results_option(parser)
     args = parser.parse_args()
     rounds, timing = round_options(args, quick=Timing(0.5, 0.2))
     probe_timing = Timing(0.5, 0.2) if args.quick else Timing(1.0, 0.3)
@@ -286,6 +289,7 @@ def main() -> None:
             "targets": outcomes,
         },
         before,
+        folder=args.results_dir,
     )
 
 

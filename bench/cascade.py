@@ -35,6 +35,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from bench.loadgen import measure, open_http
+from bench.outputs import add_results_option
 from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
 from bench.serving import machine_state, reference, serve, write_results
@@ -191,6 +192,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     add_round_options(parser, duration=3.0, warmup=1.0, rounds=3)
     parser.add_argument("--epochs", type=int, default=200, help="training epochs per MLP")
+    add_results_option(parser)
     args = parser.parse_args()
     rounds, timing = round_options(args, quick=Timing(1.0, 0.3))
     before = machine_state()
@@ -240,7 +242,7 @@ def main() -> None:
     flat["targets"] = check_targets([TARGET], flat)
     options = {**vars(args), "rounds": rounds, "duration": timing.duration}
     document = {"options": options, "accuracy": accuracy, "throughput": best, **flat}
-    print(f"results: {write_results('cascade', document, before)}")
+    print(f"results: {write_results('cascade', document, before, folder=args.results_dir)}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ models in the server's process, side by side in one run.
    interleaved round-robin, each case's best round; requests/s, p50, and CPU per request of
    the server and its worker processes together. Ratios isolated / in-process.
 
-Prints every figure and writes JSON to bench/results/.
+Prints every figure and writes JSON to the results folder (bench/outputs.py).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import psutil
 
 from bench.lifecycle import server
 from bench.loadgen import Measurement
+from bench.outputs import add_results_option
 from bench.overhead import (
     Case,
     Timing,
@@ -243,6 +244,7 @@ def main() -> None:
     add_round_options(parser, duration=2.0, warmup=0.5, rounds=3)
     parser.add_argument("--cycles", type=int, default=5, help="load/unload cycles per mode")
     parser.add_argument("--parts", default="memory,overhead", help="comma-separated parts")
+    add_results_option(parser)
     args = parser.parse_args()
     rounds, timing = round_options(args, quick=Timing(0.5, 0.2))
     cycles = 2 if args.quick else args.cycles
@@ -254,7 +256,7 @@ def main() -> None:
             document["memory"] = memory(Path(tmp), cycles)
         if "overhead" in parts:
             document["overhead"] = overhead(Path(tmp), rounds, timing)
-    write_results("isolation", document, before)
+    write_results("isolation", document, before, folder=args.results_dir)
 
 
 if __name__ == "__main__":

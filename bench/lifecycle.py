@@ -32,7 +32,7 @@
    small_cnn (compute-bound). Target of issue 4: during the
    swap / before >= 0.9.
 
-Prints every figure and writes JSON to bench/results/.
+Prints every figure and writes JSON to the results folder (bench/outputs.py).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.outputs import add_results_option
 from bench.report import Target, check_targets, number
 from bench.serving import machine_state, write_results
 from examples import modelgen
@@ -423,6 +424,7 @@ def main() -> None:
         help="an example repository built already (python -m examples.build_models --out DIR); "
         "default: build one in a temporary folder",
     )
+    add_results_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.swaps = 1, 3
@@ -450,7 +452,12 @@ def main() -> None:
         median = number(results["new_version"]["median_ms"])
         print(f"\nnew version -> serving: median {median} ms")
     settings = {**vars(args), "examples": str(args.examples or "")}
-    write_results("lifecycle", {**results, "targets": outcomes, "args": settings}, state)
+    write_results(
+        "lifecycle",
+        {**results, "targets": outcomes, "args": settings},
+        state,
+        folder=args.results_dir,
+    )
 
 
 if __name__ == "__main__":

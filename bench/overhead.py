@@ -17,7 +17,8 @@ Builds a repository with examples.modelgen (add_sub, small_cnn), starts the real
 
 Every case runs ``--rounds`` times, interleaved round-robin so that a burst of unrelated load
 on the machine hits all cases alike; each case reports its best round (highest rate).
-Prints a table and the targets of issue 2 with PASS/MISS; writes JSON to bench/results/.
+Prints a table and the targets of issue 2 with PASS/MISS; writes JSON to the results folder
+(bench/outputs.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import platform
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -50,6 +50,7 @@ from bench.loadgen import (
     measure_threads,
     open_http,
 )
+from bench.outputs import add_results_option, result_path
 from bench.report import ADD_SUB_CASES, report
 from examples import modelgen
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, session_options
@@ -59,7 +60,6 @@ from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.lifecycle.planning import INTRA_OP_PARAMETER
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CNN_CONCURRENCY = 4
 #: small_cnn's served modes (bench/report.py CNN_MODES): protocol and model
 SERVED_CNN = {
@@ -366,6 +366,7 @@ def main() -> None:
         help="the src/ folder of another inferplex (e.g. a git worktree of an older commit): "
         "only the add_sub cases run, on both servers side by side, and the ratios are printed",
     )
+    add_results_option(parser)
     args = parser.parse_args()
     rounds, timing = round_options(args, quick=Timing(0.5, 0.2))
 
@@ -404,8 +405,7 @@ def main() -> None:
         outcomes: Any = comparison(flat)
     else:
         outcomes = report(flat, args.threads)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = result_path("overhead", args.results_dir)
     document = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -423,7 +423,7 @@ def main() -> None:
         "figures": flat,
         "targets": outcomes,
     }
-    out.write_text(json.dumps(document, indent=2) + "\n")
+    out.write_text(json.dumps(document, indent=2, default=str) + "\n")  # paths in the options
     print(f"\nwrote {out}")
 
 

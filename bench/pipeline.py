@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.loadgen import Measurement, open_http
+from bench.outputs import add_results_option
 from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
 from bench.serving import (
@@ -166,6 +167,7 @@ def report(best: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_round_options(parser, duration=3.0, warmup=1.0, rounds=3)
+    add_results_option(parser)
     args = parser.parse_args()
     rounds, timing = round_options(args, quick=Timing(1.0, 0.3))
     before = machine_state()
@@ -175,7 +177,9 @@ def main() -> None:
         best = asyncio.run(run(repo, rounds, timing))
     summary = report(best)
     options = {"rounds": rounds, "duration": timing.duration, "warmup": timing.warmup}
-    path = write_results("pipeline", {"options": options, "cases": best, **summary}, before)
+    path = write_results(
+        "pipeline", {"options": options, "cases": best, **summary}, before, folder=args.results_dir
+    )
     print(f"results: {path}")
 
 

@@ -34,7 +34,7 @@ and, under ``adaptive``, flooded-p99 / target per setup, low's throughput floode
 and pooled vs static side by side. ``--repeat N`` runs every setup N times, interleaved, and
 prints min/median/max of each ratio; the targets are checked on the median (issue 3's: the
 ratio <= 1.5 under ``priority``; issue 21's: flooded p99 <= 1.0 x the target under
-``adaptive``). Writes JSON to bench/results/.
+``adaptive``). Writes JSON to the results folder (bench/outputs.py).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.contention import Contention, Pair, build_models, configure
+from bench.outputs import add_results_option
 from bench.overhead import Timing
 from bench.report import Target, check_targets, number
 from bench.serving import Layout, machine_state, serve, write_results
@@ -215,6 +216,7 @@ def main() -> None:
     parser.add_argument("--slo-ms", type=float, default=20.0, help="high's slo_p99_ms (adaptive)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of every setup, interleaved")
     parser.add_argument("--setups", help="comma-separated setups to run (default: all)")
+    add_results_option(parser)
     args = parser.parse_args()
     timing = Timing(1.0, 0.3) if args.quick else Timing(args.duration, args.warmup)
     setups = make_setups(args.slo_ms)
@@ -262,6 +264,7 @@ def main() -> None:
             "targets": outcomes,
         },
         machines[0],
+        folder=args.results_dir,
     )
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.outputs import add_results_option
 from bench.report import Target, check_targets
 from bench.serving import machine_state, write_results
 from examples import modelgen
@@ -131,6 +132,7 @@ def main() -> None:
         help="cpu (default): thread CPU time per call, steady on a shared machine (1 thread)",
     )
     parser.add_argument("--quick", action="store_true", help="3 rounds of 0.1 s")
+    add_results_option(parser)
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
     unknown = sorted(set(names) - set(MODELS))
@@ -161,7 +163,12 @@ def main() -> None:
         reports[name] = result.report.to_dict()
         flat.update(figures(name, reports[name]))
     outcomes = check_targets([t for t in TARGETS if t.key.split("/")[0] in names], flat)
-    write_results("quantize", {"figures": flat, "reports": reports, "targets": outcomes}, before)
+    write_results(
+        "quantize",
+        {"figures": flat, "reports": reports, "targets": outcomes},
+        before,
+        folder=args.results_dir,
+    )
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
 

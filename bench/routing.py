@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.loadgen import measure, open_http
+from bench.outputs import add_results_option
 from bench.overhead import Timing, add_round_options, round_options
 from bench.serving import Served, latency_figures, machine_state, serve, write_results
 from examples import modelgen
@@ -147,6 +148,7 @@ def report(best: dict[str, dict[str, Any]], local: dict[str, float]) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_round_options(parser, duration=3.0, warmup=1.0, rounds=3)
+    add_results_option(parser)
     args = parser.parse_args()
     rounds, timing = round_options(args, quick=Timing(1.0, 0.3))
     before = machine_state()
@@ -157,7 +159,9 @@ def main() -> None:
         local = asyncio.run(in_process(repo, max(rounds, 3), 300 if args.quick else 2000))
     summary = report(best, local)
     options = {"rounds": rounds, "duration": timing.duration, "warmup": timing.warmup}
-    write_results("routing", {"options": options, "cases": best, **summary}, before)
+    write_results(
+        "routing", {"options": options, "cases": best, **summary}, before, folder=args.results_dir
+    )
 
 
 if __name__ == "__main__":

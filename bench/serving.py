@@ -10,7 +10,8 @@
   statistics there, so batch sizes and close reasons cover the same window as the rates.
 - Load cases that check a first and a last answer: closed loop (``bench.overhead``'s
   ``http_load`` / ``grpc_load``) and open loop (:func:`open_http_load`).
-- :func:`write_results`: the JSON document in ``bench/results/`` (git-ignored).
+- :func:`write_results`: the JSON document, outside the checkout by default
+  (:mod:`bench.outputs`: ``--results-dir``, ``$INFERPLEX_BENCH_RESULTS`` or a temporary folder).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import os
 import platform
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,14 +33,13 @@ import onnxruntime as ort
 import psutil
 
 from bench.loadgen import Measurement, measure_open
+from bench.outputs import result_path
 from bench.overhead import Timing, inprocess_session
 from examples import modelgen
 from inferplex.benchtool import arrays
 from inferplex.benchtool.clients import HttpPool
 from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 Check = Callable[[dict[str, np.ndarray]], None]
 
@@ -226,10 +225,15 @@ def machine_state() -> dict[str, float]:
     return state
 
 
-def write_results(name: str, document: Mapping[str, Any], before: Mapping[str, float]) -> Path:
-    """Write ``bench/results/<name>-<date>-<time>.json`` with the machine's description."""
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+def write_results(
+    name: str,
+    document: Mapping[str, Any],
+    before: Mapping[str, float],
+    folder: Path | None = None,
+) -> Path:
+    """Write ``<name>-<date>-<time>.json`` with the machine's description into ``folder``
+    (a script's ``--results-dir``; None: :func:`bench.outputs.default_dir`)."""
+    path = result_path(name, folder)
     machine = {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
@@ -237,6 +241,7 @@ def write_results(name: str, document: Mapping[str, Any], before: Mapping[str, f
         "before": dict(before),
         "load_average_after": round(os.getloadavg()[0], 2),
     }
-    path.write_text(json.dumps({"machine": machine, **document}, indent=2) + "\n")
+    # default=str: the options hold paths (--results-dir among them)
+    path.write_text(json.dumps({"machine": machine, **document}, indent=2, default=str) + "\n")
     print(f"\nwrote {path}")
     return path

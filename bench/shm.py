@@ -17,7 +17,7 @@ into its region and take the output from its region (a numpy view). Each case ru
 ``--requests`` requests per round; the rounds are interleaved round-robin so that unrelated
 load hits all cases alike; the figures are the median (p50) and mean over every round's
 requests, and the ratio with shared memory / without, per protocol. Writes JSON to
-bench/results/.
+the results folder (bench/outputs.py).
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
+from bench.outputs import add_results_option, result_path
 from examples import modelgen
 from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SHAPE = [3, 1024 * 1024]  # 3x1024x1024 FP32
 MODEL = "identity_fp32"
 CASES = ("http-binary", "http-shm", "grpc", "grpc-shm")
@@ -160,6 +160,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=15, help="requests per case and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    add_results_option(parser)
     args = parser.parse_args()
     requests, rounds = (3, 1) if args.quick else (args.requests, args.rounds)
     load_before = os.getloadavg()[0]
@@ -181,8 +182,7 @@ def main() -> None:
                 print(f"server exited with {code}:\n{server.log()[-3000:]}", file=sys.stderr)
     flat = figures(times)
     report(flat)
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"shm-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = result_path("shm", args.results_dir)
     document = {
         "machine": {
             "cpus": os.cpu_count(),

@@ -14,7 +14,8 @@ gets ``--concurrency`` closed-loop clients, enough to saturate the machine.
    while ``b`` floods (after a longer warm-up, so the scheduler has adapted).
 
 Prints ``a``'s p50/p99 against the target and the throughput of both models per policy (issue
-3's target: ``a``'s p99 under ``adaptive`` <= X). Writes JSON to bench/results/.
+3's target: ``a``'s p99 under ``adaptive`` <= X). Writes JSON to the results folder
+(bench/outputs.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.contention import Contention, Pair, build_models, configure
+from bench.outputs import add_results_option
 from bench.overhead import Timing
 from bench.report import Target, check_targets, number
 from bench.serving import Layout, machine_state, serve, write_results
@@ -75,6 +77,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32, help="clients of model b")
     parser.add_argument("--image-size", type=int, default=96, help="side of the CNNs' images")
     parser.add_argument("--slo-factor", type=float, default=3.0, help="target / alone p99")
+    add_results_option(parser)
     args = parser.parse_args()
     alone = Timing(args.duration / 2, args.warmup)
     flood = Timing(args.duration, args.flood_warmup)
@@ -115,6 +118,7 @@ def main() -> None:
             "targets": outcomes,
         },
         before,
+        folder=args.results_dir,
     )
 
 
