@@ -30,6 +30,7 @@ from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.repository.s3 import S3Repository
 from inferplex.resilience.guard import ModelGuards
 from inferplex.routing.route import BreakerOpen, Queued, Serve
+from inferplex.routing.signatures import ConfigOf
 from inferplex.routing.table import RouteTable
 from inferplex.shm import SharedMemoryRegistry
 from inferplex.types import InferenceRequest, InferenceResponse
@@ -48,8 +49,8 @@ SHARED_MEMORY_EXTENSION = "system_shared_memory"
 
 
 #: what makes the route table, given the engine's ways to serve a model, count its queued
-#: requests and read its circuit breaker
-RouteTableFactory = Callable[[Serve, Queued, BreakerOpen], RouteTable]
+#: requests, read its circuit breaker and its config
+RouteTableFactory = Callable[[Serve, Queued, BreakerOpen, ConfigOf], RouteTable]
 
 
 class InferenceEngine:
@@ -78,7 +79,7 @@ class InferenceEngine:
         self.registry = registry
         self.lifecycle = lifecycle
         self.guards = guards
-        self.routes = routes(self.serve, self._queued, guards.is_open)
+        self.routes = routes(self.serve, self._queued, guards.is_open, self._config_of)
         self.remote = remote
         self.shared_memory = shared_memory
         lifecycle.before_scan = self._before_scan
@@ -291,6 +292,10 @@ class InferenceEngine:
         return await guard.infer(served, request)
 
     # -- routes and remote repositories (docs/routing.md) ---------------------------------------
+    def _config_of(self, model: str) -> ModelConfig | None:
+        entry = self.registry.get(model)
+        return entry.config if entry is not None else None
+
     def _queued(self, model: str, version: str) -> int:
         return self.registry.route(model, version).queue.pending_requests
 

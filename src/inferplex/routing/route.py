@@ -3,18 +3,27 @@ split, sticky per key) or variants (graceful degradation), optionally mirrored t
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from inferplex.errors import InferplexError, InvalidInputError, ModelNotFoundError
+from inferplex.errors import (
+    InferplexError,
+    InvalidInputError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+)
 from inferplex.routing.config import DegradeConfig, RouteConfig, TargetConfig
 from inferplex.routing.pick import WeightedPicker
 from inferplex.routing.shadow import ShadowMirror
+from inferplex.routing.signatures import ConfigOf, SignatureCheck
 from inferplex.routing.stats import TargetStats
 from inferplex.routing.variants import DegradePolicy, VariantLoad
 from inferplex.types import InferenceRequest, InferenceResponse
+
+logger = logging.getLogger(__name__)
 
 Serve = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
 #: (model, version) -> requests queued for it; raises InferplexError when it cannot serve
@@ -45,7 +54,10 @@ class Route:
         queued: Queued,
         breaker_open: BreakerOpen,
         clock: Callable[[], float] = time.monotonic,
+        config_of: ConfigOf = lambda model: None,
     ) -> None:
+        """``config_of`` gives a model's config, to compare the targets' inputs and outputs
+        (:mod:`.signatures`); by default none is known and nothing is compared."""
         self.name = name
         self.config = config
         self.members = config.members
@@ -72,11 +84,15 @@ class Route:
         self.shadow = (
             ShadowMirror(name, config.shadow, serve, rng) if config.shadow is not None else None
         )
+        self._signatures = SignatureCheck(name, self.members, config_of)
 
     # -- serving ---------------------------------------------------------------------------
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         if request.model_version:
             raise ModelNotFoundError(self._no_versions())
+        refused = self.refusal()
+        if refused:
+            raise ModelNotReadyError(refused)
         self.requests += 1
         index = self._choose(request.parameters)
         target = self.members[index]
@@ -130,6 +146,16 @@ class Route:
             queued = None
         return VariantLoad(queued, self._breaker_open(target.model))
 
+    def refusal(self) -> str:
+        """Why the route refuses requests: its targets' inputs or outputs differ (checked
+        again whenever a target's config appears or changes; logged once per new finding);
+        "" when they agree."""
+        before = self._signatures.error
+        error = self._signatures.check()
+        if error and error != before:
+            logger.error("%s; its requests are refused until the targets agree", error)
+        return error
+
     # -- what the route looks like ---------------------------------------------------------
     def primary(self, version: str = "") -> TargetConfig:
         """The target whose metadata and config the route shows: the first one listed."""
@@ -141,6 +167,8 @@ class Route:
         """Whether the route can answer: a split route when every target with a weight is
         ready, a variants route when one of its variants is."""
         self.primary(version)  # a route has no versions
+        if self.refusal():
+            return False
 
         def target_ready(target: TargetConfig) -> bool:
             try:
@@ -169,6 +197,8 @@ class Route:
             }
         if self.config.variants:
             out["degrade"] = (self.config.degrade or _NO_THRESHOLDS).model_dump()
+        if self._signatures.error:
+            out["error"] = self._signatures.error
         return out
 
     def statistics(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 from inferplex.errors import ConfigError, ModelNotFoundError
 from inferplex.routing.config import ROUTING_FILE, RoutingFile, read_routing
 from inferplex.routing.route import BreakerOpen, Queued, Route, Serve
+from inferplex.routing.signatures import ConfigOf
 
 logger = logging.getLogger(__name__)
 
@@ -32,11 +33,15 @@ class RouteTable:
         serve: Serve,
         queued: Queued,
         breaker_open: BreakerOpen,
+        config_of: ConfigOf = lambda model: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``config_of`` gives a model's config (None while it is not read): the inputs and
+        outputs of a route's targets must agree (:mod:`.signatures`)."""
         self._serve = serve
         self._queued = queued
         self._breaker_open = breaker_open
+        self._config_of = config_of
         self._clock = clock
         self._routes: dict[str, Route] = {}
         self._signature: _Signature = None
@@ -94,13 +99,22 @@ class RouteTable:
                 routes[name] = old
             else:
                 routes[name] = Route(
-                    name, config, self._serve, self._queued, self._breaker_open, self._clock
+                    name,
+                    config,
+                    self._serve,
+                    self._queued,
+                    self._breaker_open,
+                    self._clock,
+                    self._config_of,
                 )
         replaced = [r for n, r in self._routes.items() if routes.get(n) is not r]
         self._routes = routes
-        self.error = "\n".join(errors)
         for error in errors:
             logger.error("%s", error)
+        # a route whose targets disagree stays, refusing requests (logged by the route): it
+        # serves once they agree, without a change of the file
+        errors += [refused for r in routes.values() if (refused := r.refusal())]
+        self.error = "\n".join(errors)
         if routes:
             logger.info("routes: %s", ", ".join(sorted(routes)))
         await asyncio.gather(*(r.close() for r in replaced))

@@ -74,8 +74,8 @@ class FakeGuards:
 
 
 class FakeRoutes:
-    def __init__(self, serve: Any, queued: Any, breaker_open: Any) -> None:
-        self.wired = (serve, queued, breaker_open)
+    def __init__(self, serve: Any, queued: Any, breaker_open: Any, config_of: Any) -> None:
+        self.wired = (serve, queued, breaker_open, config_of)
         self.reloads: list[list[str]] = []
         self.closed = False
 
@@ -125,7 +125,12 @@ def build(repository: Path, **settings: Any) -> tuple[InferenceEngine, FakeLifec
 async def test_start_serve_and_stop_through_the_collaborators(tmp_path: Path) -> None:
     engine, lifecycle, remote = build(tmp_path)
     routes = cast(FakeRoutes, engine.routes)
-    assert routes.wired == (engine.serve, engine._queued, engine.guards.is_open)
+    assert routes.wired == (
+        engine.serve,
+        engine._queued,
+        engine.guards.is_open,
+        engine._config_of,
+    )
     assert lifecycle.before_scan == engine._before_scan
     assert not engine.ready()
     await engine.start()
