@@ -247,8 +247,6 @@ def _bench(flags: dict[str, Any]) -> int:
     options.check()
     if flags["ports"] and not flags["model_repository"]:
         raise BenchError("--ports: only for a server the bench launches (--model-repository)")
-    if flags["ports"] and flags["scenario"]:
-        raise BenchError("--ports: not supported with --scenario yet (its server takes free ports)")
     if flags["scenario"]:
         return run_scenario(options, flags)
     if flags["record_metrics"]:

@@ -140,6 +140,8 @@ def run_scenario(bench: Any, flags: dict[str, Any]) -> int:
         return run_mlperf(bench, options, click.echo)
     from inferplex.benchtool.launch import launch
 
-    with launch(flags["model_repository"], list(flags["server_args"])) as server:
+    with launch(
+        flags["model_repository"], list(flags["server_args"]), ports=flags["ports"]
+    ) as server:
         bench = dataclasses.replace(bench, url=server.address(bench.protocol))
         return run_mlperf(bench, options, click.echo)

@@ -56,3 +56,22 @@ def test_launch_serves_on_the_ports_given(monkeypatch: pytest.MonkeyPatch, tmp_p
             "127.0.0.1:9102",
         )
     assert started == [(9100, 9101, 9102)]
+
+
+def test_an_mlperf_scenario_serves_on_the_ports_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    asked: list[Any] = []
+
+    class Stop(Exception):
+        pass
+
+    def launch_stub(repository: Path, server_args: list[str], ports: Any = None) -> Any:
+        asked.append(ports)
+        raise Stop
+
+    monkeypatch.setattr(launch_module, "launch", launch_stub)
+    args = ["bench", "--model", "m", "--scenario", "offline", "--model-repository", str(tmp_path)]
+    result = CliRunner().invoke(main, [*args, "--ports", "9100,9101,9102"])
+    assert isinstance(result.exception, Stop), result.output
+    assert asked == [(9100, 9101, 9102)]
