@@ -134,16 +134,21 @@ def run_cases(
 ) -> Runs:
     """Every case ``rounds`` times on each server, one after the other, the order of the
     servers swapped every round, with perf_analyzer's extra ``options`` per model; prints
-    each run as it ends, with the machine's load average then."""
+    each run as it ends, with the machine's load average then. A run that stayed unstable
+    through every attempt is left out (its case's medians take the other rounds)."""
     runs: Runs = {case.key: {server.name: [] for server in servers} for case in cases}
     for case in cases:
         for number_ in range(rounds):
             order = servers if number_ % 2 == 0 else list(reversed(servers))
             for server in order:
                 model = case.served(server.name)
-                figures = perf_analyzer.measure(
-                    server, model, case.protocol, case.concurrency, settings, options[model]
-                )
+                try:
+                    figures = perf_analyzer.measure(
+                        server, model, case.protocol, case.concurrency, settings, options[model]
+                    )
+                except perf_analyzer.Unstable:
+                    print(f"  {case.key:22} round {number_ + 1} {server.name:9} left out: unstable")
+                    continue
                 runs[case.key][server.name].append(figures)
                 print(
                     f"  {case.key:22} round {number_ + 1} {server.name:9} {model:17} "
@@ -161,11 +166,13 @@ def medians(runs: Runs) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, by_server in runs.items():
         for server, measured in by_server.items():
+            if not measured:
+                continue
             for name in FIGURES:
                 value = statistics.median(getattr(figures, name) for figures in measured)
                 flat[f"{server}/{key}/{name}"] = round(value, 3)
             flat[f"{server}/{key}/rates"] = [round(figures.rate, 1) for figures in measured]
-        if all(server in by_server for server in (INFERPLEX, TRITON)):
+        if all(by_server.get(server) for server in (INFERPLEX, TRITON)):
             for name in FIGURES:
                 ours, theirs = flat[f"{INFERPLEX}/{key}/{name}"], flat[f"{TRITON}/{key}/{name}"]
                 flat[f"{key}/ratio/{name}"] = round(ours / theirs, 3) if theirs else None
@@ -192,6 +199,9 @@ def print_table(cases: Sequence[Case], flat: Mapping[str, Any]) -> None:
         for server in (INFERPLEX, TRITON):
             prefix = f"{server}/{case.key}"
             label = f"{server} {case.served(server)}" if server == TRITON else server
+            if f"{prefix}/rate" not in flat:
+                print(f"{case.key:22} {label:25} no stable run")
+                continue
             print(
                 f"{case.key:22} {label:25} {flat[f'{prefix}/rate']:>9.1f} "
                 f"{flat[f'{prefix}/p50_ms']:>8.3f} {flat[f'{prefix}/p99_ms']:>8.3f} "

@@ -131,3 +131,10 @@ def test_medians_ratios_and_targets() -> None:
         "MLP c32 server CPU per request / Triton, HTTP": False,
         "add_sub c1 p50 / Triton unbatched, HTTP": False,  # 1.0 > 0.9
     }
+
+
+def test_a_server_without_a_stable_run_gets_no_ratio() -> None:
+    flat = medians({"add_sub/http/c1": {"inferplex": [figures(2000)], "triton": []}})
+    assert flat["inferplex/add_sub/http/c1/rate"] == 2000
+    assert "triton/add_sub/http/c1/rate" not in flat
+    assert "add_sub/http/c1/ratio/rate" not in flat
