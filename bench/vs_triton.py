@@ -4,6 +4,7 @@ own load generator, perf_analyzer 2.51, in one run.
     bench/peers/install.sh                    # once: Triton and perf_analyzer under /tmp
     python -m bench.vs_triton [--rounds 3] [--window-ms 2500] [--queue-delay-us 200]
                               [--cases mlp/grpc/c32,add_sub/http/c1] [--quick]
+                              [--results-dir DIR]
 
 Builds the models of bench/peers/models.py once and serves the same files and configs from
 inferplex (``python -m inferplex serve``) and from Triton (each model's ONNX Runtime session
@@ -14,7 +15,8 @@ runs on one server and then the other, ``--rounds`` times, the order swapped eve
 burst of unrelated load hits both alike. Per case and server it prints the medians over the
 rounds of inferences/s, p50 and p99 (perf_analyzer's), and the CPU time per request of the
 server (its process tree, over the requests its statistics counted) and of perf_analyzer;
-then the ratios inferplex / Triton and the targets of issue 21 with PASS/MISS.
+then the ratios inferplex / Triton and the targets of issue 21 with PASS/MISS; the JSON goes
+where bench/outputs.py says (``--results-dir``).
 
 Every model is first asked once over HTTP on both servers and the answer compared with
 in-process ONNX Runtime, and neither server may count a failed request: a server that answers
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.outputs import add_results_option
 from bench.peers import perf_analyzer, triton
 from bench.peers.models import MODELS, Built, build, sample_inputs, shape_options
 from bench.peers.perf_analyzer import Figures, Server, Settings
@@ -279,6 +282,7 @@ def main() -> None:
     parser.add_argument("--queue-delay-us", type=int, default=200)
     parser.add_argument("--cases", default="", help=f"comma-separated, of {[c.key for c in CASES]}")
     parser.add_argument("--quick", action="store_true", help="one round of short windows")
+    add_results_option(parser)
     args = parser.parse_args()
     reason = triton.missing() or perf_analyzer.missing()
     if reason:
@@ -307,7 +311,8 @@ def main() -> None:
     outcomes = check_targets(TARGETS, flat)
     print(f"load average after the run: {os.getloadavg()[0]:.2f}")
     options = {**vars(args), "rounds": rounds, "window_ms": settings.window_ms}
-    write_results("vs_triton", {"options": options, "figures": flat, "targets": outcomes}, before)
+    document = {"options": options, "figures": flat, "targets": outcomes}
+    write_results("vs_triton", document, before, folder=args.results_dir)
 
 
 if __name__ == "__main__":
