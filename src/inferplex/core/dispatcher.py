@@ -21,6 +21,7 @@ from collections.abc import Sized
 from contextvars import ContextVar
 from typing import Protocol
 
+from inferplex.core.alarm import Alarm
 from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
 from inferplex.core.fifo import FifoQueue
 from inferplex.core.lanes import LaneQueue
@@ -77,8 +78,9 @@ class Dispatcher:
         self._policies: dict[str, ModelPolicy] = {}
         self._pending: set[ServedVersion] = set()  # versions that may have queued requests
         self._pump_queued = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
+        #: the one wake-up: the earliest moment a queue needs attention (core/alarm.py: a
+        #: queue delay is shorter than the loop's timers can keep)
+        self._alarm = Alarm(loop, self._pump)
         #: the threads the instances of light models share (``core.workers``)
         self.workers = WorkerPool(scheduler.slots)
 
@@ -86,6 +88,12 @@ class Dispatcher:
         self.scheduler.register(version.key, policy)
         self._versions[version.key] = version
         self._policies[version.key] = policy
+
+    def close(self) -> None:
+        """Stop the worker and alarm threads (every model is freed: nothing runs). Blocking:
+        call it off the loop."""
+        self._alarm.close()
+        self.workers.close()
 
     def remove(self, version: ServedVersion) -> None:
         """Forget a drained version (nothing of it queued or running)."""
@@ -128,15 +136,11 @@ class Dispatcher:
             self._pump_queued = True
             self._loop.call_soon(self._pump)
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = math.inf
-        self._pump()
-
     # -- the pump -------------------------------------------------------------------------
-    def _pump(self) -> None:
+    def _pump(self, moment: float = 0.0) -> None:
+        """``moment``: the alarm's, when it woke the pump (a few µs early counts as at it)."""
         self._pump_queued = False
-        now = _now()
+        now = max(_now(), moment)
         active = [v for v in self._pending if v.queue.pending_requests]
         for version in active:
             expired = version.queue.expire(now)
@@ -171,7 +175,7 @@ class Dispatcher:
             if version.precedence and not version.queue.pending_requests:
                 version.precedence = 0
         pending = self._pending = {v for v in active if v.queue.pending_requests}
-        if pending or refused or self._timer is not None:
+        if pending or refused or self._alarm.at != math.inf:
             self._arm(now, scheduler.reservation_lifts() if refused else None)
 
     def _critical_step(self, picked: ServedVersion, ready: list[str]) -> ServedVersion:
@@ -211,14 +215,12 @@ class Dispatcher:
             at = version.queue.next_wakeup(now, bool(version.idle))
             if at is not None and now < at < wake:
                 wake = at
-        if wake == self._timer_at:
+        if wake == self._alarm.at:
             return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer, self._timer_at = None, math.inf
-        if wake != math.inf:
-            self._timer = self._loop.call_at(self._loop.time() + (wake - now), self._on_timer)
-            self._timer_at = wake
+        if wake == math.inf:
+            self._alarm.cancel()
+        else:
+            self._alarm.set(wake, now)
 
 
 def _due(wakeup: float | None, now: float) -> bool:

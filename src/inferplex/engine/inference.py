@@ -123,7 +123,7 @@ class InferenceEngine:
         await self.routes.close()
         await self.lifecycle.stop(drain_timeout)
         if self.dispatcher is not None:  # (every model is freed: its threads are idle)
-            await asyncio.to_thread(self.dispatcher.workers.close)
+            await asyncio.to_thread(self.dispatcher.close)
         self.shared_memory.close()
 
     # -- health and metadata ----------------------------------------------------------------
