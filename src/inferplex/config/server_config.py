@@ -86,6 +86,12 @@ class ServerConfig(BaseSettings):
         "and back costs more than such a batch; CPU ONNX Runtime models with fixed shapes "
         "only); 0 = always hand over",
     )
+    queue_delay: Literal["learned", "fixed"] = Field(
+        default="learned",
+        description="max_queue_delay_microseconds is waited for only while it gathers requests: "
+        "'learned' closes batches without it once nearly no batch held more than one request "
+        "(one in 16 still waits, to notice traffic growing); 'fixed' always waits it, as Triton",
+    )
     intra_op_threads: int = Field(
         default=0,
         ge=0,

@@ -45,6 +45,14 @@ Rules, as in Triton's dynamic batcher unless marked (ours):
   deadline``; a waiting batch closes (DEADLINE) when ``now + estimate(rows) >= deadline -
   deadline_margin`` for its earliest deadline. Without an estimate the execution time counts as 0.
 - ``preserve_ordering`` is the driver's concern (response order); this policy ignores it.
+- Learned queue delay (ours, ``learn_delay``): the delay is a maximum (Triton: "the maximum
+  time a request will be delayed to wait for additional requests"), and where waiting does
+  not gather requests it only adds latency — one request at a time waits the whole delay
+  for nobody. So each closed batch counts whether it held more than one request (an
+  exponential average); once ``LEARN_AFTER`` batches say that almost none did (below
+  ``SKIP_BELOW``), batches close without waiting, except one in ``PROBE_EVERY``, which waits
+  to see whether traffic has grown. A batch of several requests, waited for or not, brings
+  the waiting back.
 
 Cost: ``submit`` is O(1); ``next_batch`` is O(rows taken) when the batch is a queue prefix, and
 O(queue) at worst (skipped shape keys, levels with timeouts).
@@ -66,6 +74,14 @@ from inferplex.errors import ConfigError, DeadlineExceededError, ServerBusyError
 Estimate = Callable[[int], float | None]
 
 _NO_KEY = object()  # marks "no head request yet"; a shape key may legitimately be None
+
+#: learned queue delay: batches seen before the delay may be skipped
+LEARN_AFTER = 16
+#: ... the share of batches of several requests below which it is skipped
+SKIP_BELOW = 0.05
+#: ... and one batch in this many still waits the delay while it is skipped
+PROBE_EVERY = 16
+_GAIN_WEIGHT = 0.1  # of the latest batch in the average
 
 
 class CloseReason(enum.StrEnum):
@@ -171,9 +187,11 @@ class DynamicBatcher:
         estimate: Estimate | None = None,
         *,
         deadline_margin: float = 100e-6,
+        learn_delay: bool = False,
     ) -> None:
         """``estimate`` may be set later through the attribute of that name.
-        ``deadline_margin`` (seconds) covers the driver's wake-up and concatenation time."""
+        ``deadline_margin`` (seconds) covers the driver's wake-up and concatenation time.
+        ``learn_delay``: skip the queue delay while it gathers nothing (module docstring)."""
         if max_batch_size < 1:
             raise ConfigError(f"model '{model}': dynamic batching needs max_batch_size >= 1")
         for size in config.preferred_batch_size:
@@ -206,6 +224,10 @@ class DynamicBatcher:
         # the last plan and its ``now``: the driver asks next_wakeup, then next_batch, at the
         # same moment; any change to the queues drops it
         self._memo: tuple[float, _Plan] | None = None
+        self._learn = learn_delay
+        self._batched = 1.0  # average of "the batch held several requests"
+        self._seen = 0  # batches counted, up to LEARN_AFTER
+        self._since_probe = 0  # batches closed without the delay since one waited it
 
     def set_limits(self, max_rows: int, delay_s: float) -> None:
         """Adaptive batching: close batches at ``max_rows`` (a larger request still runs, alone)
@@ -283,6 +305,8 @@ class DynamicBatcher:
         requests = taken if cut == len(taken) else taken[:cut]
         self._remove(requests, rows)
         self.close_reasons[reason] += 1
+        if self._learn and self._delay:
+            self._count(len(requests) > 1, reason is CloseReason.IDLE)
         return Batch(requests, rows, reason)
 
     def next_wakeup(self, now: float, instance_idle: bool = True) -> float | None:
@@ -448,7 +472,7 @@ class DynamicBatcher:
         if not taken:
             return taken, 0, 0, None, math.inf
         count = len(taken)
-        delay = self._delay
+        delay = 0.0 if self._skipping() else self._delay
         due = oldest + delay
         if best_cut and not (delay and now >= due):
             reason = CloseReason.FULL if best_rows >= max_rows else CloseReason.PREFERRED
@@ -465,6 +489,27 @@ class DynamicBatcher:
                 return taken, count, rows, CloseReason.DEADLINE, now
             due = min(due, close_at)
         return taken, count, rows, None, due
+
+    @property
+    def delay_skipped(self) -> bool:
+        """Whether batches close without the queue delay now (learned: it gathers nothing)."""
+        return self._skipping()
+
+    def _skipping(self) -> bool:
+        return (
+            self._learn
+            and self._seen >= LEARN_AFTER
+            and self._batched < SKIP_BELOW
+            and self._since_probe < PROBE_EVERY - 1
+        )
+
+    def _count(self, several: bool, skipped: bool) -> None:
+        """A batch closed: learn whether batches gather several requests."""
+        self._batched += _GAIN_WEIGHT * (float(several) - self._batched)
+        if self._seen < LEARN_AFTER:
+            self._seen += 1
+        self._since_probe = self._since_probe + 1 if skipped else 0
+        self._memo = None
 
     def _plain_plan(self, queue: deque[PendingRequest], now: float) -> _Plan:
         """``_plan`` for a plain batcher (see ``_plain``) whose queue has no deadlines: the

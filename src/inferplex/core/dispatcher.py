@@ -67,12 +67,18 @@ class ServedVersion(Protocol):
 
 class Dispatcher:
     def __init__(
-        self, scheduler: Scheduler, loop: asyncio.AbstractEventLoop, inline_execution_s: float = 0.0
+        self,
+        scheduler: Scheduler,
+        loop: asyncio.AbstractEventLoop,
+        inline_execution_s: float = 0.0,
+        learn_delay: bool = False,
     ) -> None:
         self.scheduler = scheduler
         #: batches measured to run within this many seconds may run on the event loop
         #: (``ServedVersion.launch``)
         self.inline_execution_s = inline_execution_s
+        #: the batchers skip their queue delay while it gathers nothing (--queue-delay learned)
+        self.learn_delay = learn_delay
         self._loop = loop
         self._versions: dict[str, ServedVersion] = {}
         self._policies: dict[str, ModelPolicy] = {}

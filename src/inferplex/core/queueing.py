@@ -62,11 +62,18 @@ class VersionQueue:
         batching = config.dynamic_batching
         if config.sequence_batching is not None:  # sequences share batches as it says
             batching = batch_policy(config.sequence_batching)
+        # adaptive batching sets the delay itself (core/adaptive.py)
+        slo_p99_ms = config.scheduling.slo_p99_ms
+        adaptive_batching = config.scheduling.adaptive_batching and slo_p99_ms is not None
 
         def one_queue() -> DynamicBatcher | FifoQueue:
             if batching is not None and config.batched:
                 return DynamicBatcher(
-                    config.name, config.max_batch_size, batching, estimator.estimate
+                    config.name,
+                    config.max_batch_size,
+                    batching,
+                    estimator.estimate,
+                    learn_delay=dispatcher.learn_delay and not adaptive_batching,
                 )
             return FifoQueue()
 
@@ -78,13 +85,7 @@ class VersionQueue:
         else:
             self.queue = one_queue()
         self.adaptive: AdaptiveBatching | None = None
-        scheduling = config.scheduling
-        if (
-            scheduling.adaptive_batching
-            and scheduling.slo_p99_ms is not None
-            and batching is not None
-            and config.batched
-        ):
+        if slo_p99_ms is not None and adaptive_batching and batching is not None and config.batched:
             if not isinstance(self.queue, DynamicBatcher):
                 raise ConfigError(
                     f"model '{config.name}': scheduling.adaptive_batching tunes one batch "
@@ -93,7 +94,7 @@ class VersionQueue:
             self.adaptive = AdaptiveBatching(
                 self.queue,
                 estimator,
-                scheduling.slo_p99_ms * 1e-3,
+                slo_p99_ms * 1e-3,
                 config.max_batch_size,
                 batching.max_queue_delay_microseconds * 1e-6,
             )

@@ -99,7 +99,12 @@ class InferenceEngine:
             config.rate_limit_resources,
         )
         loop = asyncio.get_running_loop()
-        self.dispatcher = Dispatcher(scheduler, loop, config.inline_execution_us * 1e-6)
+        self.dispatcher = Dispatcher(
+            scheduler,
+            loop,
+            config.inline_execution_us * 1e-6,
+            learn_delay=config.queue_delay == "learned",
+        )
         cache = ResponseCache(config.cache_size) if config.cache_size else None
         self._loop = loop
         if self.remote is not None:
