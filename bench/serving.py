@@ -50,7 +50,9 @@ class Layout:
 
     max_batch_size: int = 8
     batching: Mapping[str, Any] | None = field(default_factory=dict)
-    """the ``dynamic_batching`` message; None: no dynamic batching (each request alone)"""
+    """the ``dynamic_batching`` message; None: none in the config (a model with
+    ``max_batch_size`` above 1 then gets ``dynamic_batching {}`` from auto-complete, as in
+    Triton: each request alone only with auto-complete off or ``max_batch_size`` 0 or 1)"""
     instances: int = 1
     threads: int = 0
     """``intra_op_thread_count`` of each instance; 0: the server's default (cores / instances)"""
