@@ -534,8 +534,8 @@ def _read(
     in_folder = list_files(folder)
     folder_fingerprint = digest(in_folder, folder.parent)
     try:
-        plan = plan_model(model_dir, intra_op_threads, override, auto_complete)
         in_model_dir = in_folder if model_dir == folder else list_files(model_dir)
+        plan = plan_model(model_dir, intra_op_threads, override, auto_complete, in_model_dir)
         facts = {}
         for version, path in plan.version_files.items():
             files = [f for f in in_model_dir if f.path.is_relative_to(path.parent)]

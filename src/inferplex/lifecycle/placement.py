@@ -13,22 +13,27 @@ the GPU, an MLP or a small CNN of a few hundred kB stays on the CPU. A group tha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.errors import ConfigError
+from inferplex.repository.local import FileFacts
 
 #: model parameter: the size in bytes from which a KIND_AUTO model counts as heavy
 GPU_MIN_BYTES_PARAMETER = "placement_gpu_min_bytes"
 DEFAULT_GPU_MIN_BYTES = 20_000_000
 
 
-def model_bytes(model_file: Path) -> int:
+def model_bytes(model_file: Path, listed: Sequence[FileFacts] | None = None) -> int:
     """The size of a model version: every file in the model file's folder (ONNX external
     data and weight shards live beside it), or the file alone when it is not in a folder of
-    its own."""
+    its own. ``listed``: the model folder's files as a load already walked them (their
+    sizes are taken from there instead of a second walk)."""
     folder = model_file if model_file.is_dir() else model_file.parent
+    if listed is not None:
+        return sum(f.size for f in listed if f.path.is_relative_to(folder))
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 

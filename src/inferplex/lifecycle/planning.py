@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from inferplex.config.readers import complete_config, read_model_config
 from inferplex.errors import ConfigError
 from inferplex.lifecycle.data_files import initial_states
 from inferplex.lifecycle.placement import auto_kind, model_bytes
-from inferplex.repository.local import version_dirs
+from inferplex.repository.local import FileFacts, version_dirs
 from inferplex.resilience.guard import check_parameters
 
 logger = logging.getLogger(__name__)
@@ -70,12 +71,14 @@ def plan_model(
     server_intra_op_threads: int = 0,
     override: ModelConfig | None = None,
     auto_complete: bool = True,
+    listed: Sequence[FileFacts] | None = None,
 ) -> ModelPlan:
     """Read and complete the model's config and find its files; ConfigError with the reason
     if the model cannot be served. ``override`` replaces the config file (Triton's load
     request with a config); ``auto_complete`` False (``--disable-auto-complete-config``)
-    takes the config as written, which must then exist. Blocking (reads files): call it off
-    the event loop."""
+    takes the config as written, which must then exist; ``listed``, the model folder's files
+    as the caller walked them (their sizes serve). Blocking (reads files): call it off the
+    event loop."""
     name = model_dir.name
     config = override if override is not None else read_model_config(model_dir)
     versions = version_dirs(model_dir)
@@ -126,7 +129,7 @@ def plan_model(
         group = InstanceGroup(count=COMPOSITE_INSTANCES, kind="KIND_CPU")
         config = config.model_copy(update={"instance_group": (group,)})
     gpu = backend.gpu_available()
-    size = model_bytes(files[max(files)])
+    size = model_bytes(files[max(files)], listed)
     check_parameters(config)  # breaker and timeout parameters (resilience/guard.py)
     instances = _instances(config, server_intra_op_threads, gpu, size)
     served = served_backend(backend, config)

@@ -18,6 +18,7 @@ from inferplex.lifecycle.placement import (
     model_bytes,
 )
 from inferplex.lifecycle.planning import _instances, plan_model
+from inferplex.repository.local import list_files
 
 AUTO = InstanceGroup()
 
@@ -70,3 +71,14 @@ def test_a_repository_model_is_placed_on_the_cpu_without_a_gpu(tmp_path: Path) -
     if plan.backend.gpu_available():
         pytest.skip("this machine has a GPU")
     assert {spec.kind for spec in plan.instances} == {"KIND_CPU"}
+
+
+def test_a_version_s_size_from_the_load_s_own_walk_equals_a_walk_of_its_folder(
+    tmp_path: Path,
+) -> None:
+    model = modelgen.add_sub(tmp_path)
+    (model.parent / "weights.bin").write_bytes(bytes(1000))
+    (tmp_path / "add_sub" / "2").mkdir()
+    (tmp_path / "add_sub" / "2" / "other.bin").write_bytes(bytes(50))  # another version's
+    listed = list_files(tmp_path / "add_sub")
+    assert model_bytes(model, listed) == model_bytes(model) == model.stat().st_size + 1000
