@@ -29,8 +29,10 @@ from inferplex.errors import InferplexError
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
 from inferplex.frontends.http import HttpApp, create_http_app
 from inferplex.lifecycle.manager import LifecycleManager
+from inferplex.mesh.replica import Rebalancer, members
 from inferplex.metrics.app import MetricsApp, create_metrics_app
 from inferplex.protocol.dataplane import DataPlane
+from inferplex.repository.local import list_models
 from inferplex.repository.s3 import S3Repository
 from inferplex.resilience.guard import GuardDefaults, ModelGuards
 from inferplex.routing.table import RouteTable
@@ -52,6 +54,16 @@ logger = logging.getLogger(__name__)
 
 def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
+
+
+def mesh_rebalancer(engine: InferenceEngine) -> Rebalancer:
+    """A mesh replica's watch on ``--mesh-members``: loads what a ring change gives it."""
+    loader = engine.lifecycle.loader
+
+    def names() -> list[str]:
+        return [path.name for path in list_models(loader.repository)]
+
+    return Rebalancer(engine.config, names, loader.load)
 
 
 def model_folders(engine: InferenceEngine) -> Callable[[str], Path | None]:
@@ -153,6 +165,7 @@ class Server:
         self._grpc: GrpcFrontend | None = None
         self._metrics: MetricsApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._mesh: Rebalancer | None = None
         self._thread: threading.Thread | None = None
 
     # -- async life cycle -------------------------------------------------------------------
@@ -171,6 +184,9 @@ class Server:
             for sock in sockets.values():
                 sock.close()
             raise
+        if config.mesh_members:  # the ring follows the members (docs/mesh.md, "Scaling")
+            self._mesh = mesh_rebalancer(self.engine)
+            self._mesh.start(await asyncio.to_thread(members, config))
         self.engine.set_ready()
         logger.info(
             "inferplex listening on %s: HTTP %s, gRPC %s, metrics %s",
@@ -340,6 +356,8 @@ class Server:
             pending.append(self._grpc.stop(grace))
         await asyncio.gather(*pending, return_exceptions=True)
         self._http_servers.clear()
+        if self._mesh is not None:
+            await self._mesh.stop()
         if self._metrics is not None:
             self._metrics.close()
         await self.engine.stop(grace)

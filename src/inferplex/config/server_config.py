@@ -409,6 +409,20 @@ class ServerConfig(BaseSettings):
         "demand (needs load_on_demand); empty = no mesh. Comma-separated (or a JSON list in "
         "the environment)",
     )
+    mesh_members: str = Field(
+        default="",
+        description="where the mesh's replica names are read while it runs, in place of "
+        "mesh_replicas: file:PATH (one name a line, read again when it changes; a mounted "
+        "ConfigMap) or dns:TEMPLATE:max=N (a StatefulSet's pods, e.g. "
+        "dns:inferplex-mesh-{i}.inferplex-mesh:max=16: indices 0 to the highest that "
+        "resolves). On a change the replica loads the models it newly owns; empty = the "
+        "fixed mesh_replicas",
+    )
+    mesh_refresh_secs: float = Field(
+        default=5.0,
+        gt=0,
+        description="how often mesh_members is read again (a file: its mtime and size)",
+    )
     mesh_self: str = Field(
         default="",
         description="this replica's name among mesh_replicas (on Kubernetes the pod's name)",
