@@ -197,6 +197,7 @@ def main() -> None:
     rounds, timing = round_options(args, quick=Timing(1.0, 0.5))
     idle_s = 3.0 if args.quick else args.idle
     cores = os.cpu_count() or 1
+    load_average = os.getloadavg()[0]  # the machine may be shared: how busy it was
     with tempfile.TemporaryDirectory(prefix="inferplex-many-") as tmp:
         repo, single = Path(tmp) / "models", Path(tmp) / "one"
         files = build_repository(repo, args.models)
@@ -233,7 +234,7 @@ def main() -> None:
         "idle_cpu_over_pct": idle - small_idle,
         "spread_ratio": spread / one,
     }
-    print(f"\n{args.models} models, {cores} cores")
+    print(f"\n{args.models} models, {cores} cores, load average {load_average:.2f} at the start")
     print(f"{'figure':34} {'served':>12} {'reference':>12}")
     rows = (
         ("ready, s (less a one-model server)", load, reference["seconds"]),

@@ -21,7 +21,7 @@ from pathlib import Path
 from inferplex.backends import Backend
 from inferplex.backends.base import InstanceSpec, ModelCaller
 from inferplex.config.model_config import ModelConfig
-from inferplex.config.paths import check_model_name
+from inferplex.config.paths import check_model_name, name_problem
 from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.instance import ModelInstance
@@ -117,14 +117,16 @@ class ModelLoader:
         pinned: bool | None = None,
         source: Path | None = None,
         paced: bool = True,
+        ahead: ReadAhead | None = None,
     ) -> None:
         """Load ``name`` from the repository, or reload it if it is loaded (only new or
         changed versions load; unchanged ones keep serving). ModelLoadError with the reason
         when it fails (the versions serving before go on serving). ``source``: an override
         folder (file_override.py) to load from instead of the repository. ``paced``: the load
-        yields to busy serving (pacing.py); not for a load that requests wait for."""
+        yields to busy serving (pacing.py); not for a load that requests wait for.
+        ``ahead``: the model's files as :meth:`read_ahead` read them."""
         model_dir = source or self.model_dir(name)
-        if source is None and not await asyncio.to_thread(model_dir.is_dir):
+        if source is None and ahead is None and not await asyncio.to_thread(model_dir.is_dir):
             raise ModelNotFoundError(  # Triton's words first, then which repository
                 f"failed to load '{name}', failed to poll from model repository: '{name}' is "
                 f"not in the model repository {self.repository}"
@@ -135,12 +137,21 @@ class ModelLoader:
             if pinned is not None:
                 entry.pinned = pinned
             async with self._load_lock:
-                replaced = await self._load(entry, model_dir, override, pacer)
+                replaced = await self._load(entry, model_dir, override, pacer, ahead)
             stale = self.overrides.adopt(name, source)
             # the replaced versions drain without holding up the loads of other models
             await self._retire(replaced, pacer)
             if stale is not None:  # the override folder the replaced versions came from
                 await asyncio.to_thread(remove_folder, stale)
+
+    async def read_ahead(self, names: list[str]) -> dict[str, ReadAhead]:
+        """What loads of ``names`` from the repository read, in one trip to a thread for all:
+        at start, one trip per model would cost more than the reading of a small model's
+        config (a thread hand-off each way). Names that are no model folder are left out
+        (their load says why)."""
+        return await self._background.run(
+            _read_many, self.repository, names, self._intra_op_threads, self._auto_complete
+        )
 
     def _serving(self) -> bool:
         """Whether requests are being served (a paced load yields to them)."""
@@ -153,13 +164,14 @@ class ModelLoader:
         override: ModelConfig | None,
         pacer: Pacer,
         first: bool,
+        ahead: ReadAhead | None,
     ) -> _Read:
-        """The model's plan, each version's facts and its warm-up, read off the loop; a model
-        that cannot be read is marked failed."""
+        """The model's plan, each version's facts and its warm-up, read off the loop (or
+        ``ahead``); a model that cannot be read is marked failed."""
         try:
             # a model that failed is tried again when its files change; poll mode compares
             # the repository's folder, also for a model loaded from file overrides
-            entry.fingerprint, read = await pacer.step(
+            entry.fingerprint, read = ahead or await pacer.step(
                 lambda: self._background.run(
                     _read,
                     model_dir,
@@ -203,7 +215,12 @@ class ModelLoader:
         return loaded, footprints
 
     async def _load(
-        self, entry: ModelEntry, model_dir: Path, override: ModelConfig | None, pacer: Pacer
+        self,
+        entry: ModelEntry,
+        model_dir: Path,
+        override: ModelConfig | None,
+        pacer: Pacer,
+        ahead: ReadAhead | None,
     ) -> list[ModelVersion]:
         """Load what changed and switch to it; returns the versions no longer served."""
         first = not entry.versions
@@ -211,7 +228,9 @@ class ModelLoader:
         if first:
             entry.state, entry.reason = ModelState.LOADING, ""
             logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
-        plan, facts, warmup = await self._read_model(entry, model_dir, override, pacer, first)
+        plan, facts, warmup = await self._read_model(
+            entry, model_dir, override, pacer, first, ahead
+        )
         if first:
             entry.config = plan.config
         if plan.config.response_cache.enable and self._cache is None:
@@ -518,6 +537,21 @@ def _close_instances(instances: list[ModelInstance]) -> None:
 _Facts = dict[int, tuple[str, int]]
 _Warmup = list[InferenceRequest]
 _Read = tuple[ModelPlan, _Facts, _Warmup]
+#: what :func:`_read` returns: the folder's fingerprint, and the read or why it failed
+ReadAhead = tuple[str, _Read | Exception]
+
+
+def _read_many(
+    repository: Path, names: list[str], intra_op_threads: int, auto_complete: bool
+) -> dict[str, ReadAhead]:
+    """:func:`_read` of each of ``names`` that is a model folder in ``repository``."""
+    out = {}
+    for name in names:
+        folder = repository / name
+        # names :meth:`ModelLoader.model_dir` refuses are left to the load, to say so
+        if name_problem(name) is None and not name.startswith((".", "_")) and folder.is_dir():
+            out[name] = _read(folder, folder, intra_op_threads, None, auto_complete)
+    return out
 
 
 def _read(
@@ -526,7 +560,7 @@ def _read(
     intra_op_threads: int,
     override: ModelConfig | None,
     auto_complete: bool,
-) -> tuple[str, _Read | Exception]:
+) -> ReadAhead:
     """Everything a load reads from the repository, in one trip to a worker thread: the
     fingerprint of the model's ``folder`` in the repository, then the plan, each version's
     fingerprint and size on disk (the least its footprint can be) and the warm-up requests,

@@ -51,6 +51,9 @@ logger = logging.getLogger(__name__)
 #: ``pinned``)
 LOAD_PARAMETERS = ("config", f"{FILE_PREFIX}<version>/<file>", "pinned")
 UNLOAD_PARAMETERS = ("unload_dependents",)
+#: models whose files are read in one trip to a thread at start (their plans and warm-up
+#: requests are held until each is loaded)
+READ_AHEAD = 64
 
 
 class LifecycleManager:
@@ -105,13 +108,7 @@ class LifecycleManager:
             )
         # a mesh replica loads only what the ring gives it (docs/mesh.md)
         wanted = await asyncio.to_thread(owned_models, config, wanted)
-        failed: list[str] = []
-        for name in wanted:
-            try:
-                await self.loader.load(name)
-            except InferplexError as exc:
-                logger.error("model '%s' not loaded at start: %s", name, exc.message)
-                failed.append(f"'{name}': {exc.message}")
+        failed = await self._load_at_start(wanted)
         if failed and config.exit_on_error:
             await self.stop(0)  # free what did load: the start fails
             raise ConfigError(
@@ -128,6 +125,21 @@ class LifecycleManager:
             self.poller.start()
         if config.idle_unload_secs > 0:
             self._idle_task = asyncio.get_running_loop().create_task(self._unload_idle())
+
+    async def _load_at_start(self, names: list[str]) -> list[str]:
+        """Load ``names``, their files read ahead in chunks; the failures, each as
+        "'name': reason" (logged, not raised)."""
+        failed: list[str] = []
+        for start in range(0, len(names), READ_AHEAD):
+            chunk = names[start : start + READ_AHEAD]
+            ahead = await self.loader.read_ahead(chunk)
+            for name in chunk:
+                try:
+                    await self.loader.load(name, ahead=ahead.pop(name, None))
+                except InferplexError as exc:
+                    logger.error("model '%s' not loaded at start: %s", name, exc.message)
+                    failed.append(f"'{name}': {exc.message}")
+        return failed
 
     async def stop(self, drain_timeout: float | None) -> None:
         """Stop the background work, then drain and free every model."""

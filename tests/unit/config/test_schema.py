@@ -17,6 +17,7 @@ from google.protobuf import descriptor_pb2, json_format, message_factory, text_f
 from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.config.pbtxt import is_repeated, model_config_schema, parse_pbtxt
 from inferplex.config.readers import complete_config, config_from_dict
+from inferplex.config.served import check_served
 from inferplex.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -435,3 +436,31 @@ def test_a_served_config_is_the_callers_to_change() -> None:
     again = config.to_triton_dict()
     assert again["sequence_batching"]["oldest"]["max_candidate_sequences"] == 4
     assert again["model_metrics"]["metric_control"]
+
+
+def test_a_config_found_valid_is_remembered_but_for_its_names_and_types() -> None:
+    """check_served skips the parse for a config that differs from one found valid only by
+    its model's and groups' names; a value of another type, or one that fails, is parsed
+    again every time and gets the parse's own error."""
+    served = {
+        "name": "m0001",
+        "max_batch_size": 8,
+        "input": [{"name": "i", "data_type": "TYPE_FP32", "dims": [16]}],
+        "instance_group": [{"name": "m0001_0", "kind": "KIND_CPU", "count": 1}],
+    }
+    check_served(served, "m0001/config.pbtxt")
+    renamed = {
+        **served,
+        "name": "m0002",
+        "instance_group": [{"name": "m0002_0", "kind": "KIND_CPU", "count": 1}],
+    }
+    check_served(renamed, "m0002/config.pbtxt")
+    for bad, problem in (
+        ({**renamed, "max_batch_size": "8x"}, "max_batch_size"),
+        ({**renamed, "input": [{"name": "i", "data_type": "TYPE_FP32", "dims": [16.5]}]}, "dims"),
+    ):
+        for _ in range(2):
+            with pytest.raises(ConfigError) as info:
+                check_served(bad, "m0002/config.pbtxt")
+            assert info.value.message.startswith("m0002/config.pbtxt: ")
+            assert problem in info.value.message
