@@ -76,6 +76,7 @@ class Clock:
     def __init__(self) -> None:
         self.now = 0.0
         self.timers: list[_Timer] = []
+        self.soon: list[Callable[[], object]] = []
 
     def time(self) -> float:
         return self.now
@@ -88,6 +89,15 @@ class Clock:
     def call_later(self, delay: float, callback: Callable[[], object]) -> _Timer:
         return self.call_at(self.now + delay, callback)
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        self.soon.append(callback)
+
+    def turn(self) -> None:
+        """The end of a turn of the loop: the callbacks queued during it run."""
+        soon, self.soon = self.soon, []
+        for callback in soon:
+            callback()
+
     def advance(self, seconds: float) -> None:
         end = self.now + seconds
         for _ in range(10_000):  # bounded: a timer that re-arms at once is a bug
@@ -98,6 +108,7 @@ class Clock:
             self.timers.remove(timer)
             self.now = max(self.now, timer.at)
             timer.callback()
+            self.turn()
         else:
             raise AssertionError("timers keep firing")
         self.now = end
@@ -111,6 +122,10 @@ class Transport:
     def write(self, data: bytes) -> None:
         assert not self.closed and not self.eof, "written after the close or FIN"
         self.written += data
+
+    def writelines(self, data: list[bytes]) -> None:
+        for piece in data:
+            self.write(piece)
 
     def close(self) -> None:
         self.closed = True
@@ -250,6 +265,7 @@ def one_input(data: bytes) -> None:
         op = fdp.ConsumeIntInRange(0, 10)
         cut = fdp.ConsumeIntInRange(0, 20)
         _OPS[op](run, cut)
+        run.clock.turn()
         check(run.connection, run.counters, run.limits)
     _finish(run)
 
@@ -325,7 +341,9 @@ def _time_passes(run: Run, cut: int) -> None:
 
 
 def _answer(run: Run, cut: int) -> None:
-    run.app.answer(run.connection, run.fdp.ConsumeIntInRange(0, 200_000))
+    """One to three answers in one turn of the loop (a batch ends several calls at once)."""
+    for _ in range(run.fdp.ConsumeIntInRange(1, 3)):
+        run.app.answer(run.connection, run.fdp.ConsumeIntInRange(0, 200_000))
 
 
 def _toggle_writing(run: Run, cut: int) -> None:
@@ -377,6 +395,7 @@ def _finish(run: Run) -> None:
         connection.resume_writing()
         for _ in range(50):
             run.app.answer(connection, 10)
+        run.clock.turn()
         run.clock.advance(10_000)
         assert run.transport.closed, "the connection was never closed"
         connection.connection_lost(None)

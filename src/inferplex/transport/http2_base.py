@@ -88,6 +88,7 @@ class Http2Base(asyncio.BufferedProtocol):
         self._peer_window = DEFAULT_WINDOW  # the peer's SETTINGS_INITIAL_WINDOW_SIZE
         self._peer_frame_size = MIN_FRAME_SIZE
         self._blocked: dict[int, Stream] = {}  # streams waiting for window
+        self._unsent: list[bytes] = []  # writes held for one send at the end of the turn
         # receiving: what the peer may still send, and what it sent that we took since our
         # last connection WINDOW_UPDATE
         self._recv_window = CONNECTION_WINDOW
@@ -172,8 +173,29 @@ class Http2Base(asyncio.BufferedProtocol):
             del early[next(iter(early))]
 
     def _write(self, data: bytes) -> None:
-        if self._transport is not None and not self._closed and not self._write_closed:
+        """Send ``data``: at once when this connection has no other open stream; otherwise
+        held until the loop's callbacks of this turn have run, so that the answers of a batch,
+        which end many calls of one connection together, leave in one send (a send is a system
+        call and most of an answer's cost on the loop)."""
+        if self._transport is None or self._closed or self._write_closed:
+            return
+        unsent = self._unsent
+        if unsent:
+            unsent.append(data)
+        elif len(self.streams) > 1 and self._loop is not None:
+            unsent.append(data)
+            self._loop.call_soon(self._flush)
+        else:
             self._transport.write(data)
+
+    def _flush(self) -> None:
+        """Send what ``_write`` held; called before anything that ends our side."""
+        unsent = self._unsent
+        if not unsent:
+            return
+        self._unsent = []
+        if self._transport is not None and not self._closed and not self._write_closed:
+            self._transport.writelines(unsent)
 
     # -- receive windows and buffered bytes -----------------------------------------------
     def _ack(self, count: int) -> None:
@@ -447,6 +469,7 @@ class Http2Base(asyncio.BufferedProtocol):
         (FIN). Reading goes on until the peer closes its side: closing a socket with unread
         data makes the kernel reset the connection and drop what we sent last."""
         self._final_goaway()
+        self._flush()
         transport = self._transport
         if transport is None or self._closed:
             return
@@ -499,6 +522,7 @@ class Http2Base(asyncio.BufferedProtocol):
         if code != NO_ERROR or not self._goaway_sent:
             goaway = _U32.pack(self._last_stream_id) + _U32.pack(code) + message.encode()[:256]
             self._write(frame(GOAWAY, 0, 0, goaway))
+        self._flush()
         self._goaway_sent = True
         self._drop_streams()
         self._closed = True  # nothing more is handled or written
@@ -526,6 +550,7 @@ class Http2Base(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         if self._transport is not None:
+            self._flush()
             self._transport.close()
 
     def abort(self) -> None:

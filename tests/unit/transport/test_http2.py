@@ -78,10 +78,17 @@ class _Transport:
         self.written = bytearray()
         self.closed = False
         self.eof = False  # our FIN
+        self.sends = 0
 
     def write(self, data: bytes) -> None:
         assert not self.eof, "written after write_eof"
         self.written += data
+        self.sends += 1
+
+    def writelines(self, data: list[bytes]) -> None:
+        assert not self.eof, "written after write_eof"
+        self.written += b"".join(data)
+        self.sends += 1
 
     def close(self) -> None:
         self.closed = True
@@ -117,6 +124,7 @@ class _Clock:
     def __init__(self) -> None:
         self.now = 1000.0
         self.timers: list[_Timer] = []
+        self.soon: list[Callable[[], object]] = []
 
     def time(self) -> float:
         return self.now
@@ -129,6 +137,15 @@ class _Clock:
     def call_later(self, delay: float, callback: Callable[[], object]) -> _Timer:
         return self.call_at(self.now + delay, callback)
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        self.soon.append(callback)
+
+    def turn(self) -> None:
+        """The end of a turn of the loop: the callbacks queued during it run."""
+        soon, self.soon = self.soon, []
+        for callback in soon:
+            callback()
+
     def advance(self, seconds: float) -> None:
         """Move the clock, firing the timers due on the way, in order."""
         end = self.now + seconds
@@ -140,6 +157,7 @@ class _Clock:
             self.timers.remove(timer)
             self.now = max(self.now, timer.at)
             timer.callback()
+            self.turn()
         self.now = end
 
 
@@ -248,9 +266,11 @@ class _Peer:
                 self.direct += count
             view = view[count:]
             connection.buffer_updated(count)
+            self.loop.turn()
 
     def frames(self) -> list[tuple[int, int, int, bytes]]:
         """What the connection wrote: (type, flags, stream id, payload) per frame."""
+        self.loop.turn()
         out, data = [], bytes(self.transport.written)
         while data:
             length = int.from_bytes(data[:3], "big")
@@ -800,3 +820,29 @@ def test_data_past_a_window_is_a_flow_control_error() -> None:
     peer.feed(peer.preface() + peer.headers(1) + frame(DATA, 0, 1, bytes(1 << 20)))
     peer.feed(frame(DATA, 0, 1, b"x"))  # one byte past the stream's window
     assert peer.sent(RST_STREAM) == [(1, (0x3).to_bytes(4, "big"))]
+
+
+def test_answers_of_one_turn_leave_in_one_send_and_a_lone_answer_at_once() -> None:
+    """A batch ends several calls of a connection in one turn of the loop: their answers are
+    held until the turn ends and go out in one send, in order; a connection with one call
+    open sends its answer at once; a GOAWAY of a connection error goes after what was held."""
+    peer = _Peer(_App())
+    head = literal_header_block([(b":status", b"200")])
+    peer.feed(peer.preface())
+    for sid in (1, 3, 5):
+        peer.feed(peer.headers(sid) + b"".join(_data_frames(sid, _message(10), 100)))
+    sends = peer.transport.sends
+    for sid in (1, 3):
+        peer.connection.respond(peer.connection.streams[sid], head, b"", b"ok", b"")
+    assert peer.transport.sends == sends  # held: other calls are open
+    peer.loop.turn()
+    assert peer.transport.sends == sends + 1
+    assert [s for k, _, s, _ in peer.frames() if k == DATA] == [1, 3]
+    peer.connection.respond(peer.connection.streams[5], head, b"", b"ok", b"")
+    assert peer.transport.sends == sends + 2  # the only open call: sent at once
+    peer.feed(peer.headers(7) + b"".join(_data_frames(7, _message(10), 100)))
+    peer.feed(peer.headers(9) + b"".join(_data_frames(9, _message(10), 100)))
+    peer.connection.respond(peer.connection.streams[7], head, b"", b"ok", b"")
+    peer.connection._fail(0x1, "a connection error")  # before the turn ends
+    kinds = [(k, s) for k, _, s, _ in peer.frames()]
+    assert kinds[-2:] == [(HEADERS, 7), (GOAWAY, 0)] and peer.transport.eof
