@@ -16,7 +16,10 @@ Prints, with PASS/MISS, the targets of issue 22:
 3. a replica killed (SIGKILL) under HTTP and gRPC load: its models answered by their next
    owners, no failed HTTP request;
 4. a rolling restart of all three under HTTP and gRPC load, each drained at nginx first:
-   no failed request.
+   no failed request;
+5. scale-out and back (bench/mesh_scaling.py, 2 -> 3 -> 2 replicas of add_sub copies by a
+   members file, nginx-config --watch reloading nginx) under HTTP load: no failed request,
+   the models loaded anew are those whose owner changed per the Ring, as a fraction of all.
 
 The models are copies of one MLP (examples.modelgen.mlp, 2.6 MB of weights), so a
 replica's memory is mostly its models'. The cluster and its clients are in
@@ -45,15 +48,18 @@ from bench.mesh_cluster import (
     MeshCluster,
     MeshLoad,
     Workload,
+    add_sub_workload,
     build_models,
     loaded_models,
     memory,
 )
+from bench.mesh_scaling import ScalingMesh
 from bench.overhead import Timing, add_round_options, round_options
 from examples import modelgen
 from inferplex.benchtool.cluster import Nginx, start_nginx, start_replica
 from inferplex.benchtool.launch import RunningServer
 from inferplex.config.writers import write_config
+from inferplex.mesh.ring import Ring
 
 
 def make_mlp(repo: Path, name: str) -> Path:
@@ -254,6 +260,30 @@ def run(mesh: MeshCluster, names: list[str], rounds: int, timing: Timing, v: Ver
         )
 
 
+def scale_out(folder: Path, models: int, v: Verdicts) -> None:
+    """2 -> 3 -> 2 replicas under HTTP load (bench/mesh_scaling.py)."""
+    folder.mkdir()
+    mesh = ScalingMesh(folder, models)
+    try:
+        two, three = mesh.names[:2], mesh.names
+        changed = {m for m in mesh.models if Ring(two).owners(m, 1) != Ring(three).owners(m, 1)}
+        with MeshLoad(mesh.nginx, mesh.models, add_sub_workload(), http_clients=2) as load:
+            load.wait_for(2 * models)
+            out = mesh.scale(three, load)
+            back = mesh.scale(two, load)
+        moved_out, moved_back = set().union(*out.values()), set().union(*back.values())
+        v.check(
+            not load.failures and moved_out <= changed and moved_back <= changed,
+            "scale-out 2 -> 3 -> 2: 0 failed, only models whose owner changed move",
+            f"{load.total()} answered, {len(load.failures)} failed; moved out "
+            f"{len(moved_out)}/{models} = {len(moved_out) / models:.2f}, back "
+            f"{len(moved_back)}/{models}; the Ring's expectation {len(changed)}/{models} = "
+            f"{len(changed) / models:.2f}",
+        )
+    finally:
+        mesh.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="a model mesh of 3 replicas behind nginx")
     parser.add_argument("--models", type=int, default=300, help="models in the repository")
@@ -270,6 +300,7 @@ def main() -> None:
             run(mesh, names, rounds, timing, verdicts)
         finally:
             mesh.stop()
+        scale_out(folder / "scaling", 60, verdicts)
     print("\n" + "\n".join(verdicts.lines))
 
 
