@@ -50,6 +50,8 @@ def owned_models(config: ServerConfig, names: Sequence[str]) -> list[str]:
             "a mesh (--mesh-replicas, --mesh-members) needs --load-on-demand: a replica must "
             "answer for a model it does not own while the ring changes or its owner is down"
         )
+    if config.mesh_replicas and config.mesh_members:
+        raise ConfigError("give one of --mesh-replicas (a fixed ring) and --mesh-members")
     replicas = members(config)
     if config.mesh_self not in replicas and not config.mesh_members:
         raise ConfigError(
@@ -106,8 +108,10 @@ class Rebalancer:
             stamp = now
             try:
                 await self.refresh()
-            except ConfigError as exc:
+            except InferplexError as exc:
                 logger.error("mesh: keeping %s: %s", list(self.replicas), exc.message)
+            except OSError as exc:  # the repository's listing
+                logger.error("mesh: keeping %s: %s", list(self.replicas), exc)
 
     async def refresh(self) -> list[str]:
         """Read the members; on a change load what this replica newly owns. The models

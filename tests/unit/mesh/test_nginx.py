@@ -79,3 +79,20 @@ def test_the_command_writes_the_same_configuration(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     backends = [Backend(f"r{i}", f"r{i}.mesh:8000", f"r{i}:8001") for i in range(3)]
     assert result.output == render(RING, {"a": 2, "b": 2}, backends, LISTEN)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "give one of --replicas and --members"),
+        (["--replicas", "r0", "--members", "file:m"], "give one of --replicas and --members"),
+        (["--replicas", "r0", "--watch"], "--watch needs --members and --output"),
+        (["--members", "dns:x:max=2"], "first label needs"),
+    ],
+)
+def test_the_command_refuses_unclear_members(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    args = ["mesh", "nginx-config", "--model-repository", str(tmp_path), *extra]
+    result = CliRunner().invoke(main, args, env={})
+    assert result.exit_code == 2 and message in result.output, result.output

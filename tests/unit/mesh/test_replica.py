@@ -55,3 +55,8 @@ def test_replica_names_from_a_flag_repeated_flags_or_the_environment(
 ) -> None:
     config = ServerConfig(model_repository=tmp_path, mesh_replicas=given)
     assert config.mesh_replicas == ("r0", "r1", "r2")
+
+
+def test_a_fixed_ring_and_members_together_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="give one of --mesh-replicas"):
+        owned_models(_config(tmp_path, "r0", mesh_members=f"file:{tmp_path}/m"), NAMES)
