@@ -178,6 +178,9 @@ class Server:
         try:
             use_key(load_key(key_file=config.model_key_file))
             pass_to_workers(config.worker_env)
+            # read before the start's own read: a change in between is then loaded again
+            # (a no-op) rather than missed
+            ring = await asyncio.to_thread(members, config) if config.mesh_members else ()
             await self.engine.start(ready=False)
             await self._serve(sockets)
         except BaseException:
@@ -186,7 +189,7 @@ class Server:
             raise
         if config.mesh_members:  # the ring follows the members (docs/mesh.md, "Scaling")
             self._mesh = mesh_rebalancer(self.engine)
-            self._mesh.start(await asyncio.to_thread(members, config))
+            self._mesh.start(ring)
         self.engine.set_ready()
         logger.info(
             "inferplex listening on %s: HTTP %s, gRPC %s, metrics %s",
