@@ -21,7 +21,7 @@ from pathlib import Path
 from inferplex.backends import Backend
 from inferplex.backends.base import InstanceSpec, ModelCaller
 from inferplex.config.model_config import ModelConfig
-from inferplex.config.paths import check_model_name, name_problem
+from inferplex.config.paths import check_model_name
 from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.instance import ModelInstance
@@ -42,9 +42,9 @@ from inferplex.lifecycle.file_override import OverrideFolders, remove_folder
 from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import Resident, choose_evictions, release_free_memory, rss_bytes
 from inferplex.lifecycle.pacing import UNPACED, Pacer
-from inferplex.lifecycle.planning import ModelPlan, plan_model
-from inferplex.lifecycle.warmup import run_warmup, warmup_requests
-from inferplex.repository.local import digest, list_files
+from inferplex.lifecycle.planning import ModelPlan
+from inferplex.lifecycle.reading import Facts, Read, ReadAhead, Warmup, read_many, read_model
+from inferplex.lifecycle.warmup import run_warmup
 from inferplex.types import InferenceRequest
 
 logger = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class ModelLoader:
         config (a thread hand-off each way). Names that are no model folder are left out
         (their load says why)."""
         return await self._background.run(
-            _read_many, self.repository, names, self._intra_op_threads, self._auto_complete
+            read_many, self.repository, names, self._intra_op_threads, self._auto_complete
         )
 
     def _serving(self) -> bool:
@@ -165,22 +165,24 @@ class ModelLoader:
         pacer: Pacer,
         first: bool,
         ahead: ReadAhead | None,
-    ) -> _Read:
+    ) -> Read:
         """The model's plan, each version's facts and its warm-up, read off the loop (or
         ``ahead``); a model that cannot be read is marked failed."""
         try:
             # a model that failed is tried again when its files change; poll mode compares
             # the repository's folder, also for a model loaded from file overrides
-            entry.fingerprint, read = ahead or await pacer.step(
-                lambda: self._background.run(
-                    _read,
-                    model_dir,
-                    self.repository / entry.name,
-                    self._intra_op_threads,
-                    override,
-                    self._auto_complete,
+            if ahead is None:
+                ahead = await pacer.step(
+                    lambda: self._background.run(
+                        read_model,
+                        model_dir,
+                        self.repository / entry.name,
+                        self._intra_op_threads,
+                        override,
+                        self._auto_complete,
+                    )
                 )
-            )
+            entry.fingerprint, read = ahead
             if isinstance(read, Exception):
                 raise read
         except Exception as exc:
@@ -192,8 +194,8 @@ class ModelLoader:
         entry: ModelEntry,
         plan: ModelPlan,
         to_load: list[int],
-        facts: _Facts,
-        warmup: _Warmup,
+        facts: Facts,
+        warmup: Warmup,
         pacer: Pacer,
         first: bool,
     ) -> tuple[dict[int, ModelVersion], dict[int, int]]:
@@ -533,52 +535,6 @@ def _close_instances(instances: list[ModelInstance]) -> None:
     release_free_memory()
 
 
-#: per version: its files' fingerprint and their size on disk
-_Facts = dict[int, tuple[str, int]]
-_Warmup = list[InferenceRequest]
-_Read = tuple[ModelPlan, _Facts, _Warmup]
-#: what :func:`_read` returns: the folder's fingerprint, and the read or why it failed
-ReadAhead = tuple[str, _Read | Exception]
-
-
-def _read_many(
-    repository: Path, names: list[str], intra_op_threads: int, auto_complete: bool
-) -> dict[str, ReadAhead]:
-    """:func:`_read` of each of ``names`` that is a model folder in ``repository``."""
-    out = {}
-    for name in names:
-        folder = repository / name
-        # names :meth:`ModelLoader.model_dir` refuses are left to the load, to say so
-        if name_problem(name) is None and not name.startswith((".", "_")) and folder.is_dir():
-            out[name] = _read(folder, folder, intra_op_threads, None, auto_complete)
-    return out
-
-
-def _read(
-    model_dir: Path,
-    folder: Path,
-    intra_op_threads: int,
-    override: ModelConfig | None,
-    auto_complete: bool,
-) -> ReadAhead:
-    """Everything a load reads from the repository, in one trip to a worker thread: the
-    fingerprint of the model's ``folder`` in the repository, then the plan, each version's
-    fingerprint and size on disk (the least its footprint can be) and the warm-up requests,
-    or why they could not be read (the fingerprint is kept either way)."""
-    in_folder = list_files(folder)
-    folder_fingerprint = digest(in_folder, folder.parent)
-    try:
-        in_model_dir = in_folder if model_dir == folder else list_files(model_dir)
-        plan = plan_model(model_dir, intra_op_threads, override, auto_complete, in_model_dir)
-        facts = {}
-        for version, path in plan.version_files.items():
-            files = [f for f in in_model_dir if f.path.is_relative_to(path.parent)]
-            facts[version] = (digest(files, model_dir), sum(f.size for f in files))
-        return folder_fingerprint, (plan, facts, warmup_requests(plan.config, model_dir))
-    except Exception as exc:  # raised on the loop, after the fingerprint is recorded
-        return folder_fingerprint, exc
-
-
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, InferplexError):
         return exc.message
@@ -596,7 +552,7 @@ def _state(entry: ModelEntry) -> dict[str, str]:
     return {"model": entry.name, "state": entry.state.value}
 
 
-def _estimate(entry: ModelEntry, versions: list[int], facts: _Facts) -> int:
+def _estimate(entry: ModelEntry, versions: list[int], facts: Facts) -> int:
     """Bytes that loading ``versions`` will take: each one's last measured footprint while
     its files are those it was measured with (also after an unload or eviction), else its
     files' size."""
@@ -608,7 +564,7 @@ def _estimate(entry: ModelEntry, versions: list[int], facts: _Facts) -> int:
     return total
 
 
-def _unchanged(entry: ModelEntry, plan: ModelPlan, facts: _Facts) -> dict[int, ModelVersion]:
+def _unchanged(entry: ModelEntry, plan: ModelPlan, facts: Facts) -> dict[int, ModelVersion]:
     """The served versions a reload keeps: same config and backend, same files. A new
     config sets the instance count again."""
     same = (
