@@ -84,8 +84,6 @@ class Rebalancer:
         self._names = names
         self._load = load
         self.replicas: tuple[str, ...] = ()
-        #: every model this replica loaded because the ring gave it to it after the start
-        self.moved_in: list[str] = []
         self._task: asyncio.Task[None] | None = None
 
     def start(self, replicas: tuple[str, ...]) -> None:
@@ -138,6 +136,4 @@ class Rebalancer:
                 await self._load(name)
             except InferplexError as exc:
                 logger.error("mesh: model '%s' not loaded: %s", name, exc.message)
-                continue
-            self.moved_in.append(name)
         return gained
