@@ -157,8 +157,10 @@ def start_replica(
     ports: tuple[int, int, int] | None = None,
     env: Mapping[str, str] | None = None,
     deadline: float = 120.0,
+    *,
+    host: str = HOST,
 ) -> RunningServer:
-    """``inferplex serve`` on the given (http, grpc, metrics) ports, or free ones; waits
-    until ready. Fixed ports let a restarted replica come back where nginx expects it, and
-    its log goes on in the same file."""
-    return start_server(repository, log_path, env, deadline, ports=ports, append=True)
+    """``inferplex serve`` on ``host`` at the given (http, grpc, metrics) ports, or free
+    ones; waits until ready. Fixed ports let a restarted replica come back where nginx
+    expects it, and its log goes on in the same file."""
+    return start_server(repository, log_path, env, deadline, ports=ports, append=True, host=host)

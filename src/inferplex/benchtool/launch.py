@@ -49,26 +49,28 @@ def parse_ports(text: str) -> Ports:
     return ports[0], ports[1], ports[2]
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on now."""
+def free_port(host: str = HOST) -> int:
+    """A port nothing listens on now at ``host`` (a loopback address)."""
     with socket.socket() as sock:
-        sock.bind((HOST, 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
 class Listening:
-    """The addresses of a process listening on HOST at ``http_port`` and ``grpc_port``."""
+    """The addresses of a process listening on ``host`` (HOST unless a subclass says) at
+    ``http_port`` and ``grpc_port``."""
 
     http_port: int
     grpc_port: int
+    host: str = HOST
 
     @property
     def http_url(self) -> str:
-        return f"{HOST}:{self.http_port}"
+        return f"{self.host}:{self.http_port}"
 
     @property
     def grpc_url(self) -> str:
-        return f"{HOST}:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
 
 def stop_process(
@@ -88,7 +90,8 @@ def stop_process(
 
 @dataclass
 class RunningServer(Listening):
-    """A started ``inferplex serve`` process, its ports and its log file."""
+    """A started ``inferplex serve`` process, its ports, its log file and the address it
+    listens on (``--host``)."""
 
     process: subprocess.Popen[bytes]
     repository: Path
@@ -96,10 +99,11 @@ class RunningServer(Listening):
     grpc_port: int
     metrics_port: int
     log_path: Path
+    host: str = HOST
 
     @property
     def metrics_url(self) -> str:
-        return f"{HOST}:{self.metrics_port}"
+        return f"{self.host}:{self.metrics_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -119,16 +123,22 @@ def start_server(
     ports: Ports | None = None,
     args: Sequence[str] = (),
     append: bool = False,
+    host: str = HOST,
 ) -> RunningServer:
-    """Serve ``repository`` with the extra ``serve`` flags ``args`` on the (http, grpc,
-    metrics) ``ports``, free ones by default, and wait until it is ready. Its output goes to
-    ``log_path``, appended to with ``append`` (a restarted server's log goes on). ``env``
-    adds to this process's environment."""
-    http_port, grpc_port, metrics_port = ports or (free_port(), free_port(), free_port())
+    """Serve ``repository`` with the extra ``serve`` flags ``args`` on ``host`` (``--host``:
+    HTTP, gRPC and metrics bind it) at the (http, grpc, metrics) ``ports``, free ones by
+    default, and wait until it is ready. Its output goes to ``log_path``, appended to with
+    ``append`` (a restarted server's log goes on). ``env`` adds to this process's
+    environment."""
+    http_port, grpc_port, metrics_port = ports or (
+        free_port(host),
+        free_port(host),
+        free_port(host),
+    )
     command = [
         sys.executable, "-m", "inferplex", "serve",
         "--model-repository", str(repository),
-        "--host", HOST,
+        "--host", host,
         "--http-port", str(http_port),
         "--grpc-port", str(grpc_port),
         "--metrics-port", str(metrics_port),
@@ -138,7 +148,7 @@ def start_server(
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
-    server = RunningServer(process, repository, http_port, grpc_port, metrics_port, log_path)
+    server = RunningServer(process, repository, http_port, grpc_port, metrics_port, log_path, host)
     wait_ready(server, deadline)
     return server
 
