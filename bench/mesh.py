@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import requests
 
 from bench.mesh_cluster import (
     MIB,
@@ -80,25 +81,37 @@ def mlp_workload(model: Path) -> Workload:
 
 
 class RssPeak(threading.Thread):
-    """The highest resident memory of each replica in each phase, sampled every 50 ms."""
+    """The highest resident memory of each replica in each phase, sampled every 50 ms, and
+    every 0.5 s the replica's own view (``GET /v2/repository/memory``): the highest ``used``
+    (the models' footprints) and the highest RSS less ``used`` (the server's own memory)."""
 
     def __init__(self, cluster: MeshCluster) -> None:
         super().__init__(daemon=True)
         self.cluster = cluster
         self.phase = "start"
         self.peaks: dict[str, Counter[str]] = {}
+        self.used: dict[str, Counter[str]] = {}
+        self.own: dict[str, Counter[str]] = {}
         self._done = threading.Event()
         self.start()
 
     def run(self) -> None:
+        tick = 0
         while not self._done.wait(0.05):
+            tick += 1
             peak = self.peaks.setdefault(self.phase, Counter())
+            used = self.used.setdefault(self.phase, Counter())
+            own = self.own.setdefault(self.phase, Counter())
             for name, replica in list(self.cluster.replicas.items()):
                 try:
                     rss = psutil.Process(replica.process.pid).memory_info().rss
-                except psutil.Error:
+                    report = memory(replica) if tick % 10 == 0 else None
+                except (psutil.Error, requests.RequestException):
                     continue  # killed or restarting
                 peak[name] = max(peak[name], rss)
+                if report is not None:
+                    used[name] = max(used[name], int(report["used"]))
+                    own[name] = max(own[name], int(report["rss"]) - int(report["used"]))
 
     def stop(self) -> None:
         self._done.set()
@@ -256,26 +269,40 @@ def run(mesh: MeshCluster, names: list[str], rounds: int, timing: Timing, v: Ver
             bool(peaks) and max(peaks.values()) <= bound,
             f"RSS <= --memory-limit + the server's own, {phase}",
             ", ".join(f"{n} {b / MIB:.0f}" for n, b in sorted(peaks.items()))
-            + f" MiB at most (sampled every 50 ms) <= {bound / MIB:.0f} MiB",
+            + f" MiB at most (sampled every 50 ms) <= {bound / MIB:.0f} MiB; models' "
+            + _mib(peak.used.get(phase, Counter()))
+            + ", the server's own "
+            + _mib(peak.own.get(phase, Counter()))
+            + " MiB at most (every 0.5 s)",
         )
 
 
+def _mib(by_replica: Counter[str]) -> str:
+    return ", ".join(f"{n} {b / MIB:.0f}" for n, b in sorted(by_replica.items()))
+
+
 def scale_out(folder: Path, models: int, v: Verdicts) -> None:
-    """2 -> 3 -> 2 replicas under HTTP load (bench/mesh_scaling.py)."""
+    """2 -> 3 -> 2 replicas under HTTP and gRPC load (bench/mesh_scaling.py)."""
     folder.mkdir()
     mesh = ScalingMesh(folder, models)
     try:
         two, three = mesh.names[:2], mesh.names
         changed = {m for m in mesh.models if Ring(two).owners(m, 1) != Ring(three).owners(m, 1)}
-        with MeshLoad(mesh.nginx, mesh.models, add_sub_workload(), http_clients=2) as load:
+        with mesh.load(add_sub_workload(), http_clients=2, grpc_clients=2) as load:
             load.wait_for(2 * models)
             out = mesh.scale(three, load)
             back = mesh.scale(two, load)
         moved_out, moved_back = set().union(*out.values()), set().union(*back.values())
+        failed = Counter(failure.kind for failure in load.failures)
         v.check(
-            not load.failures and moved_out <= changed and moved_back <= changed,
-            "scale-out 2 -> 3 -> 2: 0 failed, only models whose owner changed move",
-            f"{load.total()} answered, {len(load.failures)} failed; moved out "
+            not load.failures
+            and set(load.ok) == {"http", "grpc"}
+            and moved_out <= changed
+            and moved_back <= changed,
+            "scale-out 2 -> 3 -> 2: 0 failed over HTTP and gRPC, only models whose owner "
+            "changed move",
+            f"HTTP {load.ok['http']} answered, {failed['http']} failed; gRPC "
+            f"{load.ok['grpc']} answered, {failed['grpc']} failed; moved out "
             f"{len(moved_out)}/{models} = {len(moved_out) / models:.2f}, back "
             f"{len(moved_back)}/{models}; the Ring's expectation {len(changed)}/{models} = "
             f"{len(changed) / models:.2f}",
