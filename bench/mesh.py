@@ -9,16 +9,18 @@ Prints, with PASS/MISS, the targets of issue 22:
 1. throughput over all models, HTTP binary: mesh / all-holding replicas (interleaved rounds,
    best of each), every model answered, no failure;
 2. each mesh replica's resident memory (sampled every 50 ms through all of it) against its
-   container's limit: ``--memory-limit`` plus the server's own memory (RSS less the models'
-   footprints). The limit is 1.15 x the largest share of owned models' footprints, measured
-   by the mesh's replicas themselves in a first start without a limit: about a third of the
-   repository, so a replica cannot hold what it does not own beside what it does;
+   container's limit, which the replicas get as ``--process-memory-limit``: ``--memory-limit``
+   plus the server's own memory (RSS less the models' footprints). ``--memory-limit`` is 1.15 x
+   the largest share of owned models' footprints, measured by the mesh's replicas themselves
+   in a first start without a limit: about a third of the repository, so a replica cannot
+   hold what it does not own beside what it does;
 3. a replica killed (SIGKILL) under HTTP and gRPC load: its models answered by their next
    owners, no failed HTTP request;
 4. a rolling restart of all three under HTTP and gRPC load, each drained at nginx first:
    no failed request;
 5. scale-out and back (bench/mesh_scaling.py, 2 -> 3 -> 2 replicas of add_sub copies by a
-   members file, nginx-config --watch reloading nginx) under HTTP load: no failed request,
+   members file, nginx-config --watch reloading nginx) under HTTP and gRPC load: no failed
+   request,
    the models loaded anew are those whose owner changed per the Ring, as a fraction of all.
 
 The models are copies of one MLP (examples.modelgen.mlp, 2.6 MB of weights), so a
@@ -138,6 +140,7 @@ def size_mesh(mesh: MeshCluster, names: list[str], w: Workload) -> tuple[dict[st
     shares = {name: int(report["used"]) for name, report in reports.items()}
     own = max(int(report["rss"]) - int(report["used"]) for report in reports.values())
     mesh.memory_limit = int(max(shares.values()) * 1.15)
+    mesh.process_limit = mesh.memory_limit + own
     for name in REPLICAS:
         mesh.restart(name)
     return shares, own
@@ -262,12 +265,12 @@ def run(mesh: MeshCluster, names: list[str], rounds: int, timing: Timing, v: Ver
         rolling_restart(mesh, names, w, v)
     finally:
         peak.stop()
-    bound = mesh.memory_limit + own
+    bound = mesh.process_limit
     for phase in ("serving every model", "a replica killed", "rolling restart"):
         peaks = peak.peaks.get(phase, Counter())
         v.check(
             bool(peaks) and max(peaks.values()) <= bound,
-            f"RSS <= --memory-limit + the server's own, {phase}",
+            f"RSS <= --process-memory-limit (--memory-limit + the server's own), {phase}",
             ", ".join(f"{n} {b / MIB:.0f}" for n, b in sorted(peaks.items()))
             + f" MiB at most (sampled every 50 ms) <= {bound / MIB:.0f} MiB; models' "
             + _mib(peak.used.get(phase, Counter()))

@@ -82,6 +82,8 @@ class MeshCluster:
     repository: Path
     folder: Path
     memory_limit: int = 0
+    #: --process-memory-limit: the whole replica's RSS (0 = none)
+    process_limit: int = 0
     copies: int = 1
     replicas: dict[str, RunningServer] = field(default_factory=dict)
     nginx: Nginx | None = None
@@ -94,6 +96,7 @@ class MeshCluster:
             "INFERPLEX_MESH_COPIES": str(self.copies),
             "INFERPLEX_LOAD_ON_DEMAND": "true",
             "INFERPLEX_MEMORY_LIMIT": str(self.memory_limit),
+            "INFERPLEX_PROCESS_MEMORY_LIMIT": str(self.process_limit),
         }
 
     def start(self) -> None:

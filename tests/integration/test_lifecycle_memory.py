@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from examples import modelgen
@@ -15,6 +16,7 @@ from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InsufficientMemoryError
 from inferplex.lifecycle.memory import release_free_memory, rss_bytes
 from inferplex.server import build_engine
+from inferplex.types import InferenceRequest, Tensor
 from tests.support.lifecycle import add_model, add_sub_request
 
 MB = 1_000_000
@@ -164,3 +166,43 @@ async def test_a_reload_after_unloading_is_estimated_at_its_last_footprint(
         assert sorted(loaded(engine)) == ["a", "ballast"]
     finally:
         await engine.stop()
+
+
+async def test_the_process_limit_counts_the_servers_own_memory(tmp_path: Path) -> None:
+    """--process-memory-limit weighs the whole RSS, the server's own memory included: a load
+    evicts idle models until the RSS plus its estimate fits; when even evicting every one
+    could not make room, it fails naming the server's own memory and evicts nothing."""
+    for name in ("m1", "m2", "m3"):
+        path = modelgen.mlp(tmp_path, name, features=1024, hidden=(1536, 1536))  # 16 MB
+        write_config(tmp_path / name, modelgen.model_config(path, max_batch_size=8))
+    config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
+    engine = build_engine(config)
+    await engine.start()
+    budgets = engine.lifecycle.loader.budgets
+    try:
+        await engine.load_model("m1", {})
+        await engine.load_model("m2", {})
+        await engine.infer(_features("m1"))  # m2 is the least recently used
+        # m3 (its files' 16 MB) fits once an idle model is gone, not before
+        budgets.process_memory_limit = rss_bytes() + 8 * MB
+        assert engine.memory()["process_limit"] == budgets.process_memory_limit
+        await engine.load_model("m3", {})
+        rows = {r["name"]: r for r in engine.repository_index()}
+        assert rows["m2"]["reason"] == "evicted to make room for 'm3' (--process-memory-limit)"
+        assert loaded(engine)[-1] == "m3"
+        # the server's own memory (the RSS less the footprints) cannot be evicted
+        kept = loaded(engine)
+        budgets.process_memory_limit = rss_bytes() - engine.memory()["used"] + 8 * MB
+        with pytest.raises(InsufficientMemoryError) as caught:
+            await engine.load_model("m2", {})
+        message = caught.value.message
+        assert "cannot load model 'm2'" in message and "--process-memory-limit" in message
+        assert "'(the server's own memory)'" in message
+        assert loaded(engine) == kept
+    finally:
+        await engine.stop()
+
+
+def _features(model: str) -> InferenceRequest:
+    x = np.zeros((1, 1024), dtype=np.float32)
+    return InferenceRequest(model, [Tensor("features", "FP32", x.shape, x)])

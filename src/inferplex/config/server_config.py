@@ -366,6 +366,15 @@ class ServerConfig(BaseSettings):
         description="bytes of host memory the loaded models may take (e.g. 2GiB); loading past "
         "it evicts idle models, least recently used first; 0 = no limit",
     )
+    process_memory_limit: ByteSize = Field(
+        default=ByteSize(0),
+        ge=0,
+        description="bytes of resident memory the whole server (its process and worker "
+        "processes) keeps under when it loads a model (e.g. a container's limit less some "
+        "headroom): before and after each load idle models are evicted, least recently used "
+        "first, until the RSS plus the load's estimate fits; unlike --memory-limit it counts "
+        "the server's own memory too; 0 = no limit",
+    )
     gpu_memory_limit: Annotated[dict[NonNegativeInt, ByteSize], NoDecode] = Field(
         default_factory=dict,
         description="bytes of GPU memory the models on each GPU may take, as GPU=SIZE pairs "

@@ -15,7 +15,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 from inferplex.backends import Backend
@@ -40,17 +39,18 @@ from inferplex.errors import (
 from inferplex.lifecycle.background import BackgroundWork
 from inferplex.lifecycle.file_override import OverrideFolders, remove_folder
 from inferplex.lifecycle.gpu_memory import GpuMemory
-from inferplex.lifecycle.memory import Resident, choose_evictions, release_free_memory, rss_bytes
+from inferplex.lifecycle.memory import release_free_memory, rss_bytes
 from inferplex.lifecycle.pacing import UNPACED, Pacer
 from inferplex.lifecycle.planning import ModelPlan
 from inferplex.lifecycle.reading import Facts, Read, ReadAhead, Warmup, read_many, read_model
+from inferplex.lifecycle.room import MemoryBudgets
 from inferplex.lifecycle.warmup import run_warmup
+from inferplex.repository.local import list_files
 from inferplex.types import InferenceRequest
 
 logger = logging.getLogger(__name__)
 
 #: a model parameter (config ``parameters``) that keeps the model from being evicted
-PINNED_PARAMETER = "pinned"
 #: most instances per version the runtime API sets (each is a backend session and a thread)
 MAX_INSTANCES = 64
 
@@ -70,12 +70,10 @@ class ModelLoader:
         load_share: float = 1.0,
         auto_complete: bool = True,
         sequence_backlog: int = 1024,
+        process_memory_limit: int = 0,
     ) -> None:
         self.registry = registry
         self.repository = repository
-        self.memory_limit = memory_limit
-        #: per-GPU budgets (--gpu-memory-limit); inactive without limits or a GPU
-        self.gpu = gpu_memory or GpuMemory({})
         #: temporary folders of models loaded from a load request's file overrides
         self.overrides = OverrideFolders()
         self._intra_op_threads = intra_op_threads
@@ -85,6 +83,16 @@ class ModelLoader:
         self._sequence_backlog = sequence_backlog
         #: reading, planning and freeing models yield the cores to serving (background.py)
         self._background = BackgroundWork(load_nice)
+        #: --memory-limit, --process-memory-limit, --gpu-memory-limit (room.py)
+        self.budgets = MemoryBudgets(
+            registry,
+            self._background,
+            self.unload_locked,
+            memory_limit,
+            process_memory_limit,
+            gpu_memory,
+        )
+        self.gpu = self.budgets.gpu
         #: the share of the time a load's steps take while requests are served (pacing.py)
         self._load_share = load_share
         self._load_lock = asyncio.Lock()
@@ -230,6 +238,8 @@ class ModelLoader:
         if first:
             entry.state, entry.reason = ModelState.LOADING, ""
             logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
+        if ahead is None and self.budgets.process_memory_limit:
+            await self._room_to_read(entry, model_dir, first)
         plan, facts, warmup = await self._read_model(
             entry, model_dir, override, pacer, first, ahead
         )
@@ -252,7 +262,9 @@ class ModelLoader:
             entry.name, to_load, sizes, _specs(plan, entry.instance_count)
         )
         try:
-            await self._make_room(entry, estimate, gpu_estimate)
+            # while a session is built, the file's bytes are held beside the runtime's copy
+            # of them: a load peaks about its files' size above its footprint (lifecycle.md)
+            await self.budgets.make_room(entry, estimate, gpu_estimate, sum(sizes.values()))
         except InsufficientMemoryError as exc:
             self._failed(entry, first, exc.message)
             raise
@@ -280,7 +292,9 @@ class ModelLoader:
             extra=_state(entry),
         )
         try:
-            await self._make_room(entry, 0)  # the measured footprint may be above the estimate
+            await self.budgets.make_room(
+                entry, 0
+            )  # the measured footprint may be above the estimate
         except InsufficientMemoryError as exc:
             logger.warning("model '%s' is loaded but over the memory limit: %s", entry.name, exc)
         return replaced
@@ -345,46 +359,16 @@ class ModelLoader:
         return load_failed(entry.name, reason)
 
     # -- memory -------------------------------------------------------------------------------
-    async def _make_room(
-        self, entry: ModelEntry, needed: int, gpu_needed: Mapping[int, int] | None = None
-    ) -> None:
-        """Evict idle models (least recently used first) until ``needed`` more bytes fit into
-        the memory limit and ``gpu_needed`` (GPU -> bytes) into each GPU's limit;
-        InsufficientMemoryError, with nothing evicted, when even that cannot make room."""
-        if not self.memory_limit and not self.gpu.active:
-            return  # no budget: nothing to weigh (the residents are a walk over every model)
-        while True:
-            residents = self._residents(entry)
-            victims, budget = [], "--memory-limit"
-            if self.memory_limit:
-                victims = choose_evictions(self.memory_limit, needed, residents, entry.name)
-            gpu_victims, gpu_budget = self.gpu.evictions(gpu_needed or {}, residents, entry.name)
-            if not victims:
-                victims, budget = gpu_victims, gpu_budget
-            if not victims:
-                return
-            victim = self.registry.entry(victims[0].name)
-            async with victim.lock:  # free: only unlocked models are evictable
-                await self.unload_locked(
-                    victim, f"evicted to make room for '{entry.name}' ({budget})"
-                )
-
-    def _residents(self, loading: ModelEntry) -> list[Resident]:
-        residents = []
-        for e in self.registry.entries():
-            if not e.footprints:
-                continue
-            why = ""
-            if e is loading:
-                why = "being loaded"
-            elif e.pinned or pinned_by_config(e.config):
-                why = "pinned"
-            elif e.in_flight:
-                why = "requests in flight"
-            elif e.lock.locked():
-                why = "loading or unloading"
-            residents.append(Resident(e.name, e.footprint, e.last_used, not why, why))
-        return residents
+    async def _room_to_read(self, entry: ModelEntry, model_dir: Path, first: bool) -> None:
+        """Room under the process limit for reading the model: completing its config from
+        the model's signature builds a session that holds about twice the files' size
+        while it lives (docs/lifecycle.md)."""
+        size = sum(f.size for f in await self._background.run(list_files, model_dir))
+        try:
+            await self.budgets.make_room(entry, 0, transient=2 * size)
+        except InsufficientMemoryError as exc:
+            self._failed(entry, first, exc.message)
+            raise
 
     # -- unload -------------------------------------------------------------------------------
     async def unload(self, name: str, reason: str = "unloaded", forget: bool = False) -> None:
@@ -540,11 +524,6 @@ def _describe(exc: BaseException) -> str:
         return exc.message
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0] if len(text) > 500 else text
-
-
-def pinned_by_config(config: ModelConfig | None) -> bool:
-    """Whether the model's config pins it (``parameters { key: "pinned" value: "true" }``)."""
-    return config is not None and config.parameters.get(PINNED_PARAMETER, "").lower() == "true"
 
 
 def _state(entry: ModelEntry) -> dict[str, str]:

@@ -39,9 +39,10 @@ from inferplex.errors import (
 )
 from inferplex.lifecycle.file_override import FILE_PREFIX, is_file_parameter, override_files
 from inferplex.lifecycle.gpu_memory import GpuMemory, open_probe
-from inferplex.lifecycle.loader import ModelLoader, pinned_by_config
+from inferplex.lifecycle.loader import ModelLoader
 from inferplex.lifecycle.memory import rss_bytes
 from inferplex.lifecycle.poller import RepositoryPoller, Snapshot, diff
+from inferplex.lifecycle.room import pinned_by_config
 from inferplex.mesh.replica import owned_models
 from inferplex.repository.local import list_models, scan_repository
 
@@ -72,6 +73,7 @@ class LifecycleManager:
             config.load_share,
             config.auto_complete_config,
             config.max_sequence_backlog,
+            process_memory_limit=int(config.process_memory_limit),
         )
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository
@@ -271,7 +273,8 @@ class LifecycleManager:
             if e.footprints
         ]
         return {
-            "limit": self.loader.memory_limit,
+            "limit": self.loader.budgets.memory_limit,
+            "process_limit": self.loader.budgets.process_memory_limit,
             "used": sum(m["bytes"] for m in models),
             "rss": rss_bytes(),
             "models": models,

@@ -224,13 +224,13 @@ async def test_the_loader_evicts_for_the_gpu_and_says_why(tmp_path: Path) -> Non
         entry.footprints, entry.last_used = {1: 100}, last_used
         load(gpu, probe, name, 1, {0: 400})
     new = registry.add("new")
-    await loader._make_room(new, 100, {0: 300})
+    await loader.budgets.make_room(new, 100, {0: 300})
     old = registry.entry("old")
     assert old.reason == "evicted to make room for 'new' (--gpu-memory-limit, GPU 0)"
     assert gpu.footprint("old", 0) == 0 and gpu.footprint("recent", 0) == 400
     registry.entry("recent").pinned = True
     with pytest.raises(InsufficientMemoryError, match="GPU 0"):
-        await loader._make_room(new, 100, {0: 700})
+        await loader.budgets.make_room(new, 100, {0: 700})
     assert registry.entry("recent").footprints  # nothing evicted
 
 
