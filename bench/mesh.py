@@ -246,7 +246,7 @@ def run(mesh: MeshCluster, names: list[str], rounds: int, timing: Timing, v: Ver
         f"{', '.join(f'{n} {b / MIB:.0f}' for n, b in shares.items())} MiB of models, "
         f"the server's own memory {own / MIB:.0f} MiB\n--memory-limit "
         f"{mesh.memory_limit / MIB:.0f} MiB = {mesh.memory_limit / total:.2f} of the "
-        "repository's footprints",
+        f"repository's footprints; --process-memory-limit {mesh.process_limit / MIB:.0f} MiB",
         flush=True,
     )
     peak = RssPeak(mesh)
