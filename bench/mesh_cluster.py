@@ -219,8 +219,9 @@ class MeshLoad:
         self.workload = workload
         self.lanes = {"http": http_clients, "grpc": grpc_clients}
         self.ok: Counter[str] = Counter()
-        #: each model's last answer (time.monotonic())
+        #: each model's last answer (time.monotonic()), over any kind and by kind
         self.answered: dict[str, float] = {}
+        self.answered_by: dict[str, dict[str, float]] = {kind: {} for kind in self.lanes}
         self.failures: list[Failure] = []
         self.resent = 0
         self._thread: threading.Thread | None = None
@@ -255,8 +256,10 @@ class MeshLoad:
                 raise TimeoutError(f"load stalled: {dict(self.ok)}, {self.failures[:5]}")
             time.sleep(0.02)  # polling the counters, with a deadline
 
-    def answered_since(self, mark: float) -> set[str]:
-        return {m for m, at in self.answered.items() if at >= mark}
+    def answered_since(self, mark: float, kind: str | None = None) -> set[str]:
+        """The models answered at or after ``mark``, over ``kind`` only if given."""
+        answered = self.answered if kind is None else self.answered_by[kind]
+        return {m for m, at in answered.items() if at >= mark}
 
     async def _run(self) -> None:
         channel, infer = grpc_infer(self.nginx.grpc_url)
@@ -279,7 +282,7 @@ class MeshLoad:
     def _answer(self, kind: str, model: str, outputs: dict[str, np.ndarray]) -> None:
         arrays.check_outputs(outputs, self.workload.expected, model, self.workload.atol)
         self.ok[kind] += 1
-        self.answered[model] = time.monotonic()
+        self.answered[model] = self.answered_by[kind][model] = time.monotonic()
 
     async def _http(self, start: int) -> None:
         w = self.workload

@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from bench.mesh_cluster import REPLICA_ENV, MeshLoad, Workload, build_models, loaded_models
 from examples import modelgen
 from inferplex.benchtool.cluster import Nginx, nginx_binary, start_replica
@@ -59,31 +57,6 @@ def _bindable(host: str, port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-class ScalingLoad(MeshLoad):
-    """MeshLoad that also keeps each model's last answer by kind (``http``, ``grpc``)."""
-
-    def __init__(
-        self,
-        nginx: Nginx,
-        models: Sequence[str],
-        workload: Workload,
-        http_clients: int,
-        grpc_clients: int = 0,
-    ) -> None:
-        super().__init__(nginx, models, workload, http_clients, grpc_clients)
-        self.answered_by: dict[str, dict[str, float]] = {kind: {} for kind in self.lanes}
-
-    def _answer(self, kind: str, model: str, outputs: dict[str, np.ndarray]) -> None:
-        super()._answer(kind, model, outputs)
-        self.answered_by[kind][model] = self.answered[model]
-
-    def answered_since(self, mark: float, kind: str | None = None) -> set[str]:
-        """The models answered at or after ``mark``, over ``kind`` only if given."""
-        if kind is None:
-            return super().answered_since(mark)
-        return {m for m, at in self.answered_by[kind].items() if at >= mark}
 
 
 class ScalingMesh:
@@ -144,11 +117,11 @@ class ScalingMesh:
         ring = Ring(names)
         return {n: {m for m in self.models if ring.owners(m, 1) == (n,)} for n in self.names}
 
-    def load(self, workload: Workload, http_clients: int, grpc_clients: int = 0) -> ScalingLoad:
+    def load(self, workload: Workload, http_clients: int, grpc_clients: int = 0) -> MeshLoad:
         """Closed-loop clients over every model through nginx (enter it to start them)."""
-        return ScalingLoad(self.nginx, self.models, workload, http_clients, grpc_clients)
+        return MeshLoad(self.nginx, self.models, workload, http_clients, grpc_clients)
 
-    def scale(self, names: list[str], load: ScalingLoad) -> dict[str, set[str]]:
+    def scale(self, names: list[str], load: MeshLoad) -> dict[str, set[str]]:
         """Write the members, wait for nginx's reload and every owner's loads under traffic,
         then for every model to answer over each kind the load sends (HTTP, gRPC); the
         models each replica loaded meanwhile."""
