@@ -50,7 +50,6 @@ from inferplex.types import InferenceRequest
 
 logger = logging.getLogger(__name__)
 
-#: a model parameter (config ``parameters``) that keeps the model from being evicted
 #: most instances per version the runtime API sets (each is a backend session and a thread)
 MAX_INSTANCES = 64
 
@@ -292,9 +291,8 @@ class ModelLoader:
             extra=_state(entry),
         )
         try:
-            await self.budgets.make_room(
-                entry, 0
-            )  # the measured footprint may be above the estimate
+            # the measured footprint may be above the estimate
+            await self.budgets.make_room(entry, 0)
         except InsufficientMemoryError as exc:
             logger.warning("model '%s' is loaded but over the memory limit: %s", entry.name, exc)
         return replaced

@@ -19,6 +19,7 @@ from inferplex.lifecycle.background import BackgroundWork
 from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import Resident, choose_evictions, rss_bytes
 
+#: a model parameter (config ``parameters``) that keeps the model from being evicted
 PINNED_PARAMETER = "pinned"
 PROCESS_BUDGET = "--process-memory-limit"
 
