@@ -135,7 +135,6 @@ class HttpApp:
                 scope["method"],
                 scope["path"],
                 scope.get("raw_path"),
-                scope.get("query_string", b""),
                 scope["headers"],
                 scope.get(ADMITTED_KEY),
                 receive,
@@ -160,7 +159,6 @@ class HttpApp:
             request.method,
             request.path,
             request.raw_path,
-            request.query,
             request.headers,
             request.admitted,
             request.body,
@@ -168,17 +166,16 @@ class HttpApp:
         assert reply is not None  # a complete body cannot go missing
         return reply
 
-    def admit(
-        self, method: str, path: str, raw_path: bytes | None, query: bytes, headers: Headers
-    ) -> Route:
+    def admit(self, method: str, path: str, raw_path: bytes | None, headers: Headers) -> Route:
         """The route of a request, once its method and the caller's access to it are
-        checked; raises RouteError (400/404/405) or InferplexError (401/403)."""
+        checked; raises RouteError (400/404/405) or InferplexError (401/403). A query
+        string plays no part: it is not passed here."""
         # a path that came percent-encoded is resolved afresh: its decoded form may match a
         # remembered canonical path that it must not be taken for
         encoded = raw_path is not None and b"%" in raw_path
-        route = None if query or encoded else self._routes.get(path)
+        route = None if encoded else self._routes.get(path)
         if route is None:
-            route = self._resolve(path, raw_path, query, remember=not encoded)
+            route = self._resolve(path, raw_path, remember=not encoded)
         endpoint = route[0]
         if method != endpoint.method and not (method == "HEAD" and endpoint.method == "GET"):
             raise RouteError(
@@ -197,7 +194,7 @@ class HttpApp:
         route is kept in ``request.admitted``."""
         try:
             request.admitted = self.admit(
-                request.method, request.path, request.raw_path, request.query, request.headers
+                request.method, request.path, request.raw_path, request.headers
             )
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
@@ -208,7 +205,6 @@ class HttpApp:
         method: str,
         path: str,
         raw_path: bytes | None,
-        query: bytes,
         headers: Headers,
         admitted: Route | None,
         body: Body | Receive,
@@ -217,7 +213,7 @@ class HttpApp:
         ``receive``); None when the client went away before its body was whole."""
         try:
             endpoint, handler, model, version = admitted or self.admit(
-                method, path, raw_path, query, headers
+                method, path, raw_path, headers
             )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
@@ -305,8 +301,8 @@ class HttpApp:
             raise self._too_large(f"more than {self._max_body} bytes once decompressed")
         return body
 
-    def _resolve(self, path: str, raw_path: bytes | None, query: bytes, remember: bool) -> Route:
-        endpoint, model, version = resolve(path, raw_path, query)
+    def _resolve(self, path: str, raw_path: bytes | None, remember: bool) -> Route:
+        endpoint, model, version = resolve(path, raw_path)
         route: Route = (endpoint, getattr(self, endpoint.handler), model, version)
         if remember:
             if len(self._routes) >= _ROUTES_KEPT:

@@ -2,10 +2,12 @@
 
 A path is matched only in its canonical form. Anything a client could use to make two
 spellings of one path — repeated or trailing slashes, ``.`` / ``..`` segments, an encoded
-``/`` or ``\\``, control characters, a query string (no V2 endpoint takes one) — is refused
-with 400 before any handler runs, so that the route that runs and the scope that authorised
-it are always the same thing (the management API was reachable as ``//v2/repository/...``
-while scopes were read off the raw path).
+``/`` or ``\\``, control characters — is refused with 400 before any handler runs, so that
+the route that runs and the scope that authorised it are always the same thing (the
+management API was reachable as ``//v2/repository/...`` while scopes were read off the raw
+path). A query string is not part of the path: no V2
+endpoint reads one, and, as Triton does, it is accepted and ignored (tritonclient sends its
+``query_params``); it changes neither the route nor its scope.
 """
 
 from __future__ import annotations
@@ -113,10 +115,10 @@ _ROUTE_STATS = _get("_route_stats")
 _ENCODED_SEPARATORS = (b"%2f", b"%5c")
 
 
-def resolve(path: str, raw_path: bytes | None = None, query: bytes = b"") -> ResolvedRoute:
+def resolve(path: str, raw_path: bytes | None = None) -> ResolvedRoute:
     """The route of a request for ``path`` (percent-decoded; ``raw_path`` as sent, if
     known). Raises RouteError: 400 for a path that is not canonical, 404 for no route."""
-    _check_canonical(path, raw_path, query)
+    _check_canonical(path, raw_path)
     parts = path[1:].split("/")
     count = len(parts)
     if parts[0] != "v2":
@@ -162,9 +164,7 @@ def _other_route(parts: list[str]) -> ResolvedRoute | None:
     return None
 
 
-def _check_canonical(path: str, raw_path: bytes | None, query: bytes) -> None:
-    if query:
-        raise RouteError(400, f"{path} takes no query string; V2 endpoints take none")
+def _check_canonical(path: str, raw_path: bytes | None) -> None:
     if not path.startswith("/"):
         raise RouteError(400, f"the request target {path!r} must be a path starting with '/'")
     if raw_path is not None and b"%" in raw_path:
