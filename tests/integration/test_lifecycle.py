@@ -208,8 +208,10 @@ async def test_load_error_paths(
 ) -> None:
     add_model(tmp_path)
     async with running(tmp_path, model_control_mode="explicit", load_model=("*",)) as engine:
-        with pytest.raises(error, match=message):
+        with pytest.raises(error, match=message) as refused:
             await engine.load_model("add_sub", parameters)
+        # Triton's words first: its model-control clients look for "failed to load"
+        assert str(refused.value).startswith("failed to load 'add_sub': ")
         assert await served_version(engine) == "1"
 
 

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 import orjson
@@ -188,27 +189,14 @@ class LifecycleManager:
         the model's folder (file_override.py); ``pinned`` (bool) keeps it from eviction."""
         check_model_name(name)  # the door of HTTP, gRPC and the in-process API
         self._require_control("load", name)
-        for key in parameters:
-            if key not in LOAD_PARAMETERS and not is_file_parameter(key):
-                raise InvalidInputError(
-                    f"unknown load parameter '{key}', expected one of: {', '.join(LOAD_PARAMETERS)}"
-                )
-        pinned = parameters.get("pinned")
-        if pinned is not None and not isinstance(pinned, bool):
-            raise InvalidInputError(
-                f"load parameter 'pinned' must be true or false, got {pinned!r}"
-            )
-        override = _config_override(name, parameters.get("config"))
-        files = override_files(parameters)
+        try:
+            pinned, override, files = _load_parameters(name, parameters)
+        except InferplexError as exc:  # Triton's words first: its clients look for them
+            raise type(exc)(f"failed to load '{name}': {exc.message}") from None
         if not files:
             await self.loader.load(name, override, pinned)
             return
-        if override is None:
-            raise InvalidInputError(
-                f"load parameter 'config' is required with file overrides ('{FILE_PREFIX}"
-                f"{next(iter(files))}'): the model loads from the given files only, and they "
-                "need a model configuration"
-            )
+        assert override is not None  # _load_parameters: files come with a config
         self.loader.model_dir(name)  # the name must be a valid folder name before it is one
         source = await asyncio.to_thread(self.loader.overrides.write, name, files)
         logger.info("model '%s': loading from %d override file(s) in %s", name, len(files), source)
@@ -346,6 +334,29 @@ def _idle(entry: ModelEntry, now: float, limit: float) -> bool:
         and not (entry.pinned or pinned_by_config(entry.config))
         and now - entry.last_used > limit
     )
+
+
+def _load_parameters(
+    name: str, parameters: Mapping[str, Any]
+) -> tuple[bool | None, ModelConfig | None, dict[PurePosixPath, bytes]]:
+    """A load request's ``pinned``, ``config`` and ``file:`` parameters, checked."""
+    for key in parameters:
+        if key not in LOAD_PARAMETERS and not is_file_parameter(key):
+            raise InvalidInputError(
+                f"unknown load parameter '{key}', expected one of: {', '.join(LOAD_PARAMETERS)}"
+            )
+    pinned = parameters.get("pinned")
+    if pinned is not None and not isinstance(pinned, bool):
+        raise InvalidInputError(f"load parameter 'pinned' must be true or false, got {pinned!r}")
+    override = _config_override(name, parameters.get("config"))
+    files = override_files(parameters)
+    if files and override is None:
+        raise InvalidInputError(
+            f"load parameter 'config' is required with file overrides ('{FILE_PREFIX}"
+            f"{next(iter(files))}'): the model loads from the given files only, and they "
+            "need a model configuration"
+        )
+    return pinned, override, files
 
 
 def _config_override(name: str, raw: Any) -> ModelConfig | None:

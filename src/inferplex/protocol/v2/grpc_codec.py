@@ -141,7 +141,7 @@ def decode_infer_request(
                 inputs.append(Tensor(name, datatype, shape, data, params))
                 continue
         if raw:
-            buffer = _raw_entry(tensor, name, raw, entry, len(tensors))
+            buffer = _raw_entry(tensor, name, msg.model_name, raw, entry, len(tensors))
             data = _decode_raw(buffer, name, datatype, dtype, shape, entry)
             entry += 1
         else:
@@ -161,13 +161,14 @@ def decode_infer_request(
     )
 
 
-def _raw_entry(tensor: Any, name: str, raw: Any, entry: int, inputs: int) -> bytes:
+def _raw_entry(tensor: Any, name: str, model: str, raw: Any, entry: int, inputs: int) -> bytes:
     """The ``entry``-th raw_input_contents, the data of the input ``tensor`` (which must not
     also have typed contents)."""
     if tensor.HasField("contents") and tensor.contents.ByteSize():
+        # Triton's text, which its grpc_explicit_*_content_client examples check
         raise InvalidInputError(
-            f"input '{name}': has typed 'contents' although the request uses "
-            "raw_input_contents; use one or the other for all inputs"
+            "contents field must not be specified when using raw_input_contents for "
+            f"'{name}' for model '{model}'; use one or the other for all inputs"
         )
     if entry >= len(raw):
         _raw_count_error(len(raw), inputs)
