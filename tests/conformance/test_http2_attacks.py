@@ -148,10 +148,15 @@ def test_a_flood_gets_goaway_enhance_your_calm(served: Served, kind: str) -> Non
     _eventually(lambda: served.run(lambda: served.slow_started == served.slow_cancelled))
 
 
+#: how long a wait for the server may take before it counts as never: long, since each wait
+#: ends as soon as its condition holds, and a busy machine may run the slow model 10x slower
+PATIENCE = 60.0
+
+
 def _eventually(done: Callable[[], bool], what: str = "the server to catch up") -> None:
-    deadline = time.monotonic() + TIMEOUT
+    deadline = time.monotonic() + PATIENCE
     while not done():
-        assert time.monotonic() < deadline, f"waited {TIMEOUT} s for {what}"
+        assert time.monotonic() < deadline, f"waited {PATIENCE} s for {what}"
         time.sleep(0.01)
 
 
@@ -305,7 +310,7 @@ def server(
 
 
 def _metric(server: RunningServer, name: str, **labels: str) -> float:
-    text = requests.get(f"http://{server.metrics_url}/metrics", timeout=TIMEOUT).text
+    text = requests.get(f"http://{server.metrics_url}/metrics", timeout=PATIENCE).text
     want = ",".join(f'{k}="{v}"' for k, v in labels.items())
     for line in text.splitlines():
         match = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
@@ -421,7 +426,7 @@ def test_closed_http_connections_take_their_requests_out_of_the_queue(
     answer = requests.post(
         f"http://{h2client.HOST}:{server.http_port}/v2/models/slow/infer",
         data=body,
-        timeout=TIMEOUT,
+        timeout=PATIENCE,  # behind the batches still running: seconds on a busy machine
     )
     assert answer.status_code == 200, answer.text
     # the batches running when the clients left (one per instance at most), and the fresh one
