@@ -14,6 +14,7 @@ from functools import lru_cache
 from inferplex.backends.worker.model_metrics import MODEL_METRICS
 from inferplex.core.snapshot import EngineSnapshot
 from inferplex.core.stats import Histogram, ModelStats
+from inferplex.lifecycle.memory import rss_bytes as process_tree_rss_bytes
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
 from inferplex.metrics.http2 import Http2Counts, http2_families
 from inferplex.metrics.listeners import Listener, listener_families
@@ -216,6 +217,13 @@ class Collector:
         rss_bytes = process_rss_bytes()
         if rss_bytes is not None:
             rss.add({}, rss_bytes)
+        tree_rss = Family(
+            "inferplex_process_tree_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the server and its worker processes (Python and isolated "
+            "models), as --process-memory-limit counts it",
+        )
+        tree_rss.add({}, process_tree_rss_bytes())
         cpu = Family(
             "inferplex_process_cpu_utilization",
             "gauge",
@@ -240,7 +248,7 @@ class Collector:
         if memory is not None:
             memory_total.add({}, memory[0])
             memory_used.add({}, memory[1])
-        return [cpu_seconds, rss, cpu, system_cpu, inflight, memory_total, memory_used]
+        return [cpu_seconds, rss, tree_rss, cpu, system_cpu, inflight, memory_total, memory_used]
 
     def _gpu_families(self) -> list[Family]:
         if not self.gpus.available:
