@@ -292,9 +292,17 @@ class ModelLoader:
         )
         try:
             # the measured footprint may be above the estimate
-            await self.budgets.make_room(entry, 0)
+            await self.budgets.make_room(entry, 0, after_load=True)
         except InsufficientMemoryError as exc:
-            logger.warning("model '%s' is loaded but over the memory limit: %s", entry.name, exc)
+            if not first:  # the old versions are gone already: the new ones go on serving
+                logger.warning("model '%s': %s", entry.name, exc.message)
+                return replaced
+            # a first load must not leave the server over its limit: it is refused after all
+            # (its measured footprint is kept, so the next try is estimated at it)
+            reason = f"{exc.message}; unloaded again"
+            await self.unload_locked(entry, reason)
+            self._failed(entry, first, reason)
+            raise InsufficientMemoryError(reason) from None
         return replaced
 
     async def _load_version(
