@@ -101,7 +101,12 @@ def build_engine(config: ServerConfig) -> InferenceEngine:
             )
         ),
         routes=RouteTable,
-        shared_memory=SharedMemoryRegistry(config.allow_shared_memory),
+        shared_memory=SharedMemoryRegistry(
+            config.allow_shared_memory,
+            max_regions=config.max_shared_memory_regions,
+            # a tensor read from a region is a copy, bounded as a request body is
+            max_read_bytes=config.max_request_bytes,
+        ),
         remote=remote,
     )
 

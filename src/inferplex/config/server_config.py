@@ -337,6 +337,13 @@ class ServerConfig(BaseSettings):
         "through them (docs/shared_memory.md); off by default: a region lets a client make the "
         "server read and write that memory",
     )
+    max_shared_memory_regions: int = Field(
+        default=128,
+        ge=1,
+        description="most system shared-memory regions one principal (token, or anonymous) may "
+        "have registered at once; each holds a file descriptor. One more gets 429 / "
+        "RESOURCE_EXHAUSTED",
+    )
     worker_env: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="environment variables passed on to the worker processes of Python models "

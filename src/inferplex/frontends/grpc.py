@@ -114,12 +114,15 @@ class GrpcFrontend:
             "RepositoryIndex": self._repository_index,
             "RepositoryModelLoad": self._model_load,
             "RepositoryModelUnload": self._model_unload,
-            "SystemSharedMemoryStatus": self._shm_status,
-            "SystemSharedMemoryRegister": self._shm_register,
-            "SystemSharedMemoryUnregister": self._shm_unregister,
             "CudaSharedMemoryStatus": self._cuda_shm_status,
             "CudaSharedMemoryRegister": self._cuda_shm_register,
             "CudaSharedMemoryUnregister": self._cuda_shm_unregister,
+        }
+        # the RPCs that act on the caller's own regions: they need the call (its identity)
+        with_call: dict[str, Handler] = {
+            "SystemSharedMemoryStatus": self._shm_status,
+            "SystemSharedMemoryRegister": self._shm_register,
+            "SystemSharedMemoryUnregister": self._shm_unregister,
         }
         methods: dict[str, Method] = {}
         for method in pb.SERVICE.methods:
@@ -132,8 +135,9 @@ class GrpcFrontend:
             else:
                 request_class = message_factory.GetMessageClass(method.input_type)
                 response_class = message_factory.GetMessageClass(method.output_type)
+                named = with_call.get(method.name)
                 methods[path] = Method(
-                    _without_call(unary[method.name]),
+                    named if named is not None else _without_call(unary[method.name]),
                     request_class.FromString,
                     response_class.SerializeToString,
                 )
@@ -162,7 +166,7 @@ class GrpcFrontend:
 
     async def _model_infer(self, request: bytes, call: Call) -> bytes:
         plane = self._plane
-        shm = self.engine.shared_memory
+        shm = self.engine.shared_memory.owned_by(call.identity)  # the caller's regions
         # a large message is decoded (and its response encoded) in a worker thread
         decoded = offload.decode_grpc_here(request, shm, plane)
         if decoded is None:
@@ -179,18 +183,18 @@ class GrpcFrontend:
             encoded = await offload.encode_grpc(response, decoded, shm)
         return encoded
 
-    # -- system shared memory (docs/shared_memory.md) ----------------------------------------
-    async def _shm_status(self, request: Any) -> Any:
-        return codec.encode_shm_status(self.engine.shared_memory.status(request.name))
+    # -- system shared memory (docs/shared_memory.md): the caller's own regions ---------------
+    async def _shm_status(self, request: Any, call: Call) -> Any:
+        regions = self.engine.shared_memory.owned_by(call.identity)
+        return codec.encode_shm_status(regions.status(request.name))
 
-    async def _shm_register(self, request: Any) -> Any:
-        self.engine.shared_memory.register(
-            request.name, request.key, request.offset, request.byte_size
-        )
+    async def _shm_register(self, request: Any, call: Call) -> Any:
+        regions = self.engine.shared_memory.owned_by(call.identity)
+        regions.register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
-    async def _shm_unregister(self, request: Any) -> Any:
-        self.engine.shared_memory.unregister(request.name)
+    async def _shm_unregister(self, request: Any, call: Call) -> Any:
+        self.engine.shared_memory.owned_by(call.identity).unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def _cuda_shm_register(self, request: Any) -> Any:

@@ -59,6 +59,7 @@ from inferplex.protocol.v2 import offload
 from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import parse_header_length
 from inferplex.security.access import Access
+from inferplex.security.tokens import ANONYMOUS, Principal
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 from inferplex.transport.compression import CODINGS, accepted, compress, decompress
 from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
@@ -166,10 +167,10 @@ class HttpApp:
         assert reply is not None  # a complete body cannot go missing
         return reply
 
-    def admit(self, method: str, path: str, raw_path: bytes | None, headers: Headers) -> Route:
-        """The route of a request, once its method and the caller's access to it are
-        checked; raises RouteError (400/404/405) or InferplexError (401/403). A query
-        string plays no part: it is not passed here."""
+    def admit(self, method: str, path: str, raw_path: bytes | None, headers: Headers) -> Admitted:
+        """The route of a request and its principal, once its method and the caller's access
+        to it are checked; raises RouteError (400/404/405) or InferplexError (401/403). A
+        query string plays no part: it is not passed here."""
         # a path that came percent-encoded is resolved afresh: its decoded form may match a
         # remembered canonical path that it must not be taken for
         encoded = raw_path is not None and b"%" in raw_path
@@ -183,15 +184,15 @@ class HttpApp:
                 f"method {method} is not allowed on {path}, use {endpoint.method}",
                 [(b"allow", endpoint.method.encode())],
             )
-        if self._access is not None:
-            authorization = _header(headers, b"authorization")
-            self._access.check(endpoint.scope, authorization, path)
-        return route
+        if self._access is None:
+            return route, ANONYMOUS
+        authorization = _header(headers, b"authorization")
+        return route, self._access.check(endpoint.scope, authorization, path)
 
     def refusal(self, request: HttpRequest) -> tuple[int, bytes, Headers] | None:
         """The answer to a request (its header block complete, its body not yet read) that
         :meth:`admit` refuses (status, body, headers), or None when it may go on: then its
-        route is kept in ``request.admitted``."""
+        route and principal are kept in ``request.admitted``."""
         try:
             request.admitted = self.admit(
                 request.method, request.path, request.raw_path, request.headers
@@ -206,13 +207,13 @@ class HttpApp:
         path: str,
         raw_path: bytes | None,
         headers: Headers,
-        admitted: Route | None,
+        admitted: Admitted | None,
         body: Body | Receive,
     ) -> AnyReply | None:
         """The answer to one request whose body is ``body``, or comes through it (ASGI's
         ``receive``); None when the client went away before its body was whole."""
         try:
-            endpoint, handler, model, version = admitted or self.admit(
+            (endpoint, handler, model, version), principal = admitted or self.admit(
                 method, path, raw_path, headers
             )
             is_infer = endpoint.handler == "_infer"
@@ -228,9 +229,11 @@ class HttpApp:
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
                 key = _header(headers, self._routing_header)
-                reply: AnyReply = await self._infer(model, version, body, header_length, key)
+                reply: AnyReply = await self._infer(
+                    model, version, body, header_length, principal, key
+                )
             else:
-                reply = await handler(model, version, body, header_length)
+                reply = await handler(model, version, body, header_length, principal)
             if accept is not None and is_infer:
                 status, payload, reply_headers = reply
                 assert isinstance(payload, bytes)  # an inference answer is whole
@@ -316,18 +319,19 @@ class HttpApp:
             "(INFERPLEX_MAX_REQUEST_BYTES)"
         )
 
-    # -- handlers: (model, version, body, raw Inference-Header-Content-Length) -> Reply -------
+    # -- handlers: (model, version, body, raw Inference-Header-Content-Length, principal) ----
     async def _infer(
         self,
         model: str,
         version: str,
         body: Body,
         header_length: bytes | None,
+        principal: Principal = ANONYMOUS,
         routing_key: str | None = None,
     ) -> Reply:
         length = None if header_length is None else parse_header_length(header_length)
         plane = self._plane
-        shm = self._engine.shared_memory
+        shm = self._engine.shared_memory.owned_by(principal)  # the caller's regions
         # a large body is decoded (and its response encoded) in a worker thread
         request = offload.decode_rest_here(body, length, model, version, shm, plane)
         if request is None:
@@ -421,8 +425,11 @@ class HttpApp:
     async def _route_stats(self, route: str, *_: Any) -> Reply:
         return _json(self._engine.route_statistics(route))
 
-    # -- system shared memory (docs/shared_memory.md): the region name comes as ``model`` --
-    async def _shm_register(self, region: str, _version: str, body: Body, *_: Any) -> Reply:
+    # -- system shared memory (docs/shared_memory.md): the region name comes as ``model``;
+    # -- each acts on the caller's own regions
+    async def _shm_register(
+        self, region: str, _version: str, body: Body, _length: Any, principal: Principal
+    ) -> Reply:
         options = _json_object(body, "register")
         unknown = set(options) - {"key", "offset", "byte_size"}
         if unknown or type(options.get("key")) is not str or "byte_size" not in options:
@@ -430,17 +437,21 @@ class HttpApp:
                 'the register request must be {"key": "/object", "offset": 0, "byte_size": N}'
                 f" (offset optional), got {sorted(options)}"
             )
-        self._engine.shared_memory.register(
+        self._engine.shared_memory.owned_by(principal).register(
             region, options["key"], options.get("offset", 0), options["byte_size"]
         )
         return _EMPTY_OK
 
-    async def _shm_unregister(self, region: str, *_: Any) -> Reply:
-        self._engine.shared_memory.unregister(region)
+    async def _shm_unregister(
+        self, region: str, _version: str, _body: Body, _length: Any, principal: Principal
+    ) -> Reply:
+        self._engine.shared_memory.owned_by(principal).unregister(region)
         return _EMPTY_OK
 
-    async def _shm_status(self, region: str, *_: Any) -> Reply:
-        return _json(self._engine.shared_memory.status(region))
+    async def _shm_status(
+        self, region: str, _version: str, _body: Body, _length: Any, principal: Principal
+    ) -> Reply:
+        return _json(self._engine.shared_memory.owned_by(principal).status(region))
 
     async def _cuda_shm_register(self, *_: Any) -> Reply:
         raise UnsupportedError(CUDA_UNSUPPORTED)
@@ -452,9 +463,11 @@ class HttpApp:
         return _EMPTY_OK  # nothing can have been registered
 
 
-Handler = Callable[[str, str, Body, bytes | None], Awaitable[AnyReply]]
+Handler = Callable[[str, str, Body, bytes | None, Principal], Awaitable[AnyReply]]
 #: an admitted request's endpoint, the bound handler, the model (or region) and version
 Route = tuple[Endpoint, Handler, str, str]
+#: a route and who asks for it (the principal its token makes it)
+Admitted = tuple[Route, Principal]
 
 #: how many resolved paths an app remembers
 _ROUTES_KEPT = 1024

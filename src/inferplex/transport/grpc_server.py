@@ -75,13 +75,15 @@ _OK_TRAILERS = literal_header_block([(b"grpc-status", b"0")])
 
 
 class Call:
-    """What a method and the guard see of a call besides its message."""
+    """What a method and the guard see of a call besides its message; ``identity``: what
+    the guard returned (who makes the call; None without a guard)."""
 
-    __slots__ = ("_headers", "method")
+    __slots__ = ("_headers", "identity", "method")
 
     def __init__(self, method: str, headers: list[tuple[bytes, bytes]]) -> None:
         self.method = method
         self._headers = headers
+        self.identity: object = None
 
     def metadata(self) -> list[tuple[str, str | bytes]]:
         """The custom metadata: keys lower-case, ``-bin`` values decoded to bytes."""
@@ -103,8 +105,9 @@ class Call:
 Handler = Callable[[Any, Call], Awaitable[Any]]
 #: a bidirectional streaming RPC: the call's parsed request messages in, its responses out
 StreamHandler = Callable[[AsyncIterator[Any], Call], AsyncIterator[Any]]
-#: sees every call's method (path) and metadata first; raises InferplexError to refuse it
-Guard = Callable[[str, list[tuple[str, str | bytes]]], None]
+#: sees every call's method (path) and metadata first; raises InferplexError to refuse it,
+#: or returns who makes the call (``Call.identity``)
+Guard = Callable[[str, list[tuple[str, str | bytes]]], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +262,7 @@ class GrpcServer:
                     f"{self._max_headers} bytes (INFERPLEX_MAX_HEADER_BYTES)"
                 )
             if self._guard is not None:
-                self._guard(call.method, call.metadata())
+                call.identity = self._guard(call.method, call.metadata())
             if method.refused is not None:
                 raise method.refused
             if encoding not in (b"identity", b"gzip", b"deflate"):

@@ -55,11 +55,21 @@ DEFAULT_METADATA_LIMIT = 1 << 20
 class GrpcioCall:
     """What a method handler sees of a call besides its message (as the built-in ``Call``)."""
 
-    __slots__ = ("_context", "method")
+    __slots__ = ("_context", "_guard", "method")
 
-    def __init__(self, method: str, context: aio.ServicerContext[Any, Any]) -> None:
+    def __init__(
+        self, method: str, context: aio.ServicerContext[Any, Any], guard: Guard | None
+    ) -> None:
         self.method = method
         self._context = context
+        self._guard = guard
+
+    @property
+    def identity(self) -> object:
+        """What the guard returns for this call (who makes it; None without a guard). The
+        interceptor that ran the guard cannot hand its answer to the handler: asked again
+        (it passed once, with the same metadata)."""
+        return None if self._guard is None else self._guard(self.method, self.metadata())
 
     def metadata(self) -> Metadata:
         """The call's metadata: keys lower-case, ``-bin`` values as bytes."""
@@ -111,7 +121,7 @@ class GrpcioServer:
     ) -> None:
         """``options``: further grpc.aio channel arguments (``grpc.max_connection_idle_ms``...)."""
         self._handlers = {
-            path: _method_handler(path, method, max_message_bytes)
+            path: _method_handler(path, method, max_message_bytes, guard)
             for path, method in methods.items()
         }
         self._guard = guard
@@ -220,12 +230,14 @@ def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(refuse)
 
 
-def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.RpcMethodHandler:
+def _method_handler(
+    path: str, method: GrpcMethod, max_message: int, guard: Guard | None
+) -> grpc.RpcMethodHandler:
     if method.refused is not None:
         refused = method.refused
         return _refusal(GRPC_STATUS[refused.code], refused.message)
     if method.streaming:
-        return _stream_handler(path, method, max_message)
+        return _stream_handler(path, method, max_message, guard)
 
     async def unary(message: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
         try:
@@ -235,7 +247,7 @@ def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.Rpc
                 raise
             except Exception as exc:
                 raise InvalidInputError(f"the request message could not be parsed: {exc}") from None
-            body = method.serialize(await method.handler(request, GrpcioCall(path, context)))
+            body = method.serialize(await method.handler(request, GrpcioCall(path, context, guard)))
         except InferplexError as exc:
             await context.abort(GRPC_STATUS[exc.code], exc.message)
         except Exception as exc:  # never let one call take the server down
@@ -249,13 +261,16 @@ def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.Rpc
     return grpc.unary_unary_rpc_method_handler(unary)
 
 
-def _stream_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.RpcMethodHandler:
+def _stream_handler(
+    path: str, method: GrpcMethod, max_message: int, guard: Guard | None
+) -> grpc.RpcMethodHandler:
     """A bidirectional stream: the handler takes the parsed messages as they arrive and its
     responses are written one at a time (``write`` waits for the peer's flow-control window:
     a slow reader holds the handler back); its error ends the call with that status."""
 
     async def stream(requests: Any, context: aio.ServicerContext[Any, Any]) -> None:
-        responses = method.handler(_parsed(requests, method.parse), GrpcioCall(path, context))
+        call = GrpcioCall(path, context, guard)
+        responses = method.handler(_parsed(requests, method.parse), call)
         try:
             async for response in responses:
                 body = method.serialize(response)

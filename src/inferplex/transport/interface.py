@@ -11,15 +11,20 @@ from inferplex.errors import InferplexError
 
 #: call metadata: keys lower-case, ``-bin`` values as bytes
 Metadata = list[tuple[str, str | bytes]]
-#: sees every call's method (path) and metadata first; raises InferplexError to refuse it
-Guard = Callable[[str, Metadata], None]
+#: sees every call's method (path) and metadata first; raises InferplexError to refuse it,
+#: or returns who makes the call (the call's ``identity``)
+Guard = Callable[[str, Metadata], object]
 
 
 class GrpcCall(Protocol):
-    """What a method handler and the guard see of a call besides its message."""
+    """What a method handler and the guard see of a call besides its message; ``identity``
+    is what the guard returned (None without a guard)."""
 
     @property
     def method(self) -> str: ...
+
+    @property
+    def identity(self) -> object: ...
 
     def metadata(self) -> Metadata: ...
 

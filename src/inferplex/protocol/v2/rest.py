@@ -58,7 +58,7 @@ from inferplex.protocol.v2.rest_json import (
     release,
     strings_to_json,
 )
-from inferplex.shm.registry import REGION, SharedMemoryRegistry
+from inferplex.shm.registry import REGION, Regions
 from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 __all__ = ["decode_body", "decode_infer_request", "encode_infer_response", "parse_header_length"]
@@ -87,7 +87,7 @@ def decode_infer_request(
     header_length: int | None,
     model_name: str,
     model_version: str = "",
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
     checks: CheckFactory | None = None,
 ) -> InferenceRequest:
     """Decode a V2 REST inference request body into an :class:`InferenceRequest`.
@@ -111,7 +111,7 @@ def decode_body(
     header_length: int | None,
     model_name: str,
     model_version: str = "",
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
     checks: CheckFactory | None = None,
 ) -> InferenceRequest:
     """:func:`decode_infer_request` without pausing the garbage collector: for a body whose
@@ -182,7 +182,7 @@ def _decode_inputs(
     raw_inputs: Any,
     data: bytes | memoryview,
     header_length: int,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     check: InputCheck | None,
 ) -> list[Tensor]:
     """The input tensors; every byte after the header must belong to one of them."""
@@ -316,7 +316,7 @@ def _decode_input(
     body: bytes | memoryview,
     offset: int,
     size: int,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     check: InputCheck | None = None,
 ) -> tuple[Tensor, int]:
     """One input tensor; returns it and the offset just past its binary data."""
@@ -372,7 +372,7 @@ def _shared_input(
     shape: tuple[int, ...],
     parameters: dict[str, Any],
     data: Any,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
 ) -> Tensor:
     """An input whose parameters name a shared-memory region (and that has no data)."""
     if data is not None or "binary_data_size" in parameters:
@@ -406,7 +406,7 @@ def _binary_input_end(
     return end
 
 
-def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[RequestedOutput]:
+def _decode_outputs(raw_outputs: Any, shm: Regions | None) -> list[RequestedOutput]:
     if type(raw_outputs) is not list:
         raise InvalidInputError(
             f"'outputs' must be a list of requested outputs, got {json_type(raw_outputs)}"
@@ -428,7 +428,7 @@ def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[
     return ClassifiedOutputs(outputs) if classified else outputs
 
 
-def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | None) -> int:
+def _check_output_parameters(raw: Any, name: str, shm: Regions | None) -> int:
     """An output's 'parameters': a shallow object whose binary_data is a bool; then the
     data plane's checks (shared memory, classification: returns how many classes)."""
     parameters = _parameters(raw, "output", name)
@@ -498,7 +498,7 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
 def encode_infer_response(
     response: InferenceResponse,
     request: InferenceRequest,
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
 ) -> tuple[bytes, int | None]:
     """Encode a response as one body; returns it and the JSON header length.
 
