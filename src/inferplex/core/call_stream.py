@@ -23,9 +23,6 @@ from inferplex.types import InferenceRequest
 
 Open = Callable[[InferenceRequest], Coroutine[Any, Any, Responses]]
 
-#: what ``next`` answers once the call was stopped by ``close``
-STOPPED = "the call was cancelled"
-
 
 class EngineStream:
     """One streamed call, started at once on the loop; read with ``next`` from one thread."""
@@ -41,11 +38,13 @@ class EngineStream:
         self._next: concurrent.futures.Future[StreamedResponse] | None = (
             asyncio.run_coroutine_threadsafe(self._open(open_stream, request), loop)
         )
+        #: the last fetch started, kept for ``close`` to cancel (``_next`` is cleared first)
+        self._fetching = self._next
 
     async def _open(self, open_stream: Open, request: InferenceRequest) -> StreamedResponse:
-        # no suspension between the stream's creation and this assignment: a close that
-        # cancels this task either finds the stream here or stops its opening
         self._stream = await open_stream(request)
+        if self._closed:  # closed while it opened (its model loading, say): stop it now
+            self._stream.close()
         return await self._fetch()
 
     async def _fetch(self) -> StreamedResponse:
@@ -67,21 +66,25 @@ class EngineStream:
             )
             return self._last(error)
         except concurrent.futures.CancelledError:
-            return self._last(CallStopped(STOPPED))
+            return self._last(self._stopped())
         except InferplexError as exc:  # the call could not start (an unknown model, say)
             return self._last(exc)
         except Exception as exc:
             return self._last(ModelExecutionError(f"calling model '{self._model}' failed: {exc}"))
         if self._closed:  # what a stopped stream ends with is no answer of the model's
-            return self._last(CallStopped(STOPPED))
+            return self._last(self._stopped())
         if item.final:
             self._next = None
         else:  # look one ahead while the reader handles this one
             self._next = asyncio.run_coroutine_threadsafe(self._fetch(), self._loop)
+            self._fetching = self._next
         outputs = None
         if item.response is not None:
             outputs = {t.name: t.data for t in item.response.outputs}
         return CalledResponse(outputs, item.error, item.final)
+
+    def _stopped(self) -> CallStopped:
+        return CallStopped(f"the call to model '{self._model}' was cancelled")
 
     def _last(self, error: InferplexError) -> CalledResponse:
         self._next = None
@@ -93,10 +96,9 @@ class EngineStream:
             self._loop.call_soon_threadsafe(self._stop)
 
     def _stop(self) -> None:
-        """On the loop: end the fetch in flight, then the stream (its request is withdrawn
-        or told it is cancelled)."""
-        fetching = self._next
-        if fetching is not None:
-            fetching.cancel()
+        """On the loop: end the fetch in flight (a reader waiting on an ordinary model's
+        answer wakes), then the stream (its request is withdrawn or told it is cancelled;
+        one still opening is stopped by ``_open``)."""
+        self._fetching.cancel()
         if self._stream is not None:
             self._stream.close()
