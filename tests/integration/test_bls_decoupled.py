@@ -2,8 +2,9 @@
 True)``), served by a real ``inferplex serve`` process: python_backend's ``bls_decoupled``
 example (its sync and async models calling the decoupled ``square_int32``, and its clients'
 checks), the responses' values and order, errors sent in the stream, a call that cannot
-start, an ordinary model called with ``decoupled=True``, and the called stream stopped when
-the caller stops reading, cancels, or loses its own client.
+start, an ordinary model called with ``decoupled=True``, the called stream stopped when the
+caller stops reading, cancels, or loses its own client, and a slow caller holding the called
+model back.
 """
 
 from __future__ import annotations
@@ -96,6 +97,31 @@ class TritonPythonModel:
                 sender.send(pb_utils.InferenceResponse([out]))
                 time.sleep(0.01)
             (MARKS / f"{n}.{seen}").touch()
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+#: IN = n: n responses as fast as they are taken, writing how many it sent to
+#: MARKS/<n>.progress after each
+FAST = """
+from pathlib import Path
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+MARKS = Path(__MARKS__)
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            sender = request.get_response_sender()
+            for i in range(n):
+                if request.is_cancelled():
+                    break
+                out = pb_utils.Tensor("OUT", np.array([i], np.int32))
+                sender.send(pb_utils.InferenceResponse([out]))
+                (MARKS / "fast.tmp").write_text(str(i + 1))
+                (MARKS / "fast.tmp").replace(MARKS / f"{n}.progress")  # whole for a reader
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
@@ -194,8 +220,10 @@ class TritonPythonModel:
 
 #: calls slow_int32 with IN[0] and reads its first response; IN[1] = 1: then cancel() and read
 #: on (CODE: the code of the final response's error); IN[1] = 0: return at once (CODE -1).
-#: IN[1] = 2: read on to the end, leaving MARKS/<n>.reading after the first response
+#: IN[1] = 2: read on to the end, leaving MARKS/<n>.reading after the first response;
+#: IN[1] = 3: call fast_int32 instead, wait 1 s after its first response, CODE: how many it sent
 FIRST = """
+import time
 from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -206,7 +234,7 @@ class TritonPythonModel:
     def execute(self, requests):
         n, mode = pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy()
         call = pb_utils.InferenceRequest(
-            model_name="slow_int32",
+            model_name="fast_int32" if mode == 3 else "slow_int32",
             inputs=[pb_utils.Tensor("IN", np.array([n], np.int32))],
             requested_output_names=["OUT"],
         )
@@ -221,6 +249,9 @@ class TritonPythonModel:
             (MARKS / f"{n}.reading").touch()
             for _ in responses:
                 pass
+        elif mode == 3:
+            time.sleep(1.0)
+            code = int((MARKS / f"{n}.progress").read_text())
         out = pb_utils.get_output_tensor_by_name(first, "OUT").as_numpy()
         return [pb_utils.InferenceResponse([
             pb_utils.Tensor("OUT", out), pb_utils.Tensor("CODE", np.array([code], np.int32)),
@@ -244,6 +275,7 @@ MODELS = {
     "square_int32": (SQUARE, config(IN1, OUT1, DECOUPLED)),
     "count_int32": (COUNT, config(IN1, OUT1, DECOUPLED)),
     "slow_int32": (SLOW, config(IN1, OUT1, DECOUPLED + "\ninstance_group [{ count: 2 }]")),
+    "fast_int32": (FAST, config(IN1, OUT1, DECOUPLED)),
     "double_int32": (DOUBLE, config(IN1, OUT1)),
     "bls_decoupled_sync": (BLS_SYNC, config(IN1, SUM)),
     "bls_decoupled_async": (BLS_ASYNC, config(IN1, SUM)),
@@ -391,3 +423,12 @@ def test_a_caller_whose_client_goes_away_stops_the_called_stream(
     wait_for(marks / f"{n}.cancelled", server)
     assert not (marks / f"{n}.finished").exists()
     assert "Traceback" not in server.log()
+
+
+def test_a_slow_caller_holds_the_called_model_back(server: RunningServer) -> None:
+    n = 20000  # unbounded, hundreds go out in the second the caller sleeps (471 on a busy box)
+    outputs = first(server, n, 3)
+    assert outputs["OUT"] == [0]
+    # held at the server's bound (--stream-queue-responses, 16): the channel's 16, the 16
+    # the look-ahead took, the one read, and one being sent
+    assert 1 <= outputs["CODE"][0] <= 2 * 16 + 2, outputs
