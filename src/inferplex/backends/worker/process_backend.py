@@ -7,7 +7,8 @@ worker's shared-memory arena, and turns every way a worker can fail into an erro
 batch it was running: an exception (the worker goes on), a crash or a hang (the worker is
 replaced; the next batch waits for the new one to load). Calls the worker makes to other
 served models (``inferplex.handler.infer``) come back over its pipe and run through
-``InstanceSpec.caller``, in-process.
+``InstanceSpec.caller``, in-process; calls whose responses the handler reads as they come
+(a decoupled model's, ``exec(decoupled=True)``) are ``call_streams.py``'s.
 """
 
 from __future__ import annotations
