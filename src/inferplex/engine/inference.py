@@ -109,7 +109,9 @@ class InferenceEngine:
         self._loop = loop
         if self.remote is not None:
             await asyncio.to_thread(self.remote.refresh)
-        await self.lifecycle.start(self.dispatcher, cache, EngineCaller(self.infer, loop))
+        await self.lifecycle.start(
+            self.dispatcher, cache, EngineCaller(self.infer, loop, self.stream)
+        )
         await self._reload_routes()
         self._started = ready
 

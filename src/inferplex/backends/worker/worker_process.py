@@ -20,7 +20,8 @@ from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.backends.worker.model_metrics import MODEL_METRICS
 
-Message = tuple[Any, ...]
+#: a tagged tuple (``backends/python/worker.py``) or a typed message (``stream_messages.py``)
+Message = Any
 
 WORKER_MODULE = "inferplex.backends.python.worker"
 
@@ -109,7 +110,7 @@ class WorkerProcess:
                 message: Message = self._connection.recv()
             except (EOFError, OSError):
                 raise WorkerGone(self.exit_status()) from None
-            if message[0] != "metrics":
+            if type(message) is not tuple or message[0] != "metrics":
                 return message
             MODEL_METRICS.apply(message[1])
 
