@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from math import prod
 from typing import Any
@@ -53,9 +53,12 @@ from inferplex.protocol.dataplane import (
 )
 from inferplex.protocol.v2.layouts import LayoutCache
 from inferplex.protocol.v2.rest_json import (
+    JsonPieces,
     array_from_json,
+    json_pieces,
     json_type,
     release,
+    spliced,
     strings_to_json,
 )
 from inferplex.shm.registry import REGION, SharedMemoryRegistry
@@ -511,6 +514,7 @@ def encode_infer_response(
     requested = {out.name: out.parameters for out in request.outputs} if request.outputs else None
     outputs: list[dict[str, Any]] = []
     chunks: list[Any] = []
+    large: list[JsonPieces] = []  # large outputs' JSON text, spliced into the header
     for tensor in response.outputs:
         parameters = requested.get(tensor.name) if requested else None
         if parameters and REGION in parameters:
@@ -535,12 +539,16 @@ def encode_infer_response(
                 }
             )
         else:
+            data = _json_output(tensor)
+            if type(data) is JsonPieces:
+                large.append(data)
+                data = JsonPieces.PLACEHOLDER
             outputs.append(
                 {
                     "name": tensor.name,
                     "datatype": tensor.datatype,
                     "shape": tensor.shape,
-                    "data": _json_output(tensor),
+                    "data": data,
                 }
             )
 
@@ -554,6 +562,8 @@ def encode_infer_response(
         body["parameters"] = response.parameters
     body["outputs"] = outputs
     header = orjson.dumps(body, option=_DUMPS_OPTIONS)
+    if large:
+        header = spliced(header, large)
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)
@@ -581,36 +591,32 @@ def _binary_output(tensor: Tensor) -> tuple[bytes | np.ndarray, int]:
 
 
 def _json_output(tensor: Tensor) -> Any:
-    """The output's 'data': a list or array orjson writes, or for a large output the JSON
-    text written a chunk at a time (each orjson call holds the GIL: see element_chunks)."""
+    """The output's 'data': a list or array orjson writes, or for a large output its JSON
+    text in pieces written a chunk at a time (each orjson call holds the GIL: see
+    element_chunks; ``json_pieces``)."""
     if tensor.datatype == "BYTES":
         array = np.asarray(tensor.data)
         if array.size <= CHUNK:
             return strings_to_json(tensor.name, array)
-        return _joined(
+        return json_pieces(
             orjson.dumps(strings_to_json(tensor.name, chunk))
             for chunk in _array_chunks(array.reshape(-1))
         )
     data = _native(tensor).reshape(-1)
     if data.dtype.kind == "f" and not np.isfinite(data).all():
         # orjson would write null; NaN / Infinity / -Infinity as Triton writes them
-        return _joined(
+        return json_pieces(
             json.dumps(chunk.tolist(), separators=(",", ":")).encode()
             for chunk in _array_chunks(data)
         )
     if data.size <= CHUNK:
         return data
-    return _joined(orjson.dumps(chunk, option=_DUMPS_OPTIONS) for chunk in _array_chunks(data))
+    return json_pieces(orjson.dumps(chunk, option=_DUMPS_OPTIONS) for chunk in _array_chunks(data))
 
 
 def _array_chunks(data: np.ndarray) -> Iterator[np.ndarray]:
     for low in range(0, data.size, CHUNK):
         yield data[low : low + CHUNK]
-
-
-def _joined(arrays: Iterable[bytes]) -> orjson.Fragment:
-    """One JSON array of the elements of non-empty JSON ``arrays``."""
-    return orjson.Fragment(b"[" + b",".join(text[1:-1] for text in arrays) + b"]")
 
 
 #: bodies with this much JSON or more are decoded with the cyclic garbage collector paused
