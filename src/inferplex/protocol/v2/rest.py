@@ -57,6 +57,7 @@ from inferplex.protocol.v2.rest_json import (
     array_from_json,
     json_pieces,
     json_type,
+    parameters_object,
     release,
     spliced,
     strings_to_json,
@@ -170,7 +171,7 @@ def _request_fields(header: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     request_id = header.get("id", "")
     if type(request_id) is not str:
         raise InvalidInputError(f"'id' must be a string, got {json_type(request_id)}")
-    parameters = _parameters(header.get("parameters"), "request", "")
+    parameters = parameters_object(header.get("parameters"), "request", "")
     if parameters:
         binary_output = parameters.get("binary_data_output", False)
         if type(binary_output) is not bool:
@@ -341,7 +342,7 @@ def _decode_input(
     if parameters is None:
         parameters = {}
     else:
-        _parameters(parameters, "input", name)  # raises unless a shallow object
+        parameters_object(parameters, "input", name)  # raises unless a shallow object
     data = raw.get("data")
     if REGION in parameters:
         return _shared_input(name, datatype, shape, parameters, data, shm), offset
@@ -434,7 +435,7 @@ def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[
 def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | None) -> int:
     """An output's 'parameters': a shallow object whose binary_data is a bool; then the
     data plane's checks (shared memory, classification: returns how many classes)."""
-    parameters = _parameters(raw, "output", name)
+    parameters = parameters_object(raw, "output", name)
     binary = parameters.get("binary_data", False)
     if not isinstance(binary, bool):
         raise InvalidInputError(
@@ -442,44 +443,6 @@ def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | No
             f"{json_type(binary)}"
         )
     return requested_output(name, parameters, shm)
-
-
-def _parameters(raw: Any, owner: str, name: str) -> dict[str, Any]:
-    """A 'parameters' object; ``owner`` and ``name`` only word the error."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        where = f"{owner} '{name}': " if name else f"{owner} "
-        raise InvalidInputError(f"{where}'parameters' must be a JSON object, got {json_type(raw)}")
-    for value in raw.values():
-        if type(value) is dict or type(value) is list:
-            _check_depth(value, owner, name)
-    return raw
-
-
-#: how deeply a parameter's value may nest lists and objects. V2 parameters are scalars;
-#: a deeper value would make the copies of a request (pickled for a Python handler's worker,
-#: written as JSON) recurse past Python's limit: a 500 where the client is at fault
-_PARAMETER_DEPTH = 32
-
-
-def _check_depth(value: Any, owner: str, name: str) -> None:
-    """InvalidInputError when ``value`` nests more than _PARAMETER_DEPTH levels."""
-    level = [value]
-    for _ in range(_PARAMETER_DEPTH):
-        level = [
-            item
-            for container in level
-            for item in (container.values() if type(container) is dict else container)
-            if type(item) is dict or type(item) is list
-        ]
-        if not level:
-            return
-    where = f"{owner} '{name}': " if name else f"{owner} "
-    raise InvalidInputError(
-        f"{where}'parameters' has a value nested more than {_PARAMETER_DEPTH} levels deep "
-        "(lists or objects)"
-    )
 
 
 def _shape(raw: Any, name: str) -> tuple[int, ...]:

@@ -214,6 +214,44 @@ def _not_a_string(name: str, item: Any) -> InvalidInputError:
     )
 
 
+def parameters_object(raw: Any, owner: str, name: str) -> dict[str, Any]:
+    """A 'parameters' object; ``owner`` and ``name`` only word the error."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        where = f"{owner} '{name}': " if name else f"{owner} "
+        raise InvalidInputError(f"{where}'parameters' must be a JSON object, got {json_type(raw)}")
+    for value in raw.values():
+        if type(value) is dict or type(value) is list:
+            _check_depth(value, owner, name)
+    return raw
+
+
+#: how deeply a parameter's value may nest lists and objects. V2 parameters are scalars;
+#: a deeper value would make the copies of a request (pickled for a Python handler's worker,
+#: written as JSON) recurse past Python's limit: a 500 where the client is at fault
+_PARAMETER_DEPTH = 32
+
+
+def _check_depth(value: Any, owner: str, name: str) -> None:
+    """InvalidInputError when ``value`` nests more than _PARAMETER_DEPTH levels."""
+    level = [value]
+    for _ in range(_PARAMETER_DEPTH):
+        level = [
+            item
+            for container in level
+            for item in (container.values() if type(container) is dict else container)
+            if type(item) is dict or type(item) is list
+        ]
+        if not level:
+            return
+    where = f"{owner} '{name}': " if name else f"{owner} "
+    raise InvalidInputError(
+        f"{where}'parameters' has a value nested more than {_PARAMETER_DEPTH} levels deep "
+        "(lists or objects)"
+    )
+
+
 def json_type(value: Any) -> str:
     """What a JSON value is, for error messages."""
     if value is None:
