@@ -78,6 +78,18 @@ class ServerConfig(BaseSettings):
     max_grpc_message_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="gRPC receive/send message size limit"
     )
+    max_management_json_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="JSON bodies of the HTTP endpoints other than inference and load (index, "
+        "unload, instances, shared memory), and a load's 'config', above this get 413",
+    )
+    max_load_request_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="HTTP load requests (with their 'file:' overrides, base64 model files) "
+        "above this get 413; at most --max-request-bytes",
+    )
     inline_execution_us: float = Field(
         default=40.0,
         ge=0,

@@ -35,6 +35,7 @@ from inferplex.errors import (
     InvalidInputError,
     ModelControlDisabledError,
     ModelNotReadyError,
+    PayloadTooLargeError,
     unknown_model,
 )
 from inferplex.lifecycle.file_override import FILE_PREFIX, is_file_parameter, override_files
@@ -198,7 +199,7 @@ class LifecycleManager:
             raise InvalidInputError(
                 f"load parameter 'pinned' must be true or false, got {pinned!r}"
             )
-        override = _config_override(name, parameters.get("config"))
+        override = await self._config_override(name, parameters.get("config"))
         files = override_files(parameters)
         if not files:
             await self.loader.load(name, override, pinned)
@@ -235,6 +236,20 @@ class LifecycleManager:
                 name,
             )
         await self.loader.unload(name)
+
+    async def _config_override(self, name: str, raw: Any) -> ModelConfig | None:
+        """A load's ``config`` parameter read (in a worker thread when large: a config with
+        thousands of entries takes long to check); one longer than the management JSON cap
+        is refused (it is a model configuration, not a model file)."""
+        if not isinstance(raw, str | bytes) or len(raw) <= _INLINE_CONFIG_BYTES:
+            return _config_override(name, raw)
+        limit = self.config.max_management_json_bytes
+        if len(raw) > limit:
+            raise PayloadTooLargeError(
+                f"load parameter 'config' of {len(raw)} bytes is above the limit of {limit} "
+                "bytes (--max-management-json-bytes, INFERPLEX_MAX_MANAGEMENT_JSON_BYTES)"
+            )
+        return await asyncio.to_thread(_config_override, name, raw)
 
     def _require_control(self, action: str, name: str) -> None:
         if self.config.model_control_mode == "none":
@@ -346,6 +361,10 @@ def _idle(entry: ModelEntry, now: float, limit: float) -> bool:
         and not (entry.pinned or pinned_by_config(entry.config))
         and now - entry.last_used > limit
     )
+
+
+#: load configs read on the event loop up to this size (a thread hop costs about 30 us)
+_INLINE_CONFIG_BYTES = 16 << 10
 
 
 def _config_override(name: str, raw: Any) -> ModelConfig | None:
