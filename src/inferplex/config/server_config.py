@@ -30,6 +30,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from inferplex.config.s3_url import S3Location, default_cache_dir, is_s3_url
 from inferplex.errors import ConfigError
 
+#: instances of one model version at most (ServerConfig.max_model_instances)
+DEFAULT_MAX_MODEL_INSTANCES = 64
+
 
 class NoFlag:
     """Marks a field without an ``inferplex serve`` flag: set through its INFERPLEX_*
@@ -77,6 +80,14 @@ class ServerConfig(BaseSettings):
     )
     max_grpc_message_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="gRPC receive/send message size limit"
+    )
+    max_model_instances: int = Field(
+        default=DEFAULT_MAX_MODEL_INSTANCES,
+        ge=1,
+        description="instances of one model version at most, however the count is set "
+        "(config file, a load's config, auto-completion, the instances endpoint): above it the "
+        "load or call gets 400 naming this limit (each instance is a backend session and a "
+        "thread or process)",
     )
     max_management_json_bytes: int = Field(
         default=1024 * 1024,
@@ -129,6 +140,13 @@ class ServerConfig(BaseSettings):
         ge=0,
         description="on SIGTERM, seconds to keep serving with readiness false before the "
         "listeners close (lets load balancers stop sending first)",
+    )
+    exit_timeout_secs: float = Field(
+        default=30.0,
+        ge=0,
+        description="on SIGTERM/SIGINT, seconds (after --drain-delay-s) to wait for in-flight "
+        "work, requests and model loads, before exiting anyway with status 3 "
+        "(tritonserver's --exit-timeout-secs)",
     )
     cache_size: int = Field(
         default=0,

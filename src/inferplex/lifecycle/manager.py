@@ -75,6 +75,7 @@ class LifecycleManager:
             config.auto_complete_config,
             config.max_sequence_backlog,
             process_memory_limit=int(config.process_memory_limit),
+            max_instances=config.max_model_instances,
         )
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository
