@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from inferplex.config.s3_url import S3Location, default_cache_dir, is_s3_url
+from inferplex.config.token_files import read_token_files
 from inferplex.errors import ConfigError
 
 #: instances of one model version at most (ServerConfig.max_model_instances)
@@ -176,6 +177,16 @@ class ServerConfig(BaseSettings):
         default=None,
         description="API token for the management API (load/unload, shared memory); once any "
         "token is set, management needs this one; prefer the environment variable to the flag",
+    )
+    inference_token_file: Path | None = Field(
+        default=None,
+        description="file holding the inference token, read at start (one trailing newline "
+        "dropped; mode 600): unlike the environment and flags, out of reach of model code "
+        "once the file is gone or was a pipe (docs/security.md)",
+    )
+    management_token_file: Path | None = Field(
+        default=None,
+        description="file holding the management token, as --inference-token-file",
     )
     management_port: int | None = Field(
         default=None,
@@ -589,6 +600,12 @@ class ServerConfig(BaseSettings):
                 raise ValueError(f"GPU {device} is given twice")
             sizes[device] = size
         return sizes
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_files(cls, data: Any) -> Any:
+        """Tokens given as files are read now (config/token_files.py)."""
+        return read_token_files(data) if isinstance(data, dict) else data
 
     @model_validator(mode="before")
     @classmethod
