@@ -229,7 +229,11 @@ class HttpApp:
             )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
-                body, header_length, accept = await self._body(endpoint, headers, body)
+                limit = self._body_limits.get(endpoint.handler, self._inference_limit)
+                header_length, coding, accept = self._body_headers(headers, limit)
+                # the hot path: a whole body within its limit, not compressed, as it came
+                if not isinstance(body, bytes | memoryview) or coding or len(body) > limit.bytes:
+                    body = await self._body(body, coding, limit)
             else:
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
@@ -252,13 +256,9 @@ class HttpApp:
             logger.exception("unexpected error serving %s %s", method, path)
             return 500, _error(f"internal server error: {type(exc).__name__}: {exc}"), _JSON
 
-    async def _body(
-        self, endpoint: Endpoint, headers: Headers, body: Body | Receive
-    ) -> tuple[Body, bytes | None, bytes | None]:
-        """The body of a POST request, received (ASGI) and decompressed, held to its
-        endpoint's limit; its raw ``Inference-Header-Content-Length`` and ``Accept-Encoding``."""
-        limit = self._body_limits.get(endpoint.handler, self._inference_limit)
-        header_length, coding, accept = self._body_headers(headers, limit)
+    async def _body(self, body: Body | Receive, coding: bytes | None, limit: BodyLimit) -> Body:
+        """A POST request's body received (ASGI) and decompressed, held to its endpoint's
+        ``limit``."""
         if not isinstance(body, bytes | memoryview):
             body = await self._receive(body, limit)
         elif len(body) > limit.bytes:
@@ -267,7 +267,7 @@ class HttpApp:
             body = await self._decompressed(body, coding)
             if len(body) > limit.bytes:
                 raise limit.too_large(f"{len(body)} bytes once decompressed")
-        return body, header_length, accept
+        return body
 
     def _body_headers(
         self, headers: Headers, limit: BodyLimit
