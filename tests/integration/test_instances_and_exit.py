@@ -77,6 +77,21 @@ def test_a_load_override_over_the_cap_is_refused(server: RunningServer) -> None:
     assert_refused(post(server, "/v2/repository/models/add_sub/load", body))
 
 
+def test_a_grpc_load_override_over_the_cap_is_refused(server: RunningServer) -> None:
+    grpcclient = pytest.importorskip("tritonclient.grpc")
+    from tritonclient.utils import InferenceServerException
+
+    groups = [{"count": 100000, "kind": "KIND_CPU"}]
+    config = json.dumps({"backend": "onnxruntime", "instance_group": groups})
+    with (
+        grpcclient.InferenceServerClient(server.grpc_url) as client,
+        pytest.raises(InferenceServerException) as caught,
+    ):
+        client.load_model("add_sub", config=config)
+    assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert f"above the limit of {CAP} (--max-model-instances" in caught.value.message()
+
+
 def test_the_instances_endpoint_has_the_same_cap(server: RunningServer) -> None:
     assert post(server, "/v2/repository/models/add_sub/load").status_code == 200
     path = "/v2/repository/models/add_sub/instances"

@@ -129,7 +129,7 @@ def plan_model(
     if backend.composite and not config.instance_group:
         # a composite instance is a thread waiting on the models it calls: without enough of
         # them, concurrent requests would wait for each other's whole pipeline
-        group = InstanceGroup(count=COMPOSITE_INSTANCES, kind="KIND_CPU")
+        group = InstanceGroup(count=min(COMPOSITE_INSTANCES, max_instances), kind="KIND_CPU")
         config = config.model_copy(update={"instance_group": (group,)})
     gpu = backend.gpu_available()
     size = model_bytes(files[max(files)], listed)
