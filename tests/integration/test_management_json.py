@@ -12,6 +12,7 @@ import http.client
 import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -112,6 +113,27 @@ def test_load_has_its_own_cap(server: RunningServer) -> None:
     status, text = post(server, "/v2/repository/models/add_sub/load", body)
     assert status == 413, text
     assert "load parameter 'config'" in text and "--max-management-json-bytes" in text
+    # many small values within the load's cap: refused before they are parsed
+    body = json.dumps({"parameters": {"x": [1] * (LOAD_CAP // 4)}}).encode()
+    assert MANAGEMENT_CAP < len(body) < LOAD_CAP
+    status, text = post(server, "/v2/repository/models/add_sub/load", body)
+    assert status == 413, text
+    assert "JSON values" in text and "--max-management-json-bytes" in text
     # a load within both caps
     status, text = post(server, "/v2/repository/models/add_sub/load", b"")
+    assert status == 200, text
+
+
+def test_a_load_with_files_above_the_management_cap_is_served(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    model = modelgen.add_sub(tmp_path)
+    config = json.dumps({**modelgen.model_config(model), "name": "from_files"})
+    files = {
+        "file:1/model.onnx": base64.b64encode(model.read_bytes()).decode(),
+        "file:1/padding.bin": base64.b64encode(bytes(4 * MANAGEMENT_CAP)).decode(),
+    }
+    body = json.dumps({"parameters": {"config": config, **files}}).encode()
+    assert MANAGEMENT_CAP < len(body) < LOAD_CAP
+    status, text = post(server, "/v2/repository/models/from_files/load", body)
     assert status == 200, text

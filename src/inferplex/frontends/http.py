@@ -50,7 +50,7 @@ from inferplex.errors import (
     UnauthenticatedError,
     UnsupportedError,
 )
-from inferplex.frontends.http_bodies import BodyLimit, body_limits, json_object, load_parameters
+from inferplex.frontends.http_bodies import BodyLimit, ManagementBodies, load_parameters
 from inferplex.frontends.http_generate import Generate
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
 from inferplex.protocol.classification import ClassifiedOutputs
@@ -118,8 +118,9 @@ class HttpApp:
         self._engine = engine
         self._max_body = config.max_request_bytes
         self._inference_limit = BodyLimit(self._max_body, "INFERPLEX_MAX_REQUEST_BYTES")
-        # the other endpoints' bodies, by handler (small JSON documents, parsed whole)
-        self._body_limits = body_limits(config)
+        # the other endpoints' bodies: their limits by handler, their JSON
+        self._bodies = ManagementBodies(config)
+        self._body_limits = self._bodies.limits
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
@@ -402,30 +403,30 @@ class HttpApp:
         return _json({"model_stats": self._engine.model_statistics(model, version)})
 
     async def _repository_index(self, _model: str, _version: str, body: Body, *_: Any) -> Reply:
-        ready_only = (await json_object(body, "index")).get("ready", False)
+        ready_only = (await self._bodies.json(body, "index")).get("ready", False)
         if not isinstance(ready_only, bool):
             raise InvalidInputError("index request field 'ready' must be true or false")
         return _json(self._engine.repository_index(ready_only))
 
     async def _model_load(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        parameters = load_parameters(await json_object(body, "load"), "load")
+        parameters = load_parameters(await self._bodies.json(body, "load"), "load")
         await self._engine.load_model(model, parameters)
         return _EMPTY_OK
 
     async def _model_unload(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        parameters = load_parameters(await json_object(body, "unload"), "unload")
+        parameters = load_parameters(await self._bodies.json(body, "unload"), "unload")
         await self._engine.unload_model(model, parameters)
         return _EMPTY_OK
 
     async def _model_instances(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = await json_object(body, "instances")
+        options = await self._bodies.json(body, "instances")
         if "count" not in options:
             raise InvalidInputError('the instances request needs "count", e.g. {"count": 2}')
         await self._engine.set_instance_count(model, options["count"])
         return _EMPTY_OK
 
     async def _model_default_version(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = await json_object(body, "default_version")
+        options = await self._bodies.json(body, "default_version")
         if "version" not in options:
             raise InvalidInputError(
                 'the default_version request needs "version", e.g. {"version": "2"}'
@@ -444,7 +445,7 @@ class HttpApp:
 
     # -- system shared memory (docs/shared_memory.md): the region name comes as ``model`` --
     async def _shm_register(self, region: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = await json_object(body, "register")
+        options = await self._bodies.json(body, "register")
         unknown = set(options) - {"key", "offset", "byte_size"}
         if unknown or type(options.get("key")) is not str or "byte_size" not in options:
             raise InvalidInputError(

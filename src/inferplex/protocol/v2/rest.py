@@ -65,7 +65,13 @@ from inferplex.protocol.v2.rest_json import (
 from inferplex.shm.registry import REGION, SharedMemoryRegistry
 from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
-__all__ = ["decode_body", "decode_infer_request", "encode_infer_response", "parse_header_length"]
+__all__ = [
+    "decode_body",
+    "decode_infer_request",
+    "encode_infer_response",
+    "gc_paused",
+    "parse_header_length",
+]
 
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -105,8 +111,8 @@ def decode_infer_request(
     json_size = len(body) if header_length is None else min(header_length, len(body))
     if json_size < _GC_PAUSE_BYTES:
         return decode_body(body, header_length, model_name, model_version, shm, checks)
-    # the parsed JSON of a large body lives through the whole decode (see _gc_paused)
-    with _gc_paused():
+    # the parsed JSON of a large body lives through the whole decode (see gc_paused)
+    with gc_paused():
         return decode_body(body, header_length, model_name, model_version, shm, checks)
 
 
@@ -590,7 +596,7 @@ _gc_resume = False  # whether it was enabled before the first of them
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a large body is decoded. Every few hundred
     lists orjson creates start a collection over the young objects, and every so often over
     all of them: a body of millions of small nested lists parsed 4x slower with it on
