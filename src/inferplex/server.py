@@ -28,6 +28,7 @@ from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InferplexError
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
 from inferplex.frontends.http import HttpApp, create_http_app
+from inferplex.lifecycle.exit_deadline import ExitDeadline
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.mesh.replica import Rebalancer, members
 from inferplex.metrics.app import MetricsApp, create_metrics_app
@@ -375,12 +376,21 @@ class Server:
     async def serve_forever(self) -> None:
         """Start, run until SIGINT/SIGTERM, then stop gracefully (the CLI's entry)."""
         stop = asyncio.Event()
+        config = self.config
+        # from the signal on, nothing may hold the exit past its deadline: a load in
+        # progress (at start too) runs in threads and processes that cannot be interrupted
+        deadline = ExitDeadline(config.drain_delay_s + config.exit_timeout_secs)
+
+        def on_signal() -> None:
+            deadline.arm()
+            stop.set()
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         await self.start()
         await stop.wait()
-        await self.stop()
+        await self.stop(config.exit_timeout_secs)
 
     # -- embedding: a server on a background thread ------------------------------------------
     def start_in_thread(self, timeout: float = 120.0) -> Server:

@@ -311,9 +311,11 @@ async def test_instance_count_changes_under_traffic(tmp_path: Path) -> None:
         stop.set()
         assert all(n > 0 for n in await asyncio.gather(*clients))
         assert engine.registry.entry("add_sub").versions[1] is served  # no reload
-        for bad in (0, 65, "2", True):
+        for bad in (0, "2", True):
             with pytest.raises(InvalidInputError, match="'count' must be an integer from 1 to 64"):
                 await engine.set_instance_count("add_sub", bad)
+        with pytest.raises(ConfigError, match=r"above the limit of 64 \(--max-model-instances"):
+            await engine.set_instance_count("add_sub", 65)
 
 
 async def test_default_version(tmp_path: Path) -> None:

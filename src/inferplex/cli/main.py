@@ -48,8 +48,9 @@ def serve(**options: Any) -> None:
         config = ServerConfig(**{**from_triton, **given})
     except ValidationError as exc:
         for error in exc.errors():
-            field = ".".join(str(p) for p in error["loc"])
-            click.echo(f"error: {field}: {error['msg']}", err=True)
+            field = ".".join(str(p) for p in error["loc"])  # none: a check of several
+            message = error["msg"].removeprefix("Value error, ")
+            click.echo(f"error: {field + ': ' if field else ''}{message}", err=True)
         sys.exit(2)
     except SettingsError as exc:  # an INFERPLEX_* variable that should hold JSON does not
         click.echo(f"error: {exc}", err=True)

@@ -28,7 +28,11 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from inferplex.config.s3_url import S3Location, default_cache_dir, is_s3_url
+from inferplex.config.token_files import read_token_files
 from inferplex.errors import ConfigError
+
+#: instances of one model version at most (ServerConfig.max_model_instances)
+DEFAULT_MAX_MODEL_INSTANCES = 64
 
 
 class NoFlag:
@@ -78,6 +82,26 @@ class ServerConfig(BaseSettings):
     max_grpc_message_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="gRPC receive/send message size limit"
     )
+    max_model_instances: int = Field(
+        default=DEFAULT_MAX_MODEL_INSTANCES,
+        ge=1,
+        description="instances of one model version at most, however the count is set "
+        "(config file, a load's config, auto-completion, the instances endpoint): above it the "
+        "load or call gets 400 naming this limit (each instance is a backend session and a "
+        "thread or process)",
+    )
+    max_management_json_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="JSON bodies of the HTTP endpoints other than inference and load (index, "
+        "unload, instances, shared memory), and a load's 'config', above this get 413",
+    )
+    max_load_request_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="HTTP load requests (with their 'file:' overrides, base64 model files) "
+        "above this get 413; at most --max-request-bytes",
+    )
     inline_execution_us: float = Field(
         default=40.0,
         ge=0,
@@ -118,6 +142,13 @@ class ServerConfig(BaseSettings):
         description="on SIGTERM, seconds to keep serving with readiness false before the "
         "listeners close (lets load balancers stop sending first)",
     )
+    exit_timeout_secs: float = Field(
+        default=30.0,
+        ge=0,
+        description="on SIGTERM/SIGINT, seconds (after --drain-delay-s) to wait for in-flight "
+        "work, requests and model loads, before exiting anyway with status 3 "
+        "(tritonserver's --exit-timeout-secs)",
+    )
     cache_size: int = Field(
         default=0,
         ge=0,
@@ -146,6 +177,16 @@ class ServerConfig(BaseSettings):
         default=None,
         description="API token for the management API (load/unload, shared memory); once any "
         "token is set, management needs this one; prefer the environment variable to the flag",
+    )
+    inference_token_file: Path | None = Field(
+        default=None,
+        description="file holding the inference token, read at start (one trailing newline "
+        "dropped; mode 600): unlike the environment and flags, out of reach of model code "
+        "once the file is gone or was a pipe (docs/security.md)",
+    )
+    management_token_file: Path | None = Field(
+        default=None,
+        description="file holding the management token, as --inference-token-file",
     )
     management_port: int | None = Field(
         default=None,
@@ -566,6 +607,12 @@ class ServerConfig(BaseSettings):
                 raise ValueError(f"GPU {device} is given twice")
             sizes[device] = size
         return sizes
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_files(cls, data: Any) -> Any:
+        """Tokens given as files are read now (config/token_files.py)."""
+        return read_token_files(data) if isinstance(data, dict) else data
 
     @model_validator(mode="before")
     @classmethod

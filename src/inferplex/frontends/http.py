@@ -47,10 +47,10 @@ from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import (
     InferplexError,
     InvalidInputError,
-    PayloadTooLargeError,
     UnauthenticatedError,
     UnsupportedError,
 )
+from inferplex.frontends.http_bodies import BodyLimit, ManagementBodies, load_parameters
 from inferplex.frontends.http_generate import Generate
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
 from inferplex.protocol.classification import ClassifiedOutputs
@@ -118,6 +118,10 @@ class HttpApp:
     ) -> None:
         self._engine = engine
         self._max_body = config.max_request_bytes
+        self._inference_limit = BodyLimit(self._max_body, "INFERPLEX_MAX_REQUEST_BYTES")
+        # the other endpoints' bodies: their limits by handler, their JSON
+        self._bodies = ManagementBodies(config)
+        self._body_limits = self._bodies.limits
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
@@ -194,9 +198,14 @@ class HttpApp:
         :meth:`admit` refuses (status, body, headers), or None when it may go on: then its
         route and principal are kept in ``request.admitted``."""
         try:
-            request.admitted = self.admit(
+            request.admitted = admitted = self.admit(
                 request.method, request.path, request.raw_path, request.headers
             )
+            limit = self._body_limits.get(admitted[0][0].handler)
+            if limit is not None:  # (an inference body is held to its limit by the server)
+                length = _header(request.headers, b"content-length")
+                if length is not None and length.isdigit() and int(length) > limit.bytes:
+                    raise limit.too_large(f"Content-Length {length}")
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
         return None
@@ -218,13 +227,11 @@ class HttpApp:
             )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
-                header_length, coding, accept = self._body_headers(headers)
-                if not isinstance(body, bytes | memoryview):
-                    body = await self._receive(body)
-                elif len(body) > self._max_body:
-                    raise self._too_large(f"{len(body)} bytes")
-                if coding is not None:
-                    body = await self._decompressed(body, coding)
+                limit = self._body_limits.get(endpoint.handler, self._inference_limit)
+                header_length, coding, accept = self._body_headers(headers, limit)
+                # the hot path: a whole body within its limit, not compressed, as it came
+                if not isinstance(body, bytes | memoryview) or coding or len(body) > limit.bytes:
+                    body = await self._body(body, coding, limit)
             else:
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
@@ -249,10 +256,25 @@ class HttpApp:
             logger.exception("unexpected error serving %s %s", method, path)
             return 500, _error(f"internal server error: {type(exc).__name__}: {exc}"), _JSON
 
-    def _body_headers(self, headers: Headers) -> tuple[bytes | None, bytes | None, bytes | None]:
+    async def _body(self, body: Body | Receive, coding: bytes | None, limit: BodyLimit) -> Body:
+        """A POST request's body received (ASGI) and decompressed, held to its endpoint's
+        ``limit``."""
+        if not isinstance(body, bytes | memoryview):
+            body = await self._receive(body, limit)
+        elif len(body) > limit.bytes:
+            raise limit.too_large(f"{len(body)} bytes")
+        if coding is not None:
+            body = await self._decompressed(body, coding)
+            if len(body) > limit.bytes:
+                raise limit.too_large(f"{len(body)} bytes once decompressed")
+        return body
+
+    def _body_headers(
+        self, headers: Headers, limit: BodyLimit
+    ) -> tuple[bytes | None, bytes | None, bytes | None]:
         """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
         identity) and the ``Accept-Encoding`` of a request with a body; a declared length
-        above the limit is refused (413) before any of the body is read."""
+        above the endpoint's ``limit`` is refused (413) before any of the body is read."""
         header_length = coding = accept = None
         for key, value in headers:
             if key == b"content-length":
@@ -260,8 +282,8 @@ class HttpApp:
                     raise InvalidInputError(
                         f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
                     )
-                if int(value) > self._max_body:
-                    raise self._too_large(f"Content-Length {int(value)}")
+                if int(value) > limit.bytes:
+                    raise limit.too_large(f"Content-Length {int(value)}")
             elif key == b"inference-header-content-length":
                 header_length = value
             elif key == b"content-encoding":
@@ -277,7 +299,7 @@ class HttpApp:
                 accept = value
         return header_length, coding, accept
 
-    async def _receive(self, receive: Receive) -> Body:
+    async def _receive(self, receive: Receive, limit: BodyLimit) -> Body:
         """The body of an ASGI request, refused with 413 as soon as it is known to be too
         large: a body in pieces (chunked, or larger than one read) is counted as it arrives,
         never holding more than the limit."""
@@ -290,8 +312,8 @@ class HttpApp:
                 raise _Disconnected
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self._max_body:
-                raise self._too_large(f"at least {size} bytes")
+            if size > limit.bytes:
+                raise limit.too_large(f"at least {size} bytes")
             chunks.append(chunk)
             more = message.get("more_body", False)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -301,7 +323,9 @@ class HttpApp:
             decompress, body, coding, self._max_body, f"the {coding.decode()} request body"
         )
         if len(body) > self._max_body:
-            raise self._too_large(f"more than {self._max_body} bytes once decompressed")
+            raise self._inference_limit.too_large(
+                f"more than {self._max_body} bytes once decompressed"
+            )
         return body
 
     def _resolve(self, path: str, raw_path: bytes | None, remember: bool) -> Route:
@@ -312,12 +336,6 @@ class HttpApp:
                 self._routes.clear()
             self._routes[path] = route
         return route
-
-    def _too_large(self, what: str) -> PayloadTooLargeError:
-        return PayloadTooLargeError(
-            f"request body of {what} is above the limit of {self._max_body} bytes "
-            "(INFERPLEX_MAX_REQUEST_BYTES)"
-        )
 
     # -- handlers: (model, version, body, raw Inference-Header-Content-Length, principal) ----
     async def _infer(
@@ -385,30 +403,30 @@ class HttpApp:
         return _json({"model_stats": self._engine.model_statistics(model, version)})
 
     async def _repository_index(self, _model: str, _version: str, body: Body, *_: Any) -> Reply:
-        ready_only = _json_object(body, "index").get("ready", False)
+        ready_only = (await self._bodies.json(body, "index")).get("ready", False)
         if not isinstance(ready_only, bool):
             raise InvalidInputError("index request field 'ready' must be true or false")
         return _json(self._engine.repository_index(ready_only))
 
     async def _model_load(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        parameters = _parameters(_json_object(body, "load"), "load")
+        parameters = load_parameters(await self._bodies.json(body, "load"), "load")
         await self._engine.load_model(model, parameters)
         return _EMPTY_OK
 
     async def _model_unload(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        parameters = _parameters(_json_object(body, "unload"), "unload")
+        parameters = load_parameters(await self._bodies.json(body, "unload"), "unload")
         await self._engine.unload_model(model, parameters)
         return _EMPTY_OK
 
     async def _model_instances(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = _json_object(body, "instances")
+        options = await self._bodies.json(body, "instances")
         if "count" not in options:
             raise InvalidInputError('the instances request needs "count", e.g. {"count": 2}')
         await self._engine.set_instance_count(model, options["count"])
         return _EMPTY_OK
 
     async def _model_default_version(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = _json_object(body, "default_version")
+        options = await self._bodies.json(body, "default_version")
         if "version" not in options:
             raise InvalidInputError(
                 'the default_version request needs "version", e.g. {"version": "2"}'
@@ -430,7 +448,7 @@ class HttpApp:
     async def _shm_register(
         self, region: str, _version: str, body: Body, _length: Any, principal: Principal
     ) -> Reply:
-        options = _json_object(body, "register")
+        options = await self._bodies.json(body, "register")
         unknown = set(options) - {"key", "offset", "byte_size"}
         if unknown or type(options.get("key")) is not str or "byte_size" not in options:
             raise InvalidInputError(
@@ -545,34 +563,6 @@ def _header(headers: Headers, name: bytes) -> str | None:
 
 def _json(document: Any) -> Reply:
     return 200, orjson.dumps(document), _JSON
-
-
-def _json_object(body: Body, what: str) -> dict[str, Any]:
-    """The JSON object of a management request body ({} when the body is empty); a large
-    body comes as a memoryview (the server read it into place)."""
-    if not bytes(body).strip():
-        return {}
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInputError(f"malformed JSON in the {what} request: {exc}") from None
-    if not isinstance(document, dict):
-        raise InvalidInputError(f"the {what} request must be a JSON object")
-    return document
-
-
-def _parameters(options: dict[str, Any], what: str) -> dict[str, Any]:
-    """The ``parameters`` object of a load or unload request (Triton's shape)."""
-    unknown = set(options) - {"parameters"}
-    if unknown:
-        raise InvalidInputError(
-            f"unknown field(s) {', '.join(sorted(unknown))} in the {what} request; "
-            'expected {"parameters": {...}}'
-        )
-    parameters = options.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise InvalidInputError(f"the {what} request's 'parameters' must be a JSON object")
-    return parameters
 
 
 def _error(message: str) -> bytes:

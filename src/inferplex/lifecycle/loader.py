@@ -21,6 +21,7 @@ from inferplex.backends import Backend
 from inferplex.backends.base import InstanceSpec, ModelCaller
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.paths import check_model_name
+from inferplex.config.server_config import DEFAULT_MAX_MODEL_INSTANCES
 from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.instance import ModelInstance
@@ -41,7 +42,7 @@ from inferplex.lifecycle.file_override import OverrideFolders, remove_folder
 from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import release_free_memory, rss_bytes
 from inferplex.lifecycle.pacing import UNPACED, Pacer
-from inferplex.lifecycle.planning import ModelPlan
+from inferplex.lifecycle.planning import ModelPlan, check_instance_count
 from inferplex.lifecycle.reading import Facts, Read, ReadAhead, Warmup, read_many, read_model
 from inferplex.lifecycle.room import MemoryBudgets
 from inferplex.lifecycle.warmup import run_warmup
@@ -49,9 +50,6 @@ from inferplex.repository.local import list_files
 from inferplex.types import InferenceRequest
 
 logger = logging.getLogger(__name__)
-
-#: most instances per version the runtime API sets (each is a backend session and a thread)
-MAX_INSTANCES = 64
 
 
 class ModelLoader:
@@ -70,6 +68,7 @@ class ModelLoader:
         auto_complete: bool = True,
         sequence_backlog: int = 1024,
         process_memory_limit: int = 0,
+        max_instances: int = DEFAULT_MAX_MODEL_INSTANCES,
     ) -> None:
         self.registry = registry
         self.repository = repository
@@ -78,6 +77,8 @@ class ModelLoader:
         self._intra_op_threads = intra_op_threads
         #: configs completed from the model (ServerConfig.auto_complete_config)
         self._auto_complete = auto_complete
+        #: instances of one version at most, however the count is set (--max-model-instances)
+        self._max_instances = max_instances
         #: sequences of a stateful model that may wait for a slot (--max-sequence-backlog)
         self._sequence_backlog = sequence_backlog
         #: reading, planning and freeing models yield the cores to serving (background.py)
@@ -157,7 +158,12 @@ class ModelLoader:
         config (a thread hand-off each way). Names that are no model folder are left out
         (their load says why)."""
         return await self._background.run(
-            read_many, self.repository, names, self._intra_op_threads, self._auto_complete
+            read_many,
+            self.repository,
+            names,
+            self._intra_op_threads,
+            self._auto_complete,
+            self._max_instances,
         )
 
     def _serving(self) -> bool:
@@ -187,6 +193,7 @@ class ModelLoader:
                         self._intra_op_threads,
                         override,
                         self._auto_complete,
+                        self._max_instances,
                     )
                 )
             entry.fingerprint, read = ahead
@@ -448,10 +455,12 @@ class ModelLoader:
     async def set_instance_count(self, name: str, count: int) -> None:
         """Run ``count`` instances of every served version of ``name``, without a reload:
         new instances join when created, surplus ones leave when their batch ends."""
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCES:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidInputError(
-                f"instance 'count' must be an integer from 1 to {MAX_INSTANCES}, got {count!r}"
+                f"instance 'count' must be an integer from 1 to {self._max_instances}, got "
+                f"{count!r}"
             )
+        check_instance_count(name, count, self._max_instances)
         entry = self.registry.entry(name)
         async with entry.lock:
             plan = entry.plan

@@ -36,6 +36,7 @@ from inferplex.errors import (
     InvalidInputError,
     ModelControlDisabledError,
     ModelNotReadyError,
+    PayloadTooLargeError,
     unknown_model,
 )
 from inferplex.lifecycle.file_override import FILE_PREFIX, is_file_parameter, override_files
@@ -75,6 +76,7 @@ class LifecycleManager:
             config.auto_complete_config,
             config.max_sequence_backlog,
             process_memory_limit=int(config.process_memory_limit),
+            max_instances=config.max_model_instances,
         )
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository
@@ -190,7 +192,7 @@ class LifecycleManager:
         check_model_name(name)  # the door of HTTP, gRPC and the in-process API
         self._require_control("load", name)
         try:
-            pinned, override, files = _load_parameters(name, parameters)
+            pinned, override, files = await self._load_parameters(name, parameters)
         except InferplexError as exc:  # Triton's words first: its clients look for them
             raise type(exc)(f"failed to load '{name}': {exc.message}") from None
         if not files:
@@ -223,6 +225,44 @@ class LifecycleManager:
                 name,
             )
         await self.loader.unload(name)
+
+    async def _load_parameters(
+        self, name: str, parameters: Mapping[str, Any]
+    ) -> tuple[bool | None, ModelConfig | None, dict[PurePosixPath, bytes]]:
+        """A load request's ``pinned``, ``config`` and ``file:`` parameters, checked."""
+        for key in parameters:
+            if key not in LOAD_PARAMETERS and not is_file_parameter(key):
+                raise InvalidInputError(
+                    f"unknown load parameter '{key}', expected one of: {', '.join(LOAD_PARAMETERS)}"
+                )
+        pinned = parameters.get("pinned")
+        if pinned is not None and not isinstance(pinned, bool):
+            raise InvalidInputError(
+                f"load parameter 'pinned' must be true or false, got {pinned!r}"
+            )
+        override = await self._config_override(name, parameters.get("config"))
+        files = override_files(parameters)
+        if files and override is None:
+            raise InvalidInputError(
+                f"load parameter 'config' is required with file overrides ('{FILE_PREFIX}"
+                f"{next(iter(files))}'): the model loads from the given files only, and they "
+                "need a model configuration"
+            )
+        return pinned, override, files
+
+    async def _config_override(self, name: str, raw: Any) -> ModelConfig | None:
+        """A load's ``config`` parameter read (in a worker thread when large: a config with
+        thousands of entries takes long to check); one longer than the management JSON cap
+        is refused (it is a model configuration, not a model file)."""
+        if not isinstance(raw, str | bytes) or len(raw) <= _INLINE_CONFIG_BYTES:
+            return _config_override(name, raw)
+        limit = self.config.max_management_json_bytes
+        if len(raw) > limit:
+            raise PayloadTooLargeError(
+                f"load parameter 'config' of {len(raw)} bytes is above the limit of {limit} "
+                "bytes (--max-management-json-bytes, INFERPLEX_MAX_MANAGEMENT_JSON_BYTES)"
+            )
+        return await asyncio.to_thread(_config_override, name, raw)
 
     def _require_control(self, action: str, name: str) -> None:
         if self.config.model_control_mode == "none":
@@ -336,27 +376,8 @@ def _idle(entry: ModelEntry, now: float, limit: float) -> bool:
     )
 
 
-def _load_parameters(
-    name: str, parameters: Mapping[str, Any]
-) -> tuple[bool | None, ModelConfig | None, dict[PurePosixPath, bytes]]:
-    """A load request's ``pinned``, ``config`` and ``file:`` parameters, checked."""
-    for key in parameters:
-        if key not in LOAD_PARAMETERS and not is_file_parameter(key):
-            raise InvalidInputError(
-                f"unknown load parameter '{key}', expected one of: {', '.join(LOAD_PARAMETERS)}"
-            )
-    pinned = parameters.get("pinned")
-    if pinned is not None and not isinstance(pinned, bool):
-        raise InvalidInputError(f"load parameter 'pinned' must be true or false, got {pinned!r}")
-    override = _config_override(name, parameters.get("config"))
-    files = override_files(parameters)
-    if files and override is None:
-        raise InvalidInputError(
-            f"load parameter 'config' is required with file overrides ('{FILE_PREFIX}"
-            f"{next(iter(files))}'): the model loads from the given files only, and they "
-            "need a model configuration"
-        )
-    return pinned, override, files
+#: load configs read on the event loop up to this size (a thread hop costs about 30 us)
+_INLINE_CONFIG_BYTES = 16 << 10
 
 
 def _config_override(name: str, raw: Any) -> ModelConfig | None:
