@@ -31,7 +31,7 @@ def restore_logging() -> Iterator[None]:
 
 def test_json_lines_carry_the_extra_fields() -> None:
     stream = io.StringIO()
-    configure_logging("info", "json", stream)
+    configure_logging("info", "json", stream=stream)
     log = logging.getLogger("inferplex.test")
     log.info("model '%s' READY", "m", extra={"model": "m", "state": "READY", "versions": [1]})
     log.debug("not shown at info")
@@ -50,7 +50,7 @@ def test_json_lines_carry_the_extra_fields() -> None:
 
 def test_plain_lines_and_levels() -> None:
     stream = io.StringIO()
-    configure_logging("warning", "plain", stream)
+    configure_logging("warning", "plain", stream=stream)
     logging.getLogger("inferplex.x").info("hidden")
     logging.getLogger("inferplex.x").warning("shown %d", 1)
     logging.getLogger("some.library").info("libraries stay quiet below WARNING")

@@ -479,8 +479,18 @@ class ServerConfig(BaseSettings):
     log_level: Annotated[str, FlagChoices(("debug", "info", "warning", "error"))] = Field(
         default="info", description="debug, info, warning or error"
     )
-    log_format: Literal["plain", "json"] = Field(
-        default="plain", description="log lines as plain text or one JSON object per line"
+    log_format: Annotated[
+        Literal["plain", "json", "iso8601"],
+        FlagChoices(("plain", "json", "iso8601", "default", "ISO8601")),
+    ] = Field(
+        default="plain",
+        description="log lines as plain text, one JSON object per line, or plain text whose "
+        "time is ISO 8601 in UTC (tritonserver's spellings: default = plain, ISO8601)",
+    )
+    log_file: Path | None = Field(
+        default=None,
+        description="append the log to this file (worker processes' lines too) instead of "
+        "writing it to stderr",
     )
     trace_rate: float = Field(
         default=0.0,
@@ -498,8 +508,35 @@ class ServerConfig(BaseSettings):
         "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
     )
     server_name: Annotated[str, NoFlag] = Field(
-        default="inferplex", description="the name server metadata answers with"
+        default="inferplex",
+        description="the name server metadata answers with (tritonserver's --id)",
     )
+    strict_readiness: Annotated[bool, NoFlag] = Field(
+        default=False,
+        description="readiness (/v2/health/ready, ServerReady) also needs every model the "
+        "server was asked to load to be READY: one loading or whose load failed makes the "
+        "server not ready (tritonserver's --strict-readiness, whose default is on); off: ready "
+        "once started, models answer their own readiness",
+    )
+    model_config_name: str = Field(
+        default="",
+        description="read each model's configs/NAME.pbtxt instead of its config file where "
+        "it has one (as tritonserver's --model-config-name); empty = the config file",
+    )
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _triton_log_format(cls, value: Any) -> Any:
+        """tritonserver's --log-format values: ``default`` (plain) and ``ISO8601``."""
+        return {"default": "plain", "ISO8601": "iso8601"}.get(value, value)
+
+    @field_validator("model_config_name")
+    @classmethod
+    def _config_name(cls, value: str) -> str:
+        """A file name under configs/, as tritonserver takes it: no path, no space."""
+        if value and (not re.fullmatch(r"[^\s/\\]+", value) or value in (".", "..")):
+            raise ValueError(f"{value!r} is not a config name such as h100 (configs/h100.pbtxt)")
+        return value
 
     @field_validator("load_model", mode="before")
     @classmethod

@@ -26,6 +26,7 @@ ENVIRONMENT_ONLY = {
     "exit_on_error",
     "model_repository_url",
     "server_name",
+    "strict_readiness",
 }
 #: the tritonserver flags beside the fields' own (cli/triton_flags.py, test_triton_flags.py)
 TRITON = {flag.param for flag in FLAGS}

@@ -109,7 +109,7 @@ def test_every_triton_flag_says_what_it_does_in_help() -> None:
     result = CliRunner().invoke(main, ["serve", "--help"], terminal_width=200)
     assert result.exit_code == 0
     for flag in FLAGS:
-        line = next(x for x in result.output.splitlines() if x.strip().startswith(flag.name))
+        line = next(x for x in result.output.splitlines() if x.strip().startswith(flag.name + " "))
         assert "[tritonserver]" in line
         if flag.sets is None:
             assert "no effect:" in line
