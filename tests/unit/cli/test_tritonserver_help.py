@@ -236,3 +236,9 @@ def test_grpc_tls_is_the_servers_tls(tmp_path: Path, started: list[ServerConfig]
         tmp_path / "ca.pem",
     )
     assert "HTTPS on the HTTP port too" in result.stderr
+
+
+def test_the_docs_table_has_every_flag() -> None:
+    table = (Path(__file__).parents[3] / "docs" / "triton.md").read_text()
+    rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `--")}
+    assert rows == {name for name, _ in tritonserver_flags()}

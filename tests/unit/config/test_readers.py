@@ -1009,7 +1009,7 @@ def test_a_config_name_reads_configs_name_pbtxt_where_the_model_has_it(tmp_path:
         assert config is not None and config.max_batch_size == 8
         (model / "configs" / "h100.pbtxt").write_text("max_batch_size: [")
         use_config_name("h100")
-        with pytest.raises(ConfigError, match="resnet/configs/h100.pbtxt"):
+        with pytest.raises(ConfigError, match=r"resnet/configs/h100\.pbtxt"):
             read_model_config(model)
     finally:
         use_config_name("")
