@@ -272,6 +272,8 @@ class Server:
                 listeners=self._http_servers,
                 http2=self._grpc.counters if self._grpc is not None else None,
                 activity=self.engine.activity,
+                interval=self.config.metrics_interval_s,
+                gpu_metrics=self.config.gpu_metrics,
             )
             self._metrics.sampler.start(asyncio.get_running_loop())
             self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)

@@ -267,20 +267,23 @@ FLAGS = (
     no_effect("--vertex-ai-thread-count", "int", "inferplex has no Vertex AI endpoint"),
     no_effect("--vertex-ai-default-model", "text", "inferplex has no Vertex AI endpoint"),
     # -- metrics ----------------------------------------------------------------------------
-    no_effect(
+    TritonFlag(
         "--allow-gpu-metrics",
         "bool",
-        "the nv_gpu_* metrics are exported whenever NVML sees a GPU",
+        setting("gpu_metrics"),
+        "false: no nv_gpu_* metrics, NVML left unopened (INFERPLEX_GPU_METRICS)",
     ),
     no_effect(
         "--allow-cpu-metrics",
         "bool",
         "the process's CPU and memory metrics are always exported",
     ),
-    no_effect(
+    TritonFlag(
         "--metrics-interval-ms",
         "float",
-        "metrics are read when /metrics is scraped (the dashboard's window is 1 s)",
+        setting("metrics_interval_s", lambda ms: ms / _SECONDS),
+        "milliseconds: --metrics-interval-s (the window of the CPU and busy-ratio gauges; "
+        "the counters are read at each scrape)",
     ),
     TritonFlag(
         "--metrics-config",

@@ -507,6 +507,18 @@ class ServerConfig(BaseSettings):
         description="OTLP/HTTP traces URL (empty: the exporter's default, "
         "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
     )
+    metrics_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="seconds between the sampler's readings: the window of the CPU "
+        "utilisation and busy-ratio gauges of /metrics and of the dashboard's points "
+        "(tritonserver's --metrics-interval-ms)",
+    )
+    gpu_metrics: Annotated[bool, NoFlag] = Field(
+        default=True,
+        description="export the nv_gpu_* metrics (and show the GPUs on the dashboard) when NVML "
+        "sees a GPU; off: NVML is never opened (tritonserver's --allow-gpu-metrics=false)",
+    )
     server_name: Annotated[str, NoFlag] = Field(
         default="inferplex",
         description="the name server metadata answers with (tritonserver's --id)",

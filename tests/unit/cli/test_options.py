@@ -27,6 +27,7 @@ ENVIRONMENT_ONLY = {
     "model_repository_url",
     "server_name",
     "strict_readiness",
+    "gpu_metrics",
 }
 #: the tritonserver flags beside the fields' own (cli/triton_flags.py, test_triton_flags.py)
 TRITON = {flag.param for flag in FLAGS}

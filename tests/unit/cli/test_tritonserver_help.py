@@ -124,6 +124,8 @@ def test_the_honoured_flags_set_their_settings(tmp_path: Path, started: list[Ser
         "--trace-config=rate=10",
         "--trace-config=mode=opentelemetry",
         "--trace-config=opentelemetry,url=localhost:4318/v1/traces",
+        "--allow-gpu-metrics=false",
+        "--metrics-interval-ms=2000",
     )
     assert result.exit_code == 0, result.output
     (config,) = started
@@ -139,6 +141,7 @@ def test_the_honoured_flags_set_their_settings(tmp_path: Path, started: list[Ser
     assert config.rate_limit_resources == {"R1": 4, "R2": 5}
     assert (config.trace_rate, config.trace_exporter) == (0.1, "otlp")
     assert config.trace_endpoint == "http://localhost:4318/v1/traces"
+    assert not config.gpu_metrics and config.metrics_interval_s == 2.0
 
 
 def test_without_a_trace_level_tritons_trace_rate_traces_nothing(
