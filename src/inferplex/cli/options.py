@@ -4,7 +4,7 @@ A setting is written once, as a ServerConfig field: its type, default and descri
 each field ``some_name`` becomes the flag ``--some-name`` with that description as its help
 and that default shown beside it; what the flag takes follows the field's type:
 
-- ``Literal[...]`` (or a :class:`FlagChoices` marker): one of the values;
+- ``Literal[...]`` (or a :class:`FlagChoices` marker): one of the values, in any case;
 - ``bool``: a switch that turns the setting on;
 - ``int``, ``float``: a number; ``tuple[str, ...]``: a repeatable flag;
 - ``dict[str, int]``: a JSON object;
@@ -83,7 +83,8 @@ def option_settings(name: str, field: FieldInfo) -> dict[str, Any]:
     if choices is None and get_origin(kind) is Literal:
         choices = tuple(str(value) for value in get_args(kind))
     if choices is not None:
-        settings["type"] = click.Choice(choices)
+        # in any case, as tritonserver reads its choices (--model-control-mode=EXPLICIT)
+        settings["type"] = click.Choice(choices, case_sensitive=False)
     elif kind is bool:
         settings.update(is_flag=True, default=None)
     elif kind in (int, float):

@@ -87,9 +87,9 @@ FLAGS = (
     # -- logging ----------------------------------------------------------------------------
     TritonFlag(
         "--log-verbose",
-        "int",
-        lambda level: {"log_level": "debug"} if level > 0 else {},
-        "a level above 0 is --log-level debug",
+        "text",
+        lambda level: {"log_level": "debug"} if _verbose_level(level) > 0 else {},
+        "a level above 0 (or true) is --log-level debug",
     ),
     *(
         TritonFlag(
@@ -390,6 +390,12 @@ FLAGS = (
     ),
     no_effect("--repoagent-directory", "text", "inferplex has no repository agents"),
 )
+
+
+def _verbose_level(text: str) -> int:
+    """Triton's --log-verbose: a number, or true (1) or false (0)."""
+    spelled = {"true": 1, "false": 0}.get(text.lower())
+    return spelled if spelled is not None else triton_values.integer("--log-verbose", text)
 
 
 def _rate_limit(mode: str) -> Effect:

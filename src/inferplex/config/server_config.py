@@ -481,7 +481,7 @@ class ServerConfig(BaseSettings):
     )
     log_format: Annotated[
         Literal["plain", "json", "iso8601"],
-        FlagChoices(("plain", "json", "iso8601", "default", "ISO8601")),
+        FlagChoices(("plain", "json", "iso8601", "default")),
     ] = Field(
         default="plain",
         description="log lines as plain text, one JSON object per line, or plain text whose "

@@ -156,6 +156,36 @@ def test_without_a_trace_level_tritons_trace_rate_traces_nothing(
     assert result.exit_code == 0 and started[0].trace_rate == 0.25
 
 
+@pytest.mark.parametrize(
+    ("args", "level"),
+    [
+        (("--log-verbose=true",), "debug"),
+        (("--log-verbose=0",), "info"),
+        (("--log-verbose", "2"), "debug"),
+        (("--log-info=false", "--log-warning=false"), "error"),
+        (("--log-info=false", "--log-verbose=1"), "debug"),
+    ],
+)
+def test_log_levels_as_triton_spells_them(
+    tmp_path: Path, started: list[ServerConfig], args: tuple[str, ...], level: str
+) -> None:
+    result = _serve(f"--model-repository={tmp_path}", *args, "--model-control-mode=EXPLICIT")
+    assert result.exit_code == 0, result.output
+    assert started[0].log_level == level and started[0].model_control_mode == "explicit"
+
+
+def test_a_poll_interval_of_0_outside_poll_mode_is_tritons_none(
+    tmp_path: Path, started: list[ServerConfig]
+) -> None:
+    result = _serve(f"--model-repository={tmp_path}", "--repository-poll-secs=0")
+    assert result.exit_code == 0, result.output
+    assert started[0].repository_poll_secs == 15.0
+    result = _serve(
+        f"--model-repository={tmp_path}", "--repository-poll-secs=0", "--model-control-mode=poll"
+    )
+    assert result.exit_code == 2 and "repository_poll_secs" in result.output
+
+
 def test_defaults_stay_inferplexs(tmp_path: Path, started: list[ServerConfig]) -> None:
     result = _serve(f"--model-repository={tmp_path}")
     assert result.exit_code == 0, result.output
@@ -211,6 +241,7 @@ def test_a_restriction_inferplex_cannot_keep_stops_the_start(
         (("--trace-config=level=LOUD",), "unknown value"),
         (("--grpc-use-ssl=true",), "needs --grpc-server-cert"),
         (("--log-format=fancy",), "fancy"),
+        (("--log-verbose=loud",), "takes a number"),
     ],
 )
 def test_a_value_triton_refuses_is_refused(
