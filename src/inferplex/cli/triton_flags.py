@@ -64,8 +64,6 @@ def take_triton_flags(options: dict[str, Any]) -> tuple[dict[str, Any], list[str
     set_by: dict[str, str] = {}  # setting -> the one-of-several flag that set it
     notes: list[str] = []
     _take_tritons_trace_rate(options, settings)
-    if options.get("repository_poll_secs") == 0 and options.get("model_control_mode") != "poll":
-        options["repository_poll_secs"] = None  # Triton's "no polling" outside poll mode
     for flag in FLAGS:
         value = options.pop(flag.param, None)
         if value in (None, ()):

@@ -174,18 +174,6 @@ def test_log_levels_as_triton_spells_them(
     assert started[0].log_level == level and started[0].model_control_mode == "explicit"
 
 
-def test_a_poll_interval_of_0_outside_poll_mode_is_tritons_none(
-    tmp_path: Path, started: list[ServerConfig]
-) -> None:
-    result = _serve(f"--model-repository={tmp_path}", "--repository-poll-secs=0")
-    assert result.exit_code == 0, result.output
-    assert started[0].repository_poll_secs == 15.0
-    result = _serve(
-        f"--model-repository={tmp_path}", "--repository-poll-secs=0", "--model-control-mode=poll"
-    )
-    assert result.exit_code == 2 and "repository_poll_secs" in result.output
-
-
 def test_defaults_stay_inferplexs(tmp_path: Path, started: list[ServerConfig]) -> None:
     result = _serve(f"--model-repository={tmp_path}")
     assert result.exit_code == 0, result.output
