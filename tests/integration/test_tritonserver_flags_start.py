@@ -24,6 +24,31 @@ from tests.support.repository import BROKEN_CONFIG
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
+#: a Python model whose worker process logs at start (its line must reach --log-file too)
+GREETER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        pb_utils.Logger.log_warn("greeter's worker says hello")
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+GREETER_CONFIG = """
+name: "greeter"
+backend: "python"
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
@@ -34,6 +59,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     (repo / "add_sub" / "configs").mkdir()
     variant = {**config, "response_cache": {"enable": True}}
     (repo / "add_sub" / "configs" / "cached.pbtxt").write_text(to_pbtxt(variant))
+    (repo / "greeter" / "1").mkdir(parents=True)
+    (repo / "greeter" / "1" / "model.py").write_text(GREETER)
+    (repo / "greeter" / "config.pbtxt").write_text(GREETER_CONFIG)
     modelgen.add_sub(repo, name="broken")
     (repo / "broken" / "config.pbtxt").write_text(BROKEN_CONFIG)
     http, grpc, metrics = free_port(), free_port(), free_port()
@@ -50,6 +78,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         "--model-control-mode=explicit",
         "--load-model=add_sub",
         "--load-model=broken",
+        "--load-model=greeter",
         f"--http-port={http}",
         f"--grpc-port={grpc}",
         f"--metrics-port={metrics}",
@@ -58,6 +87,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     running = RunningServer(process, repo, http, grpc, metrics, logs / "stderr.log")
     _wait_for_model(running, "add_sub", 120)
+    _wait_for_model(running, "greeter", 120)
     yield running
     assert running.stop() == 0, running.log()
 
@@ -115,6 +145,7 @@ def test_the_log_goes_to_the_log_file_in_iso8601(server: RunningServer) -> None:
     ready = [line for line in lines if "model 'add_sub' READY" in line]
     assert ready and re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ INFO ", ready[0])
     assert "model 'add_sub' READY" not in server.log()  # not on stderr
+    assert any("greeter's worker says hello" in line for line in lines)  # a worker's too
 
 
 def test_strict_readiness_waits_for_every_model_asked_for(server: RunningServer) -> None:
