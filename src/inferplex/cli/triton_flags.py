@@ -87,6 +87,13 @@ def take_triton_flags(options: dict[str, Any]) -> tuple[dict[str, Any], list[str
             settings[key] = setting
             if flag.one_of_several:
                 set_by[key] = flag.name
+    own = options.get("model_repository")
+    if own is not None and settings.get("model_repository") not in (None, own):
+        raise click.UsageError(
+            f"--model-repository ({own}) and tritonserver's --model-store "
+            f"({settings['model_repository']}): inferplex serves one model repository "
+            "(tritonserver serves several)"
+        )
     combined: list[str] = []
     combine(settings, combined)
     notes.extend(f"tritonserver's {note}" for note in combined)

@@ -2,9 +2,10 @@
 
 Each field is one setting, in one place: its type, default and description are also its
 ``inferplex serve`` flag (``--field-name``; cli/options.py builds the flags from the fields),
-its environment variable (``INFERPLEX_FIELD_NAME``) and its documentation. Two markers say what
-the type alone does not: :class:`NoFlag` (set through the environment only) and
-:class:`FlagChoices` (the values a ``str`` flag offers).
+its environment variable (``INFERPLEX_FIELD_NAME``) and its documentation. Markers say what
+the type alone does not: :class:`NoFlag` (set through the environment only),
+:class:`FlagChoices` (the values a ``str`` flag offers) and :class:`OneValue` (a flag that
+must not be repeated).
 """
 
 from __future__ import annotations
@@ -44,12 +45,23 @@ class FlagChoices:
     values: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class OneValue:
+    """A flag that may be given once: twice with different values is an error saying
+    ``why``, not the last value silently (tritonserver repeats some of them)."""
+
+    why: str
+
+
 class ServerConfig(BaseSettings):
     """Validated once at start-up, then frozen. Every field can be set as INFERPLEX_<NAME>."""
 
     model_config = SettingsConfigDict(env_prefix="INFERPLEX_", extra="forbid", frozen=True)
 
-    model_repository: DirectoryPath = Field(
+    model_repository: Annotated[
+        DirectoryPath,
+        OneValue("inferplex serves one model repository (tritonserver serves several)"),
+    ] = Field(
         description="folder holding one sub-folder per model (must exist); or s3://bucket/prefix, "
         "served from a local copy in model_repository_cache (then this is that folder)"
     )

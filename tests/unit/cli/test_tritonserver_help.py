@@ -174,6 +174,22 @@ def test_log_levels_as_triton_spells_them(
     assert started[0].log_level == level and started[0].model_control_mode == "explicit"
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [("--model-repository", "--model-repository"), ("--model-repository", "--model-store")],
+)
+def test_two_repositories_stop_the_start(
+    tmp_path: Path, started: list[ServerConfig], flags: tuple[str, str]
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    result = _serve(f"{flags[0]}={tmp_path / 'a'}", f"{flags[1]}={tmp_path / 'b'}")
+    assert result.exit_code == 2 and not started
+    assert "serves one model repository" in result.output
+    result = _serve(f"{flags[0]}={tmp_path / 'a'}", f"{flags[1]}={tmp_path / 'a'}")
+    assert result.exit_code == 0 and started[0].model_repository == tmp_path / "a"
+
+
 def test_defaults_stay_inferplexs(tmp_path: Path, started: list[ServerConfig]) -> None:
     result = _serve(f"--model-repository={tmp_path}")
     assert result.exit_code == 0, result.output
