@@ -21,6 +21,7 @@ import uvloop
 from pydantic import SecretStr
 
 from inferplex.backends.worker.worker_process import pass_to_workers
+from inferplex.config.readers import use_config_name
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
 from inferplex.core.streaming import StreamedResponse
@@ -87,6 +88,7 @@ def build_engine(config: ServerConfig) -> InferenceEngine:
     loads into it, circuit breakers and timeouts, the route table, the shared-memory regions
     and, for an ``s3://`` repository, the bucket synced into the repository folder."""
     registry = ModelRegistry()
+    use_config_name(config.model_config_name)  # every config read from here on
     remote = (
         S3Repository(config.model_repository_url, config.model_repository, config.s3_endpoint_url)
         if config.model_repository_url
@@ -276,6 +278,8 @@ class Server:
                 listeners=self._http_servers,
                 http2=self._grpc.counters if self._grpc is not None else None,
                 activity=self.engine.activity,
+                interval=self.config.metrics_interval_s,
+                gpu_metrics=self.config.gpu_metrics,
             )
             self._metrics.sampler.start(asyncio.get_running_loop())
             self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)

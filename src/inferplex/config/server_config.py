@@ -2,9 +2,10 @@
 
 Each field is one setting, in one place: its type, default and description are also its
 ``inferplex serve`` flag (``--field-name``; cli/options.py builds the flags from the fields),
-its environment variable (``INFERPLEX_FIELD_NAME``) and its documentation. Two markers say what
-the type alone does not: :class:`NoFlag` (set through the environment only) and
-:class:`FlagChoices` (the values a ``str`` flag offers).
+its environment variable (``INFERPLEX_FIELD_NAME``) and its documentation. Markers say what
+the type alone does not: :class:`NoFlag` (set through the environment only),
+:class:`FlagChoices` (the values a ``str`` flag offers) and :class:`OneValue` (a flag that
+must not be repeated).
 """
 
 from __future__ import annotations
@@ -48,12 +49,23 @@ class FlagChoices:
     values: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class OneValue:
+    """A flag that may be given once: twice with different values is an error saying
+    ``why``, not the last value silently (tritonserver repeats some of them)."""
+
+    why: str
+
+
 class ServerConfig(BaseSettings):
     """Validated once at start-up, then frozen. Every field can be set as INFERPLEX_<NAME>."""
 
     model_config = SettingsConfigDict(env_prefix="INFERPLEX_", extra="forbid", frozen=True)
 
-    model_repository: DirectoryPath = Field(
+    model_repository: Annotated[
+        DirectoryPath,
+        OneValue("inferplex serves one model repository (tritonserver serves several)"),
+    ] = Field(
         description="folder holding one sub-folder per model (must exist); or s3://bucket/prefix, "
         "served from a local copy in model_repository_cache (then this is that folder)"
     )
@@ -527,8 +539,18 @@ class ServerConfig(BaseSettings):
     log_level: Annotated[str, FlagChoices(("debug", "info", "warning", "error"))] = Field(
         default="info", description="debug, info, warning or error"
     )
-    log_format: Literal["plain", "json"] = Field(
-        default="plain", description="log lines as plain text or one JSON object per line"
+    log_format: Annotated[
+        Literal["plain", "json", "iso8601"],
+        FlagChoices(("plain", "json", "iso8601", "default")),
+    ] = Field(
+        default="plain",
+        description="log lines as plain text, one JSON object per line, or plain text whose "
+        "time is ISO 8601 in UTC (tritonserver's spellings: default = plain, ISO8601)",
+    )
+    log_file: Path | None = Field(
+        default=None,
+        description="append the log to this file (worker processes' lines too) instead of "
+        "writing it to stderr",
     )
     trace_rate: float = Field(
         default=0.0,
@@ -545,9 +567,48 @@ class ServerConfig(BaseSettings):
         description="OTLP/HTTP traces URL (empty: the exporter's default, "
         "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
     )
-    server_name: Annotated[str, NoFlag] = Field(
-        default="inferplex", description="the name server metadata answers with"
+    metrics_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="seconds between the sampler's readings: the window of the CPU "
+        "utilisation and busy-ratio gauges of /metrics and of the dashboard's points "
+        "(tritonserver's --metrics-interval-ms)",
     )
+    gpu_metrics: Annotated[bool, NoFlag] = Field(
+        default=True,
+        description="export the nv_gpu_* metrics (and show the GPUs on the dashboard) when NVML "
+        "sees a GPU; off: NVML is never opened (tritonserver's --allow-gpu-metrics=false)",
+    )
+    server_name: Annotated[str, NoFlag] = Field(
+        default="inferplex",
+        description="the name server metadata answers with (tritonserver's --id)",
+    )
+    strict_readiness: Annotated[bool, NoFlag] = Field(
+        default=False,
+        description="readiness (/v2/health/ready, ServerReady) also needs every model the "
+        "server was asked to load to be READY: one loading or whose load failed makes the "
+        "server not ready (tritonserver's --strict-readiness, whose default is on); off: ready "
+        "once started, models answer their own readiness",
+    )
+    model_config_name: str = Field(
+        default="",
+        description="read each model's configs/NAME.pbtxt instead of its config file where "
+        "it has one (as tritonserver's --model-config-name); empty = the config file",
+    )
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _triton_log_format(cls, value: Any) -> Any:
+        """tritonserver's --log-format values: ``default`` (plain) and ``ISO8601``."""
+        return {"default": "plain", "ISO8601": "iso8601"}.get(value, value)
+
+    @field_validator("model_config_name")
+    @classmethod
+    def _config_name(cls, value: str) -> str:
+        """A file name under configs/, as tritonserver takes it: no path, no space."""
+        if value and (not re.fullmatch(r"[^\s/\\]+", value) or value in (".", "..")):
+            raise ValueError(f"{value!r} is not a config name such as h100 (configs/h100.pbtxt)")
+        return value
 
     @field_validator("load_model", mode="before")
     @classmethod

@@ -64,6 +64,8 @@ class ModelEntry:
     default_version: int | None = None
     #: versions that failed to load, with the reason (shown in the index)
     failed: dict[int, str] = field(default_factory=dict)
+    #: the last load of this model, with nothing served, failed (until it loads or unloads)
+    load_failed: bool = False
     #: the lifecycle's load plan of the served versions (a ``lifecycle.planning.ModelPlan``;
     #: the core only keeps it, so it stays below the lifecycle)
     plan: Any = None
@@ -182,6 +184,17 @@ class ModelRegistry:
         except ModelNotReadyError:
             return False
         return entry.state is ModelState.READY
+
+    def all_ready(self) -> bool:
+        """Whether no model is loading or unloading and none failed its last load (whole or
+        one version): tritonserver's strict readiness. Models never loaded, or unloaded,
+        do not count."""
+        return not any(
+            entry.state in (ModelState.LOADING, ModelState.UNLOADING)
+            or entry.load_failed
+            or entry.failed
+            for entry in self._entries.values()
+        )
 
     def _check_steps(self, entry: ModelEntry, path: tuple[str, ...]) -> None:
         """ModelNotReadyError naming the first step of ``entry`` that cannot serve (a step

@@ -138,6 +138,10 @@ class InferenceEngine:
         return True
 
     def ready(self) -> bool:
+        """Started and not stopping; with strict readiness, also every model asked for
+        READY (``ModelRegistry.all_ready``)."""
+        if self.config.strict_readiness and not self.registry.all_ready():
+            return False
         return self._started and not self._stopping
 
     def server_metadata(self) -> dict[str, Any]:

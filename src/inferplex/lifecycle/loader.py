@@ -240,7 +240,7 @@ class ModelLoader:
     ) -> list[ModelVersion]:
         """Load what changed and switch to it; returns the versions no longer served."""
         first = not entry.versions
-        entry.failed = {}
+        entry.failed, entry.load_failed = {}, False
         if first:
             entry.state, entry.reason = ModelState.LOADING, ""
             logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
@@ -365,6 +365,7 @@ class ModelLoader:
     def _failed(self, entry: ModelEntry, first: bool, reason: str) -> ModelLoadError:
         if first:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
+            entry.load_failed = True
             logger.error("model '%s' failed to load: %s", entry.name, reason, extra=_state(entry))
         else:
             entry.reason = f"reload failed, the previous version(s) go on serving: {reason}"
@@ -412,7 +413,7 @@ class ModelLoader:
                 await self._background.run(rss_bytes),
             )
         entry.state, entry.reason = ModelState.UNAVAILABLE, reason
-        entry.footprints, entry.failed = {}, {}
+        entry.footprints, entry.failed, entry.load_failed = {}, {}, False
         self.gpu.release(entry.name)
         await self.overrides.release(entry.name)
 

@@ -78,15 +78,16 @@ class Collector:
         sampler: Sampler | None = None,
         listeners: Sequence[Listener] = (),
         http2: Http2Counts | None = None,
+        gpu_metrics: bool = True,
     ) -> None:
         """``snapshot`` reads the engine's models at each scrape; ``listeners``: the HTTP
         servers (a live list: read at each scrape); ``http2``: the gRPC port's transport
-        counters."""
+        counters; ``gpu_metrics`` False leaves the GPUs unread."""
         self.snapshot = snapshot
         self.sampler = sampler
         self.listeners = listeners
         self.http2 = http2
-        self.gpus = GpuProbe()
+        self.gpus = GpuProbe(gpu_metrics)
 
     def collect(self) -> list[Family]:
         snapshot = self.snapshot()

@@ -68,8 +68,8 @@ from inferplex.handler import bls, metrics
 from inferplex.handler.base import Context, never
 from inferplex.logging_setup import configure_logging
 
-#: the log level and format of a worker whose init names none (the server's are in "log":
-#: a handler's Logger lines reach the server's log as its own do)
+#: the log level and format of a worker whose init names none (the server's level, format and
+#: file are in "log": a handler's Logger lines reach the server's log as its own do)
 LOG_DEFAULT = ("info", "plain")
 
 
