@@ -134,6 +134,7 @@ def reference_grpc_server(config: ServerConfig) -> ServerFactory:
         return GrpcioServer(
             methods,
             max_message_bytes=config.max_grpc_message_bytes,
+            max_small_message_bytes=config.max_small_request_bytes,
             max_header_bytes=config.max_header_bytes,
             guard=guard,
             credentials=credentials,
@@ -299,7 +300,7 @@ class Server:
         self, access: Access, sock: socket.socket, tls: ssl.SSLContext | None
     ) -> int:
         """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
-        app = create_http_app(self.engine, self.config, access, self.plane)
+        app = create_http_app(self.engine, self.config, access, self.plane, self._http_budget)
         traced = self._tracing.wrap_http(app) if self._tracing is not None else app
         return await self._serve_asgi(traced, sock, tls, app)
 

@@ -78,6 +78,16 @@ class ServerConfig(BaseSettings):
     max_grpc_message_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="gRPC receive/send message size limit"
     )
+    max_small_request_bytes: int = Field(
+        default=16 * 1024,
+        ge=1,
+        description="request body (HTTP) or message (gRPC), inflated if compressed, of the "
+        "calls that take none or a tiny one: health, metadata, ready, config, statistics, "
+        "index, unload, instances, default version, shared memory, reflection (HTTP GET "
+        "endpoints take no body at all); inference and loads get max_request_bytes / "
+        "max_grpc_message_bytes. Past it: 413 / RESOURCE_EXHAUSTED, checked on the compressed "
+        "size before any inflation and on the inflated size as it inflates",
+    )
     inline_execution_us: float = Field(
         default=40.0,
         ge=0,

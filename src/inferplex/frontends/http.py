@@ -60,7 +60,9 @@ from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import parse_header_length
 from inferplex.security.access import Access
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
-from inferplex.transport.compression import CODINGS, accepted, compress, decompress
+from inferplex.transport.compression import CODINGS, accepted, compress
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.inflate import Inflated, inflate
 from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
 
 __all__ = ["HttpApp", "create_http_app"]
@@ -92,11 +94,14 @@ def create_http_app(
     config: ServerConfig,
     access: Access | None = None,
     plane: DataPlane | None = None,
+    budget: ByteBudget | None = None,
 ) -> HttpApp:
     """The ASGI 3 application serving the V2 REST protocol for ``engine``; ``access`` (the
     listener's surface and tokens) decides who may call which endpoint; inference goes
-    through ``plane`` (default: one of its own for ``engine`` and ``config``)."""
-    return HttpApp(engine, config, access, plane)
+    through ``plane`` (default: one of its own for ``engine`` and ``config``); inflated
+    request bodies are charged to ``budget`` (the server's; default: one of
+    ``max_buffered_bytes``)."""
+    return HttpApp(engine, config, access, plane, budget)
 
 
 class HttpApp:
@@ -114,9 +119,12 @@ class HttpApp:
         config: ServerConfig,
         access: Access | None = None,
         plane: DataPlane | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         self._engine = engine
         self._max_body = config.max_request_bytes
+        self._max_small = config.max_small_request_bytes
+        self._budget = budget if budget is not None else ByteBudget(config.max_buffered_bytes)
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
@@ -193,17 +201,33 @@ class HttpApp:
 
     def refusal(self, request: HttpRequest) -> tuple[int, bytes, Headers] | None:
         """The answer to a request (its header block complete, its body not yet read) that
-        :meth:`admit` refuses (status, body, headers), or None when it may go on: then its
-        route is kept in ``request.admitted``."""
+        :meth:`admit` refuses, or whose body its endpoint does not take (status, body,
+        headers); None when it may go on: then its route is kept in ``request.admitted``,
+        and the most body bytes its endpoint takes in ``request.body_limit``."""
         try:
-            request.admitted = self.admit(
+            route = self.admit(
                 request.method, request.path, request.raw_path, request.query, request.headers
             )
+            endpoint = route[0]
+            if endpoint.method != "POST":  # admitted here: it comes with a body
+                raise _takes_none(request.path, endpoint)
+            limit, flag = self._body_limit(endpoint)
+            self._body_headers(request.headers, limit, flag)  # its Content-Length
+            request.body_limit, request.body_limit_flag = limit, flag
+            request.admitted = route
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
         return None
 
-    async def _serve(
+    def _body_limit(self, endpoint: Endpoint) -> tuple[int, str]:
+        """The most body bytes a POST ``endpoint`` takes, inflated if compressed, and the
+        setting that says so."""
+        if endpoint.large_body:
+            return self._max_body, "INFERPLEX_MAX_REQUEST_BYTES"
+        return self._max_small, "INFERPLEX_MAX_SMALL_REQUEST_BYTES"
+
+    # every request passes here: a split costs a call on the hot path
+    async def _serve(  # noqa: C901
         self,
         method: str,
         path: str,
@@ -215,20 +239,24 @@ class HttpApp:
     ) -> AnyReply | None:
         """The answer to one request whose body is ``body``, or comes through it (ASGI's
         ``receive``); None when the client went away before its body was whole."""
+        inflated: Inflated | None = None
         try:
             endpoint, handler, model, version = admitted or self.admit(
                 method, path, raw_path, query, headers
             )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
-                header_length, coding, accept = self._body_headers(headers)
+                limit, flag = self._body_limit(endpoint)
+                header_length, coding, accept = self._body_headers(headers, limit, flag)
                 if not isinstance(body, bytes | memoryview):
-                    body = await self._receive(body)
-                elif len(body) > self._max_body:
-                    raise self._too_large(f"{len(body)} bytes")
-                if coding is not None:
-                    body = await self._decompressed(body, coding)
+                    body = await self._receive(body, limit, flag)
+                elif len(body) > limit:
+                    raise _too_large(f"{len(body)} bytes", limit, flag)
+                if coding is not None:  # admitted: inflated within the endpoint's limit
+                    inflated = await self._inflate(body, coding, limit, flag)
+                    body = inflated.data
             else:
+                _no_body(path, endpoint, headers, body)
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
                 key = _header(headers, self._routing_header)
@@ -249,11 +277,17 @@ class HttpApp:
             # never let one request take the connection or the server down
             logger.exception("unexpected error serving %s %s", method, path)
             return 500, _error(f"internal server error: {type(exc).__name__}: {exc}"), _JSON
+        finally:
+            if inflated is not None:  # answered: its bytes leave the server's budget
+                inflated.release()
 
-    def _body_headers(self, headers: Headers) -> tuple[bytes | None, bytes | None, bytes | None]:
+    @staticmethod
+    def _body_headers(
+        headers: Headers, limit: int, flag: str
+    ) -> tuple[bytes | None, bytes | None, bytes | None]:
         """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
         identity) and the ``Accept-Encoding`` of a request with a body; a declared length
-        above the limit is refused (413) before any of the body is read."""
+        above ``limit`` is refused (413, naming ``flag``) before any of the body is read."""
         header_length = coding = accept = None
         for key, value in headers:
             if key == b"content-length":
@@ -261,8 +295,8 @@ class HttpApp:
                     raise InvalidInputError(
                         f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
                     )
-                if int(value) > self._max_body:
-                    raise self._too_large(f"Content-Length {int(value)}")
+                if int(value) > limit:
+                    raise _too_large(f"Content-Length {int(value)}", limit, flag)
             elif key == b"inference-header-content-length":
                 header_length = value
             elif key == b"content-encoding":
@@ -278,10 +312,11 @@ class HttpApp:
                 accept = value
         return header_length, coding, accept
 
-    async def _receive(self, receive: Receive) -> Body:
-        """The body of an ASGI request, refused with 413 as soon as it is known to be too
-        large: a body in pieces (chunked, or larger than one read) is counted as it arrives,
-        never holding more than the limit."""
+    @staticmethod
+    async def _receive(receive: Receive, limit: int, flag: str) -> Body:
+        """The body of an ASGI request, refused with 413 as soon as it is known to be above
+        ``limit``: a body in pieces (chunked, or larger than one read) is counted as it
+        arrives, never holding more than the limit."""
         size = 0
         chunks: list[bytes] = []
         more = True
@@ -291,19 +326,23 @@ class HttpApp:
                 raise _Disconnected
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self._max_body:
-                raise self._too_large(f"at least {size} bytes")
+            if size > limit:
+                raise _too_large(f"at least {size} bytes", limit, flag)
             chunks.append(chunk)
             more = message.get("more_body", False)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def _decompressed(self, body: Body, coding: bytes) -> bytes:
-        body = await _off_loop(
-            decompress, body, coding, self._max_body, f"the {coding.decode()} request body"
+    async def _inflate(self, body: Body, coding: bytes, limit: int, flag: str) -> Inflated:
+        """A compressed body inflated within ``limit``, charged to the server's budget (off
+        the event loop where the limit allows much: ``transport/inflate.py``)."""
+        return await inflate(
+            body,
+            coding,
+            limit,
+            self._budget,
+            f"the {coding.decode()} request body",
+            lambda: _too_large(f"more than {limit} bytes once decompressed", limit, flag),
         )
-        if len(body) > self._max_body:
-            raise self._too_large(f"more than {self._max_body} bytes once decompressed")
-        return body
 
     def _resolve(self, path: str, raw_path: bytes | None, query: bytes, remember: bool) -> Route:
         endpoint, model, version = resolve(path, raw_path, query)
@@ -313,12 +352,6 @@ class HttpApp:
                 self._routes.clear()
             self._routes[path] = route
         return route
-
-    def _too_large(self, what: str) -> PayloadTooLargeError:
-        return PayloadTooLargeError(
-            f"request body of {what} is above the limit of {self._max_body} bytes "
-            "(INFERPLEX_MAX_REQUEST_BYTES)"
-        )
 
     # -- handlers: (model, version, body, raw Inference-Header-Content-Length) -> Reply -------
     async def _infer(
@@ -464,12 +497,12 @@ Route = tuple[Endpoint, Handler, str, str]
 _ROUTES_KEPT = 1024
 
 
-#: bodies (de)compressed on the event loop up to this size; larger ones in a thread
+#: responses compressed on the event loop up to this size; larger ones in a thread
 _INLINE_CODING_BYTES = 64 << 10
 
 
 async def _off_loop(function: Callable[..., bytes], data: Body, *args: Any) -> bytes:
-    """``function(data, *args)``: a large body in a thread, so the loop goes on serving."""
+    """``function(data, *args)``: a large response in a thread, so the loop goes on serving."""
     if len(data) <= _INLINE_CODING_BYTES:
         return function(data, *args)
     return await asyncio.to_thread(function, data, *args)
@@ -525,6 +558,31 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def _too_large(what: str, limit: int, flag: str) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"request body of {what} is above the limit of {limit} bytes ({flag})"
+    )
+
+
+def _takes_none(path: str, endpoint: Endpoint) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"{endpoint.method} {path} takes no request body: send it without one"
+    )
+
+
+def _no_body(path: str, endpoint: Endpoint, headers: Headers, body: Body | Receive) -> None:
+    """Refuse a request with a body to an endpoint that takes none (a GET): the built-in
+    server's came with its header block (a larger one was refused before it was read); an
+    ASGI request's is known from its headers, before any of it is read."""
+    if isinstance(body, bytes | memoryview):
+        if body:
+            raise _takes_none(path, endpoint)
+        return
+    for key, value in headers:
+        if key == b"transfer-encoding" or (key == b"content-length" and value.strip(b"0 ")):
+            raise _takes_none(path, endpoint)
 
 
 def _header(headers: Headers, name: bytes) -> str | None:

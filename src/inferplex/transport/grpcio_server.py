@@ -104,14 +104,21 @@ class GrpcioServer:
         methods: Mapping[str, GrpcMethod],
         *,
         max_message_bytes: int,
+        max_small_message_bytes: int | None = None,
         max_header_bytes: int = 0,
         guard: Guard | None = None,
         credentials: grpc.ServerCredentials | None = None,
         options: Mapping[str, int] | None = None,
     ) -> None:
-        """``options``: further grpc.aio channel arguments (``grpc.max_connection_idle_ms``...)."""
+        """``options``: further grpc.aio channel arguments (``grpc.max_connection_idle_ms``...).
+        A method not marked ``large`` is refused a message above ``max_small_message_bytes``
+        (default: ``max_message_bytes``), once grpc-core has inflated it: grpc-core has one
+        receive limit for all methods, and inflates up to it (docs/security.md)."""
+        small = max_small_message_bytes or max_message_bytes
         self._handlers = {
-            path: _method_handler(path, method, max_message_bytes)
+            path: _method_handler(
+                path, method, max_message_bytes, max_message_bytes if method.large else small
+            )
             for path, method in methods.items()
         }
         self._guard = guard
@@ -220,16 +227,20 @@ def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(refuse)
 
 
-def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.RpcMethodHandler:
+def _method_handler(
+    path: str, method: GrpcMethod, max_message: int, limit: int
+) -> grpc.RpcMethodHandler:
+    """``max_message``: the response's limit; ``limit``: the request message's."""
     if method.refused is not None:
         refused = method.refused
         return _refusal(GRPC_STATUS[refused.code], refused.message)
     if method.streaming:
-        return _stream_handler(path, method, max_message)
+        return _stream_handler(path, method, max_message, limit)
 
     async def unary(message: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
         try:
             try:
+                _check_size(message, limit, max_message)
                 request = method.parse(message)
             except InferplexError:
                 raise
@@ -249,13 +260,16 @@ def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.Rpc
     return grpc.unary_unary_rpc_method_handler(unary)
 
 
-def _stream_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.RpcMethodHandler:
+def _stream_handler(
+    path: str, method: GrpcMethod, max_message: int, limit: int
+) -> grpc.RpcMethodHandler:
     """A bidirectional stream: the handler takes the parsed messages as they arrive and its
     responses are written one at a time (``write`` waits for the peer's flow-control window:
     a slow reader holds the handler back); its error ends the call with that status."""
 
     async def stream(requests: Any, context: aio.ServicerContext[Any, Any]) -> None:
-        responses = method.handler(_parsed(requests, method.parse), GrpcioCall(path, context))
+        parsed = _parsed(requests, method.parse, limit, max_message)
+        responses = method.handler(parsed, GrpcioCall(path, context))
         try:
             async for response in responses:
                 body = method.serialize(response)
@@ -273,15 +287,28 @@ def _stream_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.Rpc
     return grpc.stream_stream_rpc_method_handler(stream)
 
 
-async def _parsed(requests: Any, parse: Callable[[Any], Any]) -> AsyncIterator[Any]:
+async def _parsed(
+    requests: Any, parse: Callable[[Any], Any], limit: int, max_message: int
+) -> AsyncIterator[Any]:
     """The stream's messages, each parsed (INVALID_ARGUMENT for one that does not)."""
     async for message in requests:
+        _check_size(message, limit, max_message)
         try:
             yield parse(message)
         except InferplexError:
             raise
         except Exception as exc:
             raise InvalidInputError(f"a request message could not be parsed: {exc}") from None
+
+
+def _check_size(message: bytes, limit: int, max_message: int) -> None:
+    """Refuse a request message above its method's limit (a small method's: grpc-core
+    knows only the server's)."""
+    if len(message) > limit:
+        flag = "MAX_GRPC_MESSAGE_BYTES" if limit == max_message else "MAX_SMALL_REQUEST_BYTES"
+        raise PayloadTooLargeError(
+            f"the request message is larger than the limit of {limit} bytes (INFERPLEX_{flag})"
+        )
 
 
 def _too_large(max_message: int) -> PayloadTooLargeError:
