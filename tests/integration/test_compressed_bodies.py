@@ -24,7 +24,6 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from inferplex.benchtool.launch import HOST, RunningServer, start_server
-from inferplex.protocol.v2 import generated as pb
 from tests.conftest import TWINS
 from tests.integration.test_event_loop_free import HealthPoller
 from tests.support.h2client import INFER, LIVE, H2Client, grpc_frame
@@ -213,3 +212,23 @@ def test_health_answers_while_large_compressed_messages_inflate(
                 # then refused as malformed
                 assert call.grpc_status not in (None, 0, RESOURCE_EXHAUSTED), call.grpc_message
     poller.check()
+
+
+@pytest.mark.parametrize("coding", ["gzip, chunked", "deflate,chunked"])
+def test_a_transfer_coding_besides_chunked_is_not_implemented(
+    server: RunningServer, coding: str
+) -> None:
+    """RFC 9112 6.1: a transfer coding the server does not understand gets 501 (the body was
+    passed on still coded). llhttp itself refuses a coding after chunked, or chunked twice
+    (400)."""
+    with socket.create_connection((HOST, server.http_port), timeout=30) as sock:
+        head = (
+            "POST /v2/repository/index HTTP/1.1\r\nHost: test\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nTransfer-Encoding: {coding}\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b"2\r\n{}\r\n0\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(4096):  # answered with Connection: close
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 501"), answer[:200]
+    assert b"is not implemented" in answer
