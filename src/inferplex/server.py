@@ -106,9 +106,10 @@ def build_engine(config: ServerConfig) -> InferenceEngine:
     )
 
 
-def reference_grpc_server(config: ServerConfig) -> ServerFactory:
+def reference_grpc_server(config: ServerConfig, budget: ByteBudget | None = None) -> ServerFactory:
     """What builds the reference gRPC server (grpc.aio, ``--grpc-server grpcio``) of a
-    GrpcFrontend's method table, with the limits of ``config``."""
+    GrpcFrontend's method table, with the limits of ``config``; inflated messages are
+    charged to ``budget`` (the server's)."""
     credentials = None
     if config.tls_cert_file is not None and config.tls_key_file is not None:
         credentials = server_credentials(
@@ -139,6 +140,7 @@ def reference_grpc_server(config: ServerConfig) -> ServerFactory:
             guard=guard,
             credentials=credentials,
             options=options,
+            budget=budget,
         )
 
     return serve
@@ -259,7 +261,9 @@ class Server:
                 ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
-                server=reference_grpc_server(config) if config.grpc_server == "grpcio" else None,
+                server=reference_grpc_server(config, self._http_budget)
+                if config.grpc_server == "grpcio"
+                else None,
                 budget=self._http_budget,  # one bound on buffered request bytes for both
                 plane=self.plane,
             )

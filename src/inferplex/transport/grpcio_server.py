@@ -42,6 +42,9 @@ from grpc import aio
 
 from inferplex.errors import ConfigError, InferplexError, InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.transport.grpcio_messages import plain
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.inflate import Inflated
 from inferplex.transport.interface import GrpcMethod, Guard, Metadata
 
 __all__ = ["GrpcioCall", "GrpcioServer", "server_credentials"]
@@ -109,15 +112,20 @@ class GrpcioServer:
         guard: Guard | None = None,
         credentials: grpc.ServerCredentials | None = None,
         options: Mapping[str, int] | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         """``options``: further grpc.aio channel arguments (``grpc.max_connection_idle_ms``...).
-        A method not marked ``large`` is refused a message above ``max_small_message_bytes``
-        (default: ``max_message_bytes``), once grpc-core has inflated it: grpc-core has one
-        receive limit for all methods, and inflates up to it (docs/security.md)."""
+        A method not marked ``large`` takes messages of up to ``max_small_message_bytes``
+        (default: ``max_message_bytes``), compressed or inflated; inflated messages are
+        charged to ``budget`` (the server's; default: 1 GiB of its own) while their call
+        runs (transport/grpcio_messages.py)."""
         small = max_small_message_bytes or max_message_bytes
+        budget = budget if budget is not None else ByteBudget(1 << 30)
         self._handlers = {
             path: _method_handler(
-                path, method, max_message_bytes, max_message_bytes if method.large else small
+                path,
+                method,
+                _Limits(max_message_bytes, max_message_bytes if method.large else small, budget),
             )
             for path, method in methods.items()
         }
@@ -129,6 +137,8 @@ class GrpcioServer:
             "grpc.max_send_message_length": max_message_bytes,
             "grpc.max_metadata_size": metadata,
             "grpc.absolute_max_metadata_size": metadata,
+            # messages as they came: inflated by the handler within the method's limit
+            "grpc.per_message_decompression": 0,
             # a port another process listens on is a clash, never shared
             "grpc.so_reuseport": 0,
             **(options or {}),
@@ -227,21 +237,32 @@ def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(refuse)
 
 
-def _method_handler(
-    path: str, method: GrpcMethod, max_message: int, limit: int
-) -> grpc.RpcMethodHandler:
-    """``max_message``: the response's limit; ``limit``: the request message's."""
+class _Limits:
+    """A method's limits: the server's message limit (responses), the request's, and the
+    budget inflated requests are charged to."""
+
+    __slots__ = ("budget", "max_message", "request")
+
+    def __init__(self, max_message: int, request: int, budget: ByteBudget) -> None:
+        self.max_message = max_message
+        self.request = request
+        self.budget = budget
+
+
+def _method_handler(path: str, method: GrpcMethod, limits: _Limits) -> grpc.RpcMethodHandler:
     if method.refused is not None:
         refused = method.refused
         return _refusal(GRPC_STATUS[refused.code], refused.message)
+    max_message = limits.max_message
     if method.streaming:
-        return _stream_handler(path, method, max_message, limit)
+        return _stream_handler(path, method, limits)
 
     async def unary(message: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
+        inflated: Inflated | None = None
         try:
             try:
-                _check_size(message, limit, max_message)
-                request = method.parse(message)
+                data, inflated = await plain(message, limits.request, max_message, limits.budget)
+                request = method.parse(data)
             except InferplexError:
                 raise
             except Exception as exc:
@@ -252,6 +273,9 @@ def _method_handler(
         except Exception as exc:  # never let one call take the server down
             logger.exception("gRPC %s failed", path)
             await context.abort(grpc.StatusCode.INTERNAL, f"{path} failed: {exc}")
+        finally:
+            if inflated is not None:
+                inflated.release()
         if len(body) > max_message:
             too_large = _too_large(max_message)
             await context.abort(GRPC_STATUS[too_large.code], too_large.message)
@@ -260,16 +284,16 @@ def _method_handler(
     return grpc.unary_unary_rpc_method_handler(unary)
 
 
-def _stream_handler(
-    path: str, method: GrpcMethod, max_message: int, limit: int
-) -> grpc.RpcMethodHandler:
+def _stream_handler(path: str, method: GrpcMethod, limits: _Limits) -> grpc.RpcMethodHandler:
     """A bidirectional stream: the handler takes the parsed messages as they arrive and its
     responses are written one at a time (``write`` waits for the peer's flow-control window:
     a slow reader holds the handler back); its error ends the call with that status."""
 
     async def stream(requests: Any, context: aio.ServicerContext[Any, Any]) -> None:
-        parsed = _parsed(requests, method.parse, limit, max_message)
-        responses = method.handler(parsed, GrpcioCall(path, context))
+        max_message = limits.max_message
+        responses = method.handler(
+            _parsed(requests, method.parse, limits), GrpcioCall(path, context)
+        )
         try:
             async for response in responses:
                 body = method.serialize(response)
@@ -288,27 +312,27 @@ def _stream_handler(
 
 
 async def _parsed(
-    requests: Any, parse: Callable[[Any], Any], limit: int, max_message: int
+    requests: Any, parse: Callable[[Any], Any], limits: _Limits
 ) -> AsyncIterator[Any]:
-    """The stream's messages, each parsed (INVALID_ARGUMENT for one that does not)."""
-    async for message in requests:
-        _check_size(message, limit, max_message)
-        try:
-            yield parse(message)
-        except InferplexError:
-            raise
-        except Exception as exc:
-            raise InvalidInputError(f"a request message could not be parsed: {exc}") from None
-
-
-def _check_size(message: bytes, limit: int, max_message: int) -> None:
-    """Refuse a request message above its method's limit (a small method's: grpc-core
-    knows only the server's)."""
-    if len(message) > limit:
-        flag = "MAX_GRPC_MESSAGE_BYTES" if limit == max_message else "MAX_SMALL_REQUEST_BYTES"
-        raise PayloadTooLargeError(
-            f"the request message is larger than the limit of {limit} bytes (INFERPLEX_{flag})"
-        )
+    """The stream's messages, each inflated if it came compressed and parsed
+    (INVALID_ARGUMENT for one that does not); an inflated one stays charged until the
+    handler asks for the next."""
+    inflated: Inflated | None = None
+    try:
+        async for message in requests:
+            if inflated is not None:
+                inflated.release()
+            data, inflated = await plain(message, limits.request, limits.max_message, limits.budget)
+            try:
+                request = parse(data)
+            except InferplexError:
+                raise
+            except Exception as exc:
+                raise InvalidInputError(f"a request message could not be parsed: {exc}") from None
+            yield request
+    finally:
+        if inflated is not None:
+            inflated.release()
 
 
 def _too_large(max_message: int) -> PayloadTooLargeError:
