@@ -17,7 +17,10 @@ same guard, so that the same tests run against both (DESIGN.md, "The edge"):
 - errors go through THE table (``protocol/v2/errors.py``): an InferplexError aborts the call
   with its gRPC code, anything else is INTERNAL;
 - from our config: the message size limit both ways, the metadata limit, TLS (mutual when a
-  client CA is given).
+  client CA is given);
+- a compressed message reaches the handler as it came and is inflated there within its
+  method's limit (``--max-small-request-bytes`` unless the method is ``large``), charged to
+  the server's byte budget (transport/grpcio_messages.py).
 
 grpc.aio cannot serve on a socket it did not create: it binds its own to the address of the
 one the composition root bound. That socket stays bound (never listening) until the server
