@@ -416,6 +416,8 @@ class GrpcServer:
         return message, True
 
     def _too_large(self, limit: int) -> InferplexError:
+        """A request message above its method's ``limit``, compressed or inflated."""
+        self.counters.exceeded["message_size"] += 1
         if limit == self._max_message:
             return too_large(limit)
         return too_large(limit, flag="INFERPLEX_MAX_SMALL_REQUEST_BYTES")
