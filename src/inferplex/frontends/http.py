@@ -122,8 +122,9 @@ class HttpApp:
         budget: ByteBudget | None = None,
     ) -> None:
         self._engine = engine
-        self._max_body = config.max_request_bytes
-        self._max_small = config.max_small_request_bytes
+        # the most body bytes of a POST endpoint (inflated if compressed), and the setting
+        self._large_limit = (config.max_request_bytes, "INFERPLEX_MAX_REQUEST_BYTES")
+        self._small_limit = (config.max_small_request_bytes, "INFERPLEX_MAX_SMALL_REQUEST_BYTES")
         self._budget = budget if budget is not None else ByteBudget(config.max_buffered_bytes)
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
@@ -211,20 +212,13 @@ class HttpApp:
             endpoint = route[0]
             if endpoint.method != "POST":  # admitted here: it comes with a body
                 raise _takes_none(request.path, endpoint)
-            limit, flag = self._body_limit(endpoint)
+            limit, flag = self._large_limit if endpoint.large_body else self._small_limit
             self._body_headers(request.headers, limit, flag)  # its Content-Length
             request.body_limit, request.body_limit_flag = limit, flag
             request.admitted = route
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
         return None
-
-    def _body_limit(self, endpoint: Endpoint) -> tuple[int, str]:
-        """The most body bytes a POST ``endpoint`` takes, inflated if compressed, and the
-        setting that says so."""
-        if endpoint.large_body:
-            return self._max_body, "INFERPLEX_MAX_REQUEST_BYTES"
-        return self._max_small, "INFERPLEX_MAX_SMALL_REQUEST_BYTES"
 
     # every request passes here: a split costs a call on the hot path
     async def _serve(  # noqa: C901
@@ -246,7 +240,7 @@ class HttpApp:
             )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
-                limit, flag = self._body_limit(endpoint)
+                limit, flag = self._large_limit if endpoint.large_body else self._small_limit
                 header_length, coding, accept = self._body_headers(headers, limit, flag)
                 if not isinstance(body, bytes | memoryview):
                     body = await self._receive(body, limit, flag)
