@@ -160,15 +160,29 @@ def test_a_compressed_body_without_a_token_is_refused_before_inflation(
     assert peak_rss_mb(server) - before < 32
 
 
-def test_compressed_inference_within_the_limits_works(server: RunningServer) -> None:
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_inference_within_the_limits_works(
+    server: RunningServer, algorithm: str
+) -> None:
     a = np.arange(16, dtype=np.float32).reshape(1, 16)
     b = np.ones((1, 16), dtype=np.float32)
     with grpcclient.InferenceServerClient(f"{HOST}:{server.grpc_port}") as client:
         inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
         inputs[0].set_data_from_numpy(a)
         inputs[1].set_data_from_numpy(b)
-        result = client.infer("add_sub", inputs, headers=GRPC_TOKEN, compression_algorithm="gzip")
+        result = client.infer(
+            "add_sub", inputs, headers=GRPC_TOKEN, compression_algorithm=algorithm
+        )
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        # 32 KB of zeros: compressed for sure (grpc-core sends a message that does not
+        # shrink as it is)
+        zeros = np.zeros((1, 8192), np.float32)
+        big = grpcclient.InferInput("INPUT0", [1, 8192], "FP32")
+        big.set_data_from_numpy(zeros)
+        result = client.infer(
+            "identity_fp32", [big], headers=GRPC_TOKEN, compression_algorithm=algorithm
+        )
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), zeros)
     client_http = httpclient.InferenceServerClient(f"{HOST}:{server.http_port}")
     try:
         inputs_http = [httpclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
@@ -178,7 +192,7 @@ def test_compressed_inference_within_the_limits_works(server: RunningServer) -> 
             "add_sub",
             inputs_http,
             headers=dict(HTTP_TOKEN),  # tritonclient adds its own to the dict
-            request_compression_algorithm="gzip",
+            request_compression_algorithm=algorithm,
         )
         np.testing.assert_array_equal(result_http.as_numpy("OUTPUT1"), a - b)
     finally:
