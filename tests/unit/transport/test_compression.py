@@ -8,6 +8,7 @@ import pytest
 from inferplex.errors import InvalidInputError, PayloadTooLargeError, ServerBusyError
 from inferplex.transport import inflate as inflating
 from inferplex.transport.compression import accepted, compress
+from inferplex.transport.grpcio_messages import plain
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.inflate import INLINE_INFLATE_BYTES, inflate
 
@@ -96,3 +97,28 @@ def test_corrupt_or_truncated_data_names_what_it_was(data: bytes) -> None:
     with pytest.raises(InvalidInputError, match="the body could not be read"):
         _inflate(data, b"gzip", 1 << 20, budget)
     assert budget.used == 0
+
+
+def _plain(message: bytes, limit: int = 1 << 20) -> tuple[bytes, bool]:
+    data, inflated = asyncio.run(plain(message, limit, 1 << 30, ByteBudget(0)))
+    if inflated is not None:
+        inflated.release()
+    return bytes(data), inflated is not None
+
+
+def test_the_grpcio_twin_recognises_compressed_messages_by_their_first_bytes() -> None:
+    message = b"\x0a\x07add_sub" * 100
+    assert _plain(message) == (message, False)
+    assert _plain(gzip.compress(message)) == (message, True)
+    assert _plain(zlib.compress(message)) == (message, True)
+    # begins like a zlib stream (78 9c) but is a protobuf message (an unknown field 15)
+    assert _plain(b"\x78\x9c\x01" + message) == (b"\x78\x9c\x01" + message, False)
+    with pytest.raises(InvalidInputError):  # gzip's magic cannot begin a protobuf message
+        _plain(b"\x1f\x8b" + message)
+
+
+def test_the_grpcio_twin_bounds_compressed_and_inflated_size() -> None:
+    with pytest.raises(PayloadTooLargeError, match="INFERPLEX_MAX_SMALL_REQUEST_BYTES"):
+        _plain(bytes(20_000), limit=16_384)  # as it came
+    with pytest.raises(PayloadTooLargeError, match="INFERPLEX_MAX_SMALL_REQUEST_BYTES"):
+        _plain(gzip.compress(bytes(1 << 20)), limit=16_384)  # as it inflates
