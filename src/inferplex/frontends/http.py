@@ -47,9 +47,17 @@ from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import (
     InferplexError,
     InvalidInputError,
-    PayloadTooLargeError,
     UnauthenticatedError,
     UnsupportedError,
+)
+from inferplex.frontends.http_body import (
+    Disconnected,
+    body_headers,
+    inflate_body,
+    receive_body,
+    refuse_body,
+    takes_none,
+    too_large,
 )
 from inferplex.frontends.http_generate import Generate
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
@@ -60,9 +68,9 @@ from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import parse_header_length
 from inferplex.security.access import Access
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
-from inferplex.transport.compression import CODINGS, accepted, compress
+from inferplex.transport.compression import accepted, compress
 from inferplex.transport.http_limits import ByteBudget
-from inferplex.transport.inflate import Inflated, inflate
+from inferplex.transport.inflate import Inflated
 from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
 
 __all__ = ["HttpApp", "create_http_app"]
@@ -83,10 +91,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 _JSON: Headers = [(b"content-type", b"application/json")]
 _EMPTY_OK: Reply = (200, b"", [])
 _EMPTY_UNAVAILABLE: Reply = (503, b"", [])
-
-
-class _Disconnected(Exception):
-    """The client went away before its request body was complete."""
 
 
 def create_http_app(
@@ -211,9 +215,9 @@ class HttpApp:
             )
             endpoint = route[0]
             if endpoint.method != "POST":  # admitted here: it comes with a body
-                raise _takes_none(request.path, endpoint)
+                raise takes_none(request.path, endpoint)
             limit, flag = self._large_limit if endpoint.large_body else self._small_limit
-            self._body_headers(request.headers, limit, flag)  # its Content-Length
+            body_headers(request.headers, limit, flag)  # its Content-Length
             request.body_limit, request.body_limit_flag = limit, flag
             request.admitted = route
         except (InferplexError, RouteError) as exc:
@@ -241,16 +245,16 @@ class HttpApp:
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
                 limit, flag = self._large_limit if endpoint.large_body else self._small_limit
-                header_length, coding, accept = self._body_headers(headers, limit, flag)
+                header_length, coding, accept = body_headers(headers, limit, flag)
                 if not isinstance(body, bytes | memoryview):
-                    body = await self._receive(body, limit, flag)
+                    body = await receive_body(body, limit, flag)
                 elif len(body) > limit:
-                    raise _too_large(f"{len(body)} bytes", limit, flag)
+                    raise too_large(f"{len(body)} bytes", limit, flag)
                 if coding is not None:  # admitted: inflated within the endpoint's limit
-                    inflated = await self._inflate(body, coding, limit, flag)
+                    inflated = await inflate_body(body, coding, limit, flag, self._budget)
                     body = inflated.data
             else:
-                _no_body(path, endpoint, headers, body)
+                refuse_body(path, endpoint, headers, body)
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
                 key = _header(headers, self._routing_header)
@@ -265,7 +269,7 @@ class HttpApp:
             return reply
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
-        except _Disconnected:
+        except Disconnected:
             return None
         except Exception as exc:
             # never let one request take the connection or the server down
@@ -274,69 +278,6 @@ class HttpApp:
         finally:
             if inflated is not None:  # answered: its bytes leave the server's budget
                 inflated.release()
-
-    @staticmethod
-    def _body_headers(
-        headers: Headers, limit: int, flag: str
-    ) -> tuple[bytes | None, bytes | None, bytes | None]:
-        """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
-        identity) and the ``Accept-Encoding`` of a request with a body; a declared length
-        above ``limit`` is refused (413, naming ``flag``) before any of the body is read."""
-        header_length = coding = accept = None
-        for key, value in headers:
-            if key == b"content-length":
-                if not value.isdigit():
-                    raise InvalidInputError(
-                        f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
-                    )
-                if int(value) > limit:
-                    raise _too_large(f"Content-Length {int(value)}", limit, flag)
-            elif key == b"inference-header-content-length":
-                header_length = value
-            elif key == b"content-encoding":
-                coding = value.strip().lower()
-                if coding == b"identity":
-                    coding = None
-                elif coding not in CODINGS:
-                    raise UnsupportedError(
-                        f"Content-Encoding {value.decode(errors='replace')} is not supported: "
-                        "send the request body as gzip, deflate or uncompressed"
-                    )
-            elif key == b"accept-encoding":
-                accept = value
-        return header_length, coding, accept
-
-    @staticmethod
-    async def _receive(receive: Receive, limit: int, flag: str) -> Body:
-        """The body of an ASGI request, refused with 413 as soon as it is known to be above
-        ``limit``: a body in pieces (chunked, or larger than one read) is counted as it
-        arrives, never holding more than the limit."""
-        size = 0
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(f"at least {size} bytes", limit, flag)
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    async def _inflate(self, body: Body, coding: bytes, limit: int, flag: str) -> Inflated:
-        """A compressed body inflated within ``limit``, charged to the server's budget (off
-        the event loop where the limit allows much: ``transport/inflate.py``)."""
-        return await inflate(
-            body,
-            coding,
-            limit,
-            self._budget,
-            f"the {coding.decode()} request body",
-            lambda: _too_large(f"more than {limit} bytes once decompressed", limit, flag),
-        )
 
     def _resolve(self, path: str, raw_path: bytes | None, query: bytes, remember: bool) -> Route:
         endpoint, model, version = resolve(path, raw_path, query)
@@ -552,31 +493,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
-
-
-def _too_large(what: str, limit: int, flag: str) -> PayloadTooLargeError:
-    return PayloadTooLargeError(
-        f"request body of {what} is above the limit of {limit} bytes ({flag})"
-    )
-
-
-def _takes_none(path: str, endpoint: Endpoint) -> PayloadTooLargeError:
-    return PayloadTooLargeError(
-        f"{endpoint.method} {path} takes no request body: send it without one"
-    )
-
-
-def _no_body(path: str, endpoint: Endpoint, headers: Headers, body: Body | Receive) -> None:
-    """Refuse a request with a body to an endpoint that takes none (a GET): the built-in
-    server's came with its header block (a larger one was refused before it was read); an
-    ASGI request's is known from its headers, before any of it is read."""
-    if isinstance(body, bytes | memoryview):
-        if body:
-            raise _takes_none(path, endpoint)
-        return
-    for key, value in headers:
-        if key == b"transfer-encoding" or (key == b"content-length" and value.strip(b"0 ")):
-            raise _takes_none(path, endpoint)
 
 
 def _header(headers: Headers, name: bytes) -> str | None:
