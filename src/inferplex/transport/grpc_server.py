@@ -40,6 +40,7 @@ from inferplex.errors import (
     UnsupportedError,
 )
 from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.transport.grpc_message import inflate_message, unary_message
 from inferplex.transport.grpc_stream import (
     ENCODINGS,
     OK_HEAD,
@@ -52,7 +53,7 @@ from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_wire import literal_header_block
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.http_server import TLS_SHUTDOWN_TIMEOUT_S
-from inferplex.transport.inflate import Inflated, inflate
+from inferplex.transport.inflate import Inflated
 
 __all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method", "StreamHandler"]
 
@@ -316,7 +317,7 @@ class GrpcServer:
             state.end()
             return
         try:
-            message, compressed = self._message(stream, state.encoding)
+            message, compressed = unary_message(stream)
         except InferplexError as exc:
             self._error(connection, stream, exc)
             _cancel_deadline(state)
@@ -393,28 +394,6 @@ class GrpcServer:
         assert self._loop is not None
         stream.task = self._loop.create_task(state.run())
 
-    def _message(self, stream: Stream, encoding: bytes) -> tuple[bytes | memoryview, bool]:
-        """The one message of a unary call's body (not copied when the connection read it
-        into the buffer its prefix sized), and whether it is compressed."""
-        size = stream.body_bytes
-        if size < 5:
-            raise InvalidInputError("the request carries no gRPC message")
-        prefix = stream.head if len(stream.head) == 5 else stream.data()[:5]
-        length = int.from_bytes(prefix[1:5], "big")
-        if length != size - 5:
-            raise InvalidInputError(
-                f"a unary call carries one message: its prefix says {length} bytes, "
-                f"{size - 5} followed"
-            )
-        message = stream.data(5)
-        if prefix[0] == 0:
-            return message, False
-        if encoding == b"identity":
-            raise InvalidInputError(
-                "the message is flagged compressed but grpc-encoding is identity"
-            )
-        return message, True
-
     def _too_large(self, limit: int) -> InferplexError:
         """A request message above its method's ``limit``, compressed or inflated."""
         self.counters.exceeded["message_size"] += 1
@@ -436,12 +415,11 @@ class GrpcServer:
             try:
                 if compressed:  # after the guard, within the method's limit, charged
                     limit = state.limit
-                    inflated = await inflate(
+                    inflated = await inflate_message(
                         message,
                         state.encoding,
                         limit,
                         self.counters.budget,
-                        f"the {state.encoding.decode()} message",
                         lambda: self._too_large(limit),
                     )
                     message = inflated.data

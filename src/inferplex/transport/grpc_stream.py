@@ -19,10 +19,11 @@ from typing import Any
 
 from inferplex.errors import InferplexError, InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.transport.grpc_message import inflate_message
 from inferplex.transport.http2 import Http2Connection, Stream
 from inferplex.transport.http2_wire import literal_header_block
 from inferplex.transport.http_limits import ByteBudget
-from inferplex.transport.inflate import Inflated, inflate
+from inferplex.transport.inflate import Inflated
 
 logger = logging.getLogger(__name__)
 
@@ -164,21 +165,17 @@ class StreamingCall:
                 if message[0] == 0:
                     yield parse(message[5:])
                     continue
-                inflated = await self._inflate(message)
+                inflated = await inflate_message(
+                    memoryview(message)[5:],
+                    self._encoding,
+                    self._max_message,
+                    self._budget,
+                    self.too_large,
+                )
                 yield parse(inflated.data)
         finally:
             if inflated is not None:
                 inflated.release()
-
-    async def _inflate(self, message: bytes) -> Inflated:
-        """A message flagged compressed, without its prefix, inflated within the limit."""
-        if self._encoding == b"identity":
-            raise InvalidInputError("a message is flagged compressed but grpc-encoding is identity")
-        view = memoryview(message)[5:]
-        what = f"the {self._encoding.decode()} message"
-        return await inflate(
-            view, self._encoding, self._max_message, self._budget, what, self.too_large
-        )
 
 
 def _trailers(code: int, message: str) -> bytes:
