@@ -114,9 +114,10 @@ def build_engine(config: ServerConfig) -> InferenceEngine:
     )
 
 
-def reference_grpc_server(config: ServerConfig) -> ServerFactory:
+def reference_grpc_server(config: ServerConfig, budget: ByteBudget | None = None) -> ServerFactory:
     """What builds the reference gRPC server (grpc.aio, ``--grpc-server grpcio``) of a
-    GrpcFrontend's method table, with the limits of ``config``."""
+    GrpcFrontend's method table, with the limits of ``config``; inflated messages are
+    charged to ``budget`` (the server's)."""
     credentials = None
     if config.tls_cert_file is not None and config.tls_key_file is not None:
         credentials = server_credentials(
@@ -142,10 +143,12 @@ def reference_grpc_server(config: ServerConfig) -> ServerFactory:
         return GrpcioServer(
             methods,
             max_message_bytes=config.max_grpc_message_bytes,
+            max_small_message_bytes=config.max_small_request_bytes,
             max_header_bytes=config.max_header_bytes,
             guard=guard,
             credentials=credentials,
             options=options,
+            budget=budget,
         )
 
     return serve
@@ -266,7 +269,9 @@ class Server:
                 ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
-                server=reference_grpc_server(config) if config.grpc_server == "grpcio" else None,
+                server=reference_grpc_server(config, self._http_budget)
+                if config.grpc_server == "grpcio"
+                else None,
                 budget=self._http_budget,  # one bound on buffered request bytes for both
                 plane=self.plane,
             )
@@ -309,7 +314,7 @@ class Server:
         self, access: Access, sock: socket.socket, tls: ssl.SSLContext | None
     ) -> int:
         """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
-        app = create_http_app(self.engine, self.config, access, self.plane)
+        app = create_http_app(self.engine, self.config, access, self.plane, self._http_budget)
         traced = self._tracing.wrap_http(app) if self._tracing is not None else app
         return await self._serve_asgi(traced, sock, tls, app)
 

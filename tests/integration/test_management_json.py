@@ -1,8 +1,8 @@
 """The JSON bodies of the management endpoints are capped small (issue 30): a body above
-``--max-management-json-bytes`` (index, unload, instances, shared memory, a load's config)
-or ``--max-load-request-bytes`` (a load with its file overrides) is a 413 naming the
-setting, on the built-in HTTP server and its uvicorn twin; bodies within the caps are
-served (a large one is parsed off the loop)."""
+``--max-small-request-bytes`` (index, unload, instances, shared memory), a load's config
+above ``--max-load-config-bytes``, or a load above ``--max-load-request-bytes`` (with its
+file overrides) is a 413 naming the setting, on the built-in HTTP server and its uvicorn
+twin; bodies within the caps are served (a large one is parsed off the loop)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def server(
         repo,
         repo.parent / f"{request.param}.log",
         env={
-            "INFERPLEX_MAX_MANAGEMENT_JSON_BYTES": str(MANAGEMENT_CAP),
+            "INFERPLEX_MAX_SMALL_REQUEST_BYTES": str(MANAGEMENT_CAP),
+            "INFERPLEX_MAX_LOAD_CONFIG_BYTES": str(MANAGEMENT_CAP),
             "INFERPLEX_MAX_LOAD_REQUEST_BYTES": str(LOAD_CAP),
         },
         args=["--http-server", request.param, "--model-control-mode", "explicit"],
@@ -89,7 +90,7 @@ def test_management_json_over_its_cap_is_a_413_naming_the_setting(
     for chunked in (False, True):
         status, text = post(server, path, padded({}, 4 * MANAGEMENT_CAP), chunked)
         assert status == 413, text
-        assert "--max-management-json-bytes" in text
+        assert "--max-small-request-bytes" in text
 
 
 def test_bodies_within_the_cap_are_served(server: RunningServer) -> None:
@@ -112,13 +113,13 @@ def test_load_has_its_own_cap(server: RunningServer) -> None:
     assert MANAGEMENT_CAP < len(body) < LOAD_CAP
     status, text = post(server, "/v2/repository/models/add_sub/load", body)
     assert status == 413, text
-    assert "load parameter 'config'" in text and "--max-management-json-bytes" in text
+    assert "load parameter 'config'" in text and "--max-load-config-bytes" in text
     # many small values within the load's cap: refused before they are parsed
     body = json.dumps({"parameters": {"x": [1] * (LOAD_CAP // 4)}}).encode()
     assert MANAGEMENT_CAP < len(body) < LOAD_CAP
     status, text = post(server, "/v2/repository/models/add_sub/load", body)
     assert status == 413, text
-    assert "JSON values" in text and "--max-management-json-bytes" in text
+    assert "JSON values" in text and "--max-load-config-bytes" in text
     # a load within both caps
     status, text = post(server, "/v2/repository/models/add_sub/load", b"")
     assert status == 200, text

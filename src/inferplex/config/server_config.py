@@ -102,17 +102,28 @@ class ServerConfig(BaseSettings):
         "load or call gets 400 naming this limit (each instance is a backend session and a "
         "thread or process)",
     )
-    max_management_json_bytes: int = Field(
+    max_load_config_bytes: int = Field(
         default=1024 * 1024,
         ge=1,
-        description="JSON bodies of the HTTP endpoints other than inference and load (index, "
-        "unload, instances, shared memory), and a load's 'config', above this get 413",
+        description="a load's 'config' parameter (a JSON model configuration) above this gets "
+        "413, and so does a load body holding more JSON values than half of it (its model "
+        "files are base64 strings: one value each)",
     )
     max_load_request_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1,
         description="HTTP load requests (with their 'file:' overrides, base64 model files) "
         "above this get 413; at most --max-request-bytes",
+    )
+    max_small_request_bytes: int = Field(
+        default=16 * 1024,
+        ge=1,
+        description="request body (HTTP) or message (gRPC), inflated if compressed, of the "
+        "calls that take none or a tiny one: health, metadata, ready, config, statistics, "
+        "index, unload, instances, default version, shared memory, reflection (HTTP GET "
+        "endpoints take no body at all); inference and loads get max_request_bytes / "
+        "max_grpc_message_bytes. Past it: 413 / RESOURCE_EXHAUSTED, checked on the compressed "
+        "size before any inflation and on the inflated size as it inflates",
     )
     inline_execution_us: float = Field(
         default=40.0,

@@ -75,6 +75,7 @@ class GrpcFrontend:
         self._server = GrpcServer(
             self._methods(trace),
             max_message_bytes=config.max_grpc_message_bytes,
+            max_small_message_bytes=config.max_small_request_bytes,
             max_header_bytes=config.max_header_bytes,
             guard=guard,
             ssl_context=ssl_context,
@@ -129,9 +130,9 @@ class GrpcFrontend:
             path = f"/{pb.SERVICE_NAME}/{method.name}"
             if method.name == "ModelInfer":  # the codec reads and writes its wire format
                 handler = trace(self._model_infer) if trace is not None else self._model_infer
-                methods[path] = Method(handler, _raw, _raw)
+                methods[path] = Method(handler, _raw, _raw, large=True)
             elif method.name == "ModelStreamInfer":  # the same codec, once per message
-                methods[path] = Method(self._stream.serve, _raw, _raw, streaming=True)
+                methods[path] = Method(self._stream.serve, _raw, _raw, streaming=True, large=True)
             else:
                 request_class = message_factory.GetMessageClass(method.input_type)
                 response_class = message_factory.GetMessageClass(method.output_type)
@@ -140,6 +141,9 @@ class GrpcFrontend:
                     named if named is not None else _without_call(unary[method.name]),
                     request_class.FromString,
                     response_class.SerializeToString,
+                    # a load may carry a config and model files; every other call, a few
+                    # names: --max-small-request-bytes
+                    large=method.name in _LARGE_MESSAGES,
                 )
         # gRPC's health and reflection services on the same port (frontends/grpc_services.py)
         methods.update(health_methods(self.engine))
@@ -228,6 +232,10 @@ class GrpcFrontend:
         parameters = _repository_parameters(request.parameters)
         await self.engine.unload_model(request.model_name, parameters)
         return pb.RepositoryModelUnloadResponse()
+
+
+#: the unary RPCs besides ModelInfer whose requests may be large
+_LARGE_MESSAGES = frozenset({"RepositoryModelLoad"})
 
 
 def _repository_parameters(parameters: Any) -> dict[str, Any]:

@@ -50,9 +50,18 @@ from inferplex.errors import (
     UnauthenticatedError,
     UnsupportedError,
 )
-from inferplex.frontends.http_bodies import BodyLimit, ManagementBodies, load_parameters
+from inferplex.frontends.http_body import (
+    Disconnected,
+    body_headers,
+    inflate_body,
+    receive_body,
+    refuse_body,
+    takes_none,
+    too_large,
+)
 from inferplex.frontends.http_generate import Generate
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
+from inferplex.frontends.management_json import ManagementBodies, load_parameters
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import offload
@@ -61,7 +70,9 @@ from inferplex.protocol.v2.rest import parse_header_length
 from inferplex.security.access import Access
 from inferplex.security.tokens import ANONYMOUS, Principal
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
-from inferplex.transport.compression import CODINGS, accepted, compress, decompress
+from inferplex.transport.compression import accepted, compress
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.inflate import Inflated
 from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
 
 __all__ = ["HttpApp", "create_http_app"]
@@ -84,20 +95,19 @@ _EMPTY_OK: Reply = (200, b"", [])
 _EMPTY_UNAVAILABLE: Reply = (503, b"", [])
 
 
-class _Disconnected(Exception):
-    """The client went away before its request body was complete."""
-
-
 def create_http_app(
     engine: InferenceEngine,
     config: ServerConfig,
     access: Access | None = None,
     plane: DataPlane | None = None,
+    budget: ByteBudget | None = None,
 ) -> HttpApp:
     """The ASGI 3 application serving the V2 REST protocol for ``engine``; ``access`` (the
     listener's surface and tokens) decides who may call which endpoint; inference goes
-    through ``plane`` (default: one of its own for ``engine`` and ``config``)."""
-    return HttpApp(engine, config, access, plane)
+    through ``plane`` (default: one of its own for ``engine`` and ``config``); inflated
+    request bodies are charged to ``budget`` (the server's; default: one of
+    ``max_buffered_bytes``)."""
+    return HttpApp(engine, config, access, plane, budget)
 
 
 class HttpApp:
@@ -115,13 +125,25 @@ class HttpApp:
         config: ServerConfig,
         access: Access | None = None,
         plane: DataPlane | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         self._engine = engine
-        self._max_body = config.max_request_bytes
-        self._inference_limit = BodyLimit(self._max_body, "INFERPLEX_MAX_REQUEST_BYTES")
-        # the other endpoints' bodies: their limits by handler, their JSON
+        # the most body bytes of each POST endpoint (inflated if compressed), and the setting;
+        # the other endpoints' JSON
+        self._large_limit = (
+            config.max_request_bytes,
+            "--max-request-bytes, INFERPLEX_MAX_REQUEST_BYTES",
+        )
+        self._small_limit = (
+            config.max_small_request_bytes,
+            "--max-small-request-bytes, INFERPLEX_MAX_SMALL_REQUEST_BYTES",
+        )
+        self._load_limit = (
+            min(config.max_load_request_bytes, config.max_request_bytes),
+            "--max-load-request-bytes, INFERPLEX_MAX_LOAD_REQUEST_BYTES",
+        )
         self._bodies = ManagementBodies(config)
-        self._body_limits = self._bodies.limits
+        self._budget = budget if budget is not None else ByteBudget(config.max_buffered_bytes)
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
@@ -195,22 +217,25 @@ class HttpApp:
 
     def refusal(self, request: HttpRequest) -> tuple[int, bytes, Headers] | None:
         """The answer to a request (its header block complete, its body not yet read) that
-        :meth:`admit` refuses (status, body, headers), or None when it may go on: then its
-        route and principal are kept in ``request.admitted``."""
+        :meth:`admit` refuses, or whose body its endpoint does not take (status, body,
+        headers); None when it may go on: then its route and principal are kept in
+        ``request.admitted``, and the most body bytes its endpoint takes in
+        ``request.body_limit``."""
         try:
-            request.admitted = admitted = self.admit(
-                request.method, request.path, request.raw_path, request.headers
-            )
-            limit = self._body_limits.get(admitted[0][0].handler)
-            if limit is not None:  # (an inference body is held to its limit by the server)
-                length = _header(request.headers, b"content-length")
-                if length is not None and length.isdigit() and int(length) > limit.bytes:
-                    raise limit.too_large(f"Content-Length {length}")
+            admitted = self.admit(request.method, request.path, request.raw_path, request.headers)
+            endpoint = admitted[0][0]
+            if endpoint.method != "POST":  # admitted here: it comes with a body
+                raise takes_none(request.path, endpoint)
+            limit, flag = self._limit(endpoint)
+            body_headers(request.headers, limit, flag)  # its Content-Length
+            request.body_limit, request.body_limit_flag = limit, flag
+            request.admitted = admitted
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
         return None
 
-    async def _serve(
+    # every request passes here: a split costs a call on the hot path
+    async def _serve(  # noqa: C901
         self,
         method: str,
         path: str,
@@ -221,18 +246,24 @@ class HttpApp:
     ) -> AnyReply | None:
         """The answer to one request whose body is ``body``, or comes through it (ASGI's
         ``receive``); None when the client went away before its body was whole."""
+        inflated: Inflated | None = None
         try:
             (endpoint, handler, model, version), principal = admitted or self.admit(
                 method, path, raw_path, headers
             )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
-                limit = self._body_limits.get(endpoint.handler, self._inference_limit)
-                header_length, coding, accept = self._body_headers(headers, limit)
-                # the hot path: a whole body within its limit, not compressed, as it came
-                if not isinstance(body, bytes | memoryview) or coding or len(body) > limit.bytes:
-                    body = await self._body(body, coding, limit)
+                limit, flag = self._limit(endpoint)
+                header_length, coding, accept = body_headers(headers, limit, flag)
+                if not isinstance(body, bytes | memoryview):
+                    body = await receive_body(body, limit, flag)
+                elif len(body) > limit:
+                    raise too_large(f"{len(body)} bytes", limit, flag)
+                if coding is not None:  # admitted: inflated within the endpoint's limit
+                    inflated = await inflate_body(body, coding, limit, flag, self._budget)
+                    body = inflated.data
             else:
+                refuse_body(path, endpoint, headers, body)
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
                 key = _header(headers, self._routing_header)
@@ -249,84 +280,21 @@ class HttpApp:
             return reply
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
-        except _Disconnected:
+        except Disconnected:
             return None
         except Exception as exc:
             # never let one request take the connection or the server down
             logger.exception("unexpected error serving %s %s", method, path)
             return 500, _error(f"internal server error: {type(exc).__name__}: {exc}"), _JSON
+        finally:
+            if inflated is not None:  # answered: its bytes leave the server's budget
+                inflated.release()
 
-    async def _body(self, body: Body | Receive, coding: bytes | None, limit: BodyLimit) -> Body:
-        """A POST request's body received (ASGI) and decompressed, held to its endpoint's
-        ``limit``."""
-        if not isinstance(body, bytes | memoryview):
-            body = await self._receive(body, limit)
-        elif len(body) > limit.bytes:
-            raise limit.too_large(f"{len(body)} bytes")
-        if coding is not None:
-            body = await self._decompressed(body, coding)
-            if len(body) > limit.bytes:
-                raise limit.too_large(f"{len(body)} bytes once decompressed")
-        return body
-
-    def _body_headers(
-        self, headers: Headers, limit: BodyLimit
-    ) -> tuple[bytes | None, bytes | None, bytes | None]:
-        """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
-        identity) and the ``Accept-Encoding`` of a request with a body; a declared length
-        above the endpoint's ``limit`` is refused (413) before any of the body is read."""
-        header_length = coding = accept = None
-        for key, value in headers:
-            if key == b"content-length":
-                if not value.isdigit():
-                    raise InvalidInputError(
-                        f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
-                    )
-                if int(value) > limit.bytes:
-                    raise limit.too_large(f"Content-Length {int(value)}")
-            elif key == b"inference-header-content-length":
-                header_length = value
-            elif key == b"content-encoding":
-                coding = value.strip().lower()
-                if coding == b"identity":
-                    coding = None
-                elif coding not in CODINGS:
-                    raise UnsupportedError(
-                        f"Content-Encoding {value.decode(errors='replace')} is not supported: "
-                        "send the request body as gzip, deflate or uncompressed"
-                    )
-            elif key == b"accept-encoding":
-                accept = value
-        return header_length, coding, accept
-
-    async def _receive(self, receive: Receive, limit: BodyLimit) -> Body:
-        """The body of an ASGI request, refused with 413 as soon as it is known to be too
-        large: a body in pieces (chunked, or larger than one read) is counted as it arrives,
-        never holding more than the limit."""
-        size = 0
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit.bytes:
-                raise limit.too_large(f"at least {size} bytes")
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    async def _decompressed(self, body: Body, coding: bytes) -> bytes:
-        body = await _off_loop(
-            decompress, body, coding, self._max_body, f"the {coding.decode()} request body"
-        )
-        if len(body) > self._max_body:
-            raise self._inference_limit.too_large(
-                f"more than {self._max_body} bytes once decompressed"
-            )
-        return body
+    def _limit(self, endpoint: Endpoint) -> tuple[int, str]:
+        """The most body bytes ``endpoint`` takes, and the setting that says so."""
+        if endpoint.handler == "_model_load":
+            return self._load_limit
+        return self._large_limit if endpoint.large_body else self._small_limit
 
     def _resolve(self, path: str, raw_path: bytes | None, remember: bool) -> Route:
         endpoint, model, version = resolve(path, raw_path)
@@ -491,12 +459,12 @@ Admitted = tuple[Route, Principal]
 _ROUTES_KEPT = 1024
 
 
-#: bodies (de)compressed on the event loop up to this size; larger ones in a thread
+#: responses compressed on the event loop up to this size; larger ones in a thread
 _INLINE_CODING_BYTES = 64 << 10
 
 
 async def _off_loop(function: Callable[..., bytes], data: Body, *args: Any) -> bytes:
-    """``function(data, *args)``: a large body in a thread, so the loop goes on serving."""
+    """``function(data, *args)``: a large response in a thread, so the loop goes on serving."""
     if len(data) <= _INLINE_CODING_BYTES:
         return function(data, *args)
     return await asyncio.to_thread(function, data, *args)

@@ -39,12 +39,15 @@ class RouteError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One endpoint: its HTTP method, the name of the ``HttpApp`` method that answers it, and
-    the scope that guards it."""
+    """One endpoint: its HTTP method, the name of the ``HttpApp`` method that answers it, the
+    scope that guards it, and whether it takes a large body (inference, loads: up to
+    ``--max-request-bytes``); another POST endpoint takes a small one
+    (``--max-small-request-bytes``), a GET endpoint none."""
 
     method: str
     handler: str
     scope: Scope
+    large_body: bool = False
 
 
 class ResolvedRoute(NamedTuple):
@@ -57,15 +60,15 @@ def _get(handler: str, scope: Scope = _INFERENCE) -> Endpoint:
     return Endpoint("GET", handler, scope)
 
 
-def _post(handler: str, scope: Scope = _INFERENCE) -> Endpoint:
-    return Endpoint("POST", handler, scope)
+def _post(handler: str, scope: Scope = _INFERENCE, large_body: bool = False) -> Endpoint:
+    return Endpoint("POST", handler, scope, large_body)
 
 
 #: the last path segment of a model route (/v2/models/{m}[/versions/{v}]/{action})
 _MODEL_ACTIONS: dict[str, Endpoint] = {
-    "infer": _post("_infer"),
-    "generate": _post("_generate"),
-    "generate_stream": _post("_generate_stream"),
+    "infer": _post("_infer", large_body=True),
+    "generate": _post("_generate", large_body=True),
+    "generate_stream": _post("_generate_stream", large_body=True),
     "ready": _get("_model_ready"),
     "config": _get("_model_config"),
     "stats": _get("_model_stats"),
@@ -103,7 +106,8 @@ _SHM_ACTIONS: dict[str, dict[str, Endpoint]] = {
 
 #: the last path segment of /v2/repository/models/{m}/{action}
 _REPOSITORY_ACTIONS: dict[str, Endpoint] = {
-    "load": _post("_model_load", _MANAGEMENT),
+    # a config and model files (base64) may come with a load
+    "load": _post("_model_load", _MANAGEMENT, large_body=True),
     "unload": _post("_model_unload", _MANAGEMENT),
     "instances": _post("_model_instances", _MANAGEMENT),
     "default_version": _post("_model_default_version", _MANAGEMENT),

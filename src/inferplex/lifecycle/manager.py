@@ -252,15 +252,15 @@ class LifecycleManager:
 
     async def _config_override(self, name: str, raw: Any) -> ModelConfig | None:
         """A load's ``config`` parameter read (in a worker thread when large: a config with
-        thousands of entries takes long to check); one longer than the management JSON cap
+        thousands of entries takes long to check); one longer than --max-load-config-bytes
         is refused (it is a model configuration, not a model file)."""
         if not isinstance(raw, str | bytes) or len(raw) <= _INLINE_CONFIG_BYTES:
             return _config_override(name, raw)
-        limit = self.config.max_management_json_bytes
+        limit = self.config.max_load_config_bytes
         if len(raw) > limit:
             raise PayloadTooLargeError(
                 f"load parameter 'config' of {len(raw)} bytes is above the limit of {limit} "
-                "bytes (--max-management-json-bytes, INFERPLEX_MAX_MANAGEMENT_JSON_BYTES)"
+                "bytes (--max-load-config-bytes, INFERPLEX_MAX_LOAD_CONFIG_BYTES)"
             )
         return await asyncio.to_thread(_config_override, name, raw)
 

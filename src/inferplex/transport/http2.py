@@ -411,7 +411,7 @@ class Http2Connection(Http2Frames):
             self._data_kept += count
         stream.body.append(bytes(chunk))
         stream.body_bytes += count
-        if stream.body_bytes > self._max_body:
+        if stream.body_bytes > (stream.limit or self._max_body):
             stream.discard = True
             stream.body.clear()
             self._release(stream)

@@ -26,6 +26,7 @@ class Stream:
         "held",
         "id",
         "length",
+        "limit",
         "outbox",
         "recv_window",
         "remote_closed",
@@ -54,6 +55,8 @@ class Stream:
         self.remote_closed = False  # the peer sent END_STREAM
         self.discard = False  # answered early: the body is not wanted
         self.length = -1  # the request's content-length, if it gave one
+        #: the most body bytes the application takes on this stream; 0: the connection's limit
+        self.limit = 0
         self.send_window = window
         #: what the peer may still send on the stream before our next WINDOW_UPDATE for it
         self.recv_window = recv_window

@@ -34,7 +34,8 @@ class GrpcMethod(Protocol):
     request message (bytes-like), ``handler(request, call)`` answers it, ``serialize``
     writes the response; ``refused`` answers every call at once. A ``streaming`` method is
     a bidirectional stream: ``handler(requests, call)`` takes an async iterator of parsed
-    messages and returns an async iterator of responses."""
+    messages and returns an async iterator of responses. A ``large`` method takes messages
+    up to the server's message limit, any other up to the small one."""
 
     @property
     def handler(self) -> Callable[[Any, Any], Any]: ...
@@ -50,6 +51,9 @@ class GrpcMethod(Protocol):
 
     @property
     def refused(self) -> InferplexError | None: ...
+
+    @property
+    def large(self) -> bool: ...
 
 
 class GrpcServing(Protocol):
@@ -72,7 +76,9 @@ ADMITTED_KEY = "inferplex.route"
 class HttpRequest(Protocol):
     """A request as the built-in HTTP server hands it to a handler, complete with its body
     (``transport.http_cycle.Request``): ``path`` percent-decoded, ``raw_path`` as sent;
-    ``admitted``, what the admission check returned when it ran before the body was read."""
+    ``admitted``, what the admission check returned when it ran before the body was read;
+    ``body_limit`` (and the setting named ``body_limit_flag``), the most body bytes it then
+    allowed (0: the server's limit)."""
 
     method: str
     path: str
@@ -81,6 +87,8 @@ class HttpRequest(Protocol):
     headers: list[tuple[bytes, bytes]]
     body: bytes | memoryview
     admitted: Any
+    body_limit: int
+    body_limit_flag: str
 
 
 class StreamedBody:

@@ -20,7 +20,9 @@ does not give, so the twins answer alike:
   uvicorn's httptools protocol does not bound it as it arrives, as the built-in server does);
 - an answer sent before the request's body was read whole (a refused token, a 413) closes the
   connection, as the built-in server does; uvicorn would read and drop the rest of the body
-  to keep the connection.
+  to keep the connection;
+- a ``Transfer-Encoding`` other than ``chunked`` (``gzip, chunked``) gets 501 (RFC 9112 6.1):
+  httptools reads such a body's chunks and uvicorn hands the app the still-coded bytes.
 
 Not enforced here, unlike the built-in server (uvicorn has no such settings): the header,
 body-rate and send timeouts, and the server-wide buffered-bytes budget. Each connection's
@@ -74,17 +76,27 @@ class _Edge:
         if limit and size > limit:
             await self._refuse(send, "uri_too_long", 414, "the request line is above the limit")
             return
-        fields_size, has_body = _header_fields(scope["headers"])
+        fields_size, has_body, coding = _header_fields(scope["headers"])
         if limit and size + fields_size > limit:
             await self._refuse(send, "header_too_large", 431, "request headers are above the limit")
+            return
+        if coding is not None:
+            await self._refuse(
+                send,
+                "transfer_coding",
+                501,
+                f"Transfer-Encoding '{coding.decode('latin-1')}' is not implemented: send the "
+                "body chunked or with Content-Length (Content-Encoding: gzip compresses it)",
+            )
             return
         if has_body:
             receive, send = _closing_unless_read(receive, send)
         await self._app(scope, receive, send)
 
-    async def _refuse(self, send: Send, reason: str, status: int, what: str) -> None:
+    async def _refuse(self, send: Send, reason: str, status: int, message: str) -> None:
         self._refusals[reason] = self._refusals.get(reason, 0) + 1
-        message = f"{what} of {self._max_header_bytes} bytes (INFERPLEX_MAX_HEADER_BYTES)"
+        if status != 501:
+            message += f" of {self._max_header_bytes} bytes (INFERPLEX_MAX_HEADER_BYTES)"
         body = orjson.dumps({"error": message})
         headers = [
             (b"content-type", b"application/json"),
@@ -95,18 +107,21 @@ class _Edge:
         await send({"type": "http.response.body", "body": body})
 
 
-def _header_fields(headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, bool]:
-    """The bytes of a request's header fields as the built-in server counts them, and
-    whether the request has a body."""
+def _header_fields(headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, bool, bytes | None]:
+    """The bytes of a request's header fields as the built-in server counts them, whether
+    the request has a body, and a transfer coding besides ``chunked`` if it names one."""
     size = 0
-    has_body = False
+    has_body = chunked = False
+    coding = None
     for name, value in headers:
         size += len(name) + len(value) + 4  # the separator and the line end, as the built-in
         if name == b"content-length":
             has_body = has_body or value != b"0"
         elif name == b"transfer-encoding":
-            has_body = True
-    return size, has_body
+            if chunked or value.strip().lower() != b"chunked":
+                coding = value  # a coding besides chunked, or chunked twice
+            has_body = chunked = True
+    return size, has_body, coding
 
 
 def _closing_unless_read(receive: Receive, send: Send) -> tuple[Receive, Send]:

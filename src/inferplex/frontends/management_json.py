@@ -1,19 +1,17 @@
-"""The bodies of the HTTP endpoints other than inference: how large each may be, and their
-JSON read into objects.
+"""The JSON bodies of the HTTP endpoints other than inference, read into objects.
 
 These bodies are small JSON documents (an index filter, an instance count, a shared-memory
-region) parsed whole, so they are capped far below an inference body
-(``--max-management-json-bytes``); a load request carries base64 model files (Triton's
-``file:`` overrides) and has its own cap (``--max-load-request-bytes``). A body above
-``OFFLOAD_BYTES`` is parsed in a worker thread with the garbage collector paused, and a load
-whose JSON holds more values than a management body could is refused before its parse (a
-parse holds the GIL throughout, in any thread).
+region) held to ``--max-small-request-bytes`` (frontends/http_body.py); a load request
+carries base64 model files (Triton's ``file:`` overrides) within ``--max-load-request-bytes``.
+A body above ``OFFLOAD_BYTES`` is parsed in a worker thread with the garbage collector
+paused, and one whose JSON holds more values than a load's config may have is refused before
+its parse (a parse holds the GIL throughout, in any thread).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -22,54 +20,18 @@ from inferplex.errors import InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.v2.offload import OFFLOAD_BYTES
 from inferplex.protocol.v2.rest import gc_paused
 
-__all__ = ["BodyLimit", "ManagementBodies", "load_parameters"]
+__all__ = ["ManagementBodies", "load_parameters"]
 
 Body = bytes | memoryview
 
 
-class BodyLimit(NamedTuple):
-    """The most bytes an endpoint's request body may have, and the setting that says so."""
-
-    bytes: int
-    setting: str
-
-    def too_large(self, what: str) -> PayloadTooLargeError:
-        return PayloadTooLargeError(
-            f"request body of {what} is above the limit of {self.bytes} bytes ({self.setting})"
-        )
-
-
-#: the handlers of the endpoints, other than inference and load, whose body is JSON
-_MANAGEMENT_JSON = (
-    "_repository_index",
-    "_model_unload",
-    "_model_instances",
-    "_model_default_version",
-    "_shm_register",
-    "_shm_unregister",
-    "_cuda_shm_register",
-    "_cuda_shm_unregister",
-)
-
-
 class ManagementBodies:
-    """The limits of the bodies of the endpoints other than inference, and their JSON."""
+    """The JSON of the bodies of the endpoints other than inference."""
 
     def __init__(self, config: ServerConfig) -> None:
-        most = config.max_request_bytes
-        management = BodyLimit(
-            min(config.max_management_json_bytes, most),
-            "--max-management-json-bytes, INFERPLEX_MAX_MANAGEMENT_JSON_BYTES",
-        )
-        #: each endpoint's limit, by its handler's name
-        self.limits = dict.fromkeys(_MANAGEMENT_JSON, management)
-        self.limits["_model_load"] = BodyLimit(
-            min(config.max_load_request_bytes, most),
-            "--max-load-request-bytes, INFERPLEX_MAX_LOAD_REQUEST_BYTES",
-        )
-        # a load's bytes are its files' strings; its values, no more than a management
-        # body can hold (at most one per 2 bytes: "1,1,..."): parsing is per value
-        self._max_values = management.bytes // 2
+        # a load's bytes are its files' strings; its values, no more than its config may
+        # hold (at most one per 2 bytes: "1,1,..."): parsing is per value
+        self._max_values = config.max_load_config_bytes // 2
 
     async def json(self, body: Body, what: str) -> dict[str, Any]:
         """The JSON object of a request body ({} when the body is empty); a large body
@@ -95,7 +57,7 @@ class ManagementBodies:
             raise PayloadTooLargeError(
                 f"the {what} request holds more than {self._max_values} JSON values: model "
                 "files go in 'file:' parameters as base64 strings, and the rest must fit "
-                "--max-management-json-bytes (INFERPLEX_MAX_MANAGEMENT_JSON_BYTES)"
+                "--max-load-config-bytes (INFERPLEX_MAX_LOAD_CONFIG_BYTES)"
             )
         with gc_paused():
             return _loads(body)
