@@ -1,11 +1,10 @@
 """What every part of a server HTTP/2 connection (transport/http2.py) shares: its state, the
 asyncio callbacks, receive windows and buffered bytes, the budgets of work a client may make
-it do for nothing, the connection's timers (preface, idle, keepalive, maximum age, stalled
-sends) and closing (http2_limits.py says what each limit is).
+it do for nothing, and closing (http2_limits.py says what each limit is; the connection's
+timers are in http2_timers.py).
 
-Nothing here runs per frame on the happy path but a counter: the timers are one TimerHandle
-per connection, armed for the earliest moment one of them needs a look, and a budget is
-looked at against the clock only once its counter passes its burst.
+Nothing here runs per frame on the happy path but a counter: a budget is looked at against
+the clock only once its counter passes its burst.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import math
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_stream import Http2App, Stream
 from inferplex.transport.http2_wire import (
-    CANCEL,
     DEFAULT_WINDOW,
     ENHANCE_YOUR_CALM,
     GOAWAY,
@@ -128,7 +126,6 @@ class Http2Base(asyncio.BufferedProtocol):
         self._counters.connections += 1
         now = self._loop.time()
         self._born = self._idle_since = self._ka_at = self._resets_at = self._control_at = now
-        self._check(now)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None and self in self._connections:
@@ -139,19 +136,6 @@ class Http2Base(asyncio.BufferedProtocol):
                 handle.cancel()
         self._connections.discard(self)
         self._drop_streams()
-
-    def pause_writing(self) -> None:
-        # the peer is not reading: stop taking requests until the socket drains
-        if self._transport is not None:
-            self._transport.pause_reading()
-        if self._limits.send_timeout_s and self._loop is not None:
-            self._paused_at = now = self._loop.time()
-            self._arm(now + self._limits.send_timeout_s)
-
-    def resume_writing(self) -> None:
-        self._paused_at = None
-        if self._transport is not None and not self._closed:
-            self._transport.resume_reading()
 
     # -- streams closed early, writing -----------------------------------------------------
     def _reset(self, stream: Stream, code: int) -> None:
@@ -321,142 +305,6 @@ class Http2Base(asyncio.BufferedProtocol):
     def _calm(self, limit: str, message: str) -> None:
         self._counters.exceeded[limit] += 1
         raise Http2Error(ENHANCE_YOUR_CALM, message)
-
-    # -- timers ---------------------------------------------------------------------------
-    def _arm(self, at: float) -> None:
-        """Make sure the connection's timer looks at it no later than ``at``."""
-        if at >= self._timer_at or self._loop is None or self._closed:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_at(at, self._on_timer)
-        self._timer_at = at
-
-    def _on_timer(self) -> None:
-        self._timer, self._timer_at = None, math.inf
-        if not self._closed and self._loop is not None:
-            self._check(self._loop.time())
-
-    def _check(self, now: float) -> None:
-        """Act on every timeout due at ``now``, and arm the timer for the next."""
-        limits = self._limits
-        if self._settings_seen:
-            wake = self._check_settled(now, limits)
-        else:
-            wake = self._check_preface(now, limits)
-        if self._closed:
-            return
-        if limits.send_timeout_s:
-            send_wake = self._check_send(now, limits.send_timeout_s)
-            if send_wake is None:
-                return
-            wake = min(wake, send_wake)
-        if wake < math.inf:
-            self._arm(max(wake, now + _TICK_S))
-
-    def _check_preface(self, now: float, limits: Http2Limits) -> float:
-        """``_check`` before the preface is in; the moment its clock runs out."""
-        if not limits.preface_timeout_s:
-            return math.inf
-        at = self._born + limits.preface_timeout_s
-        if now >= at:
-            message = f"no connection preface within {limits.preface_timeout_s:g} s"
-            self._time_out("preface_timeout", message)
-        return at
-
-    def _check_send(self, now: float, timeout: float) -> float | None:
-        """The send timeout of the connection and of each stream blocked on flow control;
-        the next moment one of them needs a look (None: the connection was aborted)."""
-        wake = math.inf
-        if self._paused_at is not None:
-            at = self._paused_at + timeout
-            if now >= at:  # the peer reads nothing: what we wrote cannot leave
-                self._counters.exceeded["send_timeout"] += 1
-                self._drop_streams()
-                self.abort()
-                return None
-            wake = at
-        for stream in list(self._blocked.values()):
-            at = stream.stalled_since + timeout
-            if now >= at:
-                self._counters.exceeded["send_timeout"] += 1
-                self._reset(stream, CANCEL)
-            else:
-                wake = min(wake, at)
-        return wake
-
-    def _check_settled(self, now: float, limits: Http2Limits) -> float:
-        """``_check`` once the preface is in: age, idle time, keepalive; the next moment
-        one of them needs a look."""
-        wake = math.inf
-        if limits.max_connection_age_s:
-            at = self._check_age(now, limits)
-            if at is None:
-                return wake
-            wake = at
-        if limits.idle_timeout_s:
-            at = self._check_idle(now, limits.idle_timeout_s)
-            if at is None:
-                return wake
-            wake = min(wake, at)
-        if limits.keepalive_s:
-            at = self._check_keepalive(now, limits)
-            if at is None:
-                return wake
-            wake = min(wake, at)
-        return wake
-
-    def _check_age(self, now: float, limits: Http2Limits) -> float | None:
-        """The connection's maximum age: a graceful close once it is reached, and what is
-        still open cancelled when its grace is over (None: it was)."""
-        if self._age_deadline is None:
-            at = self._born + limits.max_connection_age_s
-            if now < at:
-                return at
-            self._counters.exceeded["max_connection_age"] += 1
-            grace = limits.max_connection_age_grace_s
-            self._age_deadline = now + grace if grace else math.inf
-            self.goaway()
-        if now >= self._age_deadline:  # the grace is over: what is open is cancelled
-            self._fail(NO_ERROR, "maximum connection age reached")
-            return None
-        return self._age_deadline
-
-    def _check_idle(self, now: float, timeout: float) -> float | None:
-        """Idle: no request the server works on or answers, and nothing read for a while
-        (streams waiting on a peer that stopped sending their bodies hold nothing).
-        None: the connection timed out."""
-        if self._reads != self._idle_reads:
-            self._idle_reads, self._idle_since = self._reads, now
-        if any(stream.remote_closed for stream in self.streams.values()):
-            self._idle_since = now  # busy now: idle time counts from here at the most
-            return now + timeout
-        at = self._idle_since + timeout
-        if now >= at:
-            self._time_out("idle_timeout", "idle for too long")
-            return None
-        return at
-
-    def _check_keepalive(self, now: float, limits: Http2Limits) -> float | None:
-        """A PING after a quiet while, and the connection failed when its answer is late
-        (None: it was)."""
-        if self._reads != self._ka_reads:  # the peer sent something: it is there
-            self._ka_reads, self._ka_at, self._ping_sent_at = self._reads, now, None
-        if self._ping_sent_at is not None:
-            at = self._ping_sent_at + limits.keepalive_timeout_s
-            if now >= at:
-                self._time_out("keepalive_timeout", "no answer to a keepalive PING")
-                return None
-            return at
-        if now >= self._ka_at + limits.keepalive_s:
-            self._write(frame(PING, 0, 0, _KEEPALIVE_PING))
-            self._ping_sent_at = now
-            return now + limits.keepalive_timeout_s
-        return self._ka_at + limits.keepalive_s
-
-    def _time_out(self, limit: str, message: str) -> None:
-        self._counters.exceeded[limit] += 1
-        self._fail(NO_ERROR, message)
 
     # -- closing --------------------------------------------------------------------------
     @property
