@@ -86,9 +86,7 @@ class Http2Output(Http2Timers):
         )
         stream.send_window -= size
         self._send_window -= size
-        if self._control:  # a DATA frame sent: the peer's WINDOW_UPDATE follows
-            self._control -= 1
-        self._finish(stream)
+        self._finish(stream)  # (which earns the DATA frame's WINDOW_UPDATE too)
 
     # -- open-ended responses (streaming calls) ---------------------------------------------
     def send_headers(self, stream: Stream, block: bytes) -> None:
@@ -161,9 +159,8 @@ class Http2Output(Http2Timers):
             stream.send_window -= allowed
             self._send_window -= allowed
             sent += 1
-        if self._control:  # DATA sent: the peer's WINDOW_UPDATEs follow
-            control = self._control - sent
-            self._control = control if control > 0 else 0
+        if sent:  # DATA sent: the peer's WINDOW_UPDATEs follow
+            self._earn(sent)
         if outbox:
             return
         stream.outbox = None
@@ -201,8 +198,6 @@ class Http2Output(Http2Timers):
         # an answered stream gives back some of the budgets
         if self._resets:
             self._resets -= 1
-        if self._control:
-            control = self._control - _STREAM_REFUND
-            self._control = control if control > 0 else 0
+        self._earn(_STREAM_REFUND)
         if not self.streams:
             self._close_if_done()
