@@ -68,7 +68,7 @@ class Http2Frames(Http2Output):
             self._reset(stream, PROTOCOL_ERROR)
             self._spend_reset()
             return
-        if stream.held or stream.unsized:
+        if stream.held or stream.unsized or self._waiting:  # (a stream may wait holding 0)
             self._release(stream)
         self._app.body_received(self, stream)  # type: ignore[arg-type]
 

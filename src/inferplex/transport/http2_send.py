@@ -190,7 +190,7 @@ class Http2Output(Http2Timers):
         stream.discard = True  # what may still arrive of its body is not wanted
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        if stream.held or stream.unsized:
+        if stream.held or stream.unsized or self._waiting:  # (a stream may wait holding 0)
             self._release(stream)
         if not stream.remote_closed:
             self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))

@@ -267,3 +267,21 @@ def test_streams_past_the_limit_are_refused_not_the_connection() -> None:
     for sid in range(201, 300, 2):
         peer.feed(peer.headers(sid))
     assert peer.sent(GOAWAY)[0][1][4:8] == ENHANCE_YOUR_CALM.to_bytes(4, "big")
+
+
+def test_a_stream_answered_while_it_waits_leaves_the_queue() -> None:
+    """A message waiting for room that is answered first (its deadline passed, say) is not
+    given room later: nothing is reserved for a stream that is gone."""
+    peer = _Peer(_App(), limits=Http2Limits(connection_buffer_bytes=1 << 20))
+    client = _Client(peer, 16_384)
+    client.start(1, _message(1 << 20, 1))
+    client.start(3, _message(1 << 20, 3))
+    peer.feed(
+        frame(DATA, 0, 1, _message(1 << 20, 1)[:5]) + frame(DATA, 0, 3, _message(1 << 20, 3)[:5])
+    )
+    connection = peer.connection
+    assert list(connection._waiting) == [3] and connection.streams[3].held == 0
+    connection.respond_headers_only(connection.streams[3], b"\x88")
+    assert not connection._waiting
+    connection.respond_headers_only(connection.streams[1], b"\x88")
+    assert connection._reserved == connection._held == 0
