@@ -22,9 +22,11 @@ from tests.conftest import TWINS
 
 MIB = 1 << 20
 #: the connection buffer limit here: 3 MiB messages, one at a time; the streams limit: a
-#: burst of calls goes past it
+#: burst of calls goes past it; the control-frame burst: scaled down with the streams (the
+#: issue's 1,500 calls against 1,024 streams and a burst of 1,000)
 CONNECTION_BUFFER = 4 * MIB
 MAX_STREAMS = 64
+MAX_CONTROL_FRAMES = 50
 
 
 @pytest.fixture(scope="module", params=list(TWINS))
@@ -40,6 +42,7 @@ def twin(
             **settings,
             "INFERPLEX_HTTP2_CONNECTION_BUFFER_BYTES": str(CONNECTION_BUFFER),
             "INFERPLEX_HTTP2_MAX_CONCURRENT_STREAMS": str(MAX_STREAMS),
+            "INFERPLEX_HTTP2_MAX_CONTROL_FRAMES": str(MAX_CONTROL_FRAMES),
         },
     )
     yield request.param, running
@@ -89,15 +92,25 @@ def test_large_calls_at_once_past_the_connection_limit_all_complete(
     assert time.monotonic() - began < 30
 
 
-def test_four_32_mib_calls_at_once_with_the_default_limits(
-    test_repository: Path, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def defaults(
+    test_repository: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    """The built-in server with the default limits."""
+    running = start_server(test_repository, tmp_path_factory.mktemp("logs") / "server.log")
+    yield running
+    running.stop()
+
+
+def test_four_32_mib_calls_at_once_with_the_default_limits(defaults: RunningServer) -> None:
     """The issue's case as it was reported: the default limits (64 MiB a connection)."""
-    running = start_server(test_repository, tmp_path / "server.log")
-    try:
-        assert _large_calls_at_once(running.grpc_url, 4, 32 * MIB) == []
-    finally:
-        running.stop()
+    assert _large_calls_at_once(defaults.grpc_url, 4, 32 * MIB) == []
+
+
+def test_1500_calls_at_once_with_the_default_limits(defaults: RunningServer) -> None:
+    """The issue's case as it was reported: 1,024 streams, a burst of 1,000 control frames."""
+    for _ in range(3):
+        assert asyncio.run(_calls_at_once(defaults.grpc_url, 1500)) == []
 
 
 async def _calls_at_once(url: str, count: int) -> list[str]:
