@@ -236,7 +236,11 @@ class Http2Base(asyncio.BufferedProtocol):
         """A streaming call's message is ``due`` bytes short of whole: its window opens for
         them (a message larger than the window would wait for itself otherwise); whole
         messages still wait to be taken before the window opens for the next."""
-        if stream is not self._data_stream and self.streams.get(stream.id) is stream:
+        if (
+            stream is not self._data_stream
+            and not stream.remote_closed
+            and self.streams.get(stream.id) is stream
+        ):
             self._open(stream, due)
 
     def taken(self, stream: Stream, count: int) -> None:

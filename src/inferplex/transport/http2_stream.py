@@ -108,8 +108,11 @@ class Http2App(Protocol):
     ) -> int | None:
         """The first ``stream.head_size`` bytes of the body (``head``) have arrived: how many
         bytes follow them, if the application knows. They are then read into one buffer of
-        that size, which ``stream.data(len(head))`` returns without a copy. None: the rest is
-        collected as it comes. The application may answer the stream here instead."""
+        that size, which ``stream.data(len(head))`` returns without a copy, once the connection
+        has room for it (until then the stream waits, held back by its window). None: the
+        rest is collected as it comes, and must fit the stream's initial window unless the
+        application takes it as it comes (``connection.taken``, ``connection.expect``). The
+        application may answer the stream here instead."""
 
     def body_received(self, connection: Http2Connection, stream: Stream) -> None:
         """The stream's body is complete (the peer ended its side)."""
