@@ -137,7 +137,7 @@ def test_a_burst_of_calls_above_the_stream_limit_all_complete(
     (64 here) wait in the client or are refused stream by stream, never the connection."""
     if twin[0] == "reference":
         # grpc-core's server refuses the calls past its limit with REFUSED_STREAM that the
-        # client does not retry: 1-833 calls of 1,500 fail (docs/security.md)
+        # client does not retry: 0-833 calls of 1,500 fail (docs/security.md)
         pytest.xfail("grpcio's server fails the calls above its stream limit")
     for _ in range(3):
         assert asyncio.run(_calls_at_once(twin[1].grpc_url, 1500)) == []
