@@ -26,6 +26,7 @@ LIMITS = (
     "max_connection_age",
     "send_timeout",
     "connection_buffer",
+    "connection_buffer_waits",
     "server_buffer",
     "flow_control",
     "message_size",

@@ -2,12 +2,14 @@
 
 The request body arrives as it comes (HTTP/2 DATA frames kept as they came); each complete
 length-prefixed message goes to the method's handler when it asks for the next, and only
-then are its bytes given back to the connection's and the stream's flow-control windows: a
-handler that stops reading (a stream with as many requests in flight as it may have) holds
-the client back. Responses go out as the handler yields them: one header block first, each
-message as DATA as the peer's windows allow (the next response waits until the last is
-out, so a slow reader holds the handler back), the status in the trailers. A reset stream,
-a closed connection or the server stopping cancels the handler.
+then are its bytes given back to the stream's flow-control window: a handler that stops
+reading (a stream with as many requests in flight as it may have) holds the client back.
+The window opens for the rest of a message not yet whole, whatever its size (up to the
+message limit): a message larger than the window would otherwise wait for itself.
+Responses go out as the handler yields them: one header block first, each message as DATA
+as the peer's windows allow (the next response waits until the last is out, so a slow
+reader holds the handler back), the status in the trailers. A reset stream, a closed
+connection or the server stopping cancels the handler.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ class StreamingCall:
         del pending[:offset]
         # what the connection counts against the body size limit: the message not yet whole
         stream.body_bytes = len(pending)
+        if len(pending) >= 5:  # its window opens for the rest of it, however large
+            due = 5 + int.from_bytes(pending[1:5], "big") - len(pending)
+            self._connection.expect(stream, due)
 
     def end(self) -> None:
         """The client ended its side: the last messages, then the end."""
