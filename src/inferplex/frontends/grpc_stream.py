@@ -63,10 +63,12 @@ class StreamInfer:
         """One request of the stream: decode, stream its responses into ``out``."""
         plane, shm = self._plane, self._shm
         request: InferenceRequest | None = None
+        charge = None  # a large message's decoding, charged until its responses are out
         try:
             request = offload.decode_grpc_here(message, shm, plane)
             if request is None:
-                request = await offload.decode_grpc(message, shm, plane)
+                charge = plane.charge()
+                request = await offload.decode_grpc(message, shm, plane, charge)
             if plane.routing_metadata:
                 key = plane.routing_value(call.metadata())
                 if key is not None:
@@ -82,6 +84,9 @@ class StreamInfer:
                 responses.close()
         except InferplexError as exc:
             await out.put(_error(exc, request))
+        finally:
+            if charge is not None:
+                charge.release()
 
     async def _encode(
         self, item: StreamedResponse, request: InferenceRequest, marked: bool

@@ -117,6 +117,7 @@ class HttpApp:
     ) -> None:
         self._engine = engine
         self._max_body = config.max_request_bytes
+        self._max_json = config.max_json_request_bytes
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
@@ -199,11 +200,14 @@ class HttpApp:
             request.admitted = self.admit(
                 request.method, request.path, request.raw_path, request.query, request.headers
             )
+            if request.admitted[0].method == "POST":
+                self._body_headers(request.headers)  # a body too large is not read
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
         return None
 
-    async def _serve(
+    # one pass per request: a split costs a call on the hot path
+    async def _serve(  # noqa: C901
         self,
         method: str,
         path: str,
@@ -228,6 +232,8 @@ class HttpApp:
                     raise self._too_large(f"{len(body)} bytes")
                 if coding is not None:
                     body = await self._decompressed(body, coding)
+                if header_length is None and len(body) > self._max_json:
+                    raise self._json_too_large(len(body))
             else:
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
@@ -250,21 +256,28 @@ class HttpApp:
             logger.exception("unexpected error serving %s %s", method, path)
             return 500, _error(f"internal server error: {type(exc).__name__}: {exc}"), _JSON
 
-    def _body_headers(self, headers: Headers) -> tuple[bytes | None, bytes | None, bytes | None]:
+    # one pass over the headers of every request with a body
+    def _body_headers(  # noqa: C901
+        self, headers: Headers
+    ) -> tuple[bytes | None, bytes | None, bytes | None]:
         """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
         identity) and the ``Accept-Encoding`` of a request with a body; a declared length
         above the limit is refused (413) before any of the body is read."""
         header_length = coding = accept = None
+        length = 0
         for key, value in headers:
             if key == b"content-length":
                 if not value.isdigit():
                     raise InvalidInputError(
                         f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
                     )
-                if int(value) > self._max_body:
-                    raise self._too_large(f"Content-Length {int(value)}")
+                length = int(value)
+                if length > self._max_body:
+                    raise self._too_large(f"Content-Length {length}")
             elif key == b"inference-header-content-length":
                 header_length = value
+                if value.isdigit() and int(value) > self._max_json:
+                    raise self._json_too_large(int(value))
             elif key == b"content-encoding":
                 coding = value.strip().lower()
                 if coding == b"identity":
@@ -276,6 +289,8 @@ class HttpApp:
                     )
             elif key == b"accept-encoding":
                 accept = value
+        if length > self._max_json and header_length is None and coding is None:
+            raise self._json_too_large(length)
         return header_length, coding, accept
 
     async def _receive(self, receive: Receive) -> Body:
@@ -305,6 +320,13 @@ class HttpApp:
             raise self._too_large(f"more than {self._max_body} bytes once decompressed")
         return body
 
+    def _json_too_large(self, size: int) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"request JSON of {size} bytes is above the limit of {self._max_json} bytes "
+            "(INFERPLEX_MAX_JSON_REQUEST_BYTES): send large tensors as binary data (the binary "
+            "tensor data extension: Inference-Header-Content-Length, binary_data_size)"
+        )
+
     def _resolve(self, path: str, raw_path: bytes | None, query: bytes, remember: bool) -> Route:
         endpoint, model, version = resolve(path, raw_path, query)
         route: Route = (endpoint, getattr(self, endpoint.handler), model, version)
@@ -332,18 +354,27 @@ class HttpApp:
         length = None if header_length is None else parse_header_length(header_length)
         plane = self._plane
         shm = self._engine.shared_memory
-        # a large body is decoded (and its response encoded) in a worker thread
+        # a large body is decoded (and its response encoded) in a worker thread, what its
+        # decoding allocates charged to the server's byte budget until it is answered
+        charge = None
         request = offload.decode_rest_here(body, length, model, version, shm, plane)
-        if request is None:
-            request = await offload.decode_rest(body, length, model, version, shm, plane)
-        if routing_key is not None:
-            plane.route(request, routing_key)
-        response = await plane.infer(request)
-        if type(request.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
-            response = await plane.classify(request, response)
-        encoded = offload.encode_rest_here(response, request, shm)
-        if encoded is None:
-            encoded = await offload.encode_rest(response, request, shm)
+        try:
+            if request is None:
+                charge = plane.charge()
+                request = await offload.decode_rest(
+                    body, length, model, version, shm, plane, charge
+                )
+            if routing_key is not None:
+                plane.route(request, routing_key)
+            response = await plane.infer(request)
+            if type(request.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
+                response = await plane.classify(request, response)
+            encoded = offload.encode_rest_here(response, request, shm)
+            if encoded is None:
+                encoded = await offload.encode_rest(response, request, shm)
+        finally:
+            if charge is not None:
+                charge.release()
         payload, json_length = encoded
         if json_length is None:
             return 200, payload, _JSON

@@ -377,11 +377,15 @@ class Http2Connection(Http2Frames):
             chunk = chunk[len(piece) :]
             # a body here whole (a small message) is one piece already: no buffer to size
             whole = last and len(chunk) == size
+            full = None if size is None or whole else self._room(size, 0)
+            if full == "server_buffer":  # announced, it cannot fit: refused before it comes
+                self._refuse_body(stream, full)
+                return
             if (
                 size is not None
                 and 0 <= size <= self._max_body - stream.body_bytes
                 and not whole
-                and self._room(size, 0) is None
+                and full is None
             ):
                 # a buffer the application sized counts whole from now on; past the limits,
                 # the body is collected as it comes, each byte counted (``_hold``)

@@ -94,6 +94,7 @@ class Http2Base(asyncio.BufferedProtocol):
         self._recv_window = CONNECTION_WINDOW
         self._unacked = 0
         self._held = 0  # request bytes buffered for this connection's streams
+        self.unsent = 0  # response bytes waiting for the peer's windows (in streams' charged)
         # budgets: frames that did no work, counted; leaked by time from *_at on
         self._resets = 0
         self._resets_at = 0.0
@@ -238,8 +239,40 @@ class Http2Base(asyncio.BufferedProtocol):
         self._ack(count)
         self._give_back(stream, count)
 
+    def _handed(self, stream: Stream) -> None:
+        """The stream's body is the application's now: it leaves the connection's buffer
+        and the windows get it back, but it stays in the server's budget until the stream
+        ends (``_release``): a body queued for a busy model still holds memory."""
+        held = stream.held
+        if held:
+            stream.held = 0
+            self._held -= held
+            self._counters.buffered -= held
+            stream.charged += held
+        unsized = stream.unsized
+        if unsized:
+            stream.unsized = 0
+            self._ack(unsized)
+
+    def _charge_unsent(self, stream: Stream, count: int) -> None:
+        """An answer of ``count`` bytes waits for the peer's windows: held until the stream
+        ends, in the server's budget and this connection's ``unsent``."""
+        stream.charged += count
+        stream.unsent += count
+        self.unsent += count
+        self._counters.budget.used += count
+
     def _release(self, stream: Stream) -> None:
-        """The stream's buffered bytes are the application's now, or dropped."""
+        """The stream's buffered bytes are the application's now, or dropped; at its end,
+        what it held of the server's budget too."""
+        charged = stream.charged
+        if charged:
+            stream.charged = 0
+            budget = self._counters.budget
+            budget.used -= charged
+            self.unsent -= stream.unsent
+            stream.unsent = 0
+            budget.freed(charged)
         held = stream.held
         if held:
             stream.held = 0
@@ -268,6 +301,12 @@ class Http2Base(asyncio.BufferedProtocol):
             counters.buffered += count
             counters.budget.used += count
             return True
+        self._refuse_body(stream, limit)
+        return False
+
+    def _refuse_body(self, stream: Stream, limit: str) -> None:
+        """The stream's body would pass ``limit`` (``_room``): refused, what it held dropped."""
+        counters = self._counters
         counters.exceeded[limit] += 1
         stream.discard = True
         stream.body.clear()
@@ -275,7 +314,6 @@ class Http2Base(asyncio.BufferedProtocol):
         self._release(stream)
         server_wide = limit == "server_buffer"
         self._app.buffers_full(self, stream, server_wide)  # type: ignore[arg-type]
-        return False
 
     def _room(self, count: int, own: int) -> str | None:
         """Which buffering limit ``count`` more bytes would pass (None: neither), for a

@@ -337,8 +337,10 @@ def test_announced_bodies_reserve_a_bounded_amount() -> None:
     assert peer.app.sized == {1: True}  # 584 KB still awaited for 1, + 600 KB > 1 MB
     assert peer.app.full == [(3, False)]
     assert counters.exceeded["connection_buffer"] == 1
-    # everything given back: the next body is sized and arrives
-    assert counters.buffered == counters.budget.used == 0
+    # everything given back to the connection: the next body is sized and arrives; the
+    # server's budget still holds 1's body, until 1 is answered
+    assert counters.buffered == 0
+    assert counters.budget.used == peer.connection.streams[1].charged == len(one) - 5
     peer.feed(peer.headers(5) + b"".join(_data_frames(5, five, 10_000)), _cuts("random", 6))
     assert peer.app.bodies[5] == five and peer.app.sized[5]
     assert counters.buffered == 0
@@ -363,7 +365,12 @@ def test_the_server_wide_limit_is_shared() -> None:
     assert peers[1].app.full == [(1, True)]
     assert budget.used == 700_000
     peers[0].feed(b"".join(_data_frames(1, bodies[0], 100_000)[4:]))
-    assert peers[0].app.bodies == {1: bodies[0]} and budget.used == 0
+    assert peers[0].app.bodies == {1: bodies[0]}
+    # the body stays charged while the call runs (a model may hold it), until it is answered
+    assert budget.used == 700_000
+    stream = peers[0].connection.streams[1]
+    peers[0].connection.respond_headers_only(stream, literal_header_block([(b":status", b"200")]))
+    assert budget.used == 0
 
 
 def test_a_small_message_here_whole_is_handed_over_as_it_came() -> None:

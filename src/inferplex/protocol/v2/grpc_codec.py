@@ -41,6 +41,7 @@ from inferplex.protocol.dataplane import (
 )
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.layouts import LayoutCache
+from inferplex.security.charges import BYTES_ELEMENT_COST, charge
 from inferplex.shm.registry import REGION, SharedMemoryRegistry
 from inferplex.types import (
     InferenceRequest,
@@ -202,6 +203,10 @@ def _decode_raw(
 ) -> np.ndarray:
     count = prod(shape)
     if datatype == "BYTES":
+        # one Python object per element, and a copy of their bytes: charged before they are cut
+        charge(
+            count * BYTES_ELEMENT_COST + len(buffer), "input '%s': %d BYTES elements", name, count
+        )
         return reshape_input(deserialize_bytes(buffer, count, name), shape, name)
     if len(buffer) != count * dtype.itemsize:
         raise raw_size_error(name, f"raw_input_contents[{index}]", len(buffer), datatype, shape)
@@ -220,6 +225,9 @@ def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...
     count = element_count(shape)
     if len(values) != count:
         raise InvalidInputError(_count_message(contents, name, shape, field, len(values)))
+    # an object per element, or the array as sent and as its datatype
+    cost = BYTES_ELEMENT_COST if datatype == "BYTES" else wire_dtype.itemsize + 8
+    charge(count * cost, "input '%s': %d elements of contents.%s", name, count, field)
     if datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
         array[:] = list(values)
@@ -343,6 +351,8 @@ def decode_infer_request_bytes(
         request = layout.request(view)
         if request is not None:
             return request
+    # protobuf copies the message, and each raw_input_contents entry read is copied again
+    charge(2 * len(view), "the request message of %d bytes", len(view))
     try:
         message = pb.ModelInferRequest.FromString(view)
     except DecodeError as exc:
