@@ -257,6 +257,7 @@ def test_a_grpc_bytes_bomb_is_refused_before_it_is_decoded(
     with pytest.raises(grpc.RpcError) as refused:
         infer(message, timeout=30)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "BYTES elements" in (refused.value.details() or "")
     assert "INFERPLEX_MAX_BUFFERED_BYTES" in (refused.value.details() or "")
     channel.close()
 
