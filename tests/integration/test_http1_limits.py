@@ -254,9 +254,15 @@ def test_a_client_that_never_reads_its_answers_is_dropped(server: Server) -> Non
             except BlockingIOError:
                 time.sleep(0.05)
         deadline = time.monotonic() + 15  # the send timeout is 1 s
+        held = 0.0  # the answers waiting for it are charged to the server-wide budget
         while gauge(server, "inferplex_http_send_timeouts") == dropped:
             assert time.monotonic() < deadline, "the connection was never dropped"
+            held = max(held, gauge(server, "inferplex_http_buffered_bytes"))
             time.sleep(0.1)
+        assert held > 0, "the unread answers were not charged"
+        while gauge(server, "inferplex_http_buffered_bytes"):
+            assert time.monotonic() < deadline, "the dropped answers' bytes were kept"
+            time.sleep(0.05)
         sock.setblocking(True)
         sock.settimeout(10)
         received = 0
