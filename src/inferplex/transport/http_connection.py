@@ -13,6 +13,7 @@ import orjson
 
 from inferplex.transport.buffers import uninitialised
 from inferplex.transport.http_cycle import Cycle, Refusal, Request, answer
+from inferplex.transport.http_limits import TRIM_BYTES
 from inferplex.transport.interface import ADMITTED_KEY
 
 if TYPE_CHECKING:
@@ -524,7 +525,8 @@ class Connection(asyncio.BufferedProtocol):
         if running:
             self._running = 0
             self._budget.used -= running
-            self._budget.freed(running)
+            if running >= TRIM_BYTES:
+                self._budget.freed(running)
 
     def expire(self, now: float) -> None:
         """Apply the clocks of ``Http1Limits`` at ``now`` (the server's sweep)."""
