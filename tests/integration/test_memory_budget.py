@@ -260,6 +260,16 @@ def test_a_grpc_bytes_bomb_is_refused_before_it_is_decoded(
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "BYTES elements" in (refused.value.details() or "")
     assert "INFERPLEX_MAX_BUFFERED_BYTES" in (refused.value.details() or "")
+    # as typed contents: 2 bytes per element on the wire, 16 in protobuf's arena once parsed,
+    # so refused before protobuf parses it
+    message = pb.ModelInferRequest(model_name="identity_bytes")
+    tensor = message.inputs.add(name="INPUT0", datatype="BYTES", shape=[1, count])
+    tensor.contents.bytes_contents.extend([b""] * count)
+    with pytest.raises(grpc.RpcError) as refused:
+        infer(message, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "the request message" in (refused.value.details() or "")
+    assert "INFERPLEX_MAX_BUFFERED_BYTES" in (refused.value.details() or "")
     channel.close()
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "Budget",
     "Charge",
     "charge",
+    "charged",
     "charging",
 ]
 
@@ -103,6 +104,12 @@ _CURRENT: ContextVar[Charge | None] = ContextVar("inferplex_decode_charge", defa
 def charging(current: Charge | None) -> None:
     """Make ``current`` the charge of what this context decodes from now on."""
     _CURRENT.set(current)
+
+
+def charged() -> bool:
+    """Whether what this context decodes is charged (estimates that cost work to make are
+    made only then)."""
+    return _CURRENT.get() is not None
 
 
 def charge(count: int, what: str, *args: object) -> None:
