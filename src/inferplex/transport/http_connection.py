@@ -55,14 +55,14 @@ class Connection(asyncio.BufferedProtocol):
     callbacks and, while a header block spans reads, by the bytes of those reads (httptools
     joins a header's pieces itself, copying the whole value on every read: without a cap a
     header sent in small pieces costs quadratic time). The body bytes a connection holds are
-    counted in the server's ByteBudget from the moment they are read until the request's
-    answer is written (or the request dropped): a body queued for a busy model still holds
-    its bytes, so bodies waiting for one cannot pass ``--max-buffered-bytes``; so does an
-    answer the client does not read, while writing is paused. Clocks are read by the
-    server's sweep: ``_head_since`` (a header block is arriving), ``_body_since`` (a body
-    is), ``_idle_since`` (the start, or the last answer: 0 until the sweep stamps it, so
-    that an answer costs no clock reading). Per request the bounds cost stores and
-    comparisons only.
+    counted in the server's ByteBudget from the moment they are read (a large body, whole,
+    when its buffer is made with its headers) until the request's answer is written (or the
+    request dropped): a body queued for a busy model still holds its bytes, so bodies waiting
+    for one cannot pass ``--max-buffered-bytes``; so does an answer the client does not
+    read, while writing is paused. Clocks are read by the server's sweep: ``_head_since`` (a
+    header block is arriving), ``_body_since`` (a body is), ``_idle_since`` (the start, or
+    the last answer: 0 until the sweep stamps it, so that an answer costs no clock
+    reading). Per request the bounds cost stores and comparisons only.
     """
 
     def __init__(self, server: HttpServer) -> None:
@@ -108,6 +108,9 @@ class Connection(asyncio.BufferedProtocol):
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_bytes = 0  # read so far, and held in the server's ByteBudget
+        # a large body is charged whole when its headers come (its buffer is made then):
+        # what of it has not arrived yet
+        self._reserved = 0
         self._large_body: memoryview | None = None  # a large body's own buffer
         self._body_rest: memoryview | None = None  # its part still to read, past the parser
         self._request: Request | None = None  # made early, for the admission check
@@ -155,14 +158,11 @@ class Connection(asyncio.BufferedProtocol):
         rest = self._body_rest
         if rest is None:
             self._parse(self._read_buffer[:nbytes])
-        else:
+        else:  # (charged whole with its headers)
             self._body_bytes += nbytes
-            budget = self._budget
-            budget.used += nbytes
+            self._reserved -= nbytes
             if nbytes < len(rest):
                 self._body_rest = rest[nbytes:]
-                if 0 < budget.limit < budget.used:
-                    self._refuse_buffer_full()
             else:
                 self._body_rest = None
                 assert self._large_body is not None
@@ -309,7 +309,11 @@ class Connection(asyncio.BufferedProtocol):
                 self._refuse_buffer_full()
                 raise _Halt
             if length >= READ_BUFFER_BYTES and not parser.should_upgrade():
+                # charged whole now, as its buffer is made: bodies arriving together cannot
+                # pass the budget between them
                 self._large_body = uninitialised(length)
+                self._reserved = length
+                budget.used += length
         if length or chunked:
             self._body_since = self.last_active
             self._body_mark = 0
@@ -319,11 +323,12 @@ class Connection(asyncio.BufferedProtocol):
     def on_body(self, body: bytes) -> None:
         start = self._body_bytes
         end = self._body_bytes = start + len(body)
-        budget = self._budget
-        budget.used += len(body)
-        if self._large_body is not None:  # its size was checked against the limits
+        if self._large_body is not None:  # checked against the limits, and charged whole
+            self._reserved -= len(body)
             self._large_body[start:end] = body
             return
+        budget = self._budget
+        budget.used += len(body)
         if end > self.server.max_body_bytes:
             self._refuse_body(f"at least {end} bytes")
             raise _Halt
@@ -429,8 +434,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def _release(self) -> None:
         """Drop the request being parsed and give its bytes back to the budget."""
-        self._budget.used -= self._body_bytes
-        self._body_bytes = 0
+        self._budget.used -= self._body_bytes + self._reserved
+        self._body_bytes = self._reserved = 0
         self._body = []
         self._large_body = self._body_rest = None
         self._url_parts = None
