@@ -332,7 +332,9 @@ class ServerConfig(BaseSettings):
         ge=0,
         description="request bytes one gRPC connection may buffer in messages not received "
         "whole (one message alone may take more, up to max_grpc_message_bytes); past it: "
-        "RESOURCE_EXHAUSTED. Server-wide, max_buffered_bytes bounds HTTP and gRPC together",
+        "RESOURCE_EXHAUSTED; also the answers of one connection waiting for its windows, past "
+        "which its new calls get RESOURCE_EXHAUSTED. Server-wide, max_buffered_bytes bounds "
+        "HTTP and gRPC together",
     )
     max_tensor_elements: int = Field(
         default=256 * 1024 * 1024, ge=1, description="most elements one input tensor may have"
