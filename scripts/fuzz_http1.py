@@ -104,6 +104,9 @@ class FakeTransport:
             name, default
         )
 
+    def get_write_buffer_size(self) -> int:
+        return min(len(self.written), 1 << 16)  # what a paused transport would still hold
+
     def write(self, data: bytes) -> None:
         assert not self.eof, "a write after write_eof"
         if not self.closed:
@@ -231,9 +234,11 @@ class Run:
     def check(self) -> None:
         connection, budget = self.connection, self.server.budget
         assert budget.used >= 0, f"budget below zero: {budget.used}"
-        # the request being read, what waits behind the running one, and one read's overrun
-        bound = self.max_body + max(self.server.limits.connection_buffer_bytes, self.max_body)
-        assert budget.used <= bound + _READ, f"{budget.used} bytes buffered"
+        # the request being read, what waits behind the running one, the running one (held
+        # until answered), one read's overrun, and an answer waiting while writing is paused
+        bound = 2 * self.max_body + max(self.server.limits.connection_buffer_bytes, self.max_body)
+        unsent = connection._unsent
+        assert budget.used <= bound + _READ + unsent, f"{budget.used} bytes buffered"
         assert len(connection._queue) <= 10, f"{len(connection._queue)} requests queued"
         assert connection._header_bytes <= self.max_header + _READ
         assert connection._head_fed <= self.max_header + _READ

@@ -227,8 +227,11 @@ def frames_of(data: bytes) -> list[tuple[int, int, int, bytes]]:
 
 def check(connection: Http2Connection, counters: Http2Counters, limits: Http2Limits) -> None:
     budget = counters.budget
-    assert 0 <= budget.used <= budget.limit, budget.used
-    assert 0 <= counters.buffered == budget.used
+    # bodies being received, and the calls' handed-over bodies and unsent answers (an answer
+    # is charged as it is: it may take the budget past its limit, refusing new bodies)
+    assert 0 <= budget.used <= budget.limit + connection.unsent, budget.used
+    charged = sum(s.charged for s in connection.streams.values())
+    assert counters.buffered >= 0 and counters.buffered + charged == budget.used
     held = connection._held
     # reservations within the limit (one message alone may pass it), plus initial windows
     window = initial_stream_window(limits)

@@ -164,15 +164,18 @@ class Server:
         self._span_exporter = span_exporter
         self._tracing: Any = None
         self.engine = build_engine(config)
+        #: request bytes held by all HTTP and gRPC listeners together, and large requests'
+        #: decoding (security/charges.py)
+        self._http_budget = ByteBudget(config.max_buffered_bytes)
         #: the one door to the engine for inference, over REST, gRPC and ``infer``
-        self.plane = DataPlane.from_config(self.engine, config, model_folders(self.engine))
+        self.plane = DataPlane.from_config(
+            self.engine, config, model_folders(self.engine), self._http_budget
+        )
         self.http_port = 0
         self.grpc_port = 0
         self.metrics_port = 0
         self.management_port = 0
         self._http_servers: list[HttpServer | UvicornHttpServer] = []
-        #: request bytes buffered by all HTTP listeners together
-        self._http_budget = ByteBudget(config.max_buffered_bytes)
         self._grpc: GrpcFrontend | None = None
         self._metrics: MetricsApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -335,6 +338,7 @@ class Server:
                 max_header_bytes=config.max_header_bytes,
                 ssl_context=tls,
                 keep_alive_s=config.http_keep_alive_s,
+                budget=self._http_budget,
             )
             await server.start(sock)
             self._http_servers.append(server)

@@ -45,9 +45,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     repo = tmp_path_factory.mktemp("loop-repo")
     path = modelgen.identity(repo, "BYTES")
     write_config(path.parent.parent, modelgen.model_config(path))
-    running = start_server(
-        repo, repo / "server.log", env={"INFERPLEX_MAX_TENSOR_ELEMENTS": str(MAX_ELEMENTS)}
-    )
+    # JSON bodies up to 64 MiB are read (above the default cap) so that the decoders' own
+    # bounds are what these tests meet
+    env = {
+        "INFERPLEX_MAX_TENSOR_ELEMENTS": str(MAX_ELEMENTS),
+        "INFERPLEX_MAX_JSON_REQUEST_BYTES": str(64 << 20),
+    }
+    running = start_server(repo, repo / "server.log", env=env)
     yield running
     running.stop()
 

@@ -91,6 +91,13 @@ class ServerConfig(BaseSettings):
     max_request_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="requests with a larger body get 413"
     )
+    max_json_request_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1,
+        description="the JSON of an HTTP request (the whole body, or the JSON header of a "
+        "binary one, once decompressed) above this gets 413: parsed, JSON takes 10-20x its "
+        "size in Python objects; large tensors go in binary (Inference-Header-Content-Length)",
+    )
     max_grpc_message_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="gRPC receive/send message size limit"
     )
@@ -280,8 +287,10 @@ class ServerConfig(BaseSettings):
     max_buffered_bytes: int = Field(
         default=1024 * 1024 * 1024,
         ge=0,
-        description="request body bytes buffered server-wide (being read, or waiting for the "
-        "application); a body that would pass it gets 503 with Retry-After; 0 = no limit",
+        description="request bytes held server-wide, from arrival until the answer is sent: "
+        "bodies (being read, queued, or with a model), what decoding a large one allocates, "
+        "and answers waiting for a client; a body that would pass it gets 503 with "
+        "Retry-After (its decoding 429 / RESOURCE_EXHAUSTED); 0 = no limit",
     )
     # -- streams of responses (docs/streaming.md, docs/security.md) ----------------------------
     stream_queue_responses: int = Field(
@@ -387,7 +396,9 @@ class ServerConfig(BaseSettings):
         ge=0,
         description="request bytes one gRPC connection may buffer in messages not received "
         "whole (one message alone may take more, up to max_grpc_message_bytes); past it: "
-        "RESOURCE_EXHAUSTED. Server-wide, max_buffered_bytes bounds HTTP and gRPC together",
+        "RESOURCE_EXHAUSTED; also the answers of one connection waiting for its windows, past "
+        "which its new calls get RESOURCE_EXHAUSTED. Server-wide, max_buffered_bytes bounds "
+        "HTTP and gRPC together",
     )
     max_tensor_elements: int = Field(
         default=256 * 1024 * 1024, ge=1, description="most elements one input tensor may have"

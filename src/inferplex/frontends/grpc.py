@@ -171,20 +171,27 @@ class GrpcFrontend:
     async def _model_infer(self, request: bytes, call: Call) -> bytes:
         plane = self._plane
         shm = self.engine.shared_memory.owned_by(call.identity)  # the caller's regions
-        # a large message is decoded (and its response encoded) in a worker thread
+        # a large message is decoded (and its response encoded) in a worker thread, what its
+        # decoding allocates charged to the server's byte budget until it is answered
+        charge = None
         decoded = offload.decode_grpc_here(request, shm, plane)
-        if decoded is None:
-            decoded = await offload.decode_grpc(request, shm, plane)
-        if plane.routing_metadata:  # the metadata key named like the routing header
-            key = plane.routing_value(call.metadata())
-            if key is not None:
-                plane.route(decoded, key)
-        response = await plane.infer(decoded)
-        if type(decoded.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
-            response = await plane.classify(decoded, response)
-        encoded = offload.encode_grpc_here(response, decoded, shm)
-        if encoded is None:
-            encoded = await offload.encode_grpc(response, decoded, shm)
+        try:
+            if decoded is None:
+                charge = plane.charge()
+                decoded = await offload.decode_grpc(request, shm, plane, charge)
+            if plane.routing_metadata:  # the metadata key named like the routing header
+                key = plane.routing_value(call.metadata())
+                if key is not None:
+                    plane.route(decoded, key)
+            response = await plane.infer(decoded)
+            if type(decoded.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
+                response = await plane.classify(decoded, response)
+            encoded = offload.encode_grpc_here(response, decoded, shm)
+            if encoded is None:
+                encoded = await offload.encode_grpc(response, decoded, shm)
+        finally:
+            if charge is not None:
+                charge.release()
         return encoded
 
     # -- system shared memory (docs/shared_memory.md): the caller's own regions ---------------

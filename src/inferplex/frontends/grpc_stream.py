@@ -64,10 +64,12 @@ class StreamInfer:
         plane = self._plane
         shm = self._shm.owned_by(call.identity)  # the caller's regions
         request: InferenceRequest | None = None
+        charge = None  # a large message's decoding, charged until its responses are out
         try:
             request = offload.decode_grpc_here(message, shm, plane)
             if request is None:
-                request = await offload.decode_grpc(message, shm, plane)
+                charge = plane.charge()
+                request = await offload.decode_grpc(message, shm, plane, charge)
             if plane.routing_metadata:
                 key = plane.routing_value(call.metadata())
                 if key is not None:
@@ -83,6 +85,9 @@ class StreamInfer:
                 responses.close()
         except InferplexError as exc:
             await out.put(_error(exc, request))
+        finally:
+            if charge is not None:
+                charge.release()
 
     async def _encode(
         self, item: StreamedResponse, request: InferenceRequest, marked: bool, shm: Regions

@@ -54,6 +54,7 @@ from inferplex.frontends.http_body import (
     Disconnected,
     body_headers,
     inflate_body,
+    json_too_large,
     receive_body,
     refuse_body,
     takes_none,
@@ -144,6 +145,7 @@ class HttpApp:
         )
         self._bodies = ManagementBodies(config)
         self._budget = budget if budget is not None else ByteBudget(config.max_buffered_bytes)
+        self._max_json = config.max_json_request_bytes  # an inference request's JSON
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
@@ -227,7 +229,7 @@ class HttpApp:
             if endpoint.method != "POST":  # admitted here: it comes with a body
                 raise takes_none(request.path, endpoint)
             limit, flag = self._limit(endpoint)
-            body_headers(request.headers, limit, flag)  # its Content-Length
+            body_headers(request.headers, limit, flag, self._json_limit(endpoint))
             request.body_limit, request.body_limit_flag = limit, flag
             request.admitted = admitted
         except (InferplexError, RouteError) as exc:
@@ -262,6 +264,9 @@ class HttpApp:
                 if coding is not None:  # admitted: inflated within the endpoint's limit
                     inflated = await inflate_body(body, coding, limit, flag, self._budget)
                     body = inflated.data
+                json_limit = self._json_limit(endpoint)
+                if json_limit and header_length is None and len(body) > json_limit:
+                    raise json_too_large(len(body), json_limit)
             else:
                 refuse_body(path, endpoint, headers, body)
                 body, header_length, accept = b"", None, None
@@ -296,6 +301,13 @@ class HttpApp:
             return self._load_limit
         return self._large_limit if endpoint.large_body else self._small_limit
 
+    def _json_limit(self, endpoint: Endpoint) -> int:
+        """The most JSON an inference endpoint's body may hold (0: not checked: a load's
+        files are base64 strings, the small endpoints' bodies are small)."""
+        if endpoint.large_body and endpoint.handler != "_model_load":
+            return self._max_json
+        return 0
+
     def _resolve(self, path: str, raw_path: bytes | None, remember: bool) -> Route:
         endpoint, model, version = resolve(path, raw_path)
         route: Route = (endpoint, getattr(self, endpoint.handler), model, version)
@@ -318,18 +330,27 @@ class HttpApp:
         length = None if header_length is None else parse_header_length(header_length)
         plane = self._plane
         shm = self._engine.shared_memory.owned_by(principal)  # the caller's regions
-        # a large body is decoded (and its response encoded) in a worker thread
+        # a large body is decoded (and its response encoded) in a worker thread, what its
+        # decoding allocates charged to the server's byte budget until it is answered
+        charge = None
         request = offload.decode_rest_here(body, length, model, version, shm, plane)
-        if request is None:
-            request = await offload.decode_rest(body, length, model, version, shm, plane)
-        if routing_key is not None:
-            plane.route(request, routing_key)
-        response = await plane.infer(request)
-        if type(request.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
-            response = await plane.classify(request, response)
-        encoded = offload.encode_rest_here(response, request, shm)
-        if encoded is None:
-            encoded = await offload.encode_rest(response, request, shm)
+        try:
+            if request is None:
+                charge = plane.charge()
+                request = await offload.decode_rest(
+                    body, length, model, version, shm, plane, charge
+                )
+            if routing_key is not None:
+                plane.route(request, routing_key)
+            response = await plane.infer(request)
+            if type(request.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
+                response = await plane.classify(request, response)
+            encoded = offload.encode_rest_here(response, request, shm)
+            if encoded is None:
+                encoded = await offload.encode_rest(response, request, shm)
+        finally:
+            if charge is not None:
+                charge.release()
         payload, json_length = encoded
         if json_length is None:
             return 200, payload, _JSON

@@ -21,6 +21,7 @@ __all__ = [
     "Disconnected",
     "body_headers",
     "inflate_body",
+    "json_too_large",
     "receive_body",
     "refuse_body",
     "too_large",
@@ -36,23 +37,29 @@ class Disconnected(Exception):
     """The client went away before its request body was complete."""
 
 
-def body_headers(
-    headers: Headers, limit: int, flag: str
+# one pass over the headers of every request with a body
+def body_headers(  # noqa: C901
+    headers: Headers, limit: int, flag: str, json_limit: int = 0
 ) -> tuple[bytes | None, bytes | None, bytes | None]:
     """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
     identity) and the ``Accept-Encoding`` of a request with a body; a declared length
-    above ``limit`` is refused (413, naming ``flag``) before any of the body is read."""
+    above ``limit`` is refused (413, naming ``flag``) before any of the body is read, and
+    so is JSON declared above ``json_limit`` (an inference body's: 0, not checked)."""
     header_length = coding = accept = None
+    length = 0
     for key, value in headers:
         if key == b"content-length":
             if not value.isdigit():
                 raise InvalidInputError(
                     f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
                 )
-            if int(value) > limit:
-                raise too_large(f"Content-Length {int(value)}", limit, flag)
+            length = int(value)
+            if length > limit:
+                raise too_large(f"Content-Length {length}", limit, flag)
         elif key == b"inference-header-content-length":
             header_length = value
+            if json_limit and value.isdigit() and int(value) > json_limit:
+                raise json_too_large(int(value), json_limit)
         elif key == b"content-encoding":
             coding = value.strip().lower()
             if coding == b"identity":
@@ -64,7 +71,20 @@ def body_headers(
                 )
         elif key == b"accept-encoding":
             accept = value
+    if json_limit and length > json_limit and header_length is None and coding is None:
+        raise json_too_large(length, json_limit)
     return header_length, coding, accept
+
+
+def json_too_large(size: int, limit: int) -> PayloadTooLargeError:
+    """An inference request whose JSON is above ``--max-json-request-bytes``: parsed, JSON
+    takes 10-20 times its size in Python objects."""
+    return PayloadTooLargeError(
+        f"request JSON of {size} bytes is above the limit of {limit} bytes "
+        "(--max-json-request-bytes, INFERPLEX_MAX_JSON_REQUEST_BYTES): send large tensors as "
+        "binary data (the binary tensor data extension: Inference-Header-Content-Length, "
+        "binary_data_size)"
+    )
 
 
 async def receive_body(receive: Receive, limit: int, flag: str) -> Body:

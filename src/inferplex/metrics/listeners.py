@@ -49,7 +49,8 @@ def listener_families(listeners: Sequence[Listener]) -> list[Family]:
     buffered = Family(
         "inferplex_http_buffered_bytes",
         "gauge",
-        "Request body bytes buffered server-wide, being read or waiting for the application",
+        "Request bytes held server-wide (--max-buffered-bytes): bodies until answered, "
+        "large decodes, answers waiting for a client",
     )
     counts: dict[str, int] = {}
     budgets: dict[int, Budget] = {}

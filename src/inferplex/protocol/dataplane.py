@@ -15,7 +15,10 @@ engine is decided here, once, so the protocols cannot disagree:
 - the request limits (:class:`RequestLimits`) and the model's checks of what each input
   declares, before a large tensor is decoded (:attr:`DataPlane.checks`);
 - the routing key: the configured HTTP header, or the gRPC metadata key of the same name,
-  becomes the request parameter ``routing_key`` (:meth:`DataPlane.route`).
+  becomes the request parameter ``routing_key`` (:meth:`DataPlane.route`);
+- the memory a large request's decoding allocates, charged to the server-wide byte budget
+  before it is allocated and held until the request ends (:meth:`DataPlane.charge`,
+  ``security/charges.py``).
 
 The per-tensor checks are functions a codec calls in its one loop over the tensors, where it
 meets each tensor's name, datatype and shape before decoding its data: the hot path makes no
@@ -46,6 +49,7 @@ from inferplex.protocol.classification import (
     read_labels,
 )
 from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
+from inferplex.security.charges import Budget, Charge
 from inferplex.security.limits import RequestLimits
 from inferplex.shm.registry import REGION, Regions, SharedMemoryRegistry, require
 from inferplex.types import InferenceRequest, InferenceResponse
@@ -110,6 +114,7 @@ class DataPlane:
         "_folders",
         "_labels",
         "admit",
+        "budget",
         "checks",
         "engine",
         "infer",
@@ -125,11 +130,14 @@ class DataPlane:
         limits: RequestLimits,
         routing_header: str = "",
         folders: Folders | None = None,
+        budget: Budget | None = None,
     ) -> None:
         """``routing_header``: the HTTP header (and gRPC metadata key) whose value becomes
         the request parameter ``routing_key``; empty for none. ``folders``: where a model's
-        label files are (without it, classes come without labels)."""
+        label files are (without it, classes come without labels). ``budget``: the
+        server-wide byte budget large requests' decoding is charged to (None: not charged)."""
         self.engine = engine
+        self.budget = budget
         self._folders = folders
         self._labels: dict[tuple[int, str], tuple[ModelConfig, Sequence[str] | None]] = {}
         self.limits = limits
@@ -150,10 +158,19 @@ class DataPlane:
 
     @classmethod
     def from_config(
-        cls, engine: Engine, config: ServerConfig, folders: Folders | None = None
+        cls,
+        engine: Engine,
+        config: ServerConfig,
+        folders: Folders | None = None,
+        budget: Budget | None = None,
     ) -> DataPlane:
         limits = RequestLimits(config.max_tensor_elements, config.max_string_bytes)
-        return cls(engine, limits, config.routing_header, folders)
+        return cls(engine, limits, config.routing_header, folders, budget)
+
+    def charge(self) -> Charge | None:
+        """A new charge for a large request's decoding (None when nothing is charged);
+        its owner releases it when the request ends."""
+        return None if self.budget is None else Charge(self.budget)
 
     def route(self, request: InferenceRequest, routing_key: str) -> None:
         """``routing_key``, the value of the routing header (or gRPC metadata key), becomes

@@ -73,6 +73,10 @@ DEFAULT_HEADER_LIMIT = 1 << 20
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 _OK_HEAD = OK_HEAD
 _OK_TRAILERS = literal_header_block([(b"grpc-status", b"0")])
+_UNSENT = (
+    "this connection's answers waiting for its flow-control windows are above the limit "
+    "(INFERPLEX_HTTP2_CONNECTION_BUFFER_BYTES): read them before sending more calls"
+)
 
 
 class Call:
@@ -262,6 +266,11 @@ class GrpcServer:
             unknown = path.decode("latin-1")
             self._status(connection, stream, UNIMPLEMENTED, f"unknown method {unknown}")
             return
+        if connection.unsent > self._limits.connection_buffer_bytes:
+            # answers this client does not read are held for it: no more calls until they go
+            self.counters.exceeded["unsent_responses"] += 1
+            self._status(connection, stream, RESOURCE_EXHAUSTED, _UNSENT)
+            return
         call = Call(path.decode("latin-1"), stream.headers)
         try:
             if self._max_headers and size > self._max_headers:
@@ -351,9 +360,9 @@ class GrpcServer:
 
     def buffers_full(self, connection: Http2Connection, stream: Stream, server_wide: bool) -> None:
         if server_wide:
-            where = "all connections", "INFERPLEX_HTTP2_MAX_BUFFER_BYTES"
+            where = "all connections", "INFERPLEX_MAX_BUFFERED_BYTES"
         else:
-            where = "this connection", "INFERPLEX_HTTP2_MAX_CONNECTION_BUFFER_BYTES"
+            where = "this connection", "INFERPLEX_HTTP2_CONNECTION_BUFFER_BYTES"
         message = (
             f"the server holds too many request bytes not yet received whole for {where[0]} "
             f"({where[1]}); retry later"

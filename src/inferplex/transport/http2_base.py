@@ -112,6 +112,7 @@ class Http2Base(asyncio.BufferedProtocol):
         #: the stream whose DATA payload is being read
         self._data_stream: Stream | None = None
         self._settings_acked = False  # the peer acknowledged our SETTINGS
+        self.unsent = 0  # response bytes waiting for the peer's windows (in streams' charged)
         # budgets: frames that did no work, counted; leaked by time from *_at on
         self._resets = 0
         self._resets_at = 0.0
@@ -262,9 +263,40 @@ class Http2Base(asyncio.BufferedProtocol):
         counters.budget.used -= held
         self._give_back(stream, count)
 
+    def _handed(self, stream: Stream) -> None:
+        """The stream's body is the application's now: it leaves the connection's buffer
+        (room it had reserved goes to the streams waiting for room, in order), but it stays
+        in the server's budget until the stream ends (``_release``): a body queued for a
+        busy model still holds memory."""
+        held = stream.held
+        if held:
+            stream.held = 0
+            self._held -= held
+            self._counters.buffered -= held
+            stream.charged += held
+        stream.unsized = 0
+        self._end_reservation(stream)
+
+    def _charge_unsent(self, stream: Stream, count: int) -> None:
+        """An answer of ``count`` bytes waits for the peer's windows: held until the stream
+        ends, in the server's budget and this connection's ``unsent``."""
+        stream.charged += count
+        stream.unsent += count
+        self.unsent += count
+        self._counters.budget.used += count
+
     def _release(self, stream: Stream) -> None:
-        """The stream's buffered bytes are the application's now, or dropped; room it had
-        reserved goes to the streams waiting for room, in order."""
+        """The stream ended or its body is dropped: what it held of the connection's buffer
+        and of the server's budget is given back, and room it had reserved goes to the
+        streams waiting for room, in order."""
+        charged = stream.charged
+        if charged:
+            stream.charged = 0
+            budget = self._counters.budget
+            budget.used -= charged
+            self.unsent -= stream.unsent
+            stream.unsent = 0
+            budget.freed(charged)
         held = stream.held
         if held:
             stream.held = 0
@@ -273,6 +305,10 @@ class Http2Base(asyncio.BufferedProtocol):
             counters.buffered -= held
             counters.budget.used -= held
         stream.unsized = 0
+        self._end_reservation(stream)
+
+    def _end_reservation(self, stream: Stream) -> None:
+        """The stream no longer waits for room nor holds any: the next waiting get it."""
         reserved = stream.reserved
         if reserved:
             stream.reserved = 0

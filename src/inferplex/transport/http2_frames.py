@@ -69,7 +69,7 @@ class Http2Frames(Http2Output):
             self._spend_reset()
             return
         if stream.held or stream.unsized or self._waiting:  # (a stream may wait holding 0)
-            self._release(stream)
+            self._handed(stream)
         self._app.body_received(self, stream)  # type: ignore[arg-type]
 
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:

@@ -53,6 +53,7 @@ class Http2Output(Http2Timers):
         self._send_body(stream, parts)
         self._write(b"".join(parts))
         if stream.outbox is not None:
+            self._charge_unsent(stream, len(stream.outbox))
             self._blocked[stream.id] = stream
             if self._limits.send_timeout_s and self._loop is not None:
                 stream.stalled_since = now = self._loop.time()
@@ -190,7 +191,7 @@ class Http2Output(Http2Timers):
         stream.discard = True  # what may still arrive of its body is not wanted
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        if stream.held or stream.unsized or self._waiting:  # (a stream may wait holding 0)
+        if stream.held or stream.unsized or stream.charged or self._waiting:
             self._release(stream)
         if not stream.remote_closed:
             self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))

@@ -17,6 +17,7 @@ class Stream:
         "body",
         "body_bytes",
         "buffer",
+        "charged",
         "context",
         "discard",
         "filled",
@@ -36,6 +37,7 @@ class Stream:
         "task",
         "trailers",
         "unacked",
+        "unsent",
         "unsized",
     )
 
@@ -73,6 +75,11 @@ class Stream:
         #: bytes kept as they came (not in a sized buffer): the stream's window gets them back
         #: once the application takes them (a streaming call's messages)
         self.unsized = 0
+        #: bytes of the server's budget the call holds from its hand-over to its end: its
+        #: body (no longer the connection's: the windows have them back) and its answer
+        #: while that waits for the peer's windows
+        self.charged = 0
+        self.unsent = 0  # of ``charged``, the answer's bytes
         self.outbox: memoryview | None = None  # response body not sent yet (flow control)
         self.stalled_since = 0.0  # when the outbox last waited for a window to open
         self.trailers = b""  # sent once the outbox is empty

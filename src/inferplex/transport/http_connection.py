@@ -13,6 +13,7 @@ import orjson
 
 from inferplex.transport.buffers import uninitialised
 from inferplex.transport.http_cycle import Cycle, Refusal, Request, answer
+from inferplex.transport.http_limits import TRIM_BYTES
 from inferplex.transport.interface import ADMITTED_KEY
 
 if TYPE_CHECKING:
@@ -54,11 +55,14 @@ class Connection(asyncio.BufferedProtocol):
     callbacks and, while a header block spans reads, by the bytes of those reads (httptools
     joins a header's pieces itself, copying the whole value on every read: without a cap a
     header sent in small pieces costs quadratic time). The body bytes a connection holds are
-    counted in the server's ByteBudget from the moment they are read until the application
-    gets them. Clocks are read by the server's sweep: ``_head_since`` (a header block is
-    arriving), ``_body_since`` (a body is), ``_idle_since`` (the start, or the last answer:
-    0 until the sweep stamps it, so that an answer costs no clock reading). Per request the
-    bounds cost stores and comparisons only.
+    counted in the server's ByteBudget from the moment they are read (a large body, whole,
+    when its buffer is made with its headers) until the request's answer is written (or the
+    request dropped): a body queued for a busy model still holds its bytes, so bodies waiting
+    for one cannot pass ``--max-buffered-bytes``; so does an answer the client does not
+    read, while writing is paused. Clocks are read by the server's sweep: ``_head_since`` (a
+    header block is arriving), ``_body_since`` (a body is), ``_idle_since`` (the start, or
+    the last answer: 0 until the sweep stamps it, so that an answer costs no clock
+    reading). Per request the bounds cost stores and comparisons only.
     """
 
     def __init__(self, server: HttpServer) -> None:
@@ -74,6 +78,8 @@ class Connection(asyncio.BufferedProtocol):
         self._scope_base: dict[str, Any] = {}
         self._queue: deque[Request | Refusal] = deque()  # parsed, not yet answered
         self._queued_bytes = 0  # the sizes of the requests in the queue
+        self._running = 0  # the body bytes of the request with the application
+        self._unsent = 0  # bytes of an answer held while writing is paused
         self._busy = False  # a request is with the application
         self._task: asyncio.Task[None] | None = None  # the application running it
         self._closing = False  # answer what runs, then close
@@ -106,6 +112,9 @@ class Connection(asyncio.BufferedProtocol):
         self._header_bytes = 0
         self._body: list[bytes] = []
         self._body_bytes = 0  # read so far, and held in the server's ByteBudget
+        # a large body is charged whole when its headers come (its buffer is made then):
+        # what of it has not arrived yet
+        self._reserved = 0
         self._large_body: memoryview | None = None  # a large body's own buffer
         self._body_rest: memoryview | None = None  # its part still to read, past the parser
         self._request: Request | None = None  # made early, for the admission check
@@ -132,6 +141,8 @@ class Connection(asyncio.BufferedProtocol):
         self._budget.used -= self._queued_bytes
         self._queued_bytes = 0
         self._queue.clear()
+        self._ran()
+        self._sent()
         if self._task is not None and not self._task.done():
             # the client is gone: its request leaves the model's queue (or its running
             # handler is told) instead of being computed for nobody
@@ -151,14 +162,11 @@ class Connection(asyncio.BufferedProtocol):
         rest = self._body_rest
         if rest is None:
             self._parse(self._read_buffer[:nbytes])
-        else:
+        else:  # (charged whole with its headers)
             self._body_bytes += nbytes
-            budget = self._budget
-            budget.used += nbytes
+            self._reserved -= nbytes
             if nbytes < len(rest):
                 self._body_rest = rest[nbytes:]
-                if 0 < budget.limit < budget.used:
-                    self._refuse_buffer_full()
             else:
                 self._body_rest = None
                 assert self._large_body is not None
@@ -202,13 +210,26 @@ class Connection(asyncio.BufferedProtocol):
     def pause_writing(self) -> None:
         self._drained = self._loop.create_future()
         self._write_paused_since = self._loop.time()
+        # what waits in the transport for the client is held for it: charged until it leaves
+        if self._transport is not None and not self._unsent:
+            self._unsent = self._transport.get_write_buffer_size()
+            self._budget.used += self._unsent
 
     def resume_writing(self) -> None:
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         self._drained = None
         self._write_paused_since = 0.0
+        self._sent()
         self._next()  # the next request waited for its answer to have room
+
+    def _sent(self) -> None:
+        """The answer held while writing was paused is out (or dropped)."""
+        unsent = self._unsent
+        if unsent:
+            self._unsent = 0
+            self._budget.used -= unsent
+            self._budget.freed(unsent)
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -306,7 +327,11 @@ class Connection(asyncio.BufferedProtocol):
                 self._refuse_buffer_full()
                 raise _Halt
             if length >= READ_BUFFER_BYTES and not parser.should_upgrade():
+                # charged whole now, as its buffer is made: bodies arriving together cannot
+                # pass the budget between them
                 self._large_body = uninitialised(length)
+                self._reserved = length
+                budget.used += length
         if length or chunked:
             self._body_since = self.last_active
             self._body_mark = 0
@@ -316,11 +341,12 @@ class Connection(asyncio.BufferedProtocol):
     def on_body(self, body: bytes) -> None:
         start = self._body_bytes
         end = self._body_bytes = start + len(body)
-        budget = self._budget
-        budget.used += len(body)
-        if self._large_body is not None:  # its size was checked against the limits
+        if self._large_body is not None:  # checked against the limits, and charged whole
+            self._reserved -= len(body)
             self._large_body[start:end] = body
             return
+        budget = self._budget
+        budget.used += len(body)
         if end > self._body_limit:
             self._refuse_body(f"at least {end} bytes")
             raise _Halt
@@ -426,8 +452,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def _release(self) -> None:
         """Drop the request being parsed and give its bytes back to the budget."""
-        self._budget.used -= self._body_bytes
-        self._body_bytes = 0
+        self._budget.used -= self._body_bytes + self._reserved
+        self._body_bytes = self._reserved = 0
         self._body = []
         self._large_body = self._body_rest = None
         self._url_parts = None
@@ -454,9 +480,9 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(item, Refusal):
                 self._write_refusal(item)
                 return
-            if item.size:
+            if item.size:  # (still in the budget: until answered)
                 self._queued_bytes -= item.size
-                self._budget.used -= item.size
+                self._running = item.size
             self._busy = True
             if self._respond is not None:
                 self._task = self._loop.create_task(answer(self, item, self._respond))
@@ -469,7 +495,7 @@ class Connection(asyncio.BufferedProtocol):
         # a client pipelining far ahead of its answers waits for them
         if (self._queue or self._body_bytes) and (
             len(self._queue) > _MAX_PIPELINED
-            or self._queued_bytes + self._body_bytes > self._max_buffered
+            or self._queued_bytes + self._running + self._body_bytes > self._max_buffered
         ):
             self._stop_reading()
         elif not self._reading and not self._refused:
@@ -505,6 +531,8 @@ class Connection(asyncio.BufferedProtocol):
     def answered(self, keep_alive: bool) -> None:
         """The running request's response is complete."""
         self._busy = False
+        if self._running:
+            self._ran()
         self._idle_since = 0.0  # stamped by the sweep
         transport = self._transport
         if transport is None:
@@ -513,6 +541,15 @@ class Connection(asyncio.BufferedProtocol):
             transport.close()
             return
         self._next()
+
+    def _ran(self) -> None:
+        """The running request is answered or dropped: its body leaves the budget."""
+        running = self._running
+        if running:
+            self._running = 0
+            self._budget.used -= running
+            if running >= TRIM_BYTES:
+                self._budget.freed(running)
 
     def expire(self, now: float) -> None:
         """Apply the clocks of ``Http1Limits`` at ``now`` (the server's sweep)."""

@@ -13,6 +13,7 @@ from urllib.parse import unquote
 
 import orjson
 
+from inferplex.transport.http_limits import TRIM_BYTES
 from inferplex.transport.interface import StreamedBody
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ async def answer(connection: Connection, request: Request, respond: Respond) -> 
     head = response_head(status, headers, len(body), not keep_alive)
     connection.write(head, b"" if request.method == "HEAD" else body)
     connection.answered(keep_alive)
+    if len(body) >= TRIM_BYTES:  # a large answer's memory is free once it is sent
+        connection.server.budget.freed(len(body))
 
 
 async def _stream(

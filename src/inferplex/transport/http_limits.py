@@ -7,9 +7,20 @@ additions; the timeouts are read once a second by the server's sweep, not per re
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
-__all__ = ["REASONS", "ByteBudget", "Http1Limits"]
+from inferplex.lifecycle.memory import release_free_memory
+
+__all__ = ["REASONS", "TRIM_BYTES", "ByteBudget", "Http1Limits"]
+
+#: bytes a request gives back at once from which the C allocator is asked to return what
+#: is free to the system (glibc keeps freed heap pages: after large requests the process
+#: stayed hundreds of MB above its baseline); at most one trim per TRIM_INTERVAL_S
+TRIM_BYTES = 16 << 20
+TRIM_INTERVAL_S = 1.0
+#: how long after the release the trim runs: the request's objects are dropped by then
+_TRIM_DELAY_S = 0.05
 
 #: why the server answered a request itself (the ``reason`` label of
 #: ``inferplex_http_refusals``), with the status it answered
@@ -51,16 +62,41 @@ class Http1Limits:
 
 
 class ByteBudget:
-    """Request bytes buffered server-wide, in bodies being read or parsed and waiting for the
-    application; one per process, shared by its listeners. ``used`` is updated in place by
-    the connections (an attribute add is the whole per-request cost)."""
+    """Request bytes the server holds, server-wide: bodies being read, and every request's
+    body, what decoding it allocates (security/charges.py) and its answer while it waits to
+    be sent, from arrival until the answer is sent or the request dropped; one per process,
+    shared by its listeners. ``used`` is updated in place by the connections (an attribute
+    add is the whole per-request cost)."""
 
-    __slots__ = ("limit", "used")
+    __slots__ = ("_trim", "_trimmed_at", "limit", "used")
 
     def __init__(self, limit: int) -> None:
         #: 0: no limit
         self.limit = limit
         self.used = 0
+        self._trim: asyncio.Handle | None = None  # a trim scheduled or running
+        self._trimmed_at = 0.0
+
+    def freed(self, count: int) -> None:
+        """``count`` bytes were given back at once: from TRIM_BYTES on, the C allocator is
+        asked (in a worker thread, at most once a TRIM_INTERVAL_S) to hand free memory back
+        to the system. Called on the event loop's thread."""
+        if count < TRIM_BYTES or self._trim is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        at = max(loop.time() + _TRIM_DELAY_S, self._trimmed_at + TRIM_INTERVAL_S)
+        self._trim = loop.call_at(at, self._start_trim, loop)
+
+    def _start_trim(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._trimmed_at = loop.time()
+        done = loop.run_in_executor(None, release_free_memory)
+        done.add_done_callback(self._trim_done)
+
+    def _trim_done(self, _done: object) -> None:
+        self._trim = None
 
     @property
     def exceeded(self) -> bool:

@@ -24,9 +24,16 @@ does not give, so the twins answer alike:
 - a ``Transfer-Encoding`` other than ``chunked`` (``gzip, chunked``) gets 501 (RFC 9112 6.1):
   httptools reads such a body's chunks and uvicorn hands the app the still-coded bytes.
 
+The server-wide byte budget (``--max-buffered-bytes``) is kept here too: a request's body is
+charged as the app receives it, until the app returns (its answer handed to uvicorn), and a
+body that does not fit gets 503 with ``Retry-After``, before it is read when its
+Content-Length says so.
+
 Not enforced here, unlike the built-in server (uvicorn has no such settings): the header,
-body-rate and send timeouts, and the server-wide buffered-bytes budget. Each connection's
-buffered body is bounded by uvicorn's own flow control (reading pauses past 64 KiB).
+body-rate and send timeouts, and answers waiting for a client that does not read (uvicorn
+pauses the app's ``send`` past its write buffer's high-water mark, uncharged). Each
+connection's buffered body is bounded by uvicorn's own flow control (reading pauses past
+64 KiB).
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from typing import Any
 import orjson
 import uvicorn
 
+from inferplex.transport.http_limits import ByteBudget
+
 __all__ = ["UvicornHttpServer"]
 
 logger = logging.getLogger(__name__)
@@ -53,19 +62,20 @@ Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class _NoBudget:
-    """The metrics read a listener's buffered bytes; uvicorn does not count them."""
-
-    used = 0
-
-
 class _Edge:
     """The ASGI app as the built-in server would present it (see the module's docstring)."""
 
-    def __init__(self, app: App, max_header_bytes: int, refusals: dict[str, int]) -> None:
+    def __init__(
+        self,
+        app: App,
+        max_header_bytes: int,
+        refusals: dict[str, int],
+        budget: ByteBudget | None = None,
+    ) -> None:
         self._app = app
         self._max_header_bytes = max_header_bytes
         self._refusals = refusals
+        self._budget = budget if budget is not None else ByteBudget(0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,74 +86,137 @@ class _Edge:
         if limit and size > limit:
             await self._refuse(send, "uri_too_long", 414, "the request line is above the limit")
             return
-        fields_size, has_body, coding = _header_fields(scope["headers"])
+        fields_size, has_body, length, coding = _header_fields(scope["headers"])
         if limit and size + fields_size > limit:
             await self._refuse(send, "header_too_large", 431, "request headers are above the limit")
             return
         if coding is not None:
-            await self._refuse(
-                send,
-                "transfer_coding",
-                501,
+            message = (
                 f"Transfer-Encoding '{coding.decode('latin-1')}' is not implemented: send the "
-                "body chunked or with Content-Length (Content-Encoding: gzip compresses it)",
+                "body chunked or with Content-Length (Content-Encoding: gzip compresses it)"
             )
+            await self._answer(send, "transfer_coding", 501, message)
             return
-        if has_body:
-            receive, send = _closing_unless_read(receive, send)
-        await self._app(scope, receive, send)
+        if not has_body:
+            await self._app(scope, receive, send)
+            return
+        budget = self._budget
+        if 0 < budget.limit < budget.used + length:
+            await self._refuse_buffer_full(send)
+            return
+        charged = _Charged(receive, send, budget)
+        try:
+            await self._app(scope, charged.receive, charged.send)
+            if charged.full and not charged.started:
+                await self._refuse_buffer_full(send)
+        finally:
+            charged.release()
 
-    async def _refuse(self, send: Send, reason: str, status: int, message: str) -> None:
+    async def _refuse(self, send: Send, reason: str, status: int, what: str) -> None:
+        message = f"{what} of {self._max_header_bytes} bytes (INFERPLEX_MAX_HEADER_BYTES)"
+        await self._answer(send, reason, status, message)
+
+    async def _refuse_buffer_full(self, send: Send) -> None:
+        message = (
+            "the server holds too many request bytes to read this body now "
+            "(INFERPLEX_MAX_BUFFERED_BYTES): retry later"
+        )
+        await self._answer(send, "server_buffer_full", 503, message, [(b"retry-after", b"1")])
+
+    async def _answer(
+        self,
+        send: Send,
+        reason: str,
+        status: int,
+        message: str,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         self._refusals[reason] = self._refusals.get(reason, 0) + 1
-        if status != 501:
-            message += f" of {self._max_header_bytes} bytes (INFERPLEX_MAX_HEADER_BYTES)"
         body = orjson.dumps({"error": message})
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),
+            *(extra or ()),
         ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 
-def _header_fields(headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, bool, bytes | None]:
+class _Charged:
+    """``receive`` and ``send`` of a request with a body, its bytes charged to the budget
+    as they arrive (until ``release``); one that would pass it reads as a disconnect to the
+    app, whatever the app answers then is dropped, and the edge answers 503. A response that starts
+    before the body was read whole closes the connection (see the module's docstring)."""
+
+    __slots__ = ("_budget", "_receive", "_send", "body_read", "full", "held", "started")
+
+    def __init__(self, receive: Receive, send: Send, budget: ByteBudget) -> None:
+        self._receive = receive
+        self._send = send
+        self._budget = budget
+        self.held = 0
+        self.body_read = False
+        self.full = False
+        self.started = False
+
+    async def receive(self) -> Message:
+        if self.full:
+            return {"type": "http.disconnect"}
+        message = await self._receive()
+        if message["type"] != "http.request":
+            return message
+        if not message.get("more_body", False):
+            self.body_read = True
+        count = len(message.get("body", b""))
+        budget = self._budget
+        if 0 < budget.limit < budget.used + count:
+            self.full = True
+            return {"type": "http.disconnect"}
+        budget.used += count
+        self.held += count
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.full and not self.started:
+            return  # the edge answers 503 instead
+        if message["type"] == "http.response.start":
+            self.started = True
+            if not self.body_read:
+                # the rest of the body is not read: the connection cannot carry another
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+        await self._send(message)
+
+    def release(self) -> None:
+        held = self.held
+        if held:
+            self.held = 0
+            self._budget.used -= held
+            self._budget.freed(held)
+
+
+def _header_fields(
+    headers: Iterable[tuple[bytes, bytes]],
+) -> tuple[int, bool, int, bytes | None]:
     """The bytes of a request's header fields as the built-in server counts them, whether
-    the request has a body, and a transfer coding besides ``chunked`` if it names one."""
+    the request has a body, its Content-Length (0 if none), and a transfer coding besides
+    ``chunked`` if it names one."""
     size = 0
     has_body = chunked = False
+    length = 0
     coding = None
     for name, value in headers:
         size += len(name) + len(value) + 4  # the separator and the line end, as the built-in
         if name == b"content-length":
             has_body = has_body or value != b"0"
+            if value.isdigit():
+                length = int(value)
         elif name == b"transfer-encoding":
             if chunked or value.strip().lower() != b"chunked":
                 coding = value  # a coding besides chunked, or chunked twice
             has_body = chunked = True
-    return size, has_body, coding
-
-
-def _closing_unless_read(receive: Receive, send: Send) -> tuple[Receive, Send]:
-    """``receive`` and ``send`` for a request with a body: a response that starts before
-    the body was read whole closes the connection."""
-    body_read = False
-
-    async def receiving() -> Message:
-        nonlocal body_read
-        message = await receive()
-        if not message.get("more_body", False):
-            body_read = True
-        return message
-
-    async def sending(message: Message) -> None:
-        if not body_read and message["type"] == "http.response.start":
-            # the rest of the body is not read: the connection cannot carry another request
-            headers = [*message.get("headers", ()), (b"connection", b"close")]
-            message = {**message, "headers": headers}
-        await send(message)
-
-    return receiving, sending
+    return size, has_body, length, coding
 
 
 class UvicornHttpServer:
@@ -160,11 +233,14 @@ class UvicornHttpServer:
         max_header_bytes: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         keep_alive_s: float = 5.0,
+        budget: ByteBudget | None = None,
     ) -> None:
+        """``budget`` bounds request bytes held server-wide (shared with the other
+        listeners; default: none)."""
         self.refusals: dict[str, int] = {}
         self.send_timeouts = 0
-        self.budget = _NoBudget()
-        self._edge = _Edge(app, max_header_bytes, self.refusals)
+        self.budget = budget if budget is not None else ByteBudget(0)
+        self._edge = _Edge(app, max_header_bytes, self.refusals, self.budget)
         self._max_header_bytes = max_header_bytes
         self._ssl = ssl_context
         self._keep_alive_s = keep_alive_s

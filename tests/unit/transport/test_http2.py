@@ -332,7 +332,12 @@ def test_the_server_wide_limit_is_shared() -> None:
     assert peers[1].app.full == [(1, True)]
     assert budget.used == 700_000
     peers[0].feed(b"".join(_data_frames(1, bodies[0], 100_000)[4:]))
-    assert peers[0].app.bodies == {1: bodies[0]} and budget.used == 0
+    assert peers[0].app.bodies == {1: bodies[0]}
+    # the body stays charged while the call runs (a model may hold it), until it is answered
+    assert budget.used == 700_000
+    stream = peers[0].connection.streams[1]
+    peers[0].connection.respond_headers_only(stream, literal_header_block([(b":status", b"200")]))
+    assert budget.used == 0
 
 
 def test_a_small_message_here_whole_is_handed_over_as_it_came() -> None:

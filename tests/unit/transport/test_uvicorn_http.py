@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.uvicorn_http import _Edge
 
 Message = MutableMapping[str, Any]
@@ -88,3 +89,23 @@ async def test_an_answer_after_the_whole_body_keeps_the_connection() -> None:
     assert header(sent[0], b"connection") is None
     sent = await run(_Edge(App(reads=0), 0, {}), scope(content_length="0"), [])
     assert header(sent[0], b"connection") is None
+
+
+async def test_bodies_past_the_server_wide_budget_get_503_and_give_their_bytes_back() -> None:
+    budget = ByteBudget(100)
+    budget.used = 60  # held by other requests
+    refusals: dict[str, int] = {}
+    app = App(reads=1)
+    edge = _Edge(app, 0, refusals, budget)
+    sent = await run(edge, scope(content_length="50"), [])  # announced: refused unread
+    assert sent[0]["status"] == 503 and header(sent[0], b"retry-after") == b"1"
+    assert "INFERPLEX_MAX_BUFFERED_BYTES" in orjson.loads(sent[1]["body"])["error"]
+    assert not app.called
+    pieces = [{"type": "http.request", "body": b"x" * 50, "more_body": False}]
+    sent = await run(edge, scope(transfer_encoding="chunked"), pieces)  # found as it comes
+    assert [m.get("status") for m in sent[:1]] == [503] and len(sent) == 2
+    assert refusals == {"server_buffer_full": 2}
+    whole = [{"type": "http.request", "body": b"x" * 30, "more_body": False}]
+    sent = await run(edge, scope(content_length="30"), whole)
+    assert sent[0]["status"] == 200
+    assert budget.used == 60  # what the requests held is given back when they end

@@ -41,6 +41,7 @@ from inferplex.protocol.dataplane import (
 )
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.layouts import LayoutCache
+from inferplex.security.charges import BYTES_ELEMENT_COST, charge, charged
 from inferplex.shm.registry import REGION, Regions
 from inferplex.types import (
     InferenceRequest,
@@ -203,6 +204,10 @@ def _decode_raw(
 ) -> np.ndarray:
     count = prod(shape)
     if datatype == "BYTES":
+        # one Python object per element, and a copy of their bytes: charged before they are cut
+        charge(
+            count * BYTES_ELEMENT_COST + len(buffer), "input '%s': %d BYTES elements", name, count
+        )
         return reshape_input(deserialize_bytes(buffer, count, name), shape, name)
     if len(buffer) != count * dtype.itemsize:
         raise raw_size_error(name, f"raw_input_contents[{index}]", len(buffer), datatype, shape)
@@ -221,6 +226,9 @@ def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...
     count = element_count(shape)
     if len(values) != count:
         raise InvalidInputError(_count_message(contents, name, shape, field, len(values)))
+    # an object per element, or the array as sent and as its datatype
+    cost = BYTES_ELEMENT_COST if datatype == "BYTES" else wire_dtype.itemsize + 8
+    charge(count * cost, "input '%s': %d elements of contents.%s", name, count, field)
     if datatype == "BYTES":
         array = np.empty(count, dtype=np.object_)
         array[:] = list(values)
@@ -327,6 +335,8 @@ def tensor_bytes(tensor: Tensor) -> bytes:
 _RAW_INPUT_TAG = 0x3A  # ModelInferRequest.raw_input_contents: field 7, length-delimited
 _RAW_OUTPUT_TAG = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, length-delimited
 _LAYOUTS_KEPT = 256
+#: top-level fields looked at for the raw entries' start when a message is charged
+_SCANNED_FIELDS = 64
 
 
 def decode_infer_request_bytes(
@@ -344,6 +354,13 @@ def decode_infer_request_bytes(
         request = layout.request(view)
         if request is not None:
             return request
+    # protobuf copies the message, and each raw_input_contents entry read is copied again;
+    # what comes before the raw entries (typed contents: each repeated element a 16-byte
+    # slot in protobuf's arena, from 2 bytes on the wire) up to 8 times its size
+    if charged():
+        start = _raw_inputs_start(view, _SCANNED_FIELDS)
+        typed = len(view) if start is None else start
+        charge(2 * len(view) + 6 * typed, "the request message of %d bytes", len(view))
     try:
         message = pb.ModelInferRequest.FromString(view)
     except DecodeError as exc:
@@ -494,13 +511,17 @@ def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
     _REQUEST_LAYOUTS.keep(len(data), (*seen[1 - _LAYOUTS_PER_LENGTH :], layout))
 
 
-def _raw_inputs_start(data: memoryview) -> int | None:
+def _raw_inputs_start(data: memoryview, fields: int = -1) -> int | None:
     """Where the raw_input_contents of a serialised ModelInferRequest begin; None unless
-    they come last, after length-delimited fields 1 to 6 only."""
+    they come last, after length-delimited fields 1 to 6 only (and, ``fields`` >= 0, within
+    that many fields before them)."""
     end = len(data)
     start = None
     pos = 0
     while pos < end:
+        if fields == 0 and start is None:
+            return None
+        fields -= 1
         tag = data[pos]
         if tag == _RAW_INPUT_TAG:
             if start is None:

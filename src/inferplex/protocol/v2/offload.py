@@ -13,7 +13,8 @@ Off the loop, each input's declared name, datatype and shape are checked (the da
 ``checks``: the limits, then the model's inputs) before its data is decoded, so a body the
 model would refuse costs no decoding; on the loop the engine's checks after decoding are as
 cheap. Either way the decoded request is admitted by the data plane (``plane.admit``) on the
-thread that decoded it.
+thread that decoded it. Off the loop, what decoding allocates is charged to the request's
+``charge`` (security/charges.py) before it is allocated.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import grpc_codec, rest
+from inferplex.security.charges import Charge, charging
 from inferplex.shm.registry import ReadOffLoop, Regions
 from inferplex.types import InferenceRequest, InferenceResponse
 
@@ -89,12 +91,16 @@ async def decode_rest(
     version: str,
     shm: Regions | None,
     plane: DataPlane,
+    charge: Charge | None = None,
 ) -> InferenceRequest:
-    """``rest.decode_infer_request`` and ``plane.admit``, off the loop for a large body."""
+    """``rest.decode_infer_request`` and ``plane.admit``, off the loop for a large body
+    (its decoding charged to ``charge``)."""
     request = decode_rest_here(body, header_length, model, version, shm, plane)
     if request is not None:
         return request
-    return await asyncio.to_thread(_decode_rest, body, header_length, model, version, shm, plane)
+    return await asyncio.to_thread(
+        _decode_rest, body, header_length, model, version, shm, plane, charge
+    )
 
 
 def _decode_rest(
@@ -104,7 +110,9 @@ def _decode_rest(
     version: str,
     shm: Regions | None,
     plane: DataPlane,
+    charge: Charge | None,
 ) -> InferenceRequest:
+    charging(charge)  # this thread's context is a copy: only this decode is charged
     request = rest.decode_infer_request(body, header_length, model, version, shm, plane.checks)
     plane.admit(request)
     return request
@@ -138,20 +146,24 @@ async def decode_grpc(
     message: bytes | bytearray | memoryview,
     shm: Regions | None,
     plane: DataPlane,
+    charge: Charge | None = None,
 ) -> InferenceRequest:
     """``grpc_codec.decode_infer_request_bytes`` and ``plane.admit``, off the loop for a
-    large message (protobuf copies every byte of it) unless it is of a layout seen before."""
+    large message (protobuf copies every byte of it) unless it is of a layout seen before
+    (its decoding charged to ``charge``)."""
     request = decode_grpc_here(message, shm, plane)
     if request is not None:
         return request
-    return await asyncio.to_thread(_decode_grpc, message, shm, plane)
+    return await asyncio.to_thread(_decode_grpc, message, shm, plane, charge)
 
 
 def _decode_grpc(
     message: bytes | bytearray | memoryview,
     shm: Regions | None,
     plane: DataPlane,
+    charge: Charge | None,
 ) -> InferenceRequest:
+    charging(charge)
     request = grpc_codec.decode_infer_request_bytes(message, shm, plane.checks)
     plane.admit(request)
     return request

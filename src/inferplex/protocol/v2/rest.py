@@ -62,6 +62,7 @@ from inferplex.protocol.v2.rest_json import (
     spliced,
     strings_to_json,
 )
+from inferplex.security.charges import BYTES_ELEMENT_COST, JSON_TREE_FACTOR, charge
 from inferplex.shm.registry import REGION, Regions
 from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -160,6 +161,8 @@ def decode_body(
 
 def _parse_header(text: bytes | memoryview) -> dict[str, Any]:
     """The JSON object of a request's header (the whole body when it has no binary data)."""
+    # its Python objects can be many times its text: charged before they are made
+    charge(len(text) * JSON_TREE_FACTOR, "the request's JSON of %d bytes", len(text))
     try:
         header = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -314,7 +317,12 @@ def _binary_array(
 ) -> np.ndarray:
     """The tensor in ``body[offset:end]``, whose size was checked against shape and datatype."""
     if datatype == "BYTES":
-        array = deserialize_bytes(memoryview(body)[offset:end], prod(shape), name)
+        count = prod(shape)
+        # one Python object per element, and a copy of their bytes: charged before they are cut
+        charge(
+            count * BYTES_ELEMENT_COST + end - offset, "input '%s': %d BYTES elements", name, count
+        )
+        array = deserialize_bytes(memoryview(body)[offset:end], count, name)
         return reshape_input(array, shape, name)
     # a read-only view into the body, like np.frombuffer, built in one call
     return view_input(body, V2_TO_NUMPY[datatype], shape, name, offset)
@@ -362,6 +370,9 @@ def _decode_input(
         # the JSON values are given up as they are converted (a large input's list of Python
         # objects is most of the memory a JSON body costs): drop every other reference first
         del data
+        # numpy's array of the values (8 bytes each), then one of the datatype (or objects)
+        cost = BYTES_ELEMENT_COST if datatype == "BYTES" else 8 + dtype.itemsize
+        charge(count * cost, "input '%s': %d elements from JSON", name, count)
         array = array_from_json(raw.pop("data"), datatype, dtype, shape, count, name)
         return Tensor(name, datatype, shape, array, parameters), offset
 
