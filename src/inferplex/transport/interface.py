@@ -21,6 +21,10 @@ class GrpcCall(Protocol):
     @property
     def method(self) -> str: ...
 
+    @property
+    def connection(self) -> object:
+        """The connection carrying the call (hashable: per-connection bounds count by it)."""
+
     def metadata(self) -> Metadata: ...
 
 
