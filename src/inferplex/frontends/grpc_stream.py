@@ -11,7 +11,7 @@ an empty final one, as Triton marks the end of a decoupled request. Responses wa
 small queue for the transport: when the client reads slowly the queue fills, the requests'
 response streams stop being read, and their models are held back (``ResponseChannel``).
 When the call ends (the client cancels, resets or goes away) every request still running
-is cancelled in its model.
+is cancelled in its model, a slice per turn of the event loop (core/cancelling.py).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from inferplex.core.cancelling import cancel_in_slices
 from inferplex.core.streaming import StreamedResponse
 from inferplex.errors import InferplexError
 from inferplex.protocol.dataplane import DataPlane
@@ -140,10 +141,10 @@ class _Calls:
             self._slots.release()
 
     async def cancel(self) -> None:
-        """The call ended: cancel what still runs (each tells its model)."""
+        """The call ended: cancel what still runs (each tells its model), a slice per turn
+        of the event loop (a dropped connection may end a thousand streams at once)."""
         running = list(self._running)
-        for task in running:
-            task.cancel()
+        cancel_in_slices(running)
         await asyncio.gather(*running, return_exceptions=True)
 
 

@@ -7,7 +7,7 @@ run against both and a difference in behaviour is a failing test (DESIGN.md, "Th
 
 What our config sets in uvicorn: keep-alive (``http_keep_alive_s``), the header limit of its
 h11 protocol (``h11_max_incomplete_event_size``; httptools, used here, has none), its
-``limit_concurrency`` (503 past the connection cap), TLS from the same SSLContext the
+``limit_concurrency`` (one past the connection cap: a backstop), TLS from the same SSLContext the
 built-in server gets, and the graceful shutdown (``stop(grace)``: open requests get
 ``grace`` seconds, whole seconds as uvicorn counts them). Lifespan, access log, proxy
 headers and websockets are off.
@@ -252,8 +252,9 @@ class UvicornHttpServer:
             # uvicorn's hint says int; it hands the value to call_later
             timeout_keep_alive=self._keep_alive_s,  # type: ignore[arg-type]
             h11_max_incomplete_event_size=self._max_header_bytes or None,
-            # past the connection cap uvicorn answers 503 too (the gate closes first)
-            limit_concurrency=self.gate.max_connections or None,
+            # uvicorn answers 503 once its connections or tasks reach it: one past the cap, a
+            # backstop that never refuses a connection the gate let in
+            limit_concurrency=self.gate.max_connections + 1 if self.gate.max_connections else None,
         )
         config.load()
         config.ssl = self._ssl  # the built-in server's context: same files, same client CA
