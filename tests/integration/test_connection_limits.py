@@ -8,23 +8,31 @@ Every peer on loopback is 127.0.0.1; a second peer is 127.0.0.2 (Linux routes al
 
 from __future__ import annotations
 
+import re
+import select
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 import pytest
 import requests
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from examples import modelgen
 from examples.modelgen import add_sub
 from inferplex.config.server_config import ServerConfig
+from inferplex.config.writers import write_config
+from inferplex.protocol.v2 import generated as pb
 from inferplex.server import Server
 from tests.conftest import TWINS
 from tests.support.certs import Certificates, make_certificates
+from tests.support.h2client import H2Client, grpc_frame
 from tests.support.polling import wait_for
 
 Status = health_pb2.HealthCheckResponse
@@ -222,3 +230,83 @@ def test_watch_streams_are_bounded_and_a_change_reaches_every_watcher(watched: S
         assert next(replacement).status == Status.SERVING
         for call in [*calls, replacement]:
             call.cancel()
+
+
+# -- clocks before a request ----------------------------------------------------------------
+
+
+def test_a_connection_without_a_request_or_with_a_slow_header_block_is_closed(
+    repository: Path, twin: dict[str, str]
+) -> None:
+    """uvicorn keeps a connection that never sends a request, and one whose header block
+    never ends, for ever: its twin closes both as the built-in server does."""
+    server = serve(repository, http_keep_alive_s=1, http_header_timeout_s=1.5, **twin)
+    try:
+        silent = connect(server.http_port)
+        slow = connect(server.http_port)
+        slow.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+        start = time.monotonic()
+        # a byte every 0.3 s: the header block grows but never ends
+        while not select.select([slow], [], [], 0.3)[0] and time.monotonic() - start < 5:
+            slow.sendall(b"s")
+        read_to_close(slow)  # the built-in server answers 408 first
+        assert read_to_close(silent) == b""
+        assert time.monotonic() - start < 5
+    finally:
+        server.stop_thread()
+
+
+# -- a dropped connection with many requests in flight ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slow_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("slow-repo")
+    path = modelgen.slow(repo, seconds=0.5)
+    write_config(repo / "slow", modelgen.model_config(path, max_batch_size=8))
+    return repo
+
+
+def pending(server: Server) -> float:
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    text = requests.get(url, timeout=WAIT_S).text
+    found = re.search(r"^nv_inference_pending_request_count\{[^}]*\} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_dropping_a_connection_with_many_stream_requests_keeps_health_prompt(
+    slow_repository: Path, twin: dict[str, str]
+) -> None:
+    """16 ModelStreamInfer streams of 64 requests each wait in a slow model's queue; the
+    connection is reset. Their cancellation runs a slice per turn of the loop: a health
+    check on another connection stays prompt, and the queue empties (at 8 rows per 0.5 s
+    the model alone would take a minute)."""
+    server = serve(slow_repository, stream_max_requests=64, **twin)
+    streams, per_stream = 16, 64
+    message = grpc_frame(
+        pb.ModelInferRequest(
+            model_name="slow",
+            inputs=[{"name": "INPUT0", "datatype": "FP32", "shape": [1, 1]}],
+            raw_input_contents=[np.zeros(1, "<f4").tobytes()],
+        ).SerializeToString()
+    )
+    try:
+        client = H2Client(server.grpc_port)
+        for _ in range(streams):
+            stream_id = client.open_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+            client.send_body(stream_id, message * per_stream, end_stream=False)
+        wait_for(lambda: pending(server) >= streams * per_stream - 16)
+        probe = connect(server.http_port)
+        client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # a reset: every stream of the connection ends at once
+        worst = 0.0
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            start = time.monotonic()
+            assert answer(probe).startswith(b"HTTP/1.1 200")
+            worst = max(worst, time.monotonic() - start)
+        probe.close()
+        assert worst < 1.0  # generous: a busy machine; unbounded, this was seconds
+        wait_for(lambda: pending(server) == 0, timeout=20)
+    finally:
+        server.stop_thread()
