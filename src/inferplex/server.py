@@ -118,12 +118,21 @@ def reference_grpc_server(
         credentials = server_credentials(
             config.tls_cert_file, config.tls_key_file, config.tls_client_ca
         )
-    # the http2_* bounds grpc-core has a setting for (the others it keeps its own way)
+    # the http2_* bounds grpc-core has a setting for (the others it keeps its own way);
+    # its connection cap is server-wide only (grpc-core has none per peer) and counts the
+    # gRPC port alone, beside the gate that counts the other listeners
     options = {
         "grpc.max_concurrent_streams": config.http2_max_concurrent_streams,
         "grpc.max_allowed_incoming_connections": gate.max_connections
         if gate is not None
         else connection_caps(config.max_connections, config.max_connections_per_peer)[0],
+        # a client's PINGs: at most one per 5 minutes without calls, two strikes, then GOAWAY
+        # ENHANCE_YOUR_CALM; and the server's own keepalive PINGs without data: two at most
+        # (grpc-core's defaults, set here so they are ours, not a library version's)
+        "grpc.keepalive_permit_without_calls": 0,
+        "grpc.http2.min_ping_interval_without_data_ms": 300_000,
+        "grpc.http2.max_ping_strikes": 2,
+        "grpc.http2.max_pings_without_data": 2,
     }
     for option, seconds in (
         ("grpc.server_handshake_timeout_ms", config.http2_preface_timeout_s),

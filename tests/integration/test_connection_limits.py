@@ -1,6 +1,7 @@
 """Connections and long-lived streams are budgeted (docs/security.md, "Connections and
-streams"): the server-wide and per-peer connection caps, the TLS handshake timeout, and the
-bounds on gRPC health Watch streams, on the built-in servers and their reference twins.
+streams"): the server-wide and per-peer connection caps, the TLS handshake timeout, the
+bounds on gRPC health Watch streams, the clocks before a request and mass cancellation, on
+the built-in servers and their reference twins.
 
 Every peer on loopback is 127.0.0.1; a second peer is 127.0.0.2 (Linux routes all of
 127.0.0.0/8 to the loopback interface), so the per-peer cap can be told from the global one.
