@@ -18,6 +18,7 @@ import asyncio
 import weakref
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["SLICE", "cancel_in_slices"]
 
@@ -30,10 +31,10 @@ class _Canceller:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._pending: deque[asyncio.Future[object]] = deque()
+        self._pending: deque[asyncio.Future[Any]] = deque()
         self._scheduled = False
 
-    def add(self, tasks: Iterable[asyncio.Future[object]]) -> None:
+    def add(self, tasks: Iterable[asyncio.Future[Any]]) -> None:
         self._pending.extend(tasks)
         if self._pending and not self._scheduled:
             self._scheduled = True
@@ -54,7 +55,7 @@ _CANCELLERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Canceller] = 
 )
 
 
-def cancel_in_slices(tasks: Iterable[asyncio.Future[object]]) -> None:
+def cancel_in_slices(tasks: Iterable[asyncio.Future[Any]]) -> None:
     """Cancel ``tasks`` (of the running loop), :data:`SLICE` per turn of the loop."""
     loop = asyncio.get_running_loop()
     canceller = _CANCELLERS.get(loop)

@@ -60,6 +60,9 @@ AUTO_CAP_MAX = 65536
 #: seconds a listener stops accepting after the process ran out of descriptors (asyncio's)
 _ACCEPT_RETRY_S = 1.0
 _BACKLOG = 2048
+#: connections taken from the kernel's queue per turn of the event loop: a flood of
+#: connects is served in bounded slices, other clients' requests in between
+_ACCEPTS_PER_TURN = 64
 
 
 def connection_caps(max_connections: int, max_per_peer: int) -> tuple[int, int]:
@@ -200,9 +203,9 @@ class Listener:
             self._accepting = False
 
     def _accept(self) -> None:
-        """Take what the kernel has queued (a backlog's worth at most per call)."""
+        """Take what the kernel has queued, a slice per turn of the loop."""
         gate = self._gate
-        for _ in range(_BACKLOG):
+        for _ in range(_ACCEPTS_PER_TURN):
             try:
                 conn, address = self._sock.accept()
             except (BlockingIOError, InterruptedError):
