@@ -116,6 +116,7 @@ class _Calls:
         self._call = call
         self._slots = asyncio.Semaphore(max_requests)
         self._running: set[asyncio.Task[None]] = set()
+        self._all_ended: asyncio.Future[None] | None = None  # set by ``cancel``
 
     async def read(self, requests: AsyncIterator[Any]) -> None:
         """Start each request as it arrives, when a slot is free; once the client has sent
@@ -126,7 +127,7 @@ class _Calls:
                 await self._slots.acquire()  # a full stream stops reading its messages
                 task = loop.create_task(self._one(message))
                 self._running.add(task)
-                task.add_done_callback(self._running.discard)
+                task.add_done_callback(self._ended)
             while self._running:
                 await asyncio.wait(set(self._running))
         except Exception as exc:  # the transport refused a message (too large, ...)
@@ -140,12 +141,21 @@ class _Calls:
         finally:
             self._slots.release()
 
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        ended = self._all_ended
+        if not self._running and ended is not None and not ended.done():
+            ended.set_result(None)
+
     async def cancel(self) -> None:
         """The call ended: cancel what still runs (each tells its model), a slice per turn
-        of the event loop (a dropped connection may end a thousand streams at once)."""
-        running = list(self._running)
-        cancel_in_slices(running)
-        await asyncio.gather(*running, return_exceptions=True)
+        of the event loop (a dropped connection may end a thousand streams at once), and
+        wait for them to end (one future, not a callback more per request)."""
+        if not self._running:
+            return
+        self._all_ended = asyncio.get_running_loop().create_future()
+        cancel_in_slices(list(self._running))
+        await self._all_ended
 
 
 def _error(error: InferplexError, request: InferenceRequest | None) -> bytes:
