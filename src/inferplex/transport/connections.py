@@ -152,9 +152,9 @@ Refusal = Callable[[ConnectionGate, str], bytes]
 class Listener:
     """Accepts connections on a bound socket for ``factory``'s protocol, through ``gate``.
 
-    ``ssl``: TLS, with ``handshake_timeout_s`` for the handshake (the connection is closed
-    when it runs out); ``refusal``: the bytes sent to a refused plain-text client (none for
-    TLS: it has not negotiated anything to read them with).
+    ``ssl_context``: TLS, with ``handshake_timeout_s`` for the handshake (the connection is
+    closed when it runs out); ``refusal``: the bytes sent to a refused plain-text client
+    (none for TLS: it has not negotiated anything to read them with).
     """
 
     def __init__(
@@ -171,7 +171,6 @@ class Listener:
         self._gate = gate
         self._sock = sock
         self._factory = factory
-        self._ssl = ssl_context
         self._tls: dict[str, Any] = {}
         if ssl_context is not None:
             self._tls = {
@@ -183,7 +182,7 @@ class Listener:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._accepting = False
         self._retry: asyncio.TimerHandle | None = None
-        self._handshakes: set[asyncio.Task[None]] = set()
+        self._connecting: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         """Listen and accept (the socket is bound and non-blocking: ``sockets.bind``)."""
@@ -231,8 +230,8 @@ class Listener:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             assert self._loop is not None
             task = self._loop.create_task(self._connect(conn, peer))
-            self._handshakes.add(task)
-            task.add_done_callback(self._handshakes.discard)
+            self._connecting.add(task)
+            task.add_done_callback(self._connecting.discard)
 
     def _refuse(self, conn: socket.socket, reason: str) -> None:
         """Close ``conn`` at once, after the listener's short answer when it has one (a
@@ -278,7 +277,7 @@ class Listener:
             self._retry.cancel()
             self._retry = None
         self._sock.close()
-        for task in list(self._handshakes):
+        for task in list(self._connecting):
             task.cancel()
 
 
