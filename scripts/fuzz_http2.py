@@ -9,8 +9,10 @@ bodies, clock jumps (every timer: preface, idle, keepalive, age, send), applicat
 write pauses and a disconnect. Invariants, after every step and at the end:
 
 - no exception escapes the protocol;
-- buffers stay bounded: request bytes held per connection and server-wide within their
-  limits (never negative), the read buffer within one frame, streams within the limit;
+- buffers stay bounded: request bytes held per connection (reservations within the limit,
+  plus the open streams' initial windows) and server-wide within their limits (never
+  negative), the read buffer within one frame, streams within the limit; a stream waits for
+  room only while its connection reserves some (flow control cannot deadlock);
 - what the connection wrote is whole frames, and nothing follows a connection error's GOAWAY;
 - every connection ends: once the input is over, the application has answered what it got
   and the clock runs far ahead, the transport is closed (GOAWAY, FIN, linger, close) and,
@@ -35,6 +37,7 @@ with atheris.instrument_imports(include=["inferplex.transport"]):
     import hpack
 
     from inferplex.transport.http2 import READ_BUFFER, RECEIVE_FRAME_SIZE, Http2Connection
+    from inferplex.transport.http2_base import initial_stream_window
     from inferplex.transport.http2_limits import Http2Counters, Http2Limits
     from inferplex.transport.http2_stream import Stream
     from inferplex.transport.http2_wire import PREFACE, frame, literal_header_block
@@ -227,8 +230,18 @@ def check(connection: Http2Connection, counters: Http2Counters, limits: Http2Lim
     assert 0 <= budget.used <= budget.limit, budget.used
     assert 0 <= counters.buffered == budget.used
     held = connection._held
-    assert 0 <= held <= max(limits.connection_buffer_bytes, 2 * MAX_BODY), held
+    # reservations within the limit (one message alone may pass it), plus initial windows
+    window = initial_stream_window(limits)
+    bound = (
+        max(limits.connection_buffer_bytes, 2 * MAX_BODY) + limits.max_concurrent_streams * window
+    )
+    assert 0 <= held <= bound, held
     assert held == sum(s.held for s in connection.streams.values()), "held bytes not all counted"
+    reserved = connection._reserved
+    assert reserved == sum(s.reserved for s in connection.streams.values()), "reservations"
+    # a stream waits for room only while the connection reserves some (which will end)
+    assert not connection._waiting or reserved, "a stream waits on nothing"
+    assert all(connection.streams.get(i) is s for i, (s, _) in connection._waiting.items())
     assert len(connection._view) <= max(READ_BUFFER, RECEIVE_FRAME_SIZE + 9 + 4096)
     assert len(connection.streams) <= limits.max_concurrent_streams
     assert connection._recv_window >= 0

@@ -113,6 +113,12 @@ class RegionNotFoundError(InferplexError):
     code = ErrorCode.NOT_FOUND
 
 
+class TooManyRegionsError(InferplexError):
+    """A principal holds as many shared-memory regions as it may (each holds a descriptor)."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
 class ModelExecutionError(InferplexError):
     """The backend failed while running the model."""
 

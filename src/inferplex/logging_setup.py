@@ -1,4 +1,5 @@
-"""Log format and level of the server: plain text lines or one JSON object per line.
+"""Log format, level and destination of the server: plain text lines (their time local, or
+ISO 8601 in UTC) or one JSON object per line, to stderr or appended to a file.
 
 JSON lines carry ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message`` and every
 field a call passes with ``extra=`` (for model state changes: ``model``, ``state``,
@@ -10,15 +11,17 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
 import orjson
 
-LogFormat = Literal["plain", "json"]
+LogFormat = Literal["plain", "json", "iso8601"]
 LEVELS = ("debug", "info", "warning", "error")
 
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+ISO8601_DATE = "%Y-%m-%dT%H:%M:%SZ"
 
 #: attributes every LogRecord has; anything else on a record came from ``extra=``
 _STANDARD = frozenset(
@@ -44,27 +47,45 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(document, default=str).decode()
 
 
-#: the level and format ``configure_logging`` set last: worker processes (Python models) log
-#: the same way to the same stream
-current: tuple[str, LogFormat] = ("info", "plain")
+#: the level, format and file ``configure_logging`` set last: worker processes (Python
+#: models) log the same way to the same place
+current: tuple[str, LogFormat, str | None] = ("info", "plain", None)
 
 
 def configure_logging(
-    level: str = "info", log_format: LogFormat = "plain", stream: TextIO | None = None
+    level: str = "info",
+    log_format: LogFormat = "plain",
+    log_file: str | None = None,
+    stream: TextIO | None = None,
 ) -> None:
     """Send the ``inferplex`` loggers (and everything else at WARNING and above) to
-    ``stream`` (stderr) in ``log_format``; replaces handlers set up before."""
+    ``log_file`` (appended to; OSError if it cannot be opened) or else ``stream`` (stderr), in
+    ``log_format``; replaces handlers set up before."""
     global current
     if level.lower() not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
-    current = (level.lower(), log_format)
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else logging.Formatter(PLAIN_FORMAT)
+    handler: logging.Handler = (
+        logging.FileHandler(log_file, encoding="utf-8")
+        if log_file
+        else logging.StreamHandler(stream or sys.stderr)
     )
+    current = (level.lower(), log_format, log_file)
+    handler.setFormatter(_formatter(log_format))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
+        if isinstance(old, logging.FileHandler):  # a file set before: ours to close
+            old.close()
     root.addHandler(handler)
     root.setLevel(logging.WARNING)  # libraries stay quiet below WARNING
     logging.getLogger("inferplex").setLevel(level.upper())
+
+
+def _formatter(log_format: LogFormat) -> logging.Formatter:
+    if log_format == "json":
+        return JsonFormatter()
+    if log_format == "iso8601":
+        formatter = logging.Formatter(PLAIN_FORMAT, ISO8601_DATE)
+        formatter.converter = time.gmtime
+        return formatter
+    return logging.Formatter(PLAIN_FORMAT)

@@ -21,6 +21,7 @@ import uvloop
 from pydantic import SecretStr
 
 from inferplex.backends.worker.worker_process import pass_to_workers
+from inferplex.config.readers import use_config_name
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
 from inferplex.core.streaming import StreamedResponse
@@ -28,6 +29,7 @@ from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InferplexError
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
 from inferplex.frontends.http import HttpApp, create_http_app
+from inferplex.lifecycle.exit_deadline import ExitDeadline
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.mesh.replica import Rebalancer, members
 from inferplex.metrics.app import MetricsApp, create_metrics_app
@@ -87,6 +89,7 @@ def build_engine(config: ServerConfig) -> InferenceEngine:
     loads into it, circuit breakers and timeouts, the route table, the shared-memory regions
     and, for an ``s3://`` repository, the bucket synced into the repository folder."""
     registry = ModelRegistry()
+    use_config_name(config.model_config_name)  # every config read from here on
     remote = (
         S3Repository(config.model_repository_url, config.model_repository, config.s3_endpoint_url)
         if config.model_repository_url
@@ -102,17 +105,23 @@ def build_engine(config: ServerConfig) -> InferenceEngine:
             )
         ),
         routes=RouteTable,
-        shared_memory=SharedMemoryRegistry(config.allow_shared_memory),
+        shared_memory=SharedMemoryRegistry(
+            config.allow_shared_memory,
+            max_regions=config.max_shared_memory_regions,
+            # a tensor read from a region is a copy, bounded as a request body is
+            max_read_bytes=config.max_request_bytes,
+        ),
         remote=remote,
     )
 
 
 def reference_grpc_server(
-    config: ServerConfig, gate: ConnectionGate | None = None
+    config: ServerConfig, budget: ByteBudget | None = None, gate: ConnectionGate | None = None
 ) -> ServerFactory:
     """What builds the reference gRPC server (grpc.aio, ``--grpc-server grpcio``) of a
-    GrpcFrontend's method table, with the limits of ``config`` (``gate``: the caps on
-    connections; grpc-core counts its own, server-wide only)."""
+    GrpcFrontend's method table, with the limits of ``config``; inflated messages are
+    charged to ``budget`` (the server's); ``gate``: the caps on connections (grpc-core
+    counts its own, server-wide only)."""
     credentials = None
     if config.tls_cert_file is not None and config.tls_key_file is not None:
         credentials = server_credentials(
@@ -152,10 +161,12 @@ def reference_grpc_server(
         return GrpcioServer(
             methods,
             max_message_bytes=config.max_grpc_message_bytes,
+            max_small_message_bytes=config.max_small_request_bytes,
             max_header_bytes=config.max_header_bytes,
             guard=guard,
             credentials=credentials,
             options=options,
+            budget=budget,
         )
 
     return serve
@@ -280,7 +291,7 @@ class Server:
                 ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
-                server=reference_grpc_server(config, self._gate)
+                server=reference_grpc_server(config, self._http_budget, self._gate)
                 if config.grpc_server == "grpcio"
                 else None,
                 budget=self._http_budget,  # one bound on buffered request bytes for both
@@ -295,6 +306,8 @@ class Server:
                 listeners=self._http_servers,
                 http2=self._grpc.counters if self._grpc is not None else None,
                 activity=self.engine.activity,
+                interval=self.config.metrics_interval_s,
+                gpu_metrics=self.config.gpu_metrics,
             )
             self._metrics.sampler.start(asyncio.get_running_loop())
             self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)
@@ -324,7 +337,7 @@ class Server:
         self, access: Access, sock: socket.socket, tls: ssl.SSLContext | None
     ) -> int:
         """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
-        app = create_http_app(self.engine, self.config, access, self.plane)
+        app = create_http_app(self.engine, self.config, access, self.plane, self._http_budget)
         traced = self._tracing.wrap_http(app) if self._tracing is not None else app
         return await self._serve_asgi(traced, sock, tls, app)
 
@@ -398,12 +411,21 @@ class Server:
     async def serve_forever(self) -> None:
         """Start, run until SIGINT/SIGTERM, then stop gracefully (the CLI's entry)."""
         stop = asyncio.Event()
+        config = self.config
+        # from the signal on, nothing may hold the exit past its deadline: a load in
+        # progress (at start too) runs in threads and processes that cannot be interrupted
+        deadline = ExitDeadline(config.drain_delay_s + config.exit_timeout_secs)
+
+        def on_signal() -> None:
+            deadline.arm()
+            stop.set()
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         await self.start()
         await stop.wait()
-        await self.stop()
+        await self.stop(config.exit_timeout_secs)
 
     # -- embedding: a server on a background thread ------------------------------------------
     def start_in_thread(self, timeout: float = 120.0) -> Server:

@@ -2,7 +2,8 @@
 
 Every spelling of a management path that is not its canonical form is refused with 400 on
 every listener, whatever token comes with it; the canonical form gets exactly the answer its
-scope calls for. Requests go out through http.client, which sends the path as written
+scope calls for; a query string changes neither (Triton ignores it, tritonclient sends its
+``query_params``). Requests go out through http.client, which sends the path as written
 (requests and urllib3 would remove dot segments). A request with a body is refused before
 its body is read.
 """
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 import grpc
 import orjson
 import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from examples.modelgen import add_sub
 from inferplex.config.server_config import ServerConfig
@@ -46,7 +49,6 @@ VARIANTS = [
     "/v2%2Frepository%2Fmodels%2Fadd_sub%2Fload",
     "/v2/%2E/repository/models/add_sub/load",
     "/v2/models/%2E%2E/repository/models/add_sub/load",
-    "/v2/repository/models/add_sub/load?x=1",
     "/v2/repository/models/add_sub%00/load",
 ]
 
@@ -117,9 +119,16 @@ def test_the_canonical_path_gets_the_answer_of_its_scope(
     server: Server, listener: str, token: str | None, status: int
 ) -> None:
     port = server.http_port if listener == "public" else server.management_port
-    # percent-encoding that decodes to the canonical path is that path: same answer
-    for path in ("/v2/repository/models/add_sub/load", "/%762/repository/models/add_sub/load"):
-        assert post(port, path, token)[0] == status
+    # percent-encoding that decodes to the canonical path is that path, and a query string
+    # is no part of it: same answer
+    for path in (
+        "/v2/repository/models/add_sub/load",
+        "/%762/repository/models/add_sub/load",
+        "/v2/repository/models/add_sub/load?x=1",
+        "/v2/repository/models/add_sub/load?next=/../../v2/health/live",
+        "/v2/repository/models/add_sub/load?",
+    ):
+        assert post(port, path, token)[0] == status, path
     assert not loaded(server)
 
 
@@ -150,6 +159,23 @@ def test_a_request_is_refused_before_its_body_is_read(server: Server, path: str)
     head = answer.split(b"\r\n\r\n", 1)[0].lower()
     assert head.startswith(b"http/1.1 401") or head.startswith(b"http/1.1 400"), answer
     assert b"connection: close" in head
+
+
+def test_tritonclient_query_params_are_accepted_and_ignored(server: Server) -> None:
+    """Triton's HTTP examples pass ``query_params`` on every call: the route and its scope
+    are the path's alone."""
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    try:
+        params = {"test_1": 1, "test_2": "/../v2/repository/models/add_sub/load"}
+        assert client.is_server_live(query_params=params)
+        with pytest.raises(InferenceServerException, match=r"401|[Uu]nauthori"):
+            client.get_model_repository_index(query_params=params)
+        bearer = {"Authorization": "Bearer inference-token"}
+        index = client.get_model_repository_index(headers=bearer, query_params=params)
+        assert [entry["name"] for entry in index] == ["add_sub"]
+    finally:
+        client.close()
+    assert not loaded(server)
 
 
 def test_unauthenticated_answers_name_the_scheme(server: Server) -> None:

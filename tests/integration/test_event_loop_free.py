@@ -205,3 +205,27 @@ def test_deeply_nested_json_is_a_400_without_a_traceback(server: RunningServer) 
         assert status == 400, payload[:300]
         assert "nested" in orjson.loads(payload)["error"]
     assert "Traceback" not in server.log()
+
+
+def test_json_response_of_8m_strings_leaves_health_answering(server: RunningServer) -> None:
+    """The response is written as JSON in pieces (protocol/v2/rest_json.py's JsonPieces):
+    no call that holds the GIL copies all of it, so the loop answers meanwhile."""
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "datatype": "BYTES",
+                    "shape": [1, ELEMENTS],
+                    "parameters": {"binary_data_size": 4 * ELEMENTS},
+                }
+            ],
+        }
+    )
+    body = header + bytes(4 * ELEMENTS)
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    with HealthPoller(server) as poller:
+        status, payload = post(server, "/v2/models/identity_bytes/infer", body, headers)
+    assert status == 200, payload[:300]
+    assert payload.endswith(b'""' + b',""' * (ELEMENTS - 1) + b"]}]}")
+    poller.check()

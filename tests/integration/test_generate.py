@@ -140,6 +140,45 @@ def test_errors_before_the_first_response_are_json_with_their_status(
     assert bad.status_code == 400
 
 
+#: generate requests that /infer's checks refuse (issue 30): the model, the body, and what
+#: the error must say (the input it names and what was expected)
+_DEEP = {"a": 1}
+for _ in range(500):
+    _DEEP = {"a": _DEEP}
+BAD_VALUES = [
+    # a wrong-length list: 15 values where the shape needs 16
+    ("add_sub", {"INPUT0": [1.0] * 15, "INPUT1": [2.0] * 16}, "INPUT0"),
+    # one boolean where the shape [2] needs two integers
+    ("endless", {"IN": True}, "input 'IN': one value was given, but its shape [2]"),
+    # booleans where INT32 is declared
+    ("endless", {"IN": [True, False]}, "input 'IN': 'data' must hold integers"),
+    # a fraction where INT32 is declared: never truncated to 1
+    ("endless", {"IN": [1.5, 2]}, "input 'IN': 'data' must hold integers for datatype INT32"),
+    # beyond INT32's range
+    ("endless", {"IN": [1, 2**40]}, "input 'IN'"),
+    # a ragged list
+    ("add_sub", {"INPUT0": [[1.0] * 16, [1.0]], "INPUT1": [2.0] * 16}, "input 'INPUT0'"),
+    # non-string BYTES values: never str()-ed
+    ("tokens", {"text_input": 5}, "input 'text_input': BYTES 'data' must hold strings"),
+    ("tokens", {"text_input": ["a", [1]]}, "input 'text_input': BYTES 'data' must hold strings"),
+    ("tokens", {"text_input": None}, "input 'text_input' must be a string"),
+    # parameters nested 500 deep, named or as a key that names no input
+    ("tokens", {"text_input": "x", "parameters": {"p": _DEEP}}, "nested more than 32 levels"),
+    ("tokens", {"text_input": "x", "other": _DEEP}, "nested more than 32 levels"),
+]
+
+
+@pytest.mark.parametrize(("model", "body", "expected"), BAD_VALUES)
+def test_bad_values_are_a_400_naming_the_input(
+    served: tuple[RunningServer, Path], model: str, body: dict[str, Any], expected: str
+) -> None:
+    server, _ = served
+    for action in ("generate", "generate_stream"):
+        reply = requests.post(url(server, model, action), json=body, timeout=30)
+        assert reply.status_code == 400, reply.text[:300]
+        assert expected in reply.json()["error"]
+
+
 def test_a_client_that_goes_away_stops_the_model(served: tuple[RunningServer, Path]) -> None:
     server, progress = served
     progress.write_text("")

@@ -140,13 +140,15 @@ def test_repository_index_ready_only(base: str) -> None:
     assert "broken" not in names
     response = requests.post(f"{base}/v2/repository/index", json={"ready": 1}, timeout=10)
     assert_error(response, 400, "'ready'")
-    # a body large enough to be read into place is JSON all the same
-    padded = b'{"ready": true}' + b" " * (100 << 10)
+    # a body up to --max-small-request-bytes is JSON all the same; a larger one is refused
+    padded = b'{"ready": true}' + b" " * (15 << 10)
     response = requests.post(f"{base}/v2/repository/index", data=padded, timeout=10)
     assert response.status_code == 200
     assert "broken" not in {entry["name"] for entry in response.json()}
-    response = requests.post(f"{base}/v2/repository/index", data=b" " * (100 << 10), timeout=10)
+    response = requests.post(f"{base}/v2/repository/index", data=b" " * (15 << 10), timeout=10)
     assert "broken" in {entry["name"] for entry in response.json()}
+    response = requests.post(f"{base}/v2/repository/index", data=padded * 8, timeout=10)
+    assert_error(response, 413, "INFERPLEX_MAX_SMALL_REQUEST_BYTES")
 
 
 def test_statistics_increase_after_inference(client: httpclient.InferenceServerClient) -> None:

@@ -208,8 +208,10 @@ async def test_load_error_paths(
 ) -> None:
     add_model(tmp_path)
     async with running(tmp_path, model_control_mode="explicit", load_model=("*",)) as engine:
-        with pytest.raises(error, match=message):
+        with pytest.raises(error, match=message) as refused:
             await engine.load_model("add_sub", parameters)
+        # Triton's words first: its model-control clients look for "failed to load"
+        assert str(refused.value).startswith("failed to load 'add_sub': ")
         assert await served_version(engine) == "1"
 
 
@@ -309,9 +311,11 @@ async def test_instance_count_changes_under_traffic(tmp_path: Path) -> None:
         stop.set()
         assert all(n > 0 for n in await asyncio.gather(*clients))
         assert engine.registry.entry("add_sub").versions[1] is served  # no reload
-        for bad in (0, 65, "2", True):
+        for bad in (0, "2", True):
             with pytest.raises(InvalidInputError, match="'count' must be an integer from 1 to 64"):
                 await engine.set_instance_count("add_sub", bad)
+        with pytest.raises(ConfigError, match=r"above the limit of 64 \(--max-model-instances"):
+            await engine.set_instance_count("add_sub", 65)
 
 
 async def test_default_version(tmp_path: Path) -> None:

@@ -141,10 +141,12 @@ async def test_a_reload_after_unloading_is_estimated_at_its_last_footprint(
     (tmp_path / "ballast" / "1").mkdir(parents=True)
     (tmp_path / "ballast" / "1" / "model.py").write_text(BALLAST)
     (tmp_path / "ballast" / "config.pbtxt").write_text(BALLAST_CONFIG)
+    # ballast holds 80 MB and the worker's own memory: anywhere in (80, 140] MB, it fits
+    # with one of a and b (60 MB each) under the limit, not with both
     for name in ("a", "b"):
-        padded_model(tmp_path, name)
+        padded_model(tmp_path, name, padding=60 * MB)
     config = ServerConfig(
-        model_repository=tmp_path, model_control_mode="explicit", memory_limit="100MB"
+        model_repository=tmp_path, model_control_mode="explicit", memory_limit="200MB"
     )
     engine = build_engine(config)
     await engine.start()
@@ -159,7 +161,7 @@ async def test_a_reload_after_unloading_is_estimated_at_its_last_footprint(
         with pytest.raises(InsufficientMemoryError, match="cannot load model 'ballast'"):
             await engine.load_model("ballast", {})
         assert loaded(engine) == ["a", "b"]
-        assert engine.memory()["used"] <= 100 * MB
+        assert engine.memory()["used"] <= 200 * MB
         await engine.unload_model("b", {})
         (tmp_path / "ballast" / "1" / "model.py").write_text(BALLAST + "\n# changed\n")
         await engine.load_model("ballast", {})  # new files: estimated at their size again
@@ -206,3 +208,53 @@ async def test_the_process_limit_counts_the_servers_own_memory(tmp_path: Path) -
 def _features(model: str) -> InferenceRequest:
     x = np.zeros((1, 1024), dtype=np.float32)
     return InferenceRequest(model, [Tensor("features", "FP32", x.shape, x)])
+
+
+async def test_a_first_load_over_the_process_limit_is_refused_after_all(tmp_path: Path) -> None:
+    """Its files (a few hundred bytes) fit, what it holds once loaded (80 MB) does not: the
+    model was left loaded with the server over --process-memory-limit and a warning that it
+    'needs about 0 bytes'. It is unloaded again, the load fails naming what happened, and
+    the next try is estimated at its measured footprint."""
+    (tmp_path / "ballast" / "1").mkdir(parents=True)
+    (tmp_path / "ballast" / "1" / "model.py").write_text(BALLAST)
+    (tmp_path / "ballast" / "config.pbtxt").write_text(BALLAST_CONFIG)
+    config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
+    engine = build_engine(config)
+    await engine.start()
+    budgets = engine.lifecycle.loader.budgets
+    try:
+        budgets.process_memory_limit = rss_bytes() + 40 * MB
+        with pytest.raises(InsufficientMemoryError) as caught:
+            await engine.load_model("ballast", {})
+        message = caught.value.message
+        assert "model 'ballast' took more memory than estimated" in message, message
+        assert "'ballast'" in message and "(just loaded)" in message, message
+        assert "--process-memory-limit" in message and "unloaded again" in message
+        assert "needs about 0 bytes" not in message
+        assert loaded(engine) == []
+        (row,) = engine.repository_index()
+        assert row["state"] == "UNAVAILABLE" and "took more memory" in row["reason"]
+        with pytest.raises(InsufficientMemoryError, match="cannot load model 'ballast': it needs"):
+            await engine.load_model("ballast", {})  # refused before it loads, this time
+    finally:
+        await engine.stop()
+
+
+async def test_a_refused_reload_names_the_serving_copy_as_serving(tmp_path: Path) -> None:
+    for name in ("m1",):
+        path = modelgen.mlp(tmp_path, name, features=1024, hidden=(1536, 1536))  # 16 MB
+        write_config(tmp_path / name, modelgen.model_config(path, max_batch_size=8))
+    config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
+    engine = build_engine(config)
+    await engine.start()
+    budgets = engine.lifecycle.loader.budgets
+    try:
+        await engine.load_model("m1", {})
+        budgets.memory_limit = engine.memory()["used"] + MB  # no room for a second copy
+        with pytest.raises(InsufficientMemoryError) as caught:
+            await engine.load_model("m1", {"config": '{"max_batch_size": 4}'})
+        assert "'m1'" in caught.value.message
+        assert "(serving while it reloads)" in caught.value.message, caught.value.message
+        assert loaded(engine) == ["m1"]
+    finally:
+        await engine.stop()

@@ -4,6 +4,7 @@ over real sockets."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -120,6 +121,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("pipe_bad", PIPE_BAD, "pbtxt"),
         ("pipe_missing", PIPE_MISSING, "pbtxt"),
         ("cascade", CASCADE, "yaml"),
+        ("cascade_too_wide", CASCADE.replace("max_batch_size: 8", "max_batch_size: 16"), "yaml"),
         ("router", ROUTING, "yaml"),
     ):
         (repo / name / "1").mkdir(parents=True)
@@ -227,6 +229,23 @@ async def test_cascade_all_confident_never_calls_the_heavy_model(
     out = await infer(engine, request)
     np.testing.assert_array_equal(out["OUTPUT0"], rows)
     assert executions(engine, "heavy") == 0
+
+
+async def test_a_cascade_wider_than_its_light_model_is_not_ready(
+    engine: InferenceEngine,
+) -> None:
+    """Its batches of up to 16 rows would fail in the light model (8 at most), request by
+    request, while it said READY: it says why it cannot serve instead."""
+    why = (
+        "model 'cascade_too_wide' is not ready: its light model 'light' takes at most 8 rows "
+        "a batch (its max_batch_size), fewer than the 16 of this model's max_batch_size"
+    )
+    assert not engine.model_ready("cascade_too_wide")
+    (row,) = [r for r in engine.repository_index() if r["name"] == "cascade_too_wide"]
+    assert row["state"] == "UNAVAILABLE" and row["reason"].startswith(why)
+    with pytest.raises(ModelNotReadyError, match=re.escape(why)):
+        await infer(engine, InferenceRequest("cascade_too_wide", [tensor("INPUT0", np.eye(4))]))
+    assert engine.model_ready("cascade")
 
 
 async def test_routing_by_input_size(engine: InferenceEngine) -> None:

@@ -146,6 +146,11 @@ def test_sequence_errors_are_triton_s(sequence_server: RunningServer, protocol: 
         _send(client, "acc_direct", 1.0, "FP32", sequence_id=4243)
     (again,) = _sequence(client, "acc_direct", 4243, [4.0], "FP32")
     assert again.as_numpy("OUTPUT").tolist() == [[4.0]]
+    # a string id for a numeric CORRID input is the client's error (was a 500)
+    with pytest.raises(InferenceServerException, match="must be an unsigned integer") as refused:
+        _send(client, "acc_direct", 1.0, "FP32", sequence_id="abc", sequence_start=True)
+    assert refused.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
+    client.close()
 
 
 def test_a_sequence_idle_past_its_limit_is_ended(sequence_server: RunningServer) -> None:

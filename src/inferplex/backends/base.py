@@ -33,6 +33,40 @@ class ModelCaller(Protocol):
         when compute slots are scarce (docs/pipelines.md)."""
         ...
 
+    def stream(self, request: InferenceRequest) -> CallStream:
+        """Start the request and read its responses as the model sends them (a decoupled
+        model's 0..N and a final one; an ordinary model's one)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CalledResponse:
+    """One response of a streamed call: its outputs (None: a response without any, as a
+    decoupled model's final flag alone), or the error it carries; ``final`` for the last."""
+
+    outputs: dict[str, np.ndarray] | None
+    error: InferplexError | None = None
+    final: bool = True
+
+
+class CallStopped(InferplexError):
+    """What a streamed call stopped by its caller (``CallStream.close``) ends with."""
+
+
+class CallStream(Protocol):
+    """The responses of one call to a served model, read from a backend's thread."""
+
+    def next(self, timeout: float | None) -> CalledResponse:
+        """The next response, waiting at most ``timeout`` seconds (then the call is
+        stopped and its final response is a deadline error). Call again only while the last
+        was not final."""
+        ...
+
+    def close(self) -> None:
+        """Stop the call (from any thread, without blocking): the model sees its request
+        cancelled; a ``next`` waiting or to come gets the final response at once."""
+        ...
+
 
 #: what ``execute_requests`` answers for one request: its outputs, or why it failed
 RequestOutcome = dict[str, np.ndarray] | InferplexError

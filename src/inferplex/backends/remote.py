@@ -93,13 +93,14 @@ class RemoteBackend(Backend):
         self._datatypes = {t.name: t.data_type for t in config.input}
         self._connection: http.client.HTTPConnection | None = None
         self._down_until = 0.0
+        self._on_fallback = False  # the last answer came from the fallback
 
     def execute(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         if not self._fallback:
             return self._forward(inputs, outputs)
         if time.monotonic() >= self._down_until:
             try:
-                return self._forward(inputs, outputs)
+                answer = self._forward(inputs, outputs)
             except (RemoteUnavailableError, DeadlineExceededError) as exc:
                 logger.warning(
                     "model '%s': %s; answering from fallback model '%s' for the next %.1f s",
@@ -109,6 +110,17 @@ class RemoteBackend(Backend):
                     self._retry_after,
                 )
                 self._down_until = time.monotonic() + self._retry_after
+                self._on_fallback = True
+            else:
+                if self._on_fallback:
+                    self._on_fallback = False
+                    logger.warning(
+                        "model '%s': %s answers again; fallback model '%s' no longer used",
+                        self._name,
+                        self._remote,
+                        self._fallback,
+                    )
+                return answer
         return self._call_fallback(inputs, outputs)
 
     def close(self) -> None:

@@ -48,16 +48,21 @@ def serve(**options: Any) -> None:
         config = ServerConfig(**{**from_triton, **given})
     except ValidationError as exc:
         for error in exc.errors():
-            field = ".".join(str(p) for p in error["loc"])
-            click.echo(f"error: {field}: {error['msg']}", err=True)
+            field = ".".join(str(p) for p in error["loc"])  # none: a check of several
+            message = error["msg"].removeprefix("Value error, ")
+            click.echo(f"error: {field + ': ' if field else ''}{message}", err=True)
         sys.exit(2)
     except SettingsError as exc:  # an INFERPLEX_* variable that should hold JSON does not
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     try:
-        configure_logging(config.log_level, config.log_format)
+        log_file = str(config.log_file) if config.log_file else None
+        configure_logging(config.log_level, config.log_format, log_file)
     except ValueError as exc:  # INFERPLEX_LOG_LEVEL is not checked by the flag's choices
         click.echo(f"error: log_level: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(f"error: log_file: cannot open {config.log_file}: {exc.strerror}", err=True)
         sys.exit(2)
     for line in ignored:
         logging.getLogger(__name__).warning(line)

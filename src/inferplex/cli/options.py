@@ -4,7 +4,7 @@ A setting is written once, as a ServerConfig field: its type, default and descri
 each field ``some_name`` becomes the flag ``--some-name`` with that description as its help
 and that default shown beside it; what the flag takes follows the field's type:
 
-- ``Literal[...]`` (or a :class:`FlagChoices` marker): one of the values;
+- ``Literal[...]`` (or a :class:`FlagChoices` marker): one of the values, in any case;
 - ``bool``: a switch that turns the setting on;
 - ``int``, ``float``: a number; ``tuple[str, ...]``: a repeatable flag;
 - ``dict[str, int]``: a JSON object;
@@ -17,6 +17,7 @@ INFERPLEX_* variable or its default applies; ServerConfig checks the result once
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import NoDecode
 
-from inferplex.config.server_config import FlagChoices, NoFlag, ServerConfig
+from inferplex.config.server_config import FlagChoices, NoFlag, OneValue, ServerConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MIB = 1024 * 1024
@@ -83,7 +84,8 @@ def option_settings(name: str, field: FieldInfo) -> dict[str, Any]:
     if choices is None and get_origin(kind) is Literal:
         choices = tuple(str(value) for value in get_args(kind))
     if choices is not None:
-        settings["type"] = click.Choice(choices)
+        # in any case, as tritonserver reads its choices (--model-control-mode=EXPLICIT)
+        settings["type"] = click.Choice(choices, case_sensitive=False)
     elif kind is bool:
         settings.update(is_flag=True, default=None)
     elif kind in (int, float):
@@ -95,7 +97,17 @@ def option_settings(name: str, field: FieldInfo) -> dict[str, Any]:
     else:
         # str, Path (an s3:// URL too, which click.Path would mangle), ByteSize, SecretStr
         settings.update(type=str, metavar="PATH" if kind is Path else "TEXT")
+    once = next((m for m in field.metadata if isinstance(m, OneValue)), None)
+    if once is not None:  # read every time it is given, to refuse two values
+        settings.update(multiple=True, callback=functools.partial(_one_value, once.why))
     return settings
+
+
+def _one_value(why: str, ctx: click.Context, param: click.Parameter, given: tuple[Any, ...]) -> Any:
+    """The one value of a flag given once (or the same each time); None if not given."""
+    if len(set(given)) > 1:
+        raise click.BadParameter(f"given {len(given)} times ({', '.join(given)}): {why}")
+    return given[0] if given else None
 
 
 def shown_default(name: str, field: FieldInfo) -> str:

@@ -129,21 +129,40 @@ _SIZE_ROUTING_FIELDS = frozenset(SizeRouting.model_fields)
 _RULE_FIELDS = frozenset(SizeRule.model_fields)
 
 
+#: the variant config every model folder is read from where it has one (tritonserver's
+#: --model-config-name): ``configs/<name>.pbtxt``. Process-wide, set once at start by the
+#: server (``use_config_name``), so every reader of the repository sees the same configs
+_config_name = ""
+
+
+def use_config_name(name: str) -> None:
+    """Read ``configs/<name>.pbtxt`` in place of a model's config file where there is one
+    ("": the config file, the default)."""
+    global _config_name
+    _config_name = name
+
+
 def read_model_config(model_dir: Path) -> ModelConfig | None:
-    """The configuration in ``model_dir`` (``config.pbtxt``, ``config.yaml`` or ``config.yml``);
-    None when there is none. Blocking (reads a file)."""
-    found = [model_dir / n for n in (PBTXT_NAME, *YAML_NAMES) if (model_dir / n).is_file()]
+    """The configuration in ``model_dir``: ``configs/<name>.pbtxt`` when a config name is in
+    use and the model has it, else ``config.pbtxt``, ``config.yaml`` or ``config.yml``; None
+    when there is none. Blocking (reads a file)."""
+    variant = model_dir / "configs" / f"{_config_name}.pbtxt"
+    if _config_name and variant.is_file():
+        found = [variant]
+    else:
+        found = [model_dir / n for n in (PBTXT_NAME, *YAML_NAMES) if (model_dir / n).is_file()]
     if not found:
         return None
     if len(found) > 1:
         names = " and ".join(p.name for p in found)
         raise ConfigError(f"model '{model_dir.name}' has both {names}; keep one of them")
     path = found[0]
+    file_name = path.relative_to(model_dir).as_posix()
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{model_dir.name}/{path.name}: cannot be read: {exc}") from None
-    return _config_from_text(text, model_dir.name, path.name)
+        raise ConfigError(f"{model_dir.name}/{file_name}: cannot be read: {exc}") from None
+    return _config_from_text(text, model_dir.name, file_name)
 
 
 @functools.lru_cache(maxsize=256)
@@ -152,7 +171,8 @@ def _config_from_text(text: str, model_name: str, file_name: str) -> ModelConfig
     new version of a model reloads it with its config unchanged: parsing and validating that
     again would be most of the load's Python work beside busy serving."""
     source = f"{model_name}/{file_name}"
-    raw = parse_pbtxt(text, source) if file_name == PBTXT_NAME else _parse_yaml(text, source)
+    pbtxt = file_name.endswith(".pbtxt")
+    raw = parse_pbtxt(text, source) if pbtxt else _parse_yaml(text, source)
     return config_from_dict(raw, model_name, source)
 
 

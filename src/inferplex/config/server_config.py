@@ -2,9 +2,10 @@
 
 Each field is one setting, in one place: its type, default and description are also its
 ``inferplex serve`` flag (``--field-name``; cli/options.py builds the flags from the fields),
-its environment variable (``INFERPLEX_FIELD_NAME``) and its documentation. Two markers say what
-the type alone does not: :class:`NoFlag` (set through the environment only) and
-:class:`FlagChoices` (the values a ``str`` flag offers).
+its environment variable (``INFERPLEX_FIELD_NAME``) and its documentation. Markers say what
+the type alone does not: :class:`NoFlag` (set through the environment only),
+:class:`FlagChoices` (the values a ``str`` flag offers) and :class:`OneValue` (a flag that
+must not be repeated).
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from inferplex.config.s3_url import S3Location, default_cache_dir, is_s3_url
+from inferplex.config.token_files import read_token_files
 from inferplex.errors import ConfigError
+
+#: instances of one model version at most (ServerConfig.max_model_instances)
+DEFAULT_MAX_MODEL_INSTANCES = 64
 
 
 class NoFlag:
@@ -44,12 +49,23 @@ class FlagChoices:
     values: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class OneValue:
+    """A flag that may be given once: twice with different values is an error saying
+    ``why``, not the last value silently (tritonserver repeats some of them)."""
+
+    why: str
+
+
 class ServerConfig(BaseSettings):
     """Validated once at start-up, then frozen. Every field can be set as INFERPLEX_<NAME>."""
 
     model_config = SettingsConfigDict(env_prefix="INFERPLEX_", extra="forbid", frozen=True)
 
-    model_repository: DirectoryPath = Field(
+    model_repository: Annotated[
+        DirectoryPath,
+        OneValue("inferplex serves one model repository (tritonserver serves several)"),
+    ] = Field(
         description="folder holding one sub-folder per model (must exist); or s3://bucket/prefix, "
         "served from a local copy in model_repository_cache (then this is that folder)"
     )
@@ -77,6 +93,37 @@ class ServerConfig(BaseSettings):
     )
     max_grpc_message_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1, description="gRPC receive/send message size limit"
+    )
+    max_model_instances: int = Field(
+        default=DEFAULT_MAX_MODEL_INSTANCES,
+        ge=1,
+        description="instances of one model version at most, however the count is set "
+        "(config file, a load's config, auto-completion, the instances endpoint): above it the "
+        "load or call gets 400 naming this limit (each instance is a backend session and a "
+        "thread or process)",
+    )
+    max_load_config_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="a load's 'config' parameter (a JSON model configuration) above this gets "
+        "413, and so does a load body holding more JSON values than half of it (its model "
+        "files are base64 strings: one value each)",
+    )
+    max_load_request_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="HTTP load requests (with their 'file:' overrides, base64 model files) "
+        "above this get 413; at most --max-request-bytes",
+    )
+    max_small_request_bytes: int = Field(
+        default=16 * 1024,
+        ge=1,
+        description="request body (HTTP) or message (gRPC), inflated if compressed, of the "
+        "calls that take none or a tiny one: health, metadata, ready, config, statistics, "
+        "index, unload, instances, default version, shared memory, reflection (HTTP GET "
+        "endpoints take no body at all); inference and loads get max_request_bytes / "
+        "max_grpc_message_bytes. Past it: 413 / RESOURCE_EXHAUSTED, checked on the compressed "
+        "size before any inflation and on the inflated size as it inflates",
     )
     inline_execution_us: float = Field(
         default=40.0,
@@ -118,6 +165,13 @@ class ServerConfig(BaseSettings):
         description="on SIGTERM, seconds to keep serving with readiness false before the "
         "listeners close (lets load balancers stop sending first)",
     )
+    exit_timeout_secs: float = Field(
+        default=30.0,
+        ge=0,
+        description="on SIGTERM/SIGINT, seconds (after --drain-delay-s) to wait for in-flight "
+        "work, requests and model loads, before exiting anyway with status 3 "
+        "(tritonserver's --exit-timeout-secs)",
+    )
     cache_size: int = Field(
         default=0,
         ge=0,
@@ -146,6 +200,16 @@ class ServerConfig(BaseSettings):
         default=None,
         description="API token for the management API (load/unload, shared memory); once any "
         "token is set, management needs this one; prefer the environment variable to the flag",
+    )
+    inference_token_file: Path | None = Field(
+        default=None,
+        description="file holding the inference token, read at start (one trailing newline "
+        "dropped; mode 600): unlike the environment and flags, out of reach of model code "
+        "once the file is gone or was a pipe (docs/security.md)",
+    )
+    management_token_file: Path | None = Field(
+        default=None,
+        description="file holding the management token, as --inference-token-file",
     )
     management_port: int | None = Field(
         default=None,
@@ -366,6 +430,13 @@ class ServerConfig(BaseSettings):
         "through them (docs/shared_memory.md); off by default: a region lets a client make the "
         "server read and write that memory",
     )
+    max_shared_memory_regions: int = Field(
+        default=128,
+        ge=1,
+        description="most system shared-memory regions one principal (token, or anonymous) may "
+        "have registered at once; each holds a file descriptor. One more gets 429 / "
+        "RESOURCE_EXHAUSTED",
+    )
     worker_env: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="environment variables passed on to the worker processes of Python models "
@@ -508,8 +579,18 @@ class ServerConfig(BaseSettings):
     log_level: Annotated[str, FlagChoices(("debug", "info", "warning", "error"))] = Field(
         default="info", description="debug, info, warning or error"
     )
-    log_format: Literal["plain", "json"] = Field(
-        default="plain", description="log lines as plain text or one JSON object per line"
+    log_format: Annotated[
+        Literal["plain", "json", "iso8601"],
+        FlagChoices(("plain", "json", "iso8601", "default")),
+    ] = Field(
+        default="plain",
+        description="log lines as plain text, one JSON object per line, or plain text whose "
+        "time is ISO 8601 in UTC (tritonserver's spellings: default = plain, ISO8601)",
+    )
+    log_file: Path | None = Field(
+        default=None,
+        description="append the log to this file (worker processes' lines too) instead of "
+        "writing it to stderr",
     )
     trace_rate: float = Field(
         default=0.0,
@@ -526,9 +607,48 @@ class ServerConfig(BaseSettings):
         description="OTLP/HTTP traces URL (empty: the exporter's default, "
         "http://localhost:4318/v1/traces, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)",
     )
-    server_name: Annotated[str, NoFlag] = Field(
-        default="inferplex", description="the name server metadata answers with"
+    metrics_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="seconds between the sampler's readings: the window of the CPU "
+        "utilisation and busy-ratio gauges of /metrics and of the dashboard's points "
+        "(tritonserver's --metrics-interval-ms)",
     )
+    gpu_metrics: Annotated[bool, NoFlag] = Field(
+        default=True,
+        description="export the nv_gpu_* metrics (and show the GPUs on the dashboard) when NVML "
+        "sees a GPU; off: NVML is never opened (tritonserver's --allow-gpu-metrics=false)",
+    )
+    server_name: Annotated[str, NoFlag] = Field(
+        default="inferplex",
+        description="the name server metadata answers with (tritonserver's --id)",
+    )
+    strict_readiness: Annotated[bool, NoFlag] = Field(
+        default=False,
+        description="readiness (/v2/health/ready, ServerReady) also needs every model the "
+        "server was asked to load to be READY: one loading or whose load failed makes the "
+        "server not ready (tritonserver's --strict-readiness, whose default is on); off: ready "
+        "once started, models answer their own readiness",
+    )
+    model_config_name: str = Field(
+        default="",
+        description="read each model's configs/NAME.pbtxt instead of its config file where "
+        "it has one (as tritonserver's --model-config-name); empty = the config file",
+    )
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _triton_log_format(cls, value: Any) -> Any:
+        """tritonserver's --log-format values: ``default`` (plain) and ``ISO8601``."""
+        return {"default": "plain", "ISO8601": "iso8601"}.get(value, value)
+
+    @field_validator("model_config_name")
+    @classmethod
+    def _config_name(cls, value: str) -> str:
+        """A file name under configs/, as tritonserver takes it: no path, no space."""
+        if value and (not re.fullmatch(r"[^\s/\\]+", value) or value in (".", "..")):
+            raise ValueError(f"{value!r} is not a config name such as h100 (configs/h100.pbtxt)")
+        return value
 
     @field_validator("load_model", mode="before")
     @classmethod
@@ -588,6 +708,12 @@ class ServerConfig(BaseSettings):
                 raise ValueError(f"GPU {device} is given twice")
             sizes[device] = size
         return sizes
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_files(cls, data: Any) -> Any:
+        """Tokens given as files are read now (config/token_files.py)."""
+        return read_token_files(data) if isinstance(data, dict) else data
 
     @model_validator(mode="before")
     @classmethod

@@ -7,7 +7,9 @@ import concurrent.futures
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from inferplex.core.call_stream import EngineStream, Open
 from inferplex.core.dispatcher import STEP_PRECEDENCE
+from inferplex.errors import UnsupportedError
 from inferplex.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Coroutine[Any, Any, InferenceResponse]]
@@ -16,9 +18,13 @@ Infer = Callable[[InferenceRequest], Coroutine[Any, Any, InferenceResponse]]
 class EngineCaller:
     """Submits requests to the engine's event loop from a worker thread and waits."""
 
-    def __init__(self, infer: Infer, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, infer: Infer, loop: asyncio.AbstractEventLoop, stream: Open | None = None
+    ) -> None:
+        """``stream``: the engine's streamed request (without it, ``stream`` is refused)."""
         self._infer = infer
         self._loop = loop
+        self._stream = stream
 
     def submit(
         self, request: InferenceRequest, precedence: int = 0
@@ -41,3 +47,8 @@ class EngineCaller:
         except TimeoutError:
             future.cancel()
             raise
+
+    def stream(self, request: InferenceRequest) -> EngineStream:
+        if self._stream is None:
+            raise UnsupportedError("this server does not stream calls between models")
+        return EngineStream(self._stream, request, self._loop)

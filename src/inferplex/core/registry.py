@@ -12,7 +12,7 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.model import ModelVersion
@@ -38,6 +38,16 @@ class ModelState(enum.Enum):
     UNAVAILABLE = "UNAVAILABLE"
 
 
+class Step(NamedTuple):
+    """A model that an ensemble or a cascade calls."""
+
+    label: str  # how messages name it: "step 2 'resize'", "light model 'small'"
+    model: str
+    version: str  # "" for the default version
+    #: the rows a batch it is sent may hold (the caller's max_batch_size); 0: not checked
+    rows: int
+
+
 @dataclass(eq=False)
 class ModelEntry:
     """One model name: its config (once read), its served versions and what the lifecycle
@@ -55,6 +65,8 @@ class ModelEntry:
     default_version: int | None = None
     #: versions that failed to load, with the reason (shown in the index)
     failed: dict[int, str] = field(default_factory=dict)
+    #: the last load of this model, with nothing served, failed (until it loads or unloads)
+    load_failed: bool = False
     #: the lifecycle's load plan of the served versions (a ``lifecycle.planning.ModelPlan``;
     #: the core only keeps it, so it stays below the lifecycle)
     plan: Any = None
@@ -75,9 +87,9 @@ class ModelEntry:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: counts loads, so the versions alive at once have distinct scheduler keys
     generation: int = 0
-    #: an ensemble's steps: (step label, model, version or ""); it serves only while each
-    #: of them does (set by ``ModelRegistry.publish`` from the served config)
-    steps: tuple[tuple[str, str, str], ...] = ()
+    #: the models an ensemble or a cascade calls; it serves only while each of them does
+    #: (set by ``ModelRegistry.publish`` from the served config)
+    steps: tuple[Step, ...] = ()
 
     @property
     def footprint(self) -> int:
@@ -124,7 +136,7 @@ class ModelRegistry:
             if versions
             else None
         )
-        entry.steps = _ensemble_steps(entry.default.config) if entry.default else ()
+        entry.steps = _steps(entry.default.config) if entry.default else ()
         self.status.fire()
 
     def set_default_version(self, name: str, version: str) -> None:
@@ -157,7 +169,7 @@ class ModelRegistry:
 
     def route(self, name: str, version: str = "") -> ModelVersion:
         """The version that serves a request: the given one, else the default (highest).
-        ModelNotReadyError for an ensemble one of whose steps cannot serve."""
+        ModelNotReadyError for an ensemble or cascade one of whose steps cannot serve."""
         entry = self._entries.get(name)
         if entry is None:
             raise unknown_model(name)
@@ -180,16 +192,28 @@ class ModelRegistry:
             return False
         return entry.state is ModelState.READY
 
+    def all_ready(self) -> bool:
+        """Whether no model is loading or unloading and none failed its last load (whole or
+        one version): tritonserver's strict readiness. Models never loaded, or unloaded,
+        do not count."""
+        return not any(
+            entry.state in (ModelState.LOADING, ModelState.UNLOADING)
+            or entry.load_failed
+            or entry.failed
+            for entry in self._entries.values()
+        )
+
     def _check_steps(self, entry: ModelEntry, path: tuple[str, ...]) -> None:
         """ModelNotReadyError naming the first step of ``entry`` that cannot serve (a step
-        that is itself an ensemble, with its steps); ``path``: the ensembles on the way, so
-        ensembles that call each other end instead of recursing."""
-        for label, model, version in entry.steps:
+        that is itself an ensemble, with its steps; a step that takes fewer rows a batch than
+        ``entry`` sends it); ``path``: the ensembles on the way, so ensembles that call each
+        other end instead of recursing."""
+        for label, model, version, rows in entry.steps:
             step = self._entries.get(model)
             try:
                 if step is None:
                     raise unknown_model(model)
-                _pick(step, version)
+                served = _pick(step, version)
                 if step.steps and model not in path:
                     self._check_steps(step, (*path, model))
             except (ModelNotFoundError, ModelNotReadyError) as exc:
@@ -197,6 +221,13 @@ class ModelRegistry:
                     f"model '{entry.name}' is not ready: its {label} is not available: "
                     f"{exc.message}"
                 ) from None
+            limit = served.config.max_batch_size
+            if rows and served.config.batched and limit < rows:
+                raise ModelNotReadyError(
+                    f"model '{entry.name}' is not ready: its {label} takes at most {limit} "
+                    f"rows a batch (its max_batch_size), fewer than the {rows} of this model's "
+                    "max_batch_size; raise the one or lower the other"
+                )
 
     def _serving_state(self, entry: ModelEntry) -> tuple[str, str]:
         """The state and reason the index shows for the served versions of ``entry``: an
@@ -325,16 +356,36 @@ def _pick(entry: ModelEntry, version: str) -> ModelVersion:
     return found
 
 
-def _ensemble_steps(config: ModelConfig) -> tuple[tuple[str, str, str], ...]:
-    """(label, model, version) of each step of an ensemble's config; () for other models."""
+def _steps(config: ModelConfig) -> tuple[Step, ...]:
+    """The models an ensemble's or a cascade's config calls; () for other models. A cascade
+    sends its light model whole batches and its heavy model part of one: each must take as
+    many rows as the cascade's max_batch_size."""
     scheduling = config.ensemble_scheduling
-    if scheduling is None:
-        return ()
-    return tuple(
-        (
-            f"step {i} '{s.model_name}'",
-            s.model_name,
-            "" if s.model_version < 0 else str(s.model_version),
+    if scheduling is not None:
+        return tuple(
+            Step(f"step {i} '{s.model_name}'", s.model_name, _version(s.model_version), 0)
+            for i, s in enumerate(scheduling.step, 1)
         )
-        for i, s in enumerate(scheduling.step, 1)
-    )
+    cascade = config.cascade
+    if cascade is not None:
+        rows = config.max_batch_size
+        return (
+            Step(
+                f"light model '{cascade.light_model}'",
+                cascade.light_model,
+                _version(cascade.light_model_version),
+                rows,
+            ),
+            Step(
+                f"heavy model '{cascade.heavy_model}'",
+                cascade.heavy_model,
+                _version(cascade.heavy_model_version),
+                rows,
+            ),
+        )
+    return ()
+
+
+def _version(number: int) -> str:
+    """A step's version as routing takes it: "" for the default (a negative number)."""
+    return "" if number < 0 else str(number)

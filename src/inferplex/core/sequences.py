@@ -94,6 +94,16 @@ class SequenceBatcher:
         #: open sequences holding a slot, per lane (instance)
         self._lane_load = [0] * max(1, instances)
         self._controls = [_control(c.name, c.control[0]) for c in batching.control_input]
+        #: the numeric type of the CORRID control input, if the model has one that is not a
+        #: string: a string id cannot be fed to it, nor a number outside its range
+        self._numeric_id = next(
+            (
+                dtype
+                for _, kind, _, dtype in self._controls
+                if kind == "CONTROL_SEQUENCE_CORRID" and dtype.kind != "O"
+            ),
+            None,
+        )
         self._states = batching.state
         given = initial_states or {}
         self._initial = {
@@ -195,6 +205,8 @@ class SequenceBatcher:
                 f"request parameter 'sequence_id' must be an unsigned 64-bit integer, "
                 f"got {sequence_id}"
             )
+        if self._numeric_id is not None:
+            self._check_numeric_id(sequence_id)
         for name, flag in (("sequence_start", start), ("sequence_end", end)):
             if not isinstance(flag, bool):
                 raise InvalidInputError(
@@ -207,6 +219,24 @@ class SequenceBatcher:
                 "one request"
             )
         return sequence_id, start, end
+
+    def _check_numeric_id(self, sequence_id: CorrelationId) -> None:
+        """A correlation id the model's numeric CORRID control input can hold."""
+        dtype = self._numeric_id
+        assert dtype is not None
+        if isinstance(sequence_id, str):
+            raise InvalidInputError(
+                f"request parameter 'sequence_id' of model '{self._name}' must be an unsigned "
+                f"integer: its CONTROL_SEQUENCE_CORRID input is {dtype.name}, not a string; "
+                f"got the string {sequence_id[:64]!r}"
+            )
+        info = np.iinfo(dtype) if dtype.kind in "iu" else None
+        if info is not None and sequence_id > info.max:
+            raise InvalidInputError(
+                f"request parameter 'sequence_id' of model '{self._name}' must be at most "
+                f"{info.max} (its CONTROL_SEQUENCE_CORRID input is {dtype.name}), "
+                f"got {sequence_id}"
+            )
 
     def _enter(self, sequence_id: CorrelationId, start: bool, end: bool) -> _Sequence:
         """The open sequence a request belongs to (a new one for a start), taken out of the

@@ -109,7 +109,9 @@ class InferenceEngine:
         self._loop = loop
         if self.remote is not None:
             await asyncio.to_thread(self.remote.refresh)
-        await self.lifecycle.start(self.dispatcher, cache, EngineCaller(self.infer, loop))
+        await self.lifecycle.start(
+            self.dispatcher, cache, EngineCaller(self.infer, loop, self.stream)
+        )
         await self._reload_routes()
         self._started = ready
         self.registry.status.fire()
@@ -139,6 +141,10 @@ class InferenceEngine:
         return True
 
     def ready(self) -> bool:
+        """Started and not stopping; with strict readiness, also every model asked for
+        READY (``ModelRegistry.all_ready``)."""
+        if self.config.strict_readiness and not self.registry.all_ready():
+            return False
         return self._started and not self._stopping
 
     def server_metadata(self) -> dict[str, Any]:

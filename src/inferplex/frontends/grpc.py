@@ -78,6 +78,7 @@ class GrpcFrontend:
         self._server = GrpcServer(
             self._methods(trace),
             max_message_bytes=config.max_grpc_message_bytes,
+            max_small_message_bytes=config.max_small_request_bytes,
             max_header_bytes=config.max_header_bytes,
             guard=guard,
             ssl_context=ssl_context,
@@ -118,28 +119,35 @@ class GrpcFrontend:
             "RepositoryIndex": self._repository_index,
             "RepositoryModelLoad": self._model_load,
             "RepositoryModelUnload": self._model_unload,
-            "SystemSharedMemoryStatus": self._shm_status,
-            "SystemSharedMemoryRegister": self._shm_register,
-            "SystemSharedMemoryUnregister": self._shm_unregister,
             "CudaSharedMemoryStatus": self._cuda_shm_status,
             "CudaSharedMemoryRegister": self._cuda_shm_register,
             "CudaSharedMemoryUnregister": self._cuda_shm_unregister,
+        }
+        # the RPCs that act on the caller's own regions: they need the call (its identity)
+        with_call: dict[str, Handler] = {
+            "SystemSharedMemoryStatus": self._shm_status,
+            "SystemSharedMemoryRegister": self._shm_register,
+            "SystemSharedMemoryUnregister": self._shm_unregister,
         }
         methods: dict[str, Method] = {}
         for method in pb.SERVICE.methods:
             path = f"/{pb.SERVICE_NAME}/{method.name}"
             if method.name == "ModelInfer":  # the codec reads and writes its wire format
                 handler = trace(self._model_infer) if trace is not None else self._model_infer
-                methods[path] = Method(handler, _raw, _raw)
+                methods[path] = Method(handler, _raw, _raw, large=True)
             elif method.name == "ModelStreamInfer":  # the same codec, once per message
-                methods[path] = Method(self._stream.serve, _raw, _raw, streaming=True)
+                methods[path] = Method(self._stream.serve, _raw, _raw, streaming=True, large=True)
             else:
                 request_class = message_factory.GetMessageClass(method.input_type)
                 response_class = message_factory.GetMessageClass(method.output_type)
+                named = with_call.get(method.name)
                 methods[path] = Method(
-                    _without_call(unary[method.name]),
+                    named if named is not None else _without_call(unary[method.name]),
                     request_class.FromString,
                     response_class.SerializeToString,
+                    # a load may carry a config and model files; every other call, a few
+                    # names: --max-small-request-bytes
+                    large=method.name in _LARGE_MESSAGES,
                 )
         # gRPC's health and reflection services on the same port (frontends/grpc_services.py)
         methods.update(
@@ -172,7 +180,7 @@ class GrpcFrontend:
 
     async def _model_infer(self, request: bytes, call: Call) -> bytes:
         plane = self._plane
-        shm = self.engine.shared_memory
+        shm = self.engine.shared_memory.owned_by(call.identity)  # the caller's regions
         # a large message is decoded (and its response encoded) in a worker thread
         decoded = offload.decode_grpc_here(request, shm, plane)
         if decoded is None:
@@ -189,18 +197,18 @@ class GrpcFrontend:
             encoded = await offload.encode_grpc(response, decoded, shm)
         return encoded
 
-    # -- system shared memory (docs/shared_memory.md) ----------------------------------------
-    async def _shm_status(self, request: Any) -> Any:
-        return codec.encode_shm_status(self.engine.shared_memory.status(request.name))
+    # -- system shared memory (docs/shared_memory.md): the caller's own regions ---------------
+    async def _shm_status(self, request: Any, call: Call) -> Any:
+        regions = self.engine.shared_memory.owned_by(call.identity)
+        return codec.encode_shm_status(regions.status(request.name))
 
-    async def _shm_register(self, request: Any) -> Any:
-        self.engine.shared_memory.register(
-            request.name, request.key, request.offset, request.byte_size
-        )
+    async def _shm_register(self, request: Any, call: Call) -> Any:
+        regions = self.engine.shared_memory.owned_by(call.identity)
+        regions.register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 
-    async def _shm_unregister(self, request: Any) -> Any:
-        self.engine.shared_memory.unregister(request.name)
+    async def _shm_unregister(self, request: Any, call: Call) -> Any:
+        self.engine.shared_memory.owned_by(call.identity).unregister(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def _cuda_shm_register(self, request: Any) -> Any:
@@ -234,6 +242,10 @@ class GrpcFrontend:
         parameters = _repository_parameters(request.parameters)
         await self.engine.unload_model(request.model_name, parameters)
         return pb.RepositoryModelUnloadResponse()
+
+
+#: the unary RPCs besides ModelInfer whose requests may be large
+_LARGE_MESSAGES = frozenset({"RepositoryModelLoad"})
 
 
 def _repository_parameters(parameters: Any) -> dict[str, Any]:

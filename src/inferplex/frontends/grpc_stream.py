@@ -26,7 +26,7 @@ from inferplex.errors import InferplexError
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import offload
 from inferplex.protocol.v2.grpc_codec import varint
-from inferplex.shm import SharedMemoryRegistry
+from inferplex.shm import Regions, SharedMemoryRegistry
 from inferplex.types import InferenceRequest, InferenceResponse
 
 #: the request parameter asking for an empty final response, and the response parameter
@@ -62,7 +62,8 @@ class StreamInfer:
 
     async def answer(self, message: Any, call: Any, out: asyncio.Queue[Any]) -> None:
         """One request of the stream: decode, stream its responses into ``out``."""
-        plane, shm = self._plane, self._shm
+        plane = self._plane
+        shm = self._shm.owned_by(call.identity)  # the caller's regions
         request: InferenceRequest | None = None
         try:
             request = offload.decode_grpc_here(message, shm, plane)
@@ -76,7 +77,7 @@ class StreamInfer:
             responses = await plane.stream(request)
             try:
                 async for item in responses:
-                    encoded = await self._encode(item, request, marked)
+                    encoded = await self._encode(item, request, marked, shm)
                     if encoded is not None:
                         await out.put(encoded)
             finally:
@@ -85,7 +86,7 @@ class StreamInfer:
             await out.put(_error(exc, request))
 
     async def _encode(
-        self, item: StreamedResponse, request: InferenceRequest, marked: bool
+        self, item: StreamedResponse, request: InferenceRequest, marked: bool, shm: Regions
     ) -> bytes | None:
         """The ModelStreamInferResponse of one streamed response (None: a final flag alone
         that the client did not ask to see)."""
@@ -99,9 +100,9 @@ class StreamInfer:
         response.id = request.id
         if marked:
             response.parameters = {**response.parameters, FINAL_RESPONSE: item.final}
-        encoded = offload.encode_grpc_here(response, request, self._shm)
+        encoded = offload.encode_grpc_here(response, request, shm)
         if encoded is None:
-            encoded = await offload.encode_grpc(response, request, self._shm)
+            encoded = await offload.encode_grpc(response, request, shm)
         return _field(2, encoded)
 
 

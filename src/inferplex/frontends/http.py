@@ -47,20 +47,32 @@ from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import (
     InferplexError,
     InvalidInputError,
-    PayloadTooLargeError,
     UnauthenticatedError,
     UnsupportedError,
 )
+from inferplex.frontends.http_body import (
+    Disconnected,
+    body_headers,
+    inflate_body,
+    receive_body,
+    refuse_body,
+    takes_none,
+    too_large,
+)
 from inferplex.frontends.http_generate import Generate
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
+from inferplex.frontends.management_json import ManagementBodies, load_parameters
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import offload
 from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import parse_header_length
 from inferplex.security.access import Access
+from inferplex.security.tokens import ANONYMOUS, Principal
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
-from inferplex.transport.compression import CODINGS, accepted, compress, decompress
+from inferplex.transport.compression import accepted, compress
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.inflate import Inflated
 from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
 
 __all__ = ["HttpApp", "create_http_app"]
@@ -83,20 +95,19 @@ _EMPTY_OK: Reply = (200, b"", [])
 _EMPTY_UNAVAILABLE: Reply = (503, b"", [])
 
 
-class _Disconnected(Exception):
-    """The client went away before its request body was complete."""
-
-
 def create_http_app(
     engine: InferenceEngine,
     config: ServerConfig,
     access: Access | None = None,
     plane: DataPlane | None = None,
+    budget: ByteBudget | None = None,
 ) -> HttpApp:
     """The ASGI 3 application serving the V2 REST protocol for ``engine``; ``access`` (the
     listener's surface and tokens) decides who may call which endpoint; inference goes
-    through ``plane`` (default: one of its own for ``engine`` and ``config``)."""
-    return HttpApp(engine, config, access, plane)
+    through ``plane`` (default: one of its own for ``engine`` and ``config``); inflated
+    request bodies are charged to ``budget`` (the server's; default: one of
+    ``max_buffered_bytes``)."""
+    return HttpApp(engine, config, access, plane, budget)
 
 
 class HttpApp:
@@ -114,9 +125,25 @@ class HttpApp:
         config: ServerConfig,
         access: Access | None = None,
         plane: DataPlane | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         self._engine = engine
-        self._max_body = config.max_request_bytes
+        # the most body bytes of each POST endpoint (inflated if compressed), and the setting;
+        # the other endpoints' JSON
+        self._large_limit = (
+            config.max_request_bytes,
+            "--max-request-bytes, INFERPLEX_MAX_REQUEST_BYTES",
+        )
+        self._small_limit = (
+            config.max_small_request_bytes,
+            "--max-small-request-bytes, INFERPLEX_MAX_SMALL_REQUEST_BYTES",
+        )
+        self._load_limit = (
+            min(config.max_load_request_bytes, config.max_request_bytes),
+            "--max-load-request-bytes, INFERPLEX_MAX_LOAD_REQUEST_BYTES",
+        )
+        self._bodies = ManagementBodies(config)
+        self._budget = budget if budget is not None else ByteBudget(config.max_buffered_bytes)
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
@@ -135,7 +162,6 @@ class HttpApp:
                 scope["method"],
                 scope["path"],
                 scope.get("raw_path"),
-                scope.get("query_string", b""),
                 scope["headers"],
                 scope.get(ADMITTED_KEY),
                 receive,
@@ -160,7 +186,6 @@ class HttpApp:
             request.method,
             request.path,
             request.raw_path,
-            request.query,
             request.headers,
             request.admitted,
             request.body,
@@ -168,17 +193,16 @@ class HttpApp:
         assert reply is not None  # a complete body cannot go missing
         return reply
 
-    def admit(
-        self, method: str, path: str, raw_path: bytes | None, query: bytes, headers: Headers
-    ) -> Route:
-        """The route of a request, once its method and the caller's access to it are
-        checked; raises RouteError (400/404/405) or InferplexError (401/403)."""
+    def admit(self, method: str, path: str, raw_path: bytes | None, headers: Headers) -> Admitted:
+        """The route of a request and its principal, once its method and the caller's access
+        to it are checked; raises RouteError (400/404/405) or InferplexError (401/403). A
+        query string plays no part: it is not passed here."""
         # a path that came percent-encoded is resolved afresh: its decoded form may match a
         # remembered canonical path that it must not be taken for
         encoded = raw_path is not None and b"%" in raw_path
-        route = None if query or encoded else self._routes.get(path)
+        route = None if encoded else self._routes.get(path)
         if route is None:
-            route = self._resolve(path, raw_path, query, remember=not encoded)
+            route = self._resolve(path, raw_path, remember=not encoded)
         endpoint = route[0]
         if method != endpoint.method and not (method == "HEAD" and endpoint.method == "GET"):
             raise RouteError(
@@ -186,55 +210,68 @@ class HttpApp:
                 f"method {method} is not allowed on {path}, use {endpoint.method}",
                 [(b"allow", endpoint.method.encode())],
             )
-        if self._access is not None:
-            authorization = _header(headers, b"authorization")
-            self._access.check(endpoint.scope, authorization, path)
-        return route
+        if self._access is None:
+            return route, ANONYMOUS
+        authorization = _header(headers, b"authorization")
+        return route, self._access.check(endpoint.scope, authorization, path)
 
     def refusal(self, request: HttpRequest) -> tuple[int, bytes, Headers] | None:
         """The answer to a request (its header block complete, its body not yet read) that
-        :meth:`admit` refuses (status, body, headers), or None when it may go on: then its
-        route is kept in ``request.admitted``."""
+        :meth:`admit` refuses, or whose body its endpoint does not take (status, body,
+        headers); None when it may go on: then its route and principal are kept in
+        ``request.admitted``, and the most body bytes its endpoint takes in
+        ``request.body_limit``."""
         try:
-            request.admitted = self.admit(
-                request.method, request.path, request.raw_path, request.query, request.headers
-            )
+            admitted = self.admit(request.method, request.path, request.raw_path, request.headers)
+            endpoint = admitted[0][0]
+            if endpoint.method != "POST":  # admitted here: it comes with a body
+                raise takes_none(request.path, endpoint)
+            limit, flag = self._limit(endpoint)
+            body_headers(request.headers, limit, flag)  # its Content-Length
+            request.body_limit, request.body_limit_flag = limit, flag
+            request.admitted = admitted
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
         return None
 
-    async def _serve(
+    # every request passes here: a split costs a call on the hot path
+    async def _serve(  # noqa: C901
         self,
         method: str,
         path: str,
         raw_path: bytes | None,
-        query: bytes,
         headers: Headers,
-        admitted: Route | None,
+        admitted: Admitted | None,
         body: Body | Receive,
     ) -> AnyReply | None:
         """The answer to one request whose body is ``body``, or comes through it (ASGI's
         ``receive``); None when the client went away before its body was whole."""
+        inflated: Inflated | None = None
         try:
-            endpoint, handler, model, version = admitted or self.admit(
-                method, path, raw_path, query, headers
+            (endpoint, handler, model, version), principal = admitted or self.admit(
+                method, path, raw_path, headers
             )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
-                header_length, coding, accept = self._body_headers(headers)
+                limit, flag = self._limit(endpoint)
+                header_length, coding, accept = body_headers(headers, limit, flag)
                 if not isinstance(body, bytes | memoryview):
-                    body = await self._receive(body)
-                elif len(body) > self._max_body:
-                    raise self._too_large(f"{len(body)} bytes")
-                if coding is not None:
-                    body = await self._decompressed(body, coding)
+                    body = await receive_body(body, limit, flag)
+                elif len(body) > limit:
+                    raise too_large(f"{len(body)} bytes", limit, flag)
+                if coding is not None:  # admitted: inflated within the endpoint's limit
+                    inflated = await inflate_body(body, coding, limit, flag, self._budget)
+                    body = inflated.data
             else:
+                refuse_body(path, endpoint, headers, body)
                 body, header_length, accept = b"", None, None
             if self._routing_header and is_infer:
                 key = _header(headers, self._routing_header)
-                reply: AnyReply = await self._infer(model, version, body, header_length, key)
+                reply: AnyReply = await self._infer(
+                    model, version, body, header_length, principal, key
+                )
             else:
-                reply = await handler(model, version, body, header_length)
+                reply = await handler(model, version, body, header_length, principal)
             if accept is not None and is_infer:
                 status, payload, reply_headers = reply
                 assert isinstance(payload, bytes)  # an inference answer is whole
@@ -243,70 +280,24 @@ class HttpApp:
             return reply
         except (InferplexError, RouteError) as exc:
             return _error_reply(exc)
-        except _Disconnected:
+        except Disconnected:
             return None
         except Exception as exc:
             # never let one request take the connection or the server down
             logger.exception("unexpected error serving %s %s", method, path)
             return 500, _error(f"internal server error: {type(exc).__name__}: {exc}"), _JSON
+        finally:
+            if inflated is not None:  # answered: its bytes leave the server's budget
+                inflated.release()
 
-    def _body_headers(self, headers: Headers) -> tuple[bytes | None, bytes | None, bytes | None]:
-        """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
-        identity) and the ``Accept-Encoding`` of a request with a body; a declared length
-        above the limit is refused (413) before any of the body is read."""
-        header_length = coding = accept = None
-        for key, value in headers:
-            if key == b"content-length":
-                if not value.isdigit():
-                    raise InvalidInputError(
-                        f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
-                    )
-                if int(value) > self._max_body:
-                    raise self._too_large(f"Content-Length {int(value)}")
-            elif key == b"inference-header-content-length":
-                header_length = value
-            elif key == b"content-encoding":
-                coding = value.strip().lower()
-                if coding == b"identity":
-                    coding = None
-                elif coding not in CODINGS:
-                    raise UnsupportedError(
-                        f"Content-Encoding {value.decode(errors='replace')} is not supported: "
-                        "send the request body as gzip, deflate or uncompressed"
-                    )
-            elif key == b"accept-encoding":
-                accept = value
-        return header_length, coding, accept
+    def _limit(self, endpoint: Endpoint) -> tuple[int, str]:
+        """The most body bytes ``endpoint`` takes, and the setting that says so."""
+        if endpoint.handler == "_model_load":
+            return self._load_limit
+        return self._large_limit if endpoint.large_body else self._small_limit
 
-    async def _receive(self, receive: Receive) -> Body:
-        """The body of an ASGI request, refused with 413 as soon as it is known to be too
-        large: a body in pieces (chunked, or larger than one read) is counted as it arrives,
-        never holding more than the limit."""
-        size = 0
-        chunks: list[bytes] = []
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self._max_body:
-                raise self._too_large(f"at least {size} bytes")
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    async def _decompressed(self, body: Body, coding: bytes) -> bytes:
-        body = await _off_loop(
-            decompress, body, coding, self._max_body, f"the {coding.decode()} request body"
-        )
-        if len(body) > self._max_body:
-            raise self._too_large(f"more than {self._max_body} bytes once decompressed")
-        return body
-
-    def _resolve(self, path: str, raw_path: bytes | None, query: bytes, remember: bool) -> Route:
-        endpoint, model, version = resolve(path, raw_path, query)
+    def _resolve(self, path: str, raw_path: bytes | None, remember: bool) -> Route:
+        endpoint, model, version = resolve(path, raw_path)
         route: Route = (endpoint, getattr(self, endpoint.handler), model, version)
         if remember:
             if len(self._routes) >= _ROUTES_KEPT:
@@ -314,24 +305,19 @@ class HttpApp:
             self._routes[path] = route
         return route
 
-    def _too_large(self, what: str) -> PayloadTooLargeError:
-        return PayloadTooLargeError(
-            f"request body of {what} is above the limit of {self._max_body} bytes "
-            "(INFERPLEX_MAX_REQUEST_BYTES)"
-        )
-
-    # -- handlers: (model, version, body, raw Inference-Header-Content-Length) -> Reply -------
+    # -- handlers: (model, version, body, raw Inference-Header-Content-Length, principal) ----
     async def _infer(
         self,
         model: str,
         version: str,
         body: Body,
         header_length: bytes | None,
+        principal: Principal = ANONYMOUS,
         routing_key: str | None = None,
     ) -> Reply:
         length = None if header_length is None else parse_header_length(header_length)
         plane = self._plane
-        shm = self._engine.shared_memory
+        shm = self._engine.shared_memory.owned_by(principal)  # the caller's regions
         # a large body is decoded (and its response encoded) in a worker thread
         request = offload.decode_rest_here(body, length, model, version, shm, plane)
         if request is None:
@@ -385,30 +371,30 @@ class HttpApp:
         return _json({"model_stats": self._engine.model_statistics(model, version)})
 
     async def _repository_index(self, _model: str, _version: str, body: Body, *_: Any) -> Reply:
-        ready_only = _json_object(body, "index").get("ready", False)
+        ready_only = (await self._bodies.json(body, "index")).get("ready", False)
         if not isinstance(ready_only, bool):
             raise InvalidInputError("index request field 'ready' must be true or false")
         return _json(self._engine.repository_index(ready_only))
 
     async def _model_load(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        parameters = _parameters(_json_object(body, "load"), "load")
+        parameters = load_parameters(await self._bodies.json(body, "load"), "load")
         await self._engine.load_model(model, parameters)
         return _EMPTY_OK
 
     async def _model_unload(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        parameters = _parameters(_json_object(body, "unload"), "unload")
+        parameters = load_parameters(await self._bodies.json(body, "unload"), "unload")
         await self._engine.unload_model(model, parameters)
         return _EMPTY_OK
 
     async def _model_instances(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = _json_object(body, "instances")
+        options = await self._bodies.json(body, "instances")
         if "count" not in options:
             raise InvalidInputError('the instances request needs "count", e.g. {"count": 2}')
         await self._engine.set_instance_count(model, options["count"])
         return _EMPTY_OK
 
     async def _model_default_version(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = _json_object(body, "default_version")
+        options = await self._bodies.json(body, "default_version")
         if "version" not in options:
             raise InvalidInputError(
                 'the default_version request needs "version", e.g. {"version": "2"}'
@@ -425,26 +411,33 @@ class HttpApp:
     async def _route_stats(self, route: str, *_: Any) -> Reply:
         return _json(self._engine.route_statistics(route))
 
-    # -- system shared memory (docs/shared_memory.md): the region name comes as ``model`` --
-    async def _shm_register(self, region: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = _json_object(body, "register")
+    # -- system shared memory (docs/shared_memory.md): the region name comes as ``model``;
+    # -- each acts on the caller's own regions
+    async def _shm_register(
+        self, region: str, _version: str, body: Body, _length: Any, principal: Principal
+    ) -> Reply:
+        options = await self._bodies.json(body, "register")
         unknown = set(options) - {"key", "offset", "byte_size"}
         if unknown or type(options.get("key")) is not str or "byte_size" not in options:
             raise InvalidInputError(
                 'the register request must be {"key": "/object", "offset": 0, "byte_size": N}'
                 f" (offset optional), got {sorted(options)}"
             )
-        self._engine.shared_memory.register(
+        self._engine.shared_memory.owned_by(principal).register(
             region, options["key"], options.get("offset", 0), options["byte_size"]
         )
         return _EMPTY_OK
 
-    async def _shm_unregister(self, region: str, *_: Any) -> Reply:
-        self._engine.shared_memory.unregister(region)
+    async def _shm_unregister(
+        self, region: str, _version: str, _body: Body, _length: Any, principal: Principal
+    ) -> Reply:
+        self._engine.shared_memory.owned_by(principal).unregister(region)
         return _EMPTY_OK
 
-    async def _shm_status(self, region: str, *_: Any) -> Reply:
-        return _json(self._engine.shared_memory.status(region))
+    async def _shm_status(
+        self, region: str, _version: str, _body: Body, _length: Any, principal: Principal
+    ) -> Reply:
+        return _json(self._engine.shared_memory.owned_by(principal).status(region))
 
     async def _cuda_shm_register(self, *_: Any) -> Reply:
         raise UnsupportedError(CUDA_UNSUPPORTED)
@@ -456,20 +449,22 @@ class HttpApp:
         return _EMPTY_OK  # nothing can have been registered
 
 
-Handler = Callable[[str, str, Body, bytes | None], Awaitable[AnyReply]]
+Handler = Callable[[str, str, Body, bytes | None, Principal], Awaitable[AnyReply]]
 #: an admitted request's endpoint, the bound handler, the model (or region) and version
 Route = tuple[Endpoint, Handler, str, str]
+#: a route and who asks for it (the principal its token makes it)
+Admitted = tuple[Route, Principal]
 
 #: how many resolved paths an app remembers
 _ROUTES_KEPT = 1024
 
 
-#: bodies (de)compressed on the event loop up to this size; larger ones in a thread
+#: responses compressed on the event loop up to this size; larger ones in a thread
 _INLINE_CODING_BYTES = 64 << 10
 
 
 async def _off_loop(function: Callable[..., bytes], data: Body, *args: Any) -> bytes:
-    """``function(data, *args)``: a large body in a thread, so the loop goes on serving."""
+    """``function(data, *args)``: a large response in a thread, so the loop goes on serving."""
     if len(data) <= _INLINE_CODING_BYTES:
         return function(data, *args)
     return await asyncio.to_thread(function, data, *args)
@@ -536,34 +531,6 @@ def _header(headers: Headers, name: bytes) -> str | None:
 
 def _json(document: Any) -> Reply:
     return 200, orjson.dumps(document), _JSON
-
-
-def _json_object(body: Body, what: str) -> dict[str, Any]:
-    """The JSON object of a management request body ({} when the body is empty); a large
-    body comes as a memoryview (the server read it into place)."""
-    if not bytes(body).strip():
-        return {}
-    try:
-        document = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInputError(f"malformed JSON in the {what} request: {exc}") from None
-    if not isinstance(document, dict):
-        raise InvalidInputError(f"the {what} request must be a JSON object")
-    return document
-
-
-def _parameters(options: dict[str, Any], what: str) -> dict[str, Any]:
-    """The ``parameters`` object of a load or unload request (Triton's shape)."""
-    unknown = set(options) - {"parameters"}
-    if unknown:
-        raise InvalidInputError(
-            f"unknown field(s) {', '.join(sorted(unknown))} in the {what} request; "
-            'expected {"parameters": {...}}'
-        )
-    parameters = options.get("parameters") or {}
-    if not isinstance(parameters, dict):
-        raise InvalidInputError(f"the {what} request's 'parameters' must be a JSON object")
-    return parameters
 
 
 def _error(message: str) -> bytes:

@@ -2,10 +2,12 @@
 
 A path is matched only in its canonical form. Anything a client could use to make two
 spellings of one path — repeated or trailing slashes, ``.`` / ``..`` segments, an encoded
-``/`` or ``\\``, control characters, a query string (no V2 endpoint takes one) — is refused
-with 400 before any handler runs, so that the route that runs and the scope that authorised
-it are always the same thing (the management API was reachable as ``//v2/repository/...``
-while scopes were read off the raw path).
+``/`` or ``\\``, control characters — is refused with 400 before any handler runs, so that
+the route that runs and the scope that authorised it are always the same thing (the
+management API was reachable as ``//v2/repository/...`` while scopes were read off the raw
+path). A query string is not part of the path: no V2
+endpoint reads one, and, as Triton does, it is accepted and ignored (tritonclient sends its
+``query_params``); it changes neither the route nor its scope.
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ class RouteError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One endpoint: its HTTP method, the name of the ``HttpApp`` method that answers it, and
-    the scope that guards it."""
+    """One endpoint: its HTTP method, the name of the ``HttpApp`` method that answers it, the
+    scope that guards it, and whether it takes a large body (inference, loads: up to
+    ``--max-request-bytes``); another POST endpoint takes a small one
+    (``--max-small-request-bytes``), a GET endpoint none."""
 
     method: str
     handler: str
     scope: Scope
+    large_body: bool = False
 
 
 class ResolvedRoute(NamedTuple):
@@ -55,15 +60,15 @@ def _get(handler: str, scope: Scope = _INFERENCE) -> Endpoint:
     return Endpoint("GET", handler, scope)
 
 
-def _post(handler: str, scope: Scope = _INFERENCE) -> Endpoint:
-    return Endpoint("POST", handler, scope)
+def _post(handler: str, scope: Scope = _INFERENCE, large_body: bool = False) -> Endpoint:
+    return Endpoint("POST", handler, scope, large_body)
 
 
 #: the last path segment of a model route (/v2/models/{m}[/versions/{v}]/{action})
 _MODEL_ACTIONS: dict[str, Endpoint] = {
-    "infer": _post("_infer"),
-    "generate": _post("_generate"),
-    "generate_stream": _post("_generate_stream"),
+    "infer": _post("_infer", large_body=True),
+    "generate": _post("_generate", large_body=True),
+    "generate_stream": _post("_generate_stream", large_body=True),
     "ready": _get("_model_ready"),
     "config": _get("_model_config"),
     "stats": _get("_model_stats"),
@@ -101,7 +106,8 @@ _SHM_ACTIONS: dict[str, dict[str, Endpoint]] = {
 
 #: the last path segment of /v2/repository/models/{m}/{action}
 _REPOSITORY_ACTIONS: dict[str, Endpoint] = {
-    "load": _post("_model_load", _MANAGEMENT),
+    # a config and model files (base64) may come with a load
+    "load": _post("_model_load", _MANAGEMENT, large_body=True),
     "unload": _post("_model_unload", _MANAGEMENT),
     "instances": _post("_model_instances", _MANAGEMENT),
     "default_version": _post("_model_default_version", _MANAGEMENT),
@@ -113,10 +119,10 @@ _ROUTE_STATS = _get("_route_stats")
 _ENCODED_SEPARATORS = (b"%2f", b"%5c")
 
 
-def resolve(path: str, raw_path: bytes | None = None, query: bytes = b"") -> ResolvedRoute:
+def resolve(path: str, raw_path: bytes | None = None) -> ResolvedRoute:
     """The route of a request for ``path`` (percent-decoded; ``raw_path`` as sent, if
     known). Raises RouteError: 400 for a path that is not canonical, 404 for no route."""
-    _check_canonical(path, raw_path, query)
+    _check_canonical(path, raw_path)
     parts = path[1:].split("/")
     count = len(parts)
     if parts[0] != "v2":
@@ -162,9 +168,7 @@ def _other_route(parts: list[str]) -> ResolvedRoute | None:
     return None
 
 
-def _check_canonical(path: str, raw_path: bytes | None, query: bytes) -> None:
-    if query:
-        raise RouteError(400, f"{path} takes no query string; V2 endpoints take none")
+def _check_canonical(path: str, raw_path: bytes | None) -> None:
     if not path.startswith("/"):
         raise RouteError(400, f"the request target {path!r} must be a path starting with '/'")
     if raw_path is not None and b"%" in raw_path:

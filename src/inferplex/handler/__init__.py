@@ -11,10 +11,27 @@ TorchServe style::
 Triton python-backend style: ``import triton_python_backend_utils as pb_utils`` (the same
 module as ``inferplex.handler.triton``). Calling another served model from either:
 ``inferplex.handler.infer(name, inputs)``, or ``await infer_async(name, inputs)`` in a
-coroutine. See docs/python_backend.md.
+coroutine; ``infer_stream(name, inputs)`` reads a decoupled model's responses as they come.
+See docs/python_backend.md.
 """
 
 from inferplex.handler.base import BaseHandler, Context
-from inferplex.handler.bls import ModelCallError, infer, infer_async
+from inferplex.handler.bls import (
+    ModelCallError,
+    Streamed,
+    infer,
+    infer_async,
+    infer_stream,
+    infer_stream_async,
+)
 
-__all__ = ["BaseHandler", "Context", "ModelCallError", "infer", "infer_async"]
+__all__ = [
+    "BaseHandler",
+    "Context",
+    "ModelCallError",
+    "Streamed",
+    "infer",
+    "infer_async",
+    "infer_stream",
+    "infer_stream_async",
+]

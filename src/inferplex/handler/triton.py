@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -107,6 +107,7 @@ _FROM_SERVER_CODE = {
     ErrorCode.INVALID_ARGUMENT.value: TritonError.INVALID_ARG,
     ErrorCode.UNAVAILABLE.value: TritonError.UNAVAILABLE,
     ErrorCode.UNIMPLEMENTED.value: TritonError.UNSUPPORTED,
+    "cancelled": TritonError.CANCELLED,  # a BLS call stopped with cancel()
 }
 
 
@@ -294,10 +295,22 @@ class InferenceRequest:
         end = TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if parameters.get("sequence_end") else 0
         return start | end
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
+    @overload
+    def exec(self, decoupled: Literal[False] = False) -> InferenceResponse: ...
+    @overload
+    def exec(self, decoupled: Literal[True]) -> bls.CallResponses[InferenceResponse]: ...
+    @overload
+    def exec(self, decoupled: bool) -> InferenceResponse | bls.CallResponses[InferenceResponse]: ...
+
+    def exec(
+        self, decoupled: bool = False
+    ) -> InferenceResponse | bls.CallResponses[InferenceResponse]:
         """Run this request on the model it names, in-process; errors come back in the
-        response, as in Triton."""
-        _refuse_decoupled("exec", decoupled)
+        response, as in Triton. ``decoupled=True``: an iterator of the responses as the model
+        sends them (a decoupled model's, ending with a final one that may have no outputs;
+        an ordinary model's one), with ``cancel()``."""
+        if decoupled:
+            return bls.open_stream(bls.Call(self._model_name, *self._call()), _streamed)
         try:
             inputs, wanted, version, timeout = self._call()
             outputs = bls.infer(self._model_name, inputs, wanted, version=version, timeout=timeout)
@@ -305,11 +318,13 @@ class InferenceRequest:
             return _error_response(exc)
         return _response(outputs)
 
-    def async_exec(self, decoupled: bool = False) -> asyncio.Future[InferenceResponse]:
+    def async_exec(self, decoupled: bool = False) -> asyncio.Future[Any]:
         """``exec`` in an ``async def execute``: a future of the response, started at once.
         The calls started before the model awaits run at once in the server (one message
-        for all of them)."""
-        _refuse_decoupled("async_exec", decoupled)
+        for all of them). ``decoupled=True``: a future of ``exec(decoupled=True)``'s
+        iterator (``for`` or ``async for``)."""
+        if decoupled:
+            return bls.open_stream_async(bls.Call(self._model_name, *self._call()), _streamed)
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[InferenceResponse] = loop.create_future()
 
@@ -337,19 +352,19 @@ class InferenceRequest:
         return inputs, self._outputs or None, version, timeout
 
 
-def _refuse_decoupled(method: str, decoupled: bool) -> None:
-    if decoupled:
-        raise TritonModelException(
-            f"{method}(decoupled=True): calling a decoupled model from a model is not supported"
-        )
-
-
 def _response(outputs: dict[str, np.ndarray]) -> InferenceResponse:
     return InferenceResponse([Tensor(name, array) for name, array in outputs.items()])
 
 
 def _error_response(exc: bls.ModelCallError) -> InferenceResponse:
     return InferenceResponse(error=TritonError(exc.message, exc.code))
+
+
+def _streamed(item: bls.Streamed) -> InferenceResponse:
+    """One response of ``exec(decoupled=True)``: Triton's empty final one has no outputs."""
+    if item.error is not None:
+        return _error_response(item.error)
+    return _response(item.outputs or {})
 
 
 # the parameters have Triton's names: a model may pass them by keyword

@@ -21,6 +21,7 @@ from inferplex.backends import Backend
 from inferplex.backends.base import InstanceSpec, ModelCaller
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.paths import check_model_name
+from inferplex.config.server_config import DEFAULT_MAX_MODEL_INSTANCES
 from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.instance import ModelInstance
@@ -41,7 +42,7 @@ from inferplex.lifecycle.file_override import OverrideFolders, remove_folder
 from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import release_free_memory, rss_bytes
 from inferplex.lifecycle.pacing import UNPACED, Pacer
-from inferplex.lifecycle.planning import ModelPlan
+from inferplex.lifecycle.planning import ModelPlan, check_instance_count
 from inferplex.lifecycle.reading import Facts, Read, ReadAhead, Warmup, read_many, read_model
 from inferplex.lifecycle.room import MemoryBudgets
 from inferplex.lifecycle.warmup import run_warmup
@@ -49,9 +50,6 @@ from inferplex.repository.local import list_files
 from inferplex.types import InferenceRequest
 
 logger = logging.getLogger(__name__)
-
-#: most instances per version the runtime API sets (each is a backend session and a thread)
-MAX_INSTANCES = 64
 
 
 class ModelLoader:
@@ -70,6 +68,7 @@ class ModelLoader:
         auto_complete: bool = True,
         sequence_backlog: int = 1024,
         process_memory_limit: int = 0,
+        max_instances: int = DEFAULT_MAX_MODEL_INSTANCES,
     ) -> None:
         self.registry = registry
         self.repository = repository
@@ -78,6 +77,8 @@ class ModelLoader:
         self._intra_op_threads = intra_op_threads
         #: configs completed from the model (ServerConfig.auto_complete_config)
         self._auto_complete = auto_complete
+        #: instances of one version at most, however the count is set (--max-model-instances)
+        self._max_instances = max_instances
         #: sequences of a stateful model that may wait for a slot (--max-sequence-backlog)
         self._sequence_backlog = sequence_backlog
         #: reading, planning and freeing models yield the cores to serving (background.py)
@@ -157,7 +158,12 @@ class ModelLoader:
         config (a thread hand-off each way). Names that are no model folder are left out
         (their load says why)."""
         return await self._background.run(
-            read_many, self.repository, names, self._intra_op_threads, self._auto_complete
+            read_many,
+            self.repository,
+            names,
+            self._intra_op_threads,
+            self._auto_complete,
+            self._max_instances,
         )
 
     def _serving(self) -> bool:
@@ -187,6 +193,7 @@ class ModelLoader:
                         self._intra_op_threads,
                         override,
                         self._auto_complete,
+                        self._max_instances,
                     )
                 )
             entry.fingerprint, read = ahead
@@ -233,7 +240,7 @@ class ModelLoader:
     ) -> list[ModelVersion]:
         """Load what changed and switch to it; returns the versions no longer served."""
         first = not entry.versions
-        entry.failed = {}
+        entry.failed, entry.load_failed = {}, False
         if first:
             entry.state, entry.reason = ModelState.LOADING, ""
             logger.info("model '%s' LOADING", entry.name, extra=_state(entry))
@@ -292,9 +299,17 @@ class ModelLoader:
         )
         try:
             # the measured footprint may be above the estimate
-            await self.budgets.make_room(entry, 0)
+            await self.budgets.make_room(entry, 0, after_load=True)
         except InsufficientMemoryError as exc:
-            logger.warning("model '%s' is loaded but over the memory limit: %s", entry.name, exc)
+            if not first:  # the old versions are gone already: the new ones go on serving
+                logger.warning("model '%s': %s", entry.name, exc.message)
+                return replaced
+            # a first load must not leave the server over its limit: it is refused after all
+            # (its measured footprint is kept, so the next try is estimated at it)
+            reason = f"{exc.message}; unloaded again"
+            await self.unload_locked(entry, reason)
+            self._failed(entry, first, reason)
+            raise InsufficientMemoryError(reason) from None
         return replaced
 
     async def _load_version(
@@ -350,6 +365,7 @@ class ModelLoader:
     def _failed(self, entry: ModelEntry, first: bool, reason: str) -> ModelLoadError:
         if first:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
+            entry.load_failed = True
             logger.error("model '%s' failed to load: %s", entry.name, reason, extra=_state(entry))
         else:
             entry.reason = f"reload failed, the previous version(s) go on serving: {reason}"
@@ -397,7 +413,7 @@ class ModelLoader:
                 await self._background.run(rss_bytes),
             )
         entry.state, entry.reason = ModelState.UNAVAILABLE, reason
-        entry.footprints, entry.failed = {}, {}
+        entry.footprints, entry.failed, entry.load_failed = {}, {}, False
         self.gpu.release(entry.name)
         await self.overrides.release(entry.name)
 
@@ -440,10 +456,12 @@ class ModelLoader:
     async def set_instance_count(self, name: str, count: int) -> None:
         """Run ``count`` instances of every served version of ``name``, without a reload:
         new instances join when created, surplus ones leave when their batch ends."""
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCES:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidInputError(
-                f"instance 'count' must be an integer from 1 to {MAX_INSTANCES}, got {count!r}"
+                f"instance 'count' must be an integer from 1 to {self._max_instances}, got "
+                f"{count!r}"
             )
+        check_instance_count(name, count, self._max_instances)
         entry = self.registry.entry(name)
         async with entry.lock:
             plan = entry.plan

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from pathlib import PurePosixPath
 from typing import Any
 
 import orjson
@@ -35,6 +36,7 @@ from inferplex.errors import (
     InvalidInputError,
     ModelControlDisabledError,
     ModelNotReadyError,
+    PayloadTooLargeError,
     unknown_model,
 )
 from inferplex.lifecycle.file_override import FILE_PREFIX, is_file_parameter, override_files
@@ -74,6 +76,7 @@ class LifecycleManager:
             config.auto_complete_config,
             config.max_sequence_backlog,
             process_memory_limit=int(config.process_memory_limit),
+            max_instances=config.max_model_instances,
         )
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository
@@ -188,27 +191,14 @@ class LifecycleManager:
         the model's folder (file_override.py); ``pinned`` (bool) keeps it from eviction."""
         check_model_name(name)  # the door of HTTP, gRPC and the in-process API
         self._require_control("load", name)
-        for key in parameters:
-            if key not in LOAD_PARAMETERS and not is_file_parameter(key):
-                raise InvalidInputError(
-                    f"unknown load parameter '{key}', expected one of: {', '.join(LOAD_PARAMETERS)}"
-                )
-        pinned = parameters.get("pinned")
-        if pinned is not None and not isinstance(pinned, bool):
-            raise InvalidInputError(
-                f"load parameter 'pinned' must be true or false, got {pinned!r}"
-            )
-        override = _config_override(name, parameters.get("config"))
-        files = override_files(parameters)
+        try:
+            pinned, override, files = await self._load_parameters(name, parameters)
+        except InferplexError as exc:  # Triton's words first: its clients look for them
+            raise type(exc)(f"failed to load '{name}': {exc.message}") from None
         if not files:
             await self.loader.load(name, override, pinned)
             return
-        if override is None:
-            raise InvalidInputError(
-                f"load parameter 'config' is required with file overrides ('{FILE_PREFIX}"
-                f"{next(iter(files))}'): the model loads from the given files only, and they "
-                "need a model configuration"
-            )
+        assert override is not None  # _load_parameters: files come with a config
         self.loader.model_dir(name)  # the name must be a valid folder name before it is one
         source = await asyncio.to_thread(self.loader.overrides.write, name, files)
         logger.info("model '%s': loading from %d override file(s) in %s", name, len(files), source)
@@ -235,6 +225,44 @@ class LifecycleManager:
                 name,
             )
         await self.loader.unload(name)
+
+    async def _load_parameters(
+        self, name: str, parameters: Mapping[str, Any]
+    ) -> tuple[bool | None, ModelConfig | None, dict[PurePosixPath, bytes]]:
+        """A load request's ``pinned``, ``config`` and ``file:`` parameters, checked."""
+        for key in parameters:
+            if key not in LOAD_PARAMETERS and not is_file_parameter(key):
+                raise InvalidInputError(
+                    f"unknown load parameter '{key}', expected one of: {', '.join(LOAD_PARAMETERS)}"
+                )
+        pinned = parameters.get("pinned")
+        if pinned is not None and not isinstance(pinned, bool):
+            raise InvalidInputError(
+                f"load parameter 'pinned' must be true or false, got {pinned!r}"
+            )
+        override = await self._config_override(name, parameters.get("config"))
+        files = override_files(parameters)
+        if files and override is None:
+            raise InvalidInputError(
+                f"load parameter 'config' is required with file overrides ('{FILE_PREFIX}"
+                f"{next(iter(files))}'): the model loads from the given files only, and they "
+                "need a model configuration"
+            )
+        return pinned, override, files
+
+    async def _config_override(self, name: str, raw: Any) -> ModelConfig | None:
+        """A load's ``config`` parameter read (in a worker thread when large: a config with
+        thousands of entries takes long to check); one longer than --max-load-config-bytes
+        is refused (it is a model configuration, not a model file)."""
+        if not isinstance(raw, str | bytes) or len(raw) <= _INLINE_CONFIG_BYTES:
+            return _config_override(name, raw)
+        limit = self.config.max_load_config_bytes
+        if len(raw) > limit:
+            raise PayloadTooLargeError(
+                f"load parameter 'config' of {len(raw)} bytes is above the limit of {limit} "
+                "bytes (--max-load-config-bytes, INFERPLEX_MAX_LOAD_CONFIG_BYTES)"
+            )
+        return await asyncio.to_thread(_config_override, name, raw)
 
     def _require_control(self, action: str, name: str) -> None:
         if self.config.model_control_mode == "none":
@@ -346,6 +374,10 @@ def _idle(entry: ModelEntry, now: float, limit: float) -> bool:
         and not (entry.pinned or pinned_by_config(entry.config))
         and now - entry.last_used > limit
     )
+
+
+#: load configs read on the event loop up to this size (a thread hop costs about 30 us)
+_INLINE_CONFIG_BYTES = 16 << 10
 
 
 def _config_override(name: str, raw: Any) -> ModelConfig | None:

@@ -100,11 +100,13 @@ def choose_evictions(
     loaded: Iterable[Resident],
     model: str,
     budget: str = "--memory-limit",
+    after_load: bool = False,
 ) -> list[Resident]:
     """The least recently used evictable models to unload so that ``needed`` more bytes fit
     into ``limit`` next to everything loaded; [] when they already fit.
     InsufficientMemoryError, naming what holds the memory and the ``budget``, when no
-    choice makes room."""
+    choice makes room. ``after_load``: ``model`` is loaded already (its measured footprint
+    among ``loaded``), which is what the error then says."""
     residents = list(loaded)
     used = sum(r.footprint for r in residents)
     if used + needed <= limit:
@@ -117,8 +119,16 @@ def choose_evictions(
             return chosen
     kept = [r for r in residents if not r.evictable]
     held = ", ".join(f"'{r.name}' {r.footprint} B ({r.why_kept})" for r in kept) or "nothing"
-    raise InsufficientMemoryError(
-        f"cannot load model '{model}': it needs about {needed} bytes but the memory limit is "
-        f"{limit} bytes ({budget}) and, after evicting every idle model, {used} bytes "
-        f"stay in use by models that cannot be evicted: {held}"
-    )
+    if after_load:
+        what = (
+            f"model '{model}' took more memory than estimated: once loaded, {used} bytes are in "
+            f"use against the memory limit of {limit} bytes ({budget}) after evicting every "
+            "idle model"
+        )
+    else:
+        what = (
+            f"cannot load model '{model}': it needs about {needed} bytes but the memory limit "
+            f"is {limit} bytes ({budget}) and, after evicting every idle model, {used} bytes "
+            "stay in use"
+        )
+    raise InsufficientMemoryError(f"{what}, by models that cannot be evicted: {held}")

@@ -19,6 +19,7 @@ from inferplex.backends.isolated import served_backend
 from inferplex.config.model_config import InstanceGroup, ModelConfig
 from inferplex.config.paths import inside
 from inferplex.config.readers import complete_config, read_model_config
+from inferplex.config.server_config import DEFAULT_MAX_MODEL_INSTANCES
 from inferplex.errors import ConfigError
 from inferplex.lifecycle.data_files import initial_states
 from inferplex.lifecycle.placement import auto_kind, model_bytes
@@ -72,12 +73,14 @@ def plan_model(
     override: ModelConfig | None = None,
     auto_complete: bool = True,
     listed: Sequence[FileFacts] | None = None,
+    max_instances: int = DEFAULT_MAX_MODEL_INSTANCES,
 ) -> ModelPlan:
     """Read and complete the model's config and find its files; ConfigError with the reason
     if the model cannot be served. ``override`` replaces the config file (Triton's load
     request with a config); ``auto_complete`` False (``--disable-auto-complete-config``)
     takes the config as written, which must then exist; ``listed``, the model folder's files
-    as the caller walked them (their sizes serve). Blocking (reads files): call it off the
+    as the caller walked them (their sizes serve); ``max_instances``, the most instances the
+    config may ask for (--max-model-instances). Blocking (reads files): call it off the
     event loop."""
     name = model_dir.name
     config = override if override is not None else read_model_config(model_dir)
@@ -126,11 +129,12 @@ def plan_model(
     if backend.composite and not config.instance_group:
         # a composite instance is a thread waiting on the models it calls: without enough of
         # them, concurrent requests would wait for each other's whole pipeline
-        group = InstanceGroup(count=COMPOSITE_INSTANCES, kind="KIND_CPU")
+        group = InstanceGroup(count=min(COMPOSITE_INSTANCES, max_instances), kind="KIND_CPU")
         config = config.model_copy(update={"instance_group": (group,)})
     gpu = backend.gpu_available()
     size = model_bytes(files[max(files)], listed)
     check_parameters(config)  # breaker and timeout parameters (resilience/guard.py)
+    check_instance_count(config.name, sum(g.count for g in config.instance_group), max_instances)
     instances = _instances(config, server_intra_op_threads, gpu, size)
     served = served_backend(backend, config)
     _check_decoupled(config, served)
@@ -174,6 +178,17 @@ def _completed(
             "(a Python model can, with auto_complete_config)"
         )
     return completed
+
+
+def check_instance_count(name: str, count: int, limit: int) -> None:
+    """ConfigError (a 400 for a load) when a model asks for more than ``limit`` instances
+    per version: each is a backend session and a thread or process, made before the load
+    can fail for any other reason (100,000 of them took 7 GB and went on)."""
+    if count > limit:
+        raise ConfigError(
+            f"model '{name}' asks for {count} instances per version, above the limit of "
+            f"{limit} (--max-model-instances, INFERPLEX_MAX_MODEL_INSTANCES)"
+        )
 
 
 def _instances(

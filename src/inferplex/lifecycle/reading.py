@@ -22,7 +22,11 @@ ReadAhead = tuple[str, Read | Exception]
 
 
 def read_many(
-    repository: Path, names: list[str], intra_op_threads: int, auto_complete: bool
+    repository: Path,
+    names: list[str],
+    intra_op_threads: int,
+    auto_complete: bool,
+    max_instances: int,
 ) -> dict[str, ReadAhead]:
     """:func:`read_model` of each of ``names`` that is a model folder in ``repository``."""
     out = {}
@@ -30,7 +34,9 @@ def read_many(
         folder = repository / name
         # names ``ModelLoader.model_dir`` refuses are left to the load, to say so
         if name_problem(name) is None and not name.startswith((".", "_")) and folder.is_dir():
-            out[name] = read_model(folder, folder, intra_op_threads, None, auto_complete)
+            out[name] = read_model(
+                folder, folder, intra_op_threads, None, auto_complete, max_instances
+            )
     return out
 
 
@@ -40,6 +46,7 @@ def read_model(
     intra_op_threads: int,
     override: ModelConfig | None,
     auto_complete: bool,
+    max_instances: int,
 ) -> ReadAhead:
     """Everything a load reads from the repository, in one trip to a worker thread: the
     fingerprint of the model's ``folder`` in the repository, then the plan, each version's
@@ -49,7 +56,9 @@ def read_model(
     folder_fingerprint = digest(in_folder, folder.parent)
     try:
         in_model_dir = in_folder if model_dir == folder else list_files(model_dir)
-        plan = plan_model(model_dir, intra_op_threads, override, auto_complete, in_model_dir)
+        plan = plan_model(
+            model_dir, intra_op_threads, override, auto_complete, in_model_dir, max_instances
+        )
         facts = {}
         for version, path in plan.version_files.items():
             files = [f for f in in_model_dir if f.path.is_relative_to(path.parent)]

@@ -54,22 +54,28 @@ class MemoryBudgets:
         needed: int,
         gpu_needed: Mapping[int, int] | None = None,
         transient: int = 0,
+        after_load: bool = False,
     ) -> None:
         """Evict idle models (least recently used first) until ``needed`` more bytes fit into
         the memory limit and ``gpu_needed`` (GPU -> bytes) into each GPU's limit, and
         ``needed`` plus ``transient`` (what the load holds only while it runs) into the
         process limit; InsufficientMemoryError, with nothing evicted, when even that cannot
-        make room."""
+        make room. ``after_load``: ``entry`` has just loaded (needing nothing more), and the
+        budgets are checked against what it measured."""
         if not self.memory_limit and not self.process_memory_limit and not self.gpu.active:
             return  # no budget: nothing to weigh (the residents are a walk over every model)
         while True:
-            residents = self._residents(entry)
+            residents = self._residents(entry, after_load)
             choices = []
             if self.memory_limit:
-                victims = choose_evictions(self.memory_limit, needed, residents, entry.name)
+                victims = choose_evictions(
+                    self.memory_limit, needed, residents, entry.name, after_load=after_load
+                )
                 choices.append((victims, "--memory-limit"))
             if self.process_memory_limit:
-                victims = await self._process_evictions(entry, needed + transient, residents)
+                victims = await self._process_evictions(
+                    entry, needed + transient, residents, after_load
+                )
                 choices.append((victims, PROCESS_BUDGET))
             choices.append(self.gpu.evictions(gpu_needed or {}, residents, entry.name))
             victims, budget = next(((v, b) for v, b in choices if v), ([], ""))
@@ -80,7 +86,7 @@ class MemoryBudgets:
                 await self._evict(victim, f"evicted to make room for '{entry.name}' ({budget})")
 
     async def _process_evictions(
-        self, entry: ModelEntry, needed: int, residents: list[Resident]
+        self, entry: ModelEntry, needed: int, residents: list[Resident], after_load: bool
     ) -> list[Resident]:
         """The idle models to unload so that the server's RSS plus ``needed`` fits into the
         process limit, each counted as its footprint (make_room reads the RSS again after
@@ -90,17 +96,23 @@ class MemoryBudgets:
         own = max(0, rss - sum(r.footprint for r in residents))
         server = Resident("(the server's own memory)", own, 0.0, False, "not a model")
         return choose_evictions(
-            self.process_memory_limit, needed, [*residents, server], entry.name, PROCESS_BUDGET
+            self.process_memory_limit,
+            needed,
+            [*residents, server],
+            entry.name,
+            PROCESS_BUDGET,
+            after_load,
         )
 
-    def _residents(self, loading: ModelEntry) -> list[Resident]:
+    def _residents(self, loading: ModelEntry, after_load: bool) -> list[Resident]:
         residents = []
         for e in self.registry.entries():
             if not e.footprints:
                 continue
             why = ""
             if e is loading:
-                why = "being loaded"
+                # before a load its footprints are the versions serving now (a reload)
+                why = "just loaded" if after_load else "serving while it reloads"
             elif e.pinned or pinned_by_config(e.config):
                 why = "pinned"
             elif e.in_flight:

@@ -33,10 +33,11 @@ class MetricsApp:
         listeners: Sequence[Listener] = (),
         http2: Http2Counts | None = None,
         activity: Activity | None = None,
+        gpu_metrics: bool = True,
     ) -> None:
         self.snapshot = snapshot
         self.sampler = sampler or Sampler(snapshot, activity=activity)
-        self.collector = Collector(snapshot, self.sampler, listeners, http2)
+        self.collector = Collector(snapshot, self.sampler, listeners, http2, gpu_metrics)
         self._static = load_static()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -83,9 +84,13 @@ def create_metrics_app(
     listeners: Sequence[Listener] = (),
     http2: Http2Counts | None = None,
     activity: Activity | None = None,
+    *,
+    interval: float = 1.0,
+    gpu_metrics: bool = True,
 ) -> MetricsApp:
     """The metrics port's application over what ``snapshot`` (the engine's) reads; ``sampler``
-    defaults to a one-second sampler that skips its walk over the models while ``activity``
-    (the engine's) stands still; ``listeners``, the HTTP servers whose counters it reports;
-    ``http2``, the gRPC port's."""
-    return MetricsApp(snapshot, sampler, listeners, http2, activity)
+    defaults to a sampler every ``interval`` seconds that skips its walk over the models while
+    ``activity`` (the engine's) stands still; ``listeners``, the HTTP servers whose counters
+    it reports; ``http2``, the gRPC port's; ``gpu_metrics`` False leaves the GPUs unread."""
+    sampler = sampler or Sampler(snapshot, interval, activity=activity)
+    return MetricsApp(snapshot, sampler, listeners, http2, activity, gpu_metrics)

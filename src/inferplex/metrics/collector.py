@@ -14,6 +14,7 @@ from functools import lru_cache
 from inferplex.backends.worker.model_metrics import MODEL_METRICS
 from inferplex.core.snapshot import EngineSnapshot
 from inferplex.core.stats import Histogram, ModelStats
+from inferplex.lifecycle.memory import rss_bytes as process_tree_rss_bytes
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
 from inferplex.metrics.http2 import Http2Counts, http2_families
 from inferplex.metrics.listeners import Listener, listener_families
@@ -77,15 +78,16 @@ class Collector:
         sampler: Sampler | None = None,
         listeners: Sequence[Listener] = (),
         http2: Http2Counts | None = None,
+        gpu_metrics: bool = True,
     ) -> None:
         """``snapshot`` reads the engine's models at each scrape; ``listeners``: the HTTP
         servers (a live list: read at each scrape); ``http2``: the gRPC port's transport
-        counters."""
+        counters; ``gpu_metrics`` False leaves the GPUs unread."""
         self.snapshot = snapshot
         self.sampler = sampler
         self.listeners = listeners
         self.http2 = http2
-        self.gpus = GpuProbe()
+        self.gpus = GpuProbe(gpu_metrics)
 
     def collect(self) -> list[Family]:
         snapshot = self.snapshot()
@@ -216,6 +218,13 @@ class Collector:
         rss_bytes = process_rss_bytes()
         if rss_bytes is not None:
             rss.add({}, rss_bytes)
+        tree_rss = Family(
+            "inferplex_process_tree_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the server and its worker processes (Python and isolated "
+            "models), as --process-memory-limit counts it",
+        )
+        tree_rss.add({}, process_tree_rss_bytes())
         cpu = Family(
             "inferplex_process_cpu_utilization",
             "gauge",
@@ -240,7 +249,7 @@ class Collector:
         if memory is not None:
             memory_total.add({}, memory[0])
             memory_used.add({}, memory[1])
-        return [cpu_seconds, rss, cpu, system_cpu, inflight, memory_total, memory_used]
+        return [cpu_seconds, rss, tree_rss, cpu, system_cpu, inflight, memory_total, memory_used]
 
     def _gpu_families(self) -> list[Family]:
         if not self.gpus.available:

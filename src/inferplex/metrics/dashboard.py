@@ -52,6 +52,7 @@ def dashboard_data(
             "cpu": [s.server.cpu for s in history],
             "system_cpu": [s.server.system_cpu for s in history],
             "rss": [s.server.rss for s in history],
+            "tree_rss": [s.server.tree_rss for s in history],
             "inflight": [s.server.inflight for s in history],
         },
     }

@@ -26,8 +26,10 @@ LIMITS = (
     "max_connection_age",
     "send_timeout",
     "connection_buffer",
+    "connection_buffer_waits",
     "server_buffer",
     "flow_control",
+    "message_size",
 )
 
 
@@ -53,7 +55,8 @@ def http2_families(counters: Http2Counts | None) -> list[Family]:
         "ENHANCE_YOUR_CALM); concurrent_streams (REFUSED_STREAM); preface_timeout, "
         "idle_timeout, keepalive_timeout, max_connection_age (GOAWAY, close); send_timeout "
         "(RST_STREAM CANCEL); connection_buffer, server_buffer (RESOURCE_EXHAUSTED); "
-        "flow_control (FLOW_CONTROL_ERROR)",
+        "flow_control (FLOW_CONTROL_ERROR); message_size (a request message above its "
+        "method's limit, compressed or inflated: RESOURCE_EXHAUSTED)",
     )
     for limit in LIMITS:
         exceeded.add({"limit": limit}, counters.exceeded.get(limit, 0))

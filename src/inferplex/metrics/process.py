@@ -71,9 +71,12 @@ class GpuReading:
 class GpuProbe:
     """Reads every GPU through NVML. Without the package, a driver or a GPU it reads nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
+        """``enabled`` False: NVML is never opened and nothing is read (no GPU metrics)."""
         self._nvml: Any = None
         self._handles: list[tuple[int, str, Any]] = []
+        if not enabled:
+            return
         try:
             import pynvml  # the nvidia-ml-py package; optional
         except ImportError:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from inferplex.core.snapshot import EngineSnapshot, ModelSnapshot, VersionSnapshot
 from inferplex.core.stats import LATENCY_BOUNDS_NS, ModelStats
+from inferplex.lifecycle.memory import rss_bytes
 from inferplex.metrics.process import (
     process_cpu_seconds,
     process_rss_bytes,
@@ -92,7 +93,10 @@ class VersionPoint:
 class ServerPoint:
     cpu: float | None  # this process, share of all cores, 0..1
     system_cpu: float | None  # the whole machine, 0..1
-    rss: int | None
+    rss: int | None  # this process
+    #: this process and its worker processes (Python models, isolated models): the figure
+    #: --process-memory-limit and /v2/repository/memory count
+    tree_rss: int
     inflight: int
 
 
@@ -165,7 +169,7 @@ class Sampler:
             self._quiet = None
             versions, inflight = self._points(window)
         server = ServerPoint(
-            min(max(cpu_share, 0.0), 1.0), system_share, process_rss_bytes(), inflight
+            min(max(cpu_share, 0.0), 1.0), system_share, process_rss_bytes(), rss_bytes(), inflight
         )
         sample = Sample(time.time(), server, versions)
         self.history.append(sample)

@@ -47,7 +47,7 @@ from inferplex.protocol.classification import (
 )
 from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.limits import RequestLimits
-from inferplex.shm.registry import REGION, SharedMemoryRegistry, require
+from inferplex.shm.registry import REGION, Regions, SharedMemoryRegistry, require
 from inferplex.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -179,7 +179,9 @@ class DataPlane:
 
     def _check_local(self, request: InferenceRequest) -> bool:
         """The checks of a request built in Python; whether it asks for classes."""
-        shm = self.engine.shared_memory
+        # a request built in Python comes with no token: the anonymous principal's regions
+        registry = self.engine.shared_memory
+        shm = None if registry is None else registry.owned_by(None)
         for tensor in request.inputs:
             input_dtype(tensor.name, tensor.datatype)
             check_dims(tensor.name, tuple(tensor.shape))
@@ -309,7 +311,7 @@ def out_of_range_error(
 
 
 def shared_input(
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     name: str,
     parameters: Mapping[str, Any],
     datatype: str,
@@ -319,9 +321,7 @@ def shared_input(
     return require(shm).read_input(name, parameters, datatype, shape)
 
 
-def requested_output(
-    name: str, parameters: Mapping[str, Any], shm: SharedMemoryRegistry | None
-) -> int:
+def requested_output(name: str, parameters: Mapping[str, Any], shm: Regions | None) -> int:
     """The checks of a requested output's parameters the server acts on, as the request
     arrives; returns how many classes the output is asked for (0: its tensor). A codec
     that meets one above 0 makes the request's outputs ClassifiedOutputs. A shared-memory
@@ -338,7 +338,7 @@ def requested_output(
 
 
 def shared_output(
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     name: str,
     parameters: Mapping[str, Any],
     datatype: str,

@@ -9,7 +9,7 @@ from typing import Literal
 
 from inferplex.errors import PermissionDeniedError
 from inferplex.security.scopes import Scope, grpc_scope
-from inferplex.security.tokens import TokenAuth
+from inferplex.security.tokens import Principal, TokenAuth
 
 Surface = Literal["all", "inference", "management"]
 
@@ -28,9 +28,10 @@ class Access:
         """False when every endpoint is open to everyone: callers may skip the check."""
         return self._auth.enabled or self._surface != "all"
 
-    def check(self, scope: Scope, authorization: str | None, what: str) -> None:
-        """Return if a call of the endpoint ``what`` (of ``scope``) may run with the
-        ``Authorization`` value given; raise PermissionDeniedError or UnauthenticatedError."""
+    def check(self, scope: Scope, authorization: str | None, what: str) -> Principal:
+        """The principal of a call of the endpoint ``what`` (of ``scope``) that may run with
+        the ``Authorization`` value given; raise PermissionDeniedError or
+        UnauthenticatedError."""
         if scope is not Scope.HEALTH and self._surface != "all":
             wanted = Scope.MANAGEMENT if self._surface == "management" else Scope.INFERENCE
             if scope is not wanted:
@@ -38,13 +39,13 @@ class Access:
                     f"{what} is part of the {scope.value} API, which is served on "
                     f"{self._elsewhere}, not on this port"
                 )
-        self._auth.check(scope, authorization)
+        return self._auth.check(scope, authorization)
 
-    def grpc_guard(self, method: str, metadata: Sequence[tuple[str, str | bytes]]) -> None:
+    def grpc_guard(self, method: str, metadata: Sequence[tuple[str, str | bytes]]) -> Principal:
         """The gRPC server's guard: sees each call's resolved method path and metadata
-        before the request message is read."""
+        before the request message is read; returns the call's principal."""
         authorization = None
         for key, value in metadata:
             if key == "authorization" and isinstance(value, str):
                 authorization = value
-        self.check(grpc_scope(method), authorization, method.rsplit("/", 1)[-1])
+        return self.check(grpc_scope(method), authorization, method.rsplit("/", 1)[-1])

@@ -3,6 +3,10 @@
 A request presents ``Authorization: Bearer <token>`` (HTTP header or gRPC metadata). The
 management token is accepted everywhere; the inference token only for inference scope.
 Comparison is constant-time (``hmac.compare_digest``) so a token cannot be guessed by timing.
+
+A request that passes is made by a *principal*: the token it presented (``MANAGEMENT`` or
+``INFERENCE``), or no one in particular (``ANONYMOUS``: no token was needed). What a principal
+creates, a shared-memory region, is its own.
 """
 
 from __future__ import annotations
@@ -13,6 +17,12 @@ from inferplex.errors import PermissionDeniedError, UnauthenticatedError
 from inferplex.security.scopes import Scope
 
 _BEARER = "bearer "
+
+#: who made a request that passed: the token it presented, or no one in particular
+Principal = str | None
+ANONYMOUS: Principal = None
+INFERENCE: Principal = "inference"
+MANAGEMENT: Principal = "management"
 
 
 class TokenAuth:
@@ -26,13 +36,18 @@ class TokenAuth:
     def enabled(self) -> bool:
         return self._inference is not None or self._management is not None
 
-    def check(self, scope: Scope, authorization: str | None) -> None:
-        """Return if the request may proceed; raise UnauthenticatedError (no or unknown token)
-        or PermissionDeniedError (a valid token of the wrong scope)."""
+    def check(self, scope: Scope, authorization: str | None) -> Principal:
+        """The principal of a request that may proceed; raise UnauthenticatedError (no or
+        unknown token) or PermissionDeniedError (a valid token of the wrong scope)."""
         if scope is Scope.HEALTH or not self.enabled:
-            return
+            return ANONYMOUS
         if scope is Scope.INFERENCE and self._inference is None:
-            return  # only a management token is set: inference stays open
+            # only a management token is set: inference stays open, and the management
+            # token's holder is still itself there (its shared-memory regions are its own)
+            presented = _bearer(authorization)
+            if presented is not None and _matches(presented, self._management):
+                return MANAGEMENT
+            return ANONYMOUS
         if scope is Scope.MANAGEMENT and self._management is None:
             # tokens are in use, so the management API must not be left open
             raise PermissionDeniedError(
@@ -46,10 +61,10 @@ class TokenAuth:
                 "'Authorization: Bearer <token>'"
             )
         if _matches(presented, self._management):
-            return
+            return MANAGEMENT
         if _matches(presented, self._inference):
             if scope is Scope.INFERENCE:
-                return
+                return INFERENCE
             raise PermissionDeniedError(
                 "this token has the inference scope only; the management API needs the "
                 "management token"

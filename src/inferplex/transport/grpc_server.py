@@ -40,8 +40,8 @@ from inferplex.errors import (
     UnsupportedError,
 )
 from inferplex.protocol.v2.errors import GRPC_STATUS
-from inferplex.transport.compression import decompress
 from inferplex.transport.connections import ConnectionGate, Listener, http2_refusal
+from inferplex.transport.grpc_message import inflate_message, unary_message
 from inferplex.transport.grpc_stream import (
     ENCODINGS,
     OK_HEAD,
@@ -54,6 +54,7 @@ from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_wire import literal_header_block
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.http_server import TLS_SHUTDOWN_TIMEOUT_S
+from inferplex.transport.inflate import Inflated
 
 __all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method", "StreamHandler"]
 
@@ -78,15 +79,17 @@ _OK_TRAILERS = literal_header_block([(b"grpc-status", b"0")])
 
 
 class Call:
-    """What a method and the guard see of a call besides its message."""
+    """What a method and the guard see of a call besides its message; ``identity``: what
+    the guard returned (who makes the call; None without a guard)."""
 
-    __slots__ = ("_headers", "connection", "method")
+    __slots__ = ("_headers", "connection", "identity", "method")
 
     def __init__(self, method: str, headers: list[tuple[bytes, bytes]], connection: object) -> None:
         self.method = method
         self._headers = headers
         #: the HTTP/2 connection carrying the call (what a per-connection bound counts by)
         self.connection = connection
+        self.identity: object = None
 
     def metadata(self) -> list[tuple[str, str | bytes]]:
         """The custom metadata: keys lower-case, ``-bin`` values decoded to bytes."""
@@ -108,8 +111,9 @@ class Call:
 Handler = Callable[[Any, Call], Awaitable[Any]]
 #: a bidirectional streaming RPC: the call's parsed request messages in, its responses out
 StreamHandler = Callable[[AsyncIterator[Any], Call], AsyncIterator[Any]]
-#: sees every call's method (path) and metadata first; raises InferplexError to refuse it
-Guard = Callable[[str, list[tuple[str, str | bytes]]], None]
+#: sees every call's method (path) and metadata first; raises InferplexError to refuse it,
+#: or returns who makes the call (``Call.identity``)
+Guard = Callable[[str, list[tuple[str, str | bytes]]], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,15 +131,19 @@ class Method:
     serialize: Callable[[Any], bytes]
     refused: InferplexError | None = None
     streaming: bool = False
+    #: takes large messages (inference, loads): the server's message limit; otherwise the
+    #: small one, on each message's compressed and inflated size
+    large: bool = False
 
 
 class _CallState:
-    __slots__ = ("call", "deadline", "encoding", "expired", "method")
+    __slots__ = ("call", "deadline", "encoding", "expired", "limit", "method")
 
-    def __init__(self, method: Method, call: Call, encoding: bytes) -> None:
+    def __init__(self, method: Method, call: Call, encoding: bytes, limit: int) -> None:
         self.method = method
         self.call = call
         self.encoding = encoding
+        self.limit = limit  # the method's message limit
         self.deadline: asyncio.TimerHandle | None = None
         self.expired = False
 
@@ -148,6 +156,7 @@ class GrpcServer:
         methods: dict[str, Method],
         *,
         max_message_bytes: int,
+        max_small_message_bytes: int | None = None,
         max_header_bytes: int = 0,
         guard: Guard | None = None,
         ssl_context: ssl.SSLContext | None = None,
@@ -159,11 +168,13 @@ class GrpcServer:
         Http2Limits()); ``budget`` bounds request bytes buffered server-wide (shared with
         the HTTP listeners; default: 1 GiB of its own), ``gate`` the connections (shared
         too; default: none of its own); ``counters`` tells how often the limits were
-        reached."""
+        reached. A method not marked ``large`` takes messages of up to
+        ``max_small_message_bytes`` (default: ``max_message_bytes``)."""
         self._methods = {path.encode(): method for path, method in methods.items()}
         self._limits = limits or Http2Limits()
         self.counters = Http2Counters(budget)
         self._max_message = max_message_bytes
+        self._max_small = max_small_message_bytes or max_message_bytes
         self._max_headers = max_header_bytes
         self._guard = guard
         self._ssl = ssl_context
@@ -273,7 +284,7 @@ class GrpcServer:
                     f"{self._max_headers} bytes (INFERPLEX_MAX_HEADER_BYTES)"
                 )
             if self._guard is not None:
-                self._guard(call.method, call.metadata())
+                call.identity = self._guard(call.method, call.metadata())
             if method.refused is not None:
                 raise method.refused
             if encoding not in (b"identity", b"gzip", b"deflate"):
@@ -288,10 +299,13 @@ class GrpcServer:
             logger.exception("gRPC guard failed on %s", call.method)
             self._status(connection, stream, INTERNAL, f"{call.method} failed: {exc}")
             return
-        if method.streaming:
-            self._start_stream(connection, stream, method, call, encoding)
+        limit = self._max_message if method.large else self._max_small
+        if method.streaming:  # each message is checked against the limit as it comes
+            self._start_stream(connection, stream, method, call, encoding, limit)
             return
-        state = _CallState(method, call, encoding)
+        # a body past one message of the method's size is refused as it arrives
+        stream.limit = limit + 5
+        state = _CallState(method, call, encoding, limit)
         stream.context = state
         stream.head_size = 5  # the message's prefix: body_head_received sizes the rest
         if timeout:
@@ -306,7 +320,9 @@ class GrpcServer:
         self, connection: Http2Connection, stream: Stream, head: bytes
     ) -> int | None:
         length = int.from_bytes(head[1:5], "big")
-        if length > self._max_message:  # refused now, not once that much has arrived
+        state = stream.context
+        assert isinstance(state, _CallState)
+        if length > state.limit:  # refused now, not once that much has arrived
             self.body_too_large(connection, stream)
             return None
         return length
@@ -318,13 +334,15 @@ class GrpcServer:
             state.end()
             return
         try:
-            message = self._message(stream, state.encoding)
+            message, compressed = unary_message(stream)
         except InferplexError as exc:
             self._error(connection, stream, exc)
             _cancel_deadline(state)
             return
         assert self._loop is not None
-        stream.task = self._loop.create_task(self._run(connection, stream, state, message))
+        stream.task = self._loop.create_task(
+            self._run(connection, stream, state, message, compressed)
+        )
 
     def data_received(self, connection: Http2Connection, stream: Stream) -> None:
         if isinstance(stream.context, StreamingCall):
@@ -335,13 +353,15 @@ class GrpcServer:
             stream.context.drained()
 
     def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
-        error = too_large(self._max_message)
-        if isinstance(stream.context, StreamingCall):
-            stream.context.fail(error)
+        state = stream.context
+        if isinstance(state, StreamingCall):
+            state.fail(state.too_large())
             return
-        if isinstance(stream.context, _CallState):
-            _cancel_deadline(stream.context)
-        self._error(connection, stream, error)
+        limit = self._max_message
+        if isinstance(state, _CallState):
+            _cancel_deadline(state)
+            limit = state.limit
+        self._error(connection, stream, self._too_large(limit))
 
     def buffers_full(self, connection: Http2Connection, stream: Stream, server_wide: bool) -> None:
         if server_wide:
@@ -373,37 +393,30 @@ class GrpcServer:
         method: Method,
         call: Call,
         encoding: bytes,
+        limit: int,
     ) -> None:
         """A streaming call runs from its headers on: its messages reach it as they come."""
-        state = StreamingCall(connection, stream, method, call, encoding, self._max_message)
+        state = StreamingCall(
+            connection,
+            stream,
+            method,
+            call,
+            encoding,
+            limit,
+            self._max_message,
+            lambda: self._too_large(limit),
+            self.counters.budget,
+        )
         stream.context = state  # its body is read as it comes (no head_size: unsized)
         assert self._loop is not None
         stream.task = self._loop.create_task(state.run())
 
-    def _message(self, stream: Stream, encoding: bytes) -> bytes | memoryview:
-        """The one message of a unary call's body (not copied when the connection read it
-        into the buffer its prefix sized)."""
-        size = stream.body_bytes
-        if size < 5:
-            raise InvalidInputError("the request carries no gRPC message")
-        prefix = stream.head if len(stream.head) == 5 else stream.data()[:5]
-        length = int.from_bytes(prefix[1:5], "big")
-        if length != size - 5:
-            raise InvalidInputError(
-                f"a unary call carries one message: its prefix says {length} bytes, "
-                f"{size - 5} followed"
-            )
-        message = stream.data(5)
-        if prefix[0] == 0:
-            return message
-        if encoding == b"identity":
-            raise InvalidInputError(
-                "the message is flagged compressed but grpc-encoding is identity"
-            )
-        plain = decompress(message, encoding, self._max_message, f"the {encoding.decode()} message")
-        if len(plain) > self._max_message:
-            raise too_large(self._max_message)
-        return plain
+    def _too_large(self, limit: int) -> InferplexError:
+        """A request message above its method's ``limit``, compressed or inflated."""
+        self.counters.exceeded["message_size"] += 1
+        if limit == self._max_message:
+            return too_large(limit)
+        return too_large(limit, flag="INFERPLEX_MAX_SMALL_REQUEST_BYTES")
 
     async def _run(
         self,
@@ -411,10 +424,22 @@ class GrpcServer:
         stream: Stream,
         state: _CallState,
         message: bytes | memoryview,
+        compressed: bool,
     ) -> None:
         method = state.method
+        inflated: Inflated | None = None
         try:
             try:
+                if compressed:  # after the guard, within the method's limit, charged
+                    limit = state.limit
+                    inflated = await inflate_message(
+                        message,
+                        state.encoding,
+                        limit,
+                        self.counters.budget,
+                        lambda: self._too_large(limit),
+                    )
+                    message = inflated.data
                 request = method.parse(message)
             except InferplexError:
                 raise
@@ -438,6 +463,8 @@ class GrpcServer:
         finally:
             _cancel_deadline(state)
             stream.task = None
+            if inflated is not None:
+                inflated.release()
         if len(body) > self._max_message:
             self._error(connection, stream, too_large(self._max_message, "response"))
             return

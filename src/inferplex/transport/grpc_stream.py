@@ -2,25 +2,30 @@
 
 The request body arrives as it comes (HTTP/2 DATA frames kept as they came); each complete
 length-prefixed message goes to the method's handler when it asks for the next, and only
-then are its bytes given back to the connection's and the stream's flow-control windows: a
-handler that stops reading (a stream with as many requests in flight as it may have) holds
-the client back. Responses go out as the handler yields them: one header block first, each
-message as DATA as the peer's windows allow (the next response waits until the last is
-out, so a slow reader holds the handler back), the status in the trailers. A reset stream,
-a closed connection or the server stopping cancels the handler.
+then are its bytes given back to the stream's flow-control window: a handler that stops
+reading (a stream with as many requests in flight as it may have) holds the client back.
+The window opens for the rest of a message not yet whole, whatever its size (up to the
+message limit): a message larger than the window would otherwise wait for itself.
+Responses go out as the handler yields them: one header block first, each message as DATA
+as the peer's windows allow (the next response waits until the last is out, so a slow
+reader holds the handler back), the status in the trailers. A reset stream, a closed
+connection or the server stopping cancels the handler.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from inferplex.errors import InferplexError, InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.v2.errors import GRPC_STATUS
-from inferplex.transport.compression import decompress
+from inferplex.transport.grpc_message import inflate_message
 from inferplex.transport.http2 import Http2Connection, Stream
 from inferplex.transport.http2_wire import literal_header_block
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.inflate import Inflated
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +51,23 @@ class StreamingCall:
         method: Any,
         call: Any,
         encoding: bytes,
-        max_message: int,
+        limit: int,
+        max_response: int,
+        too_large: Callable[[], InferplexError],
+        budget: ByteBudget,
     ) -> None:
+        """``limit``: the method's request message limit, on each message's compressed and
+        inflated size (``too_large()`` past it); ``max_response``: the response's limit;
+        inflated messages are charged to ``budget`` until the handler asks for the next."""
         self._connection = connection
         self._stream = stream
         self._method = method
         self._call = call
         self._encoding = encoding
-        self._max_message = max_message
+        self._max_message = limit
+        self._max_response = max_response
+        self.too_large = too_large
+        self._budget = budget
         self._pending = bytearray()  # bytes of a message not yet whole
         #: whole messages not yet taken (with their size on the wire), then how it ended
         self._messages: asyncio.Queue[tuple[bytes, int] | tuple[_End]] = asyncio.Queue()
@@ -73,7 +87,7 @@ class StreamingCall:
         while len(pending) - offset >= 5:
             length = int.from_bytes(pending[offset + 1 : offset + 5], "big")
             if length > self._max_message:
-                self.fail(too_large(self._max_message))
+                self.fail(self.too_large())
                 return
             end = offset + 5 + length
             if end > len(pending):
@@ -83,6 +97,9 @@ class StreamingCall:
         del pending[:offset]
         # what the connection counts against the body size limit: the message not yet whole
         stream.body_bytes = len(pending)
+        if len(pending) >= 5:  # its window opens for the rest of it, however large
+            due = 5 + int.from_bytes(pending[1:5], "big") - len(pending)
+            self._connection.expect(stream, due)
 
     def end(self) -> None:
         """The client ended its side: the last messages, then the end."""
@@ -114,8 +131,8 @@ class StreamingCall:
         try:
             async for response in responses:
                 body = self._method.serialize(response)
-                if len(body) > self._max_message:
-                    raise too_large(self._max_message, "response")
+                if len(body) > self._max_response:
+                    raise too_large(self._max_response, "response")
                 if not connection.send_data(stream, b"\x00" + len(body).to_bytes(4, "big") + body):
                     self._drained = asyncio.get_running_loop().create_future()
                     await self._drained
@@ -137,28 +154,33 @@ class StreamingCall:
         """The handler's view: each message parsed as it is taken (its bytes given back to
         the windows then)."""
         parse, connection, stream = self._method.parse, self._connection, self._stream
-        while True:
-            item = await self._messages.get()
-            if len(item) == 1:
-                if item[0] is not None:
-                    raise item[0]
-                return
-            message, size = item
-            connection.taken(stream, size)
-            yield parse(self._plain(message))
-
-    def _plain(self, message: bytes) -> bytes:
-        """One message without its prefix, decompressed if it is flagged so."""
-        body = message[5:]
-        if message[0] == 0:
-            return body
-        if self._encoding == b"identity":
-            raise InvalidInputError("a message is flagged compressed but grpc-encoding is identity")
-        name = self._encoding.decode()
-        plain = decompress(body, self._encoding, self._max_message, f"the {name} message")
-        if len(plain) > self._max_message:
-            raise too_large(self._max_message)
-        return plain
+        inflated: Inflated | None = None  # the last message's, charged until the next
+        try:
+            while True:
+                item = await self._messages.get()
+                if inflated is not None:
+                    inflated.release()
+                    inflated = None
+                if len(item) == 1:
+                    if item[0] is not None:
+                        raise item[0]
+                    return
+                message, size = item
+                connection.taken(stream, size)
+                if message[0] == 0:
+                    yield parse(message[5:])
+                    continue
+                inflated = await inflate_message(
+                    memoryview(message)[5:],
+                    self._encoding,
+                    self._max_message,
+                    self._budget,
+                    self.too_large,
+                )
+                yield parse(inflated.data)
+        finally:
+            if inflated is not None:
+                inflated.release()
 
 
 def _trailers(code: int, message: str) -> bytes:
@@ -179,8 +201,9 @@ def percent_encode(message: str) -> bytes:
     return bytes(out)
 
 
-def too_large(limit: int, what: str = "request") -> PayloadTooLargeError:
+def too_large(
+    limit: int, what: str = "request", flag: str = "INFERPLEX_MAX_GRPC_MESSAGE_BYTES"
+) -> PayloadTooLargeError:
     return PayloadTooLargeError(
-        f"the {what} message is larger than the limit of {limit} bytes "
-        "(INFERPLEX_MAX_GRPC_MESSAGE_BYTES)"
+        f"the {what} message is larger than the limit of {limit} bytes ({flag})"
     )

@@ -17,7 +17,10 @@ same guard, so that the same tests run against both (DESIGN.md, "The edge"):
 - errors go through THE table (``protocol/v2/errors.py``): an InferplexError aborts the call
   with its gRPC code, anything else is INTERNAL;
 - from our config: the message size limit both ways, the metadata limit, TLS (mutual when a
-  client CA is given).
+  client CA is given);
+- a compressed message reaches the handler as it came and is inflated there within its
+  method's limit (``--max-small-request-bytes`` unless the method is ``large``), charged to
+  the server's byte budget (transport/grpcio_messages.py).
 
 grpc.aio cannot serve on a socket it did not create: it binds its own to the address of the
 one the composition root bound. That socket stays bound (never listening) until the server
@@ -42,6 +45,9 @@ from grpc import aio
 
 from inferplex.errors import ConfigError, InferplexError, InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.transport.grpcio_messages import plain
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.inflate import Inflated
 from inferplex.transport.interface import GrpcMethod, Guard, Metadata
 
 __all__ = ["GrpcioCall", "GrpcioServer", "server_credentials"]
@@ -55,11 +61,21 @@ DEFAULT_METADATA_LIMIT = 1 << 20
 class GrpcioCall:
     """What a method handler sees of a call besides its message (as the built-in ``Call``)."""
 
-    __slots__ = ("_context", "method")
+    __slots__ = ("_context", "_guard", "method")
 
-    def __init__(self, method: str, context: aio.ServicerContext[Any, Any]) -> None:
+    def __init__(
+        self, method: str, context: aio.ServicerContext[Any, Any], guard: Guard | None
+    ) -> None:
         self.method = method
         self._context = context
+        self._guard = guard
+
+    @property
+    def identity(self) -> object:
+        """What the guard returns for this call (who makes it; None without a guard). The
+        interceptor that ran the guard cannot hand its answer to the handler: asked again
+        (it passed once, with the same metadata)."""
+        return None if self._guard is None else self._guard(self.method, self.metadata())
 
     def metadata(self) -> Metadata:
         """The call's metadata: keys lower-case, ``-bin`` values as bytes."""
@@ -109,14 +125,27 @@ class GrpcioServer:
         methods: Mapping[str, GrpcMethod],
         *,
         max_message_bytes: int,
+        max_small_message_bytes: int | None = None,
         max_header_bytes: int = 0,
         guard: Guard | None = None,
         credentials: grpc.ServerCredentials | None = None,
         options: Mapping[str, int] | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
-        """``options``: further grpc.aio channel arguments (``grpc.max_connection_idle_ms``...)."""
+        """``options``: further grpc.aio channel arguments (``grpc.max_connection_idle_ms``...).
+        A method not marked ``large`` takes messages of up to ``max_small_message_bytes``
+        (default: ``max_message_bytes``), compressed or inflated; inflated messages are
+        charged to ``budget`` (the server's; default: 1 GiB of its own) while their call
+        runs (transport/grpcio_messages.py)."""
+        small = max_small_message_bytes or max_message_bytes
+        budget = budget if budget is not None else ByteBudget(1 << 30)
         self._handlers = {
-            path: _method_handler(path, method, max_message_bytes)
+            path: _method_handler(
+                path,
+                method,
+                _Limits(max_message_bytes, max_message_bytes if method.large else small, budget),
+                guard,
+            )
             for path, method in methods.items()
         }
         self._guard = guard
@@ -127,6 +156,8 @@ class GrpcioServer:
             "grpc.max_send_message_length": max_message_bytes,
             "grpc.max_metadata_size": metadata,
             "grpc.absolute_max_metadata_size": metadata,
+            # messages as they came: inflated by the handler within the method's limit
+            "grpc.per_message_decompression": 0,
             # a port another process listens on is a clash, never shared
             "grpc.so_reuseport": 0,
             **(options or {}),
@@ -225,27 +256,47 @@ def _refusal(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
     return grpc.stream_stream_rpc_method_handler(refuse)
 
 
-def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.RpcMethodHandler:
+class _Limits:
+    """A method's limits: the server's message limit (responses), the request's, and the
+    budget inflated requests are charged to."""
+
+    __slots__ = ("budget", "max_message", "request")
+
+    def __init__(self, max_message: int, request: int, budget: ByteBudget) -> None:
+        self.max_message = max_message
+        self.request = request
+        self.budget = budget
+
+
+def _method_handler(
+    path: str, method: GrpcMethod, limits: _Limits, guard: Guard | None
+) -> grpc.RpcMethodHandler:
     if method.refused is not None:
         refused = method.refused
         return _refusal(GRPC_STATUS[refused.code], refused.message)
+    max_message = limits.max_message
     if method.streaming:
-        return _stream_handler(path, method, max_message)
+        return _stream_handler(path, method, limits, guard)
 
     async def unary(message: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
+        inflated: Inflated | None = None
         try:
             try:
-                request = method.parse(message)
+                data, inflated = await plain(message, limits.request, max_message, limits.budget)
+                request = method.parse(data)
             except InferplexError:
                 raise
             except Exception as exc:
                 raise InvalidInputError(f"the request message could not be parsed: {exc}") from None
-            body = method.serialize(await method.handler(request, GrpcioCall(path, context)))
+            body = method.serialize(await method.handler(request, GrpcioCall(path, context, guard)))
         except InferplexError as exc:
             await context.abort(GRPC_STATUS[exc.code], exc.message)
         except Exception as exc:  # never let one call take the server down
             logger.exception("gRPC %s failed", path)
             await context.abort(grpc.StatusCode.INTERNAL, f"{path} failed: {exc}")
+        finally:
+            if inflated is not None:
+                inflated.release()
         if len(body) > max_message:
             too_large = _too_large(max_message)
             await context.abort(GRPC_STATUS[too_large.code], too_large.message)
@@ -254,13 +305,17 @@ def _method_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.Rpc
     return grpc.unary_unary_rpc_method_handler(unary)
 
 
-def _stream_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.RpcMethodHandler:
+def _stream_handler(
+    path: str, method: GrpcMethod, limits: _Limits, guard: Guard | None
+) -> grpc.RpcMethodHandler:
     """A bidirectional stream: the handler takes the parsed messages as they arrive and its
     responses are written one at a time (``write`` waits for the peer's flow-control window:
     a slow reader holds the handler back); its error ends the call with that status."""
 
     async def stream(requests: Any, context: aio.ServicerContext[Any, Any]) -> None:
-        responses = method.handler(_parsed(requests, method.parse), GrpcioCall(path, context))
+        max_message = limits.max_message
+        call = GrpcioCall(path, context, guard)
+        responses = method.handler(_parsed(requests, method.parse, limits), call)
         try:
             async for response in responses:
                 body = method.serialize(response)
@@ -278,15 +333,28 @@ def _stream_handler(path: str, method: GrpcMethod, max_message: int) -> grpc.Rpc
     return grpc.stream_stream_rpc_method_handler(stream)
 
 
-async def _parsed(requests: Any, parse: Callable[[Any], Any]) -> AsyncIterator[Any]:
-    """The stream's messages, each parsed (INVALID_ARGUMENT for one that does not)."""
-    async for message in requests:
-        try:
-            yield parse(message)
-        except InferplexError:
-            raise
-        except Exception as exc:
-            raise InvalidInputError(f"a request message could not be parsed: {exc}") from None
+async def _parsed(
+    requests: Any, parse: Callable[[Any], Any], limits: _Limits
+) -> AsyncIterator[Any]:
+    """The stream's messages, each inflated if it came compressed and parsed
+    (INVALID_ARGUMENT for one that does not); an inflated one stays charged until the
+    handler asks for the next."""
+    inflated: Inflated | None = None
+    try:
+        async for message in requests:
+            if inflated is not None:
+                inflated.release()
+            data, inflated = await plain(message, limits.request, limits.max_message, limits.budget)
+            try:
+                request = parse(data)
+            except InferplexError:
+                raise
+            except Exception as exc:
+                raise InvalidInputError(f"a request message could not be parsed: {exc}") from None
+            yield request
+    finally:
+        if inflated is not None:
+            inflated.release()
 
 
 def _too_large(max_message: int) -> PayloadTooLargeError:

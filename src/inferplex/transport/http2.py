@@ -19,11 +19,29 @@ being read). Frame headers, other frames and payload bytes that arrive with them
 into the connection's own buffer and copied once to where they belong. A large body is thus
 copied once, by the kernel, rather than once per read, per frame and when it is joined.
 
-Receive windows open as the application takes what arrived: bytes read into a buffer the
-application sized (it asked for them, and the buffer counts in full against the buffering
-limits from the moment it is made) at once; bytes collected as they came once the
-application has the body; dropped bytes at once. A peer sending past a window is a
-FLOW_CONTROL_ERROR.
+Flow control is deadlock-free by construction; these invariants hold (http2_base.py keeps
+them, the unit tests and scripts/fuzz_http2.py check them):
+
+1. Every flow-controlled byte read is, by the end of its DATA frame, counted in the buffering
+   limits (in room reserved for its message, or held as it came) or dropped, and the
+   connection window gets it back then. The connection window therefore never waits on a
+   stream: no stream can hold back another through it.
+2. A stream's window opens past its initial one (every stream's share of the connection's
+   buffer limit, ``initial_stream_window``) only for bytes that have room: the rest of a
+   message with room reserved for it (opened at once, to all of it), bytes a streaming call's
+   application took, and the rest of the streaming message being read. What waits for room
+   is held back by its own window, which costs no other stream anything.
+3. A message that does not fit waits for room, in order, and is given it as the connection's
+   reservations end. It waits only on those reservations, whose windows are open for all
+   they still need (invariant 2) over a connection window that never closes on them
+   (invariant 1): they end as fast as their peer sends, so every wait ends. Room that cannot
+   come from this connection (the server-wide budget is spent and the connection reserves
+   nothing, or the message is larger than the budget) is refused at once, on the stream
+   alone (RESOURCE_EXHAUSTED naming the limit); the connection and its other streams go on.
+
+Bytes one connection holds are thus at most its buffer limit in reservations (one message
+alone may take more, up to the message limit) plus its open streams' initial windows. A peer
+sending past a window is a FLOW_CONTROL_ERROR.
 """
 
 from __future__ import annotations
@@ -31,7 +49,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from inferplex.transport.buffers import uninitialised
 from inferplex.transport.http2_base import _HALF_WINDOW, CONNECTION_WINDOW, STREAM_WINDOW
 from inferplex.transport.http2_frames import Http2Frames
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
@@ -129,11 +146,10 @@ class Http2Connection(Http2Frames):
         self._end = 0
         self._wanted = len(PREFACE)  # bytes from _start needed before anything can be done
         self._preface_seen = False
-        # the DATA frame whose payload is being read: its stream (None: the payload is
-        # dropped), flags, length, the payload bytes still to come, those of them kept as
-        # they came (not in a sized buffer), and whether the last get_buffer handed out the stream's
-        # own buffer for them
-        self._data_stream: Stream | None = None
+        # the DATA frame whose payload is being read: its stream (_data_stream, None: the
+        # payload is dropped), flags, length, the payload bytes still to come, those of them
+        # kept as they came (not in a sized buffer), and whether the last get_buffer handed
+        # out the stream's own buffer for them
         self._data_flags = 0
         self._data_length = 0
         self._data_left = 0
@@ -146,7 +162,7 @@ class Http2Connection(Http2Frames):
             _SETTING.pack(key, value)
             for key, value in (
                 (MAX_CONCURRENT_STREAMS, self._limits.max_concurrent_streams),
-                (INITIAL_WINDOW_SIZE, STREAM_WINDOW),
+                (INITIAL_WINDOW_SIZE, self._stream_window),
                 (MAX_FRAME_SIZE, RECEIVE_FRAME_SIZE),
                 (MAX_HEADER_LIST_SIZE, self._max_block),
                 (ENABLE_PUSH, 0),
@@ -376,20 +392,17 @@ class Http2Connection(Http2Frames):
                 return
             chunk = chunk[len(piece) :]
             # a body here whole (a small message) is one piece already: no buffer to size
-            whole = last and len(chunk) == size
             if (
                 size is not None
                 and 0 <= size <= self._max_body - stream.body_bytes
-                and not whole
-                and self._room(size, 0) is None
+                and not (last and len(chunk) == size)
             ):
-                # a buffer the application sized counts whole from now on; past the limits,
-                # the body is collected as it comes, each byte counted (``_hold``)
-                stream.buffer = uninitialised(size)
-                stream.held += size
-                self._held += size
-                self._counters.buffered += size
-                self._counters.budget.used += size
+                # room for the rest: a buffer the application sized, counted whole from now
+                # on; or, while the stream waits for room, what comes is collected as it
+                # comes, each byte counted (``_hold``)
+                self._admit(stream, size)
+                if stream.discard:
+                    return
             if not chunk:
                 return
         count = len(chunk)
@@ -411,7 +424,7 @@ class Http2Connection(Http2Frames):
             self._data_kept += count
         stream.body.append(bytes(chunk))
         stream.body_bytes += count
-        if stream.body_bytes > self._max_body:
+        if stream.body_bytes > (stream.limit or self._max_body):
             stream.discard = True
             stream.body.clear()
             self._release(stream)
@@ -421,14 +434,13 @@ class Http2Connection(Http2Frames):
         """A DATA frame has been read: flow control, and the body's end if the frame says so."""
         stream, self._data_stream = self._data_stream, None
         flow = self._data_length  # padding counts against the windows too
-        # taken now: all but what was kept as it came, given back once the application has
-        # the body or it is dropped (Http2Output._release)
-        kept = self._data_kept
-        unacked = self._unacked + flow - kept
+        # every byte of it is counted in the buffers or dropped by now: the connection window
+        # gets it back (invariant 1)
+        unacked = self._unacked + flow
         if unacked < _HALF_WINDOW:
             self._unacked = unacked
         else:
-            self._ack(flow - kept)
+            self._ack(flow)
         if stream is None or self.streams.get(stream.id) is not stream:
             return  # not for a stream, or it was answered or reset meanwhile
         if self._data_flags & END_STREAM:
@@ -436,9 +448,10 @@ class Http2Connection(Http2Frames):
             if not stream.discard:
                 self._hand_over(stream)
             return
-        self._give_back(stream, flow - kept)
-        if kept:  # a body arriving in several frames: a streaming call reads it as it comes
-            self._app.data_received(self, stream)
+        if stream.reserved:  # its window opens for the rest of its message (invariant 2)
+            self._open(stream, stream.head_size + stream.reserved - stream.body_bytes)
+        elif self._data_kept:  # a body arriving in several frames: a streaming call reads
+            self._app.data_received(self, stream)  # it as it comes
 
 
 #: the handler of each frame type that is read whole (unknown types: none, ignored); plain

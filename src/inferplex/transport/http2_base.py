@@ -1,11 +1,10 @@
 """What every part of a server HTTP/2 connection (transport/http2.py) shares: its state, the
 asyncio callbacks, receive windows and buffered bytes, the budgets of work a client may make
-it do for nothing, the connection's timers (preface, idle, keepalive, maximum age, stalled
-sends) and closing (http2_limits.py says what each limit is).
+it do for nothing, and closing (http2_limits.py says what each limit is; the connection's
+timers are in http2_timers.py).
 
-Nothing here runs per frame on the happy path but a counter: the timers are one TimerHandle
-per connection, armed for the earliest moment one of them needs a look, and a budget is
-looked at against the clock only once its counter passes its burst.
+Nothing here runs per frame on the happy path but a counter: a budget is looked at against
+the clock only once its counter passes its burst.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ import asyncio
 import logging
 import math
 
+from inferplex.transport.buffers import uninitialised
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_stream import Http2App, Stream
 from inferplex.transport.http2_wire import (
-    CANCEL,
     DEFAULT_WINDOW,
     ENHANCE_YOUR_CALM,
     GOAWAY,
@@ -36,10 +35,11 @@ logger = logging.getLogger(__name__)
 
 _U32 = U32
 
-#: our receive windows: a stream may send this much before we ask for more; the
-#: connection as a whole this much (both replenished once half is taken)
-STREAM_WINDOW = 1 << 20
+#: our receive windows: the connection's (replenished once half is read), and the largest
+#: and smallest initial window of a stream (initial_stream_window)
 CONNECTION_WINDOW = 16 << 20
+STREAM_WINDOW = 1 << 20
+MIN_STREAM_WINDOW = 64 << 10
 _HALF_WINDOW = CONNECTION_WINDOW // 2
 #: the PING of a graceful close, and how long its ACK is awaited
 _DRAIN_PING = b"draining"
@@ -56,8 +56,18 @@ _EARLY_CLOSED_KEPT = 256
 _GAPS_KEPT = 16
 #: the least time between two looks of a connection's timer
 _TICK_S = 0.01
-#: what every stream answered and every DATA frame sent give back of the control budget
+#: what every stream answered, every stream opened and every DATA frame sent give back of
+#: the control budget (``Http2Base._earn``)
 _STREAM_REFUND = 8
+_OPEN_REFUND = 4
+
+
+def initial_stream_window(limits: Http2Limits) -> int:
+    """Every stream's initial window: what a stream may send before it has room of its own.
+    Its share of the connection's buffer limit, so that the streams waiting for room hold
+    no more than that limit together (within MIN_STREAM_WINDOW and STREAM_WINDOW)."""
+    share = limits.connection_buffer_bytes // max(limits.max_concurrent_streams, 1)
+    return max(MIN_STREAM_WINDOW, min(STREAM_WINDOW, share))
 
 
 class Http2Base(asyncio.BufferedProtocol):
@@ -94,10 +104,18 @@ class Http2Base(asyncio.BufferedProtocol):
         self._recv_window = CONNECTION_WINDOW
         self._unacked = 0
         self._held = 0  # request bytes buffered for this connection's streams
+        self._reserved = 0  # of them, room reserved for messages (sized buffers)
+        #: streams whose message waits for room, in order, with the room each needs
+        self._waiting: dict[int, tuple[Stream, int]] = {}
+        #: every stream's initial window: what a stream may send before it has room
+        self._stream_window = initial_stream_window(limits)
+        #: the stream whose DATA payload is being read
+        self._data_stream: Stream | None = None
+        self._settings_acked = False  # the peer acknowledged our SETTINGS
         # budgets: frames that did no work, counted; leaked by time from *_at on
         self._resets = 0
         self._resets_at = 0.0
-        self._control = 0
+        self._control = 0  # below 0: frames earned ahead (at most one burst: _earn)
         self._control_at = 0.0
         # timers
         self._timer: asyncio.TimerHandle | None = None
@@ -128,7 +146,6 @@ class Http2Base(asyncio.BufferedProtocol):
         self._counters.connections += 1
         now = self._loop.time()
         self._born = self._idle_since = self._ka_at = self._resets_at = self._control_at = now
-        self._check(now)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None and self in self._connections:
@@ -139,19 +156,6 @@ class Http2Base(asyncio.BufferedProtocol):
                 handle.cancel()
         self._connections.discard(self)
         self._drop_streams()
-
-    def pause_writing(self) -> None:
-        # the peer is not reading: stop taking requests until the socket drains
-        if self._transport is not None:
-            self._transport.pause_reading()
-        if self._limits.send_timeout_s and self._loop is not None:
-            self._paused_at = now = self._loop.time()
-            self._arm(now + self._limits.send_timeout_s)
-
-    def resume_writing(self) -> None:
-        self._paused_at = None
-        if self._transport is not None and not self._closed:
-            self._transport.resume_reading()
 
     # -- streams closed early, writing -----------------------------------------------------
     def _reset(self, stream: Stream, code: int) -> None:
@@ -197,9 +201,9 @@ class Http2Base(asyncio.BufferedProtocol):
         if self._transport is not None and not self._closed and not self._write_closed:
             self._transport.writelines(unsent)
 
-    # -- receive windows and buffered bytes -----------------------------------------------
+    # -- receive windows and buffered bytes (the module docstring of http2.py: invariants) --
     def _ack(self, count: int) -> None:
-        """``count`` flow-controlled bytes were taken: the connection window gets them back
+        """``count`` flow-controlled bytes were read: the connection window gets them back
         (in one WINDOW_UPDATE once half the window is owed)."""
         unacked = self._unacked + count
         if unacked >= _HALF_WINDOW:
@@ -209,22 +213,43 @@ class Http2Base(asyncio.BufferedProtocol):
         self._unacked = unacked
 
     def _give_back(self, stream: Stream, count: int) -> None:
-        """``count`` of the stream's flow-controlled bytes were taken: its window gets them
-        back (in one WINDOW_UPDATE once half of it is owed)."""
+        """``count`` of the stream's bytes were taken by its application: its window gets
+        them back (in one WINDOW_UPDATE once half of it is owed; window opened ahead, which
+        ``stream.unacked`` holds as a debt, is paid off first)."""
         stream.unacked += count
-        if stream.unacked >= STREAM_WINDOW // 2:
+        if stream.unacked >= self._stream_window // 2:
             self._write(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(stream.unacked)))
             stream.recv_window += stream.unacked
             stream.unacked = 0
 
+    def _open(self, stream: Stream, due: int) -> None:
+        """Open the stream's window so that the ``due`` bytes its peer still has to send
+        for the message it is in fit (called between DATA frames: the frame being read is
+        counted in ``recv_window`` already, not in ``due``)."""
+        more = due - stream.recv_window
+        if more > 0:
+            self._write(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(more)))
+            stream.recv_window += more
+            stream.unacked -= more  # opened ahead of what the application took
+
+    def expect(self, stream: Stream, due: int) -> None:
+        """A streaming call's message is ``due`` bytes short of whole: its window opens for
+        them (a message larger than the window would wait for itself otherwise); whole
+        messages still wait to be taken before the window opens for the next."""
+        if (
+            stream is not self._data_stream
+            and not stream.remote_closed
+            and self.streams.get(stream.id) is stream
+        ):
+            self._open(stream, due)
+
     def taken(self, stream: Stream, count: int) -> None:
         """A streaming call's application took ``count`` bytes of the body held for it: no
-        longer buffered, and both windows get them back, so the peer may send more (until
-        it does, a peer whose messages are not taken is held back by flow control). A message
-        is a request's work, as a stream is: it gives back the control frames an answered
-        stream gives back (the peer's WINDOW_UPDATEs and PINGs follow the answers)."""
-        control = self._control - _STREAM_REFUND
-        self._control = control if control > 0 else 0
+        longer buffered, and the stream's window gets them back, so the peer may send more
+        (until it does, a peer whose messages are not taken is held back by flow control). A
+        message is a request's work, as a stream is: it gives back the control frames an
+        answered stream gives back (the peer's WINDOW_UPDATEs and PINGs follow the answers)."""
+        self._earn(_STREAM_REFUND)
         count = min(count, stream.unsized)
         if count <= 0:
             return
@@ -235,11 +260,11 @@ class Http2Base(asyncio.BufferedProtocol):
         counters = self._counters
         counters.buffered -= held
         counters.budget.used -= held
-        self._ack(count)
         self._give_back(stream, count)
 
     def _release(self, stream: Stream) -> None:
-        """The stream's buffered bytes are the application's now, or dropped."""
+        """The stream's buffered bytes are the application's now, or dropped; room it had
+        reserved goes to the streams waiting for room, in order."""
         held = stream.held
         if held:
             stream.held = 0
@@ -247,35 +272,45 @@ class Http2Base(asyncio.BufferedProtocol):
             counters = self._counters
             counters.buffered -= held
             counters.budget.used -= held
-        unsized = stream.unsized
-        if unsized:
-            stream.unsized = 0
-            unacked = self._unacked + unsized
-            if unacked < _HALF_WINDOW:
-                self._unacked = unacked
-            else:
-                self._ack(unsized)
+        stream.unsized = 0
+        reserved = stream.reserved
+        if reserved:
+            stream.reserved = 0
+            self._reserved -= reserved
+        waiting = self._waiting
+        if waiting:
+            waiting.pop(stream.id, None)
+            if reserved:
+                self._grant()
 
     def _hold(self, stream: Stream, count: int) -> bool:
         """Count ``count`` more bytes buffered for ``stream``, unless that takes the
-        connection past its limit (one body alone may take more) or the server past its
+        connection past its limit (one body alone may take more; a stream waiting for room
+        holds at most its initial window, which every stream has) or the server past its
         own: then the stream is refused and what it holds dropped."""
         counters = self._counters
-        limit = self._room(count, stream.held)
+        budget = counters.budget
+        if stream.id in self._waiting:
+            limit = "server_buffer" if budget.limit and budget.used + count > budget.limit else None
+        else:
+            limit = self._room(count, stream.held)
         if limit is None:
             stream.held += count
             self._held += count
             counters.buffered += count
-            counters.budget.used += count
+            budget.used += count
             return True
-        counters.exceeded[limit] += 1
+        self._refuse_room(stream, limit)
+        return False
+
+    def _refuse_room(self, stream: Stream, limit: str) -> None:
+        """No room for the stream's body, now or to come: refused, what it holds dropped."""
+        self._counters.exceeded[limit] += 1
         stream.discard = True
         stream.body.clear()
         stream.buffer = None
         self._release(stream)
-        server_wide = limit == "server_buffer"
-        self._app.buffers_full(self, stream, server_wide)  # type: ignore[arg-type]
-        return False
+        self._app.buffers_full(self, stream, limit == "server_buffer")  # type: ignore[arg-type]
 
     def _room(self, count: int, own: int) -> str | None:
         """Which buffering limit ``count`` more bytes would pass (None: neither), for a
@@ -288,6 +323,71 @@ class Http2Base(asyncio.BufferedProtocol):
             return "connection_buffer"
         return None
 
+    def _admit(self, stream: Stream, size: int) -> None:
+        """The stream's message announces ``size`` more bytes: room for all of them is
+        reserved now (a sized buffer; its window opens at the end of the DATA frame), or once
+        the reservations before it end (it waits, in order, its window not opened past its
+        initial one), or never (past the server-wide limit): refused."""
+        budget = self._counters.budget
+        if budget.limit and size > budget.limit:
+            self._refuse_room(stream, "server_buffer")
+        elif not self._waiting and self._fits(size):
+            self._reserve(stream, size)
+        elif self._reserved:
+            self._counters.exceeded["connection_buffer_waits"] += 1
+            self._waiting[stream.id] = (stream, size)
+        else:  # nothing of this connection's to wait for: the server's budget is spent
+            self._refuse_room(stream, "server_buffer")
+
+    def _fits(self, size: int) -> bool:
+        """Whether a reservation of ``size`` fits: within the server's budget, and within the
+        connection's limit or the only one (a message larger than the limit comes alone)."""
+        budget = self._counters.budget
+        if budget.limit and budget.used + size > budget.limit:
+            return False
+        reserved = self._reserved
+        return not reserved or reserved + size <= self._limits.connection_buffer_bytes
+
+    def _reserve(self, stream: Stream, size: int) -> None:
+        """Room for the ``size`` bytes of the stream's message still to come: one buffer,
+        counted whole from now on (what arrived while it waited is moved into it)."""
+        buffer = uninitialised(size)
+        kept = stream.body
+        filled = 0
+        for piece in kept:
+            buffer[filled : filled + len(piece)] = piece
+            filled += len(piece)
+        kept.clear()
+        stream.buffer, stream.filled, stream.unsized = buffer, filled, 0
+        more = size - stream.held
+        stream.held = size
+        stream.reserved = size
+        self._reserved += size
+        self._held += more
+        counters = self._counters
+        counters.buffered += more
+        counters.budget.used += more
+
+    def _grant(self) -> None:
+        """Streams waiting for room get it, in order, while it lasts; one that cannot get it
+        once this connection holds no reservation is refused (the server's budget is spent
+        and nothing of this connection's will give it back)."""
+        waiting = self._waiting
+        while waiting:
+            stream, size = next(iter(waiting.values()))
+            if not self._fits(size):
+                if self._reserved:
+                    return
+                del waiting[stream.id]
+                self._refuse_room(stream, "server_buffer")
+                continue
+            del waiting[stream.id]
+            if stream.filled + sum(len(piece) for piece in stream.body) > size:
+                continue  # more arrived than the message announced: no room needed
+            self._reserve(stream, size)
+            if stream is not self._data_stream:  # (otherwise at the end of its frame)
+                self._open(stream, stream.head_size + size - stream.body_bytes)
+
     # -- budgets --------------------------------------------------------------------------
     def _spend_control(self) -> None:
         """A frame that does no work: a client sending too many is told to calm down."""
@@ -298,6 +398,17 @@ class Http2Base(asyncio.BufferedProtocol):
             )
             if self._control > self._limits.max_control_frames:
                 self._calm("control_frames", "too many frames that do no work")
+
+    def _earn(self, frames: int) -> None:
+        """Work done for the peer makes room for ``frames`` of the control frames an honest
+        peer sends with it: a stream opened (the WINDOW_UPDATE that opens its response's
+        window), a stream answered or a message taken (the WINDOW_UPDATEs and PINGs that
+        follow answers), a DATA frame sent (its WINDOW_UPDATE). The room can be earned up to
+        one burst ahead: a burst of streams sends their HEADERS first and their control
+        frames after, and must not spend the budget of a flood."""
+        control = self._control - frames
+        floor = -self._limits.max_control_frames
+        self._control = control if control > floor else floor
 
     def _spend_reset(self) -> None:
         """A stream reset by the peer before it was answered, refused, or reset for its
@@ -321,142 +432,6 @@ class Http2Base(asyncio.BufferedProtocol):
     def _calm(self, limit: str, message: str) -> None:
         self._counters.exceeded[limit] += 1
         raise Http2Error(ENHANCE_YOUR_CALM, message)
-
-    # -- timers ---------------------------------------------------------------------------
-    def _arm(self, at: float) -> None:
-        """Make sure the connection's timer looks at it no later than ``at``."""
-        if at >= self._timer_at or self._loop is None or self._closed:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_at(at, self._on_timer)
-        self._timer_at = at
-
-    def _on_timer(self) -> None:
-        self._timer, self._timer_at = None, math.inf
-        if not self._closed and self._loop is not None:
-            self._check(self._loop.time())
-
-    def _check(self, now: float) -> None:
-        """Act on every timeout due at ``now``, and arm the timer for the next."""
-        limits = self._limits
-        if self._settings_seen:
-            wake = self._check_settled(now, limits)
-        else:
-            wake = self._check_preface(now, limits)
-        if self._closed:
-            return
-        if limits.send_timeout_s:
-            send_wake = self._check_send(now, limits.send_timeout_s)
-            if send_wake is None:
-                return
-            wake = min(wake, send_wake)
-        if wake < math.inf:
-            self._arm(max(wake, now + _TICK_S))
-
-    def _check_preface(self, now: float, limits: Http2Limits) -> float:
-        """``_check`` before the preface is in; the moment its clock runs out."""
-        if not limits.preface_timeout_s:
-            return math.inf
-        at = self._born + limits.preface_timeout_s
-        if now >= at:
-            message = f"no connection preface within {limits.preface_timeout_s:g} s"
-            self._time_out("preface_timeout", message)
-        return at
-
-    def _check_send(self, now: float, timeout: float) -> float | None:
-        """The send timeout of the connection and of each stream blocked on flow control;
-        the next moment one of them needs a look (None: the connection was aborted)."""
-        wake = math.inf
-        if self._paused_at is not None:
-            at = self._paused_at + timeout
-            if now >= at:  # the peer reads nothing: what we wrote cannot leave
-                self._counters.exceeded["send_timeout"] += 1
-                self._drop_streams()
-                self.abort()
-                return None
-            wake = at
-        for stream in list(self._blocked.values()):
-            at = stream.stalled_since + timeout
-            if now >= at:
-                self._counters.exceeded["send_timeout"] += 1
-                self._reset(stream, CANCEL)
-            else:
-                wake = min(wake, at)
-        return wake
-
-    def _check_settled(self, now: float, limits: Http2Limits) -> float:
-        """``_check`` once the preface is in: age, idle time, keepalive; the next moment
-        one of them needs a look."""
-        wake = math.inf
-        if limits.max_connection_age_s:
-            at = self._check_age(now, limits)
-            if at is None:
-                return wake
-            wake = at
-        if limits.idle_timeout_s:
-            at = self._check_idle(now, limits.idle_timeout_s)
-            if at is None:
-                return wake
-            wake = min(wake, at)
-        if limits.keepalive_s:
-            at = self._check_keepalive(now, limits)
-            if at is None:
-                return wake
-            wake = min(wake, at)
-        return wake
-
-    def _check_age(self, now: float, limits: Http2Limits) -> float | None:
-        """The connection's maximum age: a graceful close once it is reached, and what is
-        still open cancelled when its grace is over (None: it was)."""
-        if self._age_deadline is None:
-            at = self._born + limits.max_connection_age_s
-            if now < at:
-                return at
-            self._counters.exceeded["max_connection_age"] += 1
-            grace = limits.max_connection_age_grace_s
-            self._age_deadline = now + grace if grace else math.inf
-            self.goaway()
-        if now >= self._age_deadline:  # the grace is over: what is open is cancelled
-            self._fail(NO_ERROR, "maximum connection age reached")
-            return None
-        return self._age_deadline
-
-    def _check_idle(self, now: float, timeout: float) -> float | None:
-        """Idle: no request the server works on or answers, and nothing read for a while
-        (streams waiting on a peer that stopped sending their bodies hold nothing).
-        None: the connection timed out."""
-        if self._reads != self._idle_reads:
-            self._idle_reads, self._idle_since = self._reads, now
-        if any(stream.remote_closed for stream in self.streams.values()):
-            self._idle_since = now  # busy now: idle time counts from here at the most
-            return now + timeout
-        at = self._idle_since + timeout
-        if now >= at:
-            self._time_out("idle_timeout", "idle for too long")
-            return None
-        return at
-
-    def _check_keepalive(self, now: float, limits: Http2Limits) -> float | None:
-        """A PING after a quiet while, and the connection failed when its answer is late
-        (None: it was)."""
-        if self._reads != self._ka_reads:  # the peer sent something: it is there
-            self._ka_reads, self._ka_at, self._ping_sent_at = self._reads, now, None
-        if self._ping_sent_at is not None:
-            at = self._ping_sent_at + limits.keepalive_timeout_s
-            if now >= at:
-                self._time_out("keepalive_timeout", "no answer to a keepalive PING")
-                return None
-            return at
-        if now >= self._ka_at + limits.keepalive_s:
-            self._write(frame(PING, 0, 0, _KEEPALIVE_PING))
-            self._ping_sent_at = now
-            return now + limits.keepalive_timeout_s
-        return self._ka_at + limits.keepalive_s
-
-    def _time_out(self, limit: str, message: str) -> None:
-        self._counters.exceeded[limit] += 1
-        self._fail(NO_ERROR, message)
 
     # -- closing --------------------------------------------------------------------------
     @property
@@ -543,6 +518,7 @@ class Http2Base(asyncio.BufferedProtocol):
 
     def _drop_streams(self) -> None:
         streams, self.streams = self.streams, {}
+        self._waiting.clear()
         self._blocked.clear()
         for stream in streams.values():
             self._release(stream)

@@ -4,7 +4,7 @@ within its limits (http2_limits.py)."""
 
 from __future__ import annotations
 
-from inferplex.transport.http2_base import _DRAIN_PING, _GAPS_KEPT, _KEEPALIVE_PING, STREAM_WINDOW
+from inferplex.transport.http2_base import _DRAIN_PING, _GAPS_KEPT, _KEEPALIVE_PING, _OPEN_REFUND
 from inferplex.transport.http2_limits import request_problem, trailers_problem
 from inferplex.transport.http2_send import Http2Output
 from inferplex.transport.http2_stream import Stream
@@ -68,7 +68,7 @@ class Http2Frames(Http2Output):
             self._reset(stream, PROTOCOL_ERROR)
             self._spend_reset()
             return
-        if stream.held or stream.unsized:
+        if stream.held or stream.unsized or self._waiting:  # (a stream may wait holding 0)
             self._release(stream)
         self._app.body_received(self, stream)  # type: ignore[arg-type]
 
@@ -136,13 +136,18 @@ class Http2Frames(Http2Output):
             self._refuse(stream_id, REFUSED_STREAM)
             return
         if len(self.streams) >= self._limits.max_concurrent_streams:
+            # refused, the connection kept (grpc-core retries the call); spent from the resets
+            # budget only once the peer has acknowledged the limit: before, an honest burst
+            # may pass it (RFC 9113 5.1.2)
             self._counters.exceeded["concurrent_streams"] += 1
             self._refuse(stream_id, REFUSED_STREAM)
-            self._spend_reset()
+            if self._settings_acked:
+                self._spend_reset()
             return
-        stream = Stream(stream_id, headers, self._peer_window, STREAM_WINDOW)
+        stream = Stream(stream_id, headers, self._peer_window, self._stream_window)
         stream.length = length
         self.streams[stream_id] = stream
+        self._earn(_OPEN_REFUND)
         stream.remote_closed = bool(flags & END_STREAM)
         self._app.headers_received(self, stream)  # type: ignore[arg-type]
         if stream.remote_closed and not stream.discard:
@@ -183,6 +188,7 @@ class Http2Frames(Http2Output):
             if payload:
                 raise Http2Error(FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
             self._spend_control()
+            self._settings_acked = True  # (we send one SETTINGS frame: this is its ACK)
             return
         if len(payload) % 6:
             raise Http2Error(FRAME_SIZE_ERROR, "a SETTINGS payload not a multiple of 6")

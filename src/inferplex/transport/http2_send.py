@@ -5,8 +5,9 @@ sends its header block, then its data piece by piece, then its trailers."""
 
 from __future__ import annotations
 
-from inferplex.transport.http2_base import _STREAM_REFUND, Http2Base
+from inferplex.transport.http2_base import _STREAM_REFUND
 from inferplex.transport.http2_stream import Stream
+from inferplex.transport.http2_timers import Http2Timers
 from inferplex.transport.http2_wire import (
     CONTINUATION,
     DATA,
@@ -24,7 +25,7 @@ _U32, _HEADER = U32, FRAME_HEADER
 _TRAILERS_FLAGS = END_STREAM | END_HEADERS
 
 
-class Http2Output(Http2Base):
+class Http2Output(Http2Timers):
     """The sending half of a server connection."""
 
     def respond(
@@ -85,9 +86,7 @@ class Http2Output(Http2Base):
         )
         stream.send_window -= size
         self._send_window -= size
-        if self._control:  # a DATA frame sent: the peer's WINDOW_UPDATE follows
-            self._control -= 1
-        self._finish(stream)
+        self._finish(stream)  # (which earns the DATA frame's WINDOW_UPDATE too)
 
     # -- open-ended responses (streaming calls) ---------------------------------------------
     def send_headers(self, stream: Stream, block: bytes) -> None:
@@ -160,9 +159,8 @@ class Http2Output(Http2Base):
             stream.send_window -= allowed
             self._send_window -= allowed
             sent += 1
-        if self._control:  # DATA sent: the peer's WINDOW_UPDATEs follow
-            control = self._control - sent
-            self._control = control if control > 0 else 0
+        if sent:  # DATA sent: the peer's WINDOW_UPDATEs follow
+            self._earn(sent)
         if outbox:
             return
         stream.outbox = None
@@ -192,7 +190,7 @@ class Http2Output(Http2Base):
         stream.discard = True  # what may still arrive of its body is not wanted
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        if stream.held or stream.unsized:
+        if stream.held or stream.unsized or self._waiting:  # (a stream may wait holding 0)
             self._release(stream)
         if not stream.remote_closed:
             self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
@@ -200,8 +198,6 @@ class Http2Output(Http2Base):
         # an answered stream gives back some of the budgets
         if self._resets:
             self._resets -= 1
-        if self._control:
-            control = self._control - _STREAM_REFUND
-            self._control = control if control > 0 else 0
+        self._earn(_STREAM_REFUND)
         if not self.streams:
             self._close_if_done()

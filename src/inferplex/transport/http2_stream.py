@@ -26,9 +26,11 @@ class Stream:
         "held",
         "id",
         "length",
+        "limit",
         "outbox",
         "recv_window",
         "remote_closed",
+        "reserved",
         "send_window",
         "stalled_since",
         "task",
@@ -54,15 +56,22 @@ class Stream:
         self.remote_closed = False  # the peer sent END_STREAM
         self.discard = False  # answered early: the body is not wanted
         self.length = -1  # the request's content-length, if it gave one
+        #: the most body bytes the application takes on this stream; 0: the connection's limit
+        self.limit = 0
         self.send_window = window
         #: what the peer may still send on the stream before our next WINDOW_UPDATE for it
         self.recv_window = recv_window
-        self.unacked = 0  # body bytes taken since our last WINDOW_UPDATE for the stream
+        #: body bytes taken since our last WINDOW_UPDATE for the stream (below 0: the window
+        #: was opened ahead of them)
+        self.unacked = 0
         #: body bytes held for the application (a sized buffer counts whole), counted in the
         #: connection's and the server's buffered bytes until handed over or dropped
         self.held = 0
-        #: flow-controlled bytes kept as they came (not in a sized buffer): the connection
-        #: window gets them back only once the application takes the body, or it is dropped
+        #: of them, room reserved for the rest of the message (a sized buffer): its window is
+        #: kept open for all of it
+        self.reserved = 0
+        #: bytes kept as they came (not in a sized buffer): the stream's window gets them back
+        #: once the application takes them (a streaming call's messages)
         self.unsized = 0
         self.outbox: memoryview | None = None  # response body not sent yet (flow control)
         self.stalled_since = 0.0  # when the outbox last waited for a window to open
@@ -102,8 +111,11 @@ class Http2App(Protocol):
     ) -> int | None:
         """The first ``stream.head_size`` bytes of the body (``head``) have arrived: how many
         bytes follow them, if the application knows. They are then read into one buffer of
-        that size, which ``stream.data(len(head))`` returns without a copy. None: the rest is
-        collected as it comes. The application may answer the stream here instead."""
+        that size, which ``stream.data(len(head))`` returns without a copy, once the connection
+        has room for it (until then the stream waits, held back by its window). None: the
+        rest is collected as it comes, and must fit the stream's initial window unless the
+        application takes it as it comes (``connection.taken``, ``connection.expect``). The
+        application may answer the stream here instead."""
 
     def body_received(self, connection: Http2Connection, stream: Stream) -> None:
         """The stream's body is complete (the peer ended its side)."""

@@ -93,6 +93,10 @@ class Connection(asyncio.BufferedProtocol):
         # unfinished at the end of the previous read
         self._head_fed = -1
         self._max_head = server.max_header_bytes or sys.maxsize
+        # the most body bytes of the request being parsed: the server's, or what its
+        # endpoint takes (set by the admission check), and the setting that says so
+        self._body_limit = server.max_body_bytes
+        self._body_flag = "INFERPLEX_MAX_REQUEST_BYTES"
         self._max_buffered = self._limits.connection_buffer_bytes
         # the request being parsed
         self._url = b""
@@ -215,6 +219,8 @@ class Connection(asyncio.BufferedProtocol):
         self._large_body = None
         self._request = None
         self._head_since = self.last_active
+        self._body_limit = self.server.max_body_bytes
+        self._body_flag = "INFERPLEX_MAX_REQUEST_BYTES"
 
     def on_url(self, url: bytes) -> None:
         if not self._url:
@@ -249,7 +255,7 @@ class Connection(asyncio.BufferedProtocol):
             self._url_parts = None
         parser = self._parser
         version = self._version = parser.get_http_version()
-        length = None
+        length = coding = None
         expect_continue = chunked = False
         hosts = 0
         for name, value in self._headers:
@@ -260,12 +266,21 @@ class Connection(asyncio.BufferedProtocol):
             elif name == b"expect" and value.lower() == b"100-continue":
                 expect_continue = True
             elif name == b"transfer-encoding":
+                if chunked or value.strip().lower() != b"chunked":
+                    coding = value  # a coding besides chunked, or chunked twice
                 chunked = True
         if version != "1.1" and version != "1.0":
             self._halt_version(f"HTTP/{version}")
         if hosts != 1 and (hosts or version != "1.0"):
             # RFC 9112 3.2: an HTTP/1.1 request names its host once, and no request twice
             self._halt("missing_host", 400, f"{hosts} Host headers: send exactly one")
+        if coding is not None:  # RFC 9112 6.1: a coding the server does not understand
+            self._halt(
+                "transfer_coding",
+                501,
+                f"Transfer-Encoding '{coding.decode('latin-1')}' is not implemented: send the "
+                "body chunked or with Content-Length (Content-Encoding: gzip compresses it)",
+            )
         admit = self.server.admit
         if admit is not None and (chunked or (length or 0) >= READ_BUFFER_BYTES):
             # a request with a body larger than one read is admitted (route, method, token)
@@ -279,6 +294,9 @@ class Connection(asyncio.BufferedProtocol):
             if refusal is not None:
                 self._refuse_with(Refusal(*refusal), "admission")
                 raise _Halt
+            if self._request.body_limit:  # what the endpoint takes (a chunked body's bound)
+                self._body_limit = self._request.body_limit
+                self._body_flag = self._request.body_limit_flag
         if length:
             if length > self.server.max_body_bytes:
                 self._refuse_body(f"Content-Length {length}")
@@ -303,7 +321,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._large_body is not None:  # its size was checked against the limits
             self._large_body[start:end] = body
             return
-        if end > self.server.max_body_bytes:
+        if end > self._body_limit:
             self._refuse_body(f"at least {end} bytes")
             raise _Halt
         if 0 < budget.limit < budget.used:
@@ -375,8 +393,8 @@ class Connection(asyncio.BufferedProtocol):
         self._refuse(
             "body_too_large",
             413,
-            f"request body of {size} is above the limit of {self.server.max_body_bytes} "
-            "bytes (INFERPLEX_MAX_REQUEST_BYTES)",
+            f"request body of {size} is above the limit of {self._body_limit} bytes "
+            f"({self._body_flag})",
         )
 
     def _refuse_buffer_full(self) -> None:

@@ -37,11 +37,15 @@ class Request:
     """One parsed request (``transport.interface.HttpRequest``): its head, made when its
     header block is complete (or earlier, for the admission check), then its body;
     ``size`` is the body's bytes in the server's ByteBudget until the application gets it,
-    ``admitted`` what the admission check returned."""
+    ``admitted`` what the admission check returned, ``body_limit`` the most body bytes the
+    admission check let it send (0: the server's limit) and ``body_limit_flag`` the setting
+    that says so."""
 
     __slots__ = (
         "admitted",
         "body",
+        "body_limit",
+        "body_limit_flag",
         "headers",
         "http_version",
         "keep_alive",
@@ -66,6 +70,8 @@ class Request:
         self.keep_alive = True
         self.size = 0
         self.admitted: Any = None
+        self.body_limit = 0
+        self.body_limit_flag = ""
 
 
 class Refusal:

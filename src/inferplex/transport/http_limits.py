@@ -23,6 +23,7 @@ REASONS: dict[str, int] = {
     "header_timeout": 408,  # the header block took longer than http_header_timeout_s
     "body_timeout": 408,  # the body came slower than http_body_min_rate
     "server_buffer_full": 503,  # bodies buffered server-wide passed max_buffered_bytes
+    "transfer_coding": 501,  # a Transfer-Encoding other than chunked (RFC 9112 6.1)
     "admission": 0,  # the app refused the route, method or token (its own status)
 }
 

@@ -11,12 +11,14 @@ from inferplex.errors import InferplexError
 
 #: call metadata: keys lower-case, ``-bin`` values as bytes
 Metadata = list[tuple[str, str | bytes]]
-#: sees every call's method (path) and metadata first; raises InferplexError to refuse it
-Guard = Callable[[str, Metadata], None]
+#: sees every call's method (path) and metadata first; raises InferplexError to refuse it,
+#: or returns who makes the call (the call's ``identity``)
+Guard = Callable[[str, Metadata], object]
 
 
 class GrpcCall(Protocol):
-    """What a method handler and the guard see of a call besides its message."""
+    """What a method handler and the guard see of a call besides its message; ``identity``
+    is what the guard returned (None without a guard)."""
 
     @property
     def method(self) -> str: ...
@@ -24,6 +26,9 @@ class GrpcCall(Protocol):
     @property
     def connection(self) -> object:
         """The connection carrying the call (hashable: per-connection bounds count by it)."""
+
+    @property
+    def identity(self) -> object: ...
 
     def metadata(self) -> Metadata: ...
 
@@ -33,7 +38,8 @@ class GrpcMethod(Protocol):
     request message (bytes-like), ``handler(request, call)`` answers it, ``serialize``
     writes the response; ``refused`` answers every call at once. A ``streaming`` method is
     a bidirectional stream: ``handler(requests, call)`` takes an async iterator of parsed
-    messages and returns an async iterator of responses."""
+    messages and returns an async iterator of responses. A ``large`` method takes messages
+    up to the server's message limit, any other up to the small one."""
 
     @property
     def handler(self) -> Callable[[Any, Any], Any]: ...
@@ -49,6 +55,9 @@ class GrpcMethod(Protocol):
 
     @property
     def refused(self) -> InferplexError | None: ...
+
+    @property
+    def large(self) -> bool: ...
 
 
 class GrpcServing(Protocol):
@@ -71,7 +80,9 @@ ADMITTED_KEY = "inferplex.route"
 class HttpRequest(Protocol):
     """A request as the built-in HTTP server hands it to a handler, complete with its body
     (``transport.http_cycle.Request``): ``path`` percent-decoded, ``raw_path`` as sent;
-    ``admitted``, what the admission check returned when it ran before the body was read."""
+    ``admitted``, what the admission check returned when it ran before the body was read;
+    ``body_limit`` (and the setting named ``body_limit_flag``), the most body bytes it then
+    allowed (0: the server's limit)."""
 
     method: str
     path: str
@@ -80,6 +91,8 @@ class HttpRequest(Protocol):
     headers: list[tuple[bytes, bytes]]
     body: bytes | memoryview
     admitted: Any
+    body_limit: int
+    body_limit_flag: str
 
 
 class StreamedBody:

@@ -34,7 +34,9 @@ uvicorn does not give, so the twins answer alike:
   uvicorn's httptools protocol does not bound it as it arrives, as the built-in server does);
 - an answer sent before the request's body was read whole (a refused token, a 413) closes the
   connection, as the built-in server does; uvicorn would read and drop the rest of the body
-  to keep the connection.
+  to keep the connection;
+- a ``Transfer-Encoding`` other than ``chunked`` (``gzip, chunked``) gets 501 (RFC 9112 6.1):
+  httptools reads such a body's chunks and uvicorn hands the app the still-coded bytes.
 
 Not enforced here, unlike the built-in server (uvicorn has no such settings): the body-rate
 and send timeouts, and the server-wide buffered-bytes budget. Each connection's
@@ -91,26 +93,31 @@ class _Edge:
         if limit and size > limit:
             await self._refuse(send, "uri_too_long", 414, "the request line is above the limit")
             return
-        fields_size, has_body, hosts = _header_fields(scope["headers"])
+        fields_size, has_body, coding, hosts = _header_fields(scope["headers"])
         if limit and size + fields_size > limit:
             await self._refuse(send, "header_too_large", 431, "request headers are above the limit")
             return
         if hosts != 1 and (hosts or scope.get("http_version") != "1.0"):
             # RFC 9112 3.2: an HTTP/1.1 request names its host once, and no request twice
-            message = f"{hosts} Host headers: send exactly one"
-            await self._answer(send, "missing_host", 400, message)
+            await self._refuse(send, "missing_host", 400, f"{hosts} Host headers: send exactly one")
+            return
+        if coding is not None:
+            await self._refuse(
+                send,
+                "transfer_coding",
+                501,
+                f"Transfer-Encoding '{coding.decode('latin-1')}' is not implemented: send the "
+                "body chunked or with Content-Length (Content-Encoding: gzip compresses it)",
+            )
             return
         if has_body:
             receive, send = _closing_unless_read(receive, send)
         await self._app(scope, receive, send)
 
-    async def _refuse(self, send: Send, reason: str, status: int, what: str) -> None:
-        message = f"{what} of {self._max_header_bytes} bytes (INFERPLEX_MAX_HEADER_BYTES)"
-        await self._answer(send, reason, status, message)
-
-    async def _answer(self, send: Send, reason: str, status: int, message: str) -> None:
-        """Answer ``status`` with ``message`` and close, counted under ``reason``."""
+    async def _refuse(self, send: Send, reason: str, status: int, message: str) -> None:
         self._refusals[reason] = self._refusals.get(reason, 0) + 1
+        if status in (414, 431):
+            message += f" of {self._max_header_bytes} bytes (INFERPLEX_MAX_HEADER_BYTES)"
         body = orjson.dumps({"error": message})
         headers = [
             (b"content-type", b"application/json"),
@@ -121,20 +128,26 @@ class _Edge:
         await send({"type": "http.response.body", "body": body})
 
 
-def _header_fields(headers: Iterable[tuple[bytes, bytes]]) -> tuple[int, bool, int]:
+def _header_fields(
+    headers: Iterable[tuple[bytes, bytes]],
+) -> tuple[int, bool, bytes | None, int]:
     """The bytes of a request's header fields as the built-in server counts them, whether
-    the request has a body, and how many ``Host`` fields it has."""
+    the request has a body, a transfer coding besides ``chunked`` if it names one, and how
+    many ``Host`` fields it has."""
     size = hosts = 0
-    has_body = False
+    has_body = chunked = False
+    coding = None
     for name, value in headers:
         size += len(name) + len(value) + 4  # the separator and the line end, as the built-in
         if name == b"content-length":
             has_body = has_body or value != b"0"
         elif name == b"transfer-encoding":
-            has_body = True
+            if chunked or value.strip().lower() != b"chunked":
+                coding = value  # a coding besides chunked, or chunked twice
+            has_body = chunked = True
         elif name == b"host":
             hosts += 1
-    return size, has_body, hosts
+    return size, has_body, coding, hosts
 
 
 def _closing_unless_read(receive: Receive, send: Send) -> tuple[Receive, Send]:

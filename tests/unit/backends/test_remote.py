@@ -4,6 +4,8 @@ the binary protocol, the remote's errors, timeouts, and the local fallback."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 from examples import modelgen
-from inferplex import InferenceRequest, ServerConfig, Tensor
+from inferplex import InferenceRequest, InferenceResponse, ServerConfig, Tensor
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.remote import RemoteBackend, RemoteUnavailableError
 from inferplex.benchtool.launch import HOST, RunningServer, free_port, start_server
@@ -125,6 +127,33 @@ def test_down_and_timeout_without_fallback(remote: RunningServer) -> None:
     )
     with pytest.raises(DeadlineExceededError, match=r"did not answer within 0\.1 s \(timeout_s\)"):
         slow.execute({"INPUT0": np.ones(3, dtype=np.float32)}, ["OUTPUT0"])
+
+
+def test_the_switch_to_the_fallback_and_back_are_both_logged(
+    remote: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Local:
+        def infer(self, request: InferenceRequest, timeout: float | None = None) -> Any:
+            (tensor,) = request.inputs
+            return InferenceResponse(
+                request.model_name, "1", [Tensor("OUTPUT0", "FP32", tensor.shape, tensor.data * 2)]
+            )
+
+    parameters = {"remote_model": "tenfold", "fallback_model": "double", "retry_after_s": "0.01"}
+    config = config_from_dict(remote_config(closed_url(), parameters), "edge", "edge/config")
+    edge = RemoteBackend(Path("."), config, InstanceSpec(caller=Local()))
+    _opened.append(edge)
+    x = np.ones((1, 2), dtype=np.float32)
+    with caplog.at_level(logging.WARNING, logger="inferplex.backends.remote"):
+        assert edge.execute({"INPUT0": x}, ["OUTPUT0"])["OUTPUT0"].tolist() == [[2.0, 2.0]]
+        edge._host, edge._port = remote.http_url.split(":")[0], int(remote.http_url.split(":")[1])
+        time.sleep(0.02)  # past retry_after_s: the remote is tried again
+        assert edge.execute({"INPUT0": x}, ["OUTPUT0"])["OUTPUT0"].tolist() == [[10.0, 10.0]]
+        edge.execute({"INPUT0": x}, ["OUTPUT0"])  # still the remote: nothing more to say
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2, messages
+    assert "answering from fallback model 'double'" in messages[0]
+    assert "answers again; fallback model 'double' no longer used" in messages[1]
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,8 @@ ENVIRONMENT_ONLY = {
     "exit_on_error",
     "model_repository_url",
     "server_name",
+    "strict_readiness",
+    "gpu_metrics",
 }
 #: the tritonserver flags beside the fields' own (cli/triton_flags.py, test_triton_flags.py)
 TRITON = {flag.param for flag in FLAGS}

@@ -989,3 +989,29 @@ def test_scheduling_rate_limiter_and_response_cache_are_read(tmp_path: Path) -> 
     rendered = config.to_triton_dict()
     assert rendered["response_cache"] == {"enable": True}
     assert rendered["instance_group"][0]["rate_limiter"]["resources"][1]["global"] is True
+
+
+def test_a_config_name_reads_configs_name_pbtxt_where_the_model_has_it(tmp_path: Path) -> None:
+    from inferplex.config.readers import use_config_name
+
+    model = tmp_path / "resnet"
+    (model / "configs").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(PBTXT)
+    (model / "configs" / "h100.pbtxt").write_text(
+        PBTXT.replace("max_batch_size: 8", "max_batch_size: 32")
+    )
+    try:
+        use_config_name("h100")
+        config = read_model_config(model)
+        assert config is not None and config.max_batch_size == 32
+        use_config_name("a100")  # no configs/a100.pbtxt: the config file, as Triton
+        config = read_model_config(model)
+        assert config is not None and config.max_batch_size == 8
+        (model / "configs" / "h100.pbtxt").write_text("max_batch_size: [")
+        use_config_name("h100")
+        with pytest.raises(ConfigError, match=r"resnet/configs/h100\.pbtxt"):
+            read_model_config(model)
+    finally:
+        use_config_name("")
+    config = read_model_config(model)
+    assert config is not None and config.max_batch_size == 8

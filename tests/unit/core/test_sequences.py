@@ -278,3 +278,34 @@ async def test_a_sequence_from_the_backlog_takes_the_lane_of_the_slot_it_gets() 
     model.answer(3, 0)
     model.answer(0, 0)
     await asyncio.gather(first, waiting)
+
+
+@pytest.mark.parametrize(
+    ("data_type", "sequence_id", "expected"),
+    [
+        (
+            "TYPE_UINT64",
+            "abc",
+            "must be an unsigned integer: its CONTROL_SEQUENCE_CORRID input is uint64",
+        ),
+        ("TYPE_INT32", "7", "not a string; got the string '7'"),
+        ("TYPE_INT32", 1 << 40, "must be at most 2147483647"),
+    ],
+)
+async def test_an_id_the_numeric_corrid_input_cannot_hold_is_a_400(
+    data_type: str, sequence_id: Any, expected: str
+) -> None:
+    """A string id for a numeric CORRID was a 500 (``invalid literal for int()``)."""
+    corrid = {"kind": "CONTROL_SEQUENCE_CORRID", "data_type": data_type}
+    batching = SequenceBatching(control_input=[{"name": "ID", "control": [corrid]}])
+    config = ModelConfig(name="m", max_batch_size=1, sequence_batching=batching)
+    batcher = SequenceBatcher(config, batching, 1, asyncio.get_running_loop())
+    with pytest.raises(InvalidInputError, match=expected) as refused:
+        await _run(batcher, _Model(), sequence_id, sequence_start=True)
+    assert "'sequence_id' of model 'm'" in refused.value.message
+    # a number within range is fed as the control's type
+    model = _Model()
+    running = _run(batcher, model, 5, sequence_start=True)
+    await _settle()
+    assert model.calls[0][0]["ID"].tolist() == [[5]]
+    running.cancel()

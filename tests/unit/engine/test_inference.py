@@ -159,3 +159,28 @@ async def test_a_model_not_served_loads_on_demand_only_when_asked(tmp_path: Path
     engine, lifecycle, _ = build(tmp_path, load_on_demand=True)
     response = await engine.infer(InferenceRequest("b", []))
     assert response.model_name == "b" and lifecycle.calls == [("load_for_request", "b")]
+
+
+async def test_strict_readiness_needs_every_model_asked_for_ready(tmp_path: Path) -> None:
+    engine, _, _ = build(tmp_path, strict_readiness=True, server_name="triton")
+    await engine.start()
+    assert engine.server_metadata()["name"] == "triton"
+    entry = engine.registry.get("a")
+    assert entry is not None and engine.ready()
+    engine.registry.add("never_asked")  # in the index, never loaded: does not count
+    assert engine.ready()
+    for state in (ModelState.LOADING, ModelState.UNLOADING):
+        entry.state = state
+        assert not engine.ready()
+    entry.state, entry.load_failed = ModelState.UNAVAILABLE, True  # its load failed
+    assert not engine.ready()
+    entry.load_failed, entry.failed = False, {2: "version 2: bad file"}  # one version failed
+    assert not engine.ready()
+    entry.failed = {}  # unloaded
+    assert engine.ready()
+    lenient, _, _ = build(tmp_path)
+    await lenient.start()
+    failed = lenient.registry.get("a")
+    assert failed is not None
+    failed.load_failed = True
+    assert lenient.ready() and lenient.server_metadata()["name"] == "inferplex"

@@ -122,3 +122,23 @@ def test_with_completion_off_a_config_is_taken_as_written(tmp_path: Path) -> Non
     assert plan_model(model).config.max_batch_size > 0  # completed from the ONNX file
     written = plan_model(model, auto_complete=False).config
     assert (written.max_batch_size, written.input, written.dynamic_batching) == (0, (), None)
+
+
+def test_instance_counts_are_capped_however_they_are_set(tmp_path: Path) -> None:
+    """--max-model-instances: the groups of a config add up; the server's own default for a
+    composite model keeps within the cap."""
+    model = add_sub_model(tmp_path, "instance_group [ { count: 2 }, { count: 2 } ]\n")
+    assert len(plan_model(model, max_instances=4).instances) == 4
+    with pytest.raises(ConfigError, match=r"asks for 4 instances .* limit of 3 \(--max-model-ins"):
+        plan_model(model, max_instances=3)
+    ensemble = tmp_path / "pipeline"
+    (ensemble / "1").mkdir(parents=True)
+    (ensemble / "config.pbtxt").write_text(
+        'name: "pipeline"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+        'ensemble_scheduling { step [ { model_name: "add_sub" model_version: -1 '
+        'input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } '
+        "} ] }\n"
+    )
+    assert len(plan_model(ensemble, max_instances=2).instances) == 2

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 import orjson
+import pytest
 
 from inferplex.engine.inference import InferenceEngine
 from inferplex.metrics.app import CONTENT_TYPE, create_metrics_app
@@ -50,4 +53,26 @@ async def test_routes(engine: InferenceEngine) -> None:
     assert status == 404
     status, _, body = await call(app, "/metrics", "POST")
     assert status == 405 and b"use GET" in body
+    app.close()
+
+
+async def test_gpu_metrics_off_leaves_nvml_unopened_and_the_interval_is_the_samplers(
+    engine: InferenceEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[bool] = []
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: opened.append(True),
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda index: index,
+        nvmlDeviceGetUUID=lambda handle: "GPU-0",
+        nvmlShutdown=lambda: None,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    app = create_metrics_app(engine.snapshot, interval=2.0, gpu_metrics=False)
+    assert not app.collector.gpus.available and not opened
+    assert app.sampler.interval == 2.0
+    app.close()
+    app = create_metrics_app(engine.snapshot)  # the default reads the GPUs NVML sees
+    assert app.collector.gpus.available and opened
+    assert app.sampler.interval == 1.0
     app.close()

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from inferplex.core.snapshot import EngineSnapshot, ModelSnapshot, VersionSnapshot
@@ -62,6 +66,27 @@ async def test_histograms_gauges_and_counters_follow_requests(engine: InferenceE
     assert 0 <= samples[("inferplex_process_cpu_utilization", ())] <= 1
     assert samples[("inferplex_inflight_requests", ())] == 0
     assert samples[("nv_cpu_memory_total_bytes", ())] >= samples[("nv_cpu_memory_used_bytes", ())]
+    collector.close()
+
+
+def test_the_tree_s_resident_memory_counts_the_worker_processes(engine: InferenceEngine) -> None:
+    """The dashboard's and /metrics' RSS counted only the main process, while the memory
+    limits count the workers too (Python models run in child processes)."""
+    collector = Collector(engine.snapshot, Sampler(engine.snapshot))
+    code = "import sys; blob = bytearray(64 << 20); sys.stdin.read()"  # 64 MiB, touched
+    with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE) as worker:
+        try:
+            child = psutil.Process(worker.pid)
+            deadline = time.monotonic() + 60
+            while child.memory_info().rss < 64 << 20:
+                assert time.monotonic() < deadline, "the child never held its 64 MiB"
+                time.sleep(0.01)
+            samples = scrape(collector)
+            own = samples[("inferplex_process_resident_memory_bytes", ())]
+            tree = samples[("inferplex_process_tree_resident_memory_bytes", ())]
+            assert tree >= own + (64 << 20) * 0.9
+        finally:
+            worker.communicate(b"")
     collector.close()
 
 

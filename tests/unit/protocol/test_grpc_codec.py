@@ -141,7 +141,11 @@ def test_raw_and_typed_contents_cannot_be_mixed() -> None:
             raw=[b"\x00" * 4, b"\x00" * 4],
         )
     )
-    assert "'B'" in message and "contents" in message and "raw_input_contents" in message
+    # Triton's text, which its grpc_explicit_int_content_client checks
+    assert (
+        "contents field must not be specified when using raw_input_contents for 'B' for "
+        "model 'm'" in message
+    )
 
 
 def test_typed_count_mismatch_names_the_field() -> None:

@@ -2,7 +2,7 @@ import pytest
 
 from inferplex.errors import PermissionDeniedError, UnauthenticatedError
 from inferplex.security.scopes import Scope, grpc_scope
-from inferplex.security.tokens import TokenAuth
+from inferplex.security.tokens import ANONYMOUS, INFERENCE, MANAGEMENT, TokenAuth
 
 BOTH = TokenAuth("inf-secret", "mgmt-secret")
 
@@ -70,3 +70,18 @@ def test_only_an_inference_token_turns_management_off() -> None:
     auth = TokenAuth("inf-secret", None)
     with pytest.raises(PermissionDeniedError, match="--management-token"):
         auth.check(Scope.MANAGEMENT, "Bearer inf-secret")
+
+
+def test_a_request_that_passes_is_made_by_the_principal_of_its_token() -> None:
+    # what a principal registers (a shared-memory region) is its own
+    assert BOTH.check(Scope.INFERENCE, "Bearer inf-secret") == INFERENCE
+    assert BOTH.check(Scope.INFERENCE, "Bearer mgmt-secret") == MANAGEMENT
+    assert BOTH.check(Scope.MANAGEMENT, "Bearer mgmt-secret") == MANAGEMENT
+    assert BOTH.check(Scope.HEALTH, "Bearer mgmt-secret") is ANONYMOUS
+    assert TokenAuth(None, None).check(Scope.MANAGEMENT, "Bearer x") is ANONYMOUS
+    # only a management token: inference is open to anyone, and its holder stays itself
+    only = TokenAuth(None, "mgmt-secret")
+    assert only.check(Scope.INFERENCE, None) is ANONYMOUS
+    assert only.check(Scope.INFERENCE, "Bearer wrong") is ANONYMOUS
+    assert only.check(Scope.INFERENCE, "Bearer mgmt-secret") == MANAGEMENT
+    assert only.check(Scope.MANAGEMENT, "Bearer mgmt-secret") == MANAGEMENT

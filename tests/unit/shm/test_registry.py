@@ -1,5 +1,6 @@
 """The shared-memory registry on real POSIX shared-memory objects: registration and its
-checks, tensors read and written with bounds checks, and the opt-in."""
+checks, tensors read and written with bounds checks, and the opt-in (one principal's regions;
+tests/unit/shm/test_safety.py: objects that shrink, principals, limits)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from inferplex.errors import (
     RegionNotFoundError,
     UnsupportedError,
 )
-from inferplex.shm.registry import SHM_DIR, SharedMemoryRegistry, require
+from inferplex.shm.registry import SHM_DIR, Regions, SharedMemoryRegistry, require
 
 pytestmark = pytest.mark.skipif(not SHM_DIR.is_dir(), reason="needs Linux /dev/shm")
 
@@ -33,9 +34,10 @@ def block() -> Iterator[shared_memory.SharedMemory]:
 
 
 @pytest.fixture
-def registry() -> Iterator[SharedMemoryRegistry]:
+def registry() -> Iterator[Regions]:
+    """The anonymous principal's regions of a registry that allows shared memory."""
     shm = SharedMemoryRegistry(enabled=True)
-    yield shm
+    yield shm.owned_by(None)
     shm.close()
 
 
@@ -51,7 +53,7 @@ def ref(region: str, byte_size: int, offset: int = 0) -> dict[str, object]:
     }
 
 
-def test_register_status_unregister(registry: SharedMemoryRegistry, block) -> None:
+def test_register_status_unregister(registry: Regions, block) -> None:
     registry.register("r", key(block), 16, 128)
     registry.register("whole", block.name, 0, 256)  # the key with or without its slash
     assert registry.status("r") == [
@@ -76,30 +78,26 @@ def test_register_status_unregister(registry: SharedMemoryRegistry, block) -> No
     ],
 )
 def test_registration_must_fit_the_object(
-    registry: SharedMemoryRegistry, block, offset: int, byte_size: int, message: str
+    registry: Regions, block, offset: int, byte_size: int, message: str
 ) -> None:
     with pytest.raises(InvalidInputError, match=message):
         registry.register("r", key(block), offset, byte_size)
     assert registry.status() == []
 
 
-def test_a_name_is_registered_once(registry: SharedMemoryRegistry, block) -> None:
+def test_a_name_is_registered_once(registry: Regions, block) -> None:
     registry.register("r", key(block), 0, 8)
     with pytest.raises(InvalidInputError, match="'r' is already registered"):
         registry.register("r", key(block), 0, 8)
 
 
 @pytest.mark.parametrize("bad", ["/../etc/passwd", "/a/b", "/", "..", ""])
-def test_keys_cannot_leave_the_shared_memory_folder(
-    registry: SharedMemoryRegistry, bad: str
-) -> None:
+def test_keys_cannot_leave_the_shared_memory_folder(registry: Regions, bad: str) -> None:
     with pytest.raises(InvalidInputError, match="must name a POSIX shared memory object"):
         registry.register("r", bad, 0, 1)
 
 
-def test_missing_objects_and_links_are_refused(
-    registry: SharedMemoryRegistry, tmp_path, block
-) -> None:
+def test_missing_objects_and_links_are_refused(registry: Regions, tmp_path, block) -> None:
     with pytest.raises(InvalidInputError, match="cannot open shared memory object"):
         registry.register("r", "/inferplex_no_such_object", 0, 1)
     target = tmp_path / "secret"
@@ -114,7 +112,7 @@ def test_missing_objects_and_links_are_refused(
 
 
 def test_registration_is_off_unless_enabled(block) -> None:
-    off = SharedMemoryRegistry(enabled=False)
+    off = SharedMemoryRegistry(enabled=False).owned_by(None)
     with pytest.raises(PermissionDeniedError, match="--allow-shared-memory"):
         off.register("r", key(block), 0, 8)
     assert off.status() == []
@@ -123,18 +121,18 @@ def test_registration_is_off_unless_enabled(block) -> None:
         off.read_input("IN", ref("r", 4), "FP32", (1,))
 
 
-def test_inputs_are_read_only_views_of_the_region(registry: SharedMemoryRegistry, block) -> None:
+def test_inputs_are_read_only_copies_of_the_region(registry: Regions, block) -> None:
     data = np.arange(6, dtype=np.float32)
     block.buf[40:64] = data.tobytes()
     registry.register("r", key(block), 8, 128)
     array = registry.read_input("IN", ref("r", 24, 32), "FP32", (2, 3))
     np.testing.assert_array_equal(array, data.reshape(2, 3))
     assert not array.flags.writeable
-    block.buf[40:44] = np.float32(7).tobytes()  # a view: the client's later writes show
-    assert array[0, 0] == 7
+    block.buf[40:44] = np.float32(7).tobytes()  # read, not mapped: the client's later
+    assert array[0, 0] == 0  # writes do not show (nor can its truncation fault the server)
 
 
-def test_bytes_inputs_are_decoded(registry: SharedMemoryRegistry, block) -> None:
+def test_bytes_inputs_are_decoded(registry: Regions, block) -> None:
     raw = serialize_bytes(np.array([b"ab", b"cde"], dtype=object))
     block.buf[: len(raw)] = raw
     registry.register("r", key(block), 0, 256)
@@ -154,7 +152,7 @@ def test_bytes_inputs_are_decoded(registry: SharedMemoryRegistry, block) -> None
     ],
 )
 def test_bad_references_name_the_input(
-    registry: SharedMemoryRegistry, block, parameters: dict, error: type, message: str
+    registry: Regions, block, parameters: dict, error: type, message: str
 ) -> None:
     registry.register("r", key(block), 0, 64)
     with pytest.raises(error, match=message) as info:
@@ -162,7 +160,7 @@ def test_bad_references_name_the_input(
     assert "input 'IN'" in info.value.message
 
 
-def test_outputs_are_written_at_their_offset(registry: SharedMemoryRegistry, block) -> None:
+def test_outputs_are_written_at_their_offset(registry: Regions, block) -> None:
     registry.register("r", key(block), 64, 128)
     result = np.arange(4, dtype=np.int64)  # the backend's dtype, cast to the declared INT32
     answer = registry.write_output("OUT", ref("r", 16, 8), "INT32", result)
@@ -178,7 +176,7 @@ def test_outputs_are_written_at_their_offset(registry: SharedMemoryRegistry, blo
     assert bytes(block.buf[64:73]) == serialize_bytes(text)
 
 
-def test_outputs_must_fit(registry: SharedMemoryRegistry, block) -> None:
+def test_outputs_must_fit(registry: Regions, block) -> None:
     registry.register("r", key(block), 0, 64)
     with pytest.raises(InvalidInputError, match="byte_size is 8 but the result has 16 bytes"):
         registry.write_output("OUT", ref("r", 8), "FP32", np.zeros(4, np.float32))
@@ -186,12 +184,12 @@ def test_outputs_must_fit(registry: SharedMemoryRegistry, block) -> None:
         registry.check_output("OUT", ref("r", 16, 56))
 
 
-def test_unregistering_keeps_views_in_use_valid(registry: SharedMemoryRegistry, block) -> None:
+def test_unregistering_leaves_tensors_read_before_as_they_were(registry: Regions, block) -> None:
     block.buf[:4] = np.float32(3).tobytes()
     registry.register("r", key(block), 0, 64)
     array = registry.read_input("IN", ref("r", 4), "FP32", (1,))
     registry.unregister("r")
-    assert array[0] == 3  # the mapping lives on with the tensor that uses it
+    assert array[0] == 3  # the tensor's own memory
     with pytest.raises(InvalidInputError, match="no shared memory region 'r'"):
         registry.read_input("IN", ref("r", 4), "FP32", (1,))
 
@@ -201,9 +199,7 @@ def test_codecs_without_a_registry_refuse_shared_memory() -> None:
         require(None)
 
 
-def test_an_empty_shape_too_big_for_numpy_names_the_input(
-    registry: SharedMemoryRegistry, block
-) -> None:
+def test_an_empty_shape_too_big_for_numpy_names_the_input(registry: Regions, block) -> None:
     registry.register("r", key(block), 0, block.size)
     with pytest.raises(InvalidInputError, match=r"input 'IN': shape .* is not usable"):
         registry.read_input("IN", ref("r", 0), "FP32", (0, 6340, 11884951, 122406104))

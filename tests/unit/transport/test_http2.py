@@ -233,7 +233,9 @@ class _Peer:
             max_body_bytes=max_body,
             max_header_block_bytes=max_block,
             read_buffer=read_buffer,
-            limits=limits,
+            # 64 streams: their initial windows are 1 MiB (STREAM_WINDOW), which these
+            # peers, sending as they please, stay within
+            limits=limits or Http2Limits(max_concurrent_streams=64),
             counters=counters,
             loop=self.loop,  # type: ignore[arg-type]
         )
@@ -317,39 +319,6 @@ def test_a_body_arrives_exactly_however_it_is_cut(cut: str, frame_size: int) -> 
     assert peer.app.sized[1]  # the message is the buffer its prefix sized: no copy
     assert peer.app.heads == [(1, body[:5])]
     assert not peer.sent(GOAWAY) and not peer.sent(RST_STREAM)
-
-
-def test_announced_bodies_reserve_a_bounded_amount() -> None:
-    """A client announcing large messages it has not sent gets buffers sized for them only up
-    to the connection's buffering limit; past it a body is collected as it comes, each byte
-    counted: one that passes the limit is refused (issue 18: 200 streams x 4 MB of partial
-    bodies took RSS from 350 MB to 938 MB), the connection goes on."""
-    one, three, five = _message(600_000, 1), _message(600_000, 3), _message(300_000, 5)
-    firsts = [_data_frames(sid, body, 16_384) for sid, body in ((1, one), (3, three))]
-    counters = Http2Counters()
-    limits = Http2Limits(connection_buffer_bytes=1 << 20)
-    peer = _Peer(_App(), max_body=700_000, limits=limits, counters=counters)
-    data = peer.preface() + peer.headers(1) + peer.headers(3)
-    data += firsts[0][0] + firsts[1][0]  # both announced, 16 KB of each sent
-    data += b"".join(firsts[1][1:] + firsts[0][1:])  # 3 goes on while 1 waits
-    peer.feed(data, _cuts("random", 5))
-    assert peer.app.bodies == {1: one}
-    assert peer.app.sized == {1: True}  # 584 KB still awaited for 1, + 600 KB > 1 MB
-    assert peer.app.full == [(3, False)]
-    assert counters.exceeded["connection_buffer"] == 1
-    # everything given back: the next body is sized and arrives
-    assert counters.buffered == counters.budget.used == 0
-    peer.feed(peer.headers(5) + b"".join(_data_frames(5, five, 10_000)), _cuts("random", 6))
-    assert peer.app.bodies[5] == five and peer.app.sized[5]
-    assert counters.buffered == 0
-    assert not peer.sent(GOAWAY)
-
-
-def test_one_message_may_take_more_than_the_connection_limit() -> None:
-    body = _message(3 << 20)
-    peer = _Peer(_App(), limits=Http2Limits(connection_buffer_bytes=1 << 20))
-    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 500_000)))
-    assert peer.app.bodies == {1: body} and peer.app.sized == {1: True}
 
 
 def test_the_server_wide_limit_is_shared() -> None:
@@ -559,17 +528,6 @@ def test_data_after_the_end_of_a_stream_resets_it() -> None:
     peer.feed(frame(DATA, 0, 1, b"late") + peer.headers(3, END_HEADERS | END_STREAM))
     assert peer.sent(RST_STREAM) == [(1, (0x5).to_bytes(4, "big"))]  # STREAM_CLOSED
     assert peer.app.bodies[3] == b""
-
-
-def test_window_updates_for_a_long_body() -> None:
-    peer = _Peer(_App())
-    body = _message(STREAM_WINDOW)
-    peer.feed(peer.preface() + peer.headers(1) + b"".join(_data_frames(1, body, 100_000)))
-    assert peer.app.bodies == {1: body}
-    updates = peer.sent(WINDOW_UPDATE)
-    assert updates[0] == (0, (CONNECTION_WINDOW - 65_535).to_bytes(4, "big"))  # the preface's
-    assert [stream for stream, _ in updates[1:]] == [1]
-    assert int.from_bytes(updates[1][1], "big") >= STREAM_WINDOW // 2
 
 
 @pytest.mark.parametrize("cut", [3, 9, 50, 1000, 5000])
@@ -797,22 +755,6 @@ def test_answered_streams_give_back_the_reset_budget() -> None:
         sid = 401 + 2 * n
         peer.feed(peer.headers(sid) + frame(RST_STREAM, 0, sid, (8).to_bytes(4, "big")))
     assert peer.sent(GOAWAY)
-
-
-def test_the_receive_window_opens_only_as_bodies_are_taken() -> None:
-    """Bytes kept as they came (not in a buffer the application sized) are given back to
-    the connection window once the application has the body, not on receipt."""
-    peer = _Peer(_App(announce=False))
-    piece = bytes((1 << 20) - 10)  # within each stream's window
-    peer.feed(peer.preface())
-    for sid in range(1, 20, 2):  # 10 MiB: past half the connection window, if given back
-        peer.feed(peer.headers(sid) + frame(DATA, 0, sid, _message(0) + piece))
-    assert [s for s, _ in peer.sent(WINDOW_UPDATE)] == [0]  # the preface's only
-    for sid in range(1, 20, 2):
-        peer.feed(frame(DATA, END_STREAM, sid, b""))
-    assert len(peer.app.bodies) == 10
-    (_, update) = peer.sent(WINDOW_UPDATE)
-    assert update[0] == 0 and int.from_bytes(update[1], "big") >= 8 << 20
 
 
 def test_data_past_a_window_is_a_flow_control_error() -> None:

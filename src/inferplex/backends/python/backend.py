@@ -11,6 +11,7 @@ served models (``inferplex.handler.infer``) come back over the worker's pipe and
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,14 @@ class PythonBackend(ProcessBackend):
         number = next(self._batch_numbers)
         board = self._worker.board
         if cancellation is not None and board is not None:
-            cancellation.forward_to(lambda indexes: board.cancel(number, indexes))
+            batch = self._streams.batch
+
+            def forward(indexes: Iterable[int]) -> None:
+                board.cancel(number, indexes)
+                if len(cancellation.indexes) == len(requests):  # nobody waits for the batch
+                    self._streams.stop_all(batch)  # so the models it calls stop too
+
+            cancellation.forward_to(forward)
         done = self._exchange(inputs, (outputs, meta, number))
         results = self._worker.arena.read(done[1], copy=True)
         failed = {index: self._failure(why, code) for index, why, code in done[2]}

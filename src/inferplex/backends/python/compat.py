@@ -4,10 +4,9 @@ READY and fail each request with an AttributeError or a TypeError.
 
 The check reads model.py's source: attributes of the names the module is imported as
 (``pb_utils.load_model``) that ``inferplex.handler.triton`` does not have, keywords its
-classes and functions do not take (``InferenceRequest(preferred_memory=...)``), calls of
-Triton request methods ``InferenceRequest`` lacks (``request.set_release_flags``) and BLS
-calls of decoupled models (``exec(decoupled=True)``). The model's class is checked for the
-Triton methods the server would not call (``is_ready``).
+classes and functions do not take (``InferenceRequest(preferred_memory=...)``) and calls
+of Triton request methods ``InferenceRequest`` lacks (``request.set_release_flags``). The
+model's class is checked for the Triton methods the server would not call (``is_ready``).
 """
 
 from __future__ import annotations
@@ -58,22 +57,14 @@ def _attribute(node: ast.Attribute, aliases: set[str]) -> list[str]:
 
 
 def _call(node: ast.Call, aliases: set[str]) -> list[str]:
-    """Calls of request methods inferplex lacks, keywords a pb_utils class or function does
-    not take, and ``decoupled=True`` calls."""
+    """Calls of request methods inferplex lacks and keywords a pb_utils class or function
+    does not take."""
     func = node.func
     if not isinstance(func, ast.Attribute):
         return []
     method = triton.UNSUPPORTED_METHODS.get(func.attr)
     if method is not None and not hasattr(triton.InferenceRequest, func.attr):
         return [f"request.{func.attr}() (line {node.lineno}): {method}"]
-    if func.attr in ("exec", "async_exec") and any(
-        k.arg == "decoupled" and isinstance(k.value, ast.Constant) and k.value.value is True
-        for k in node.keywords
-    ):
-        return [
-            f"{func.attr}(decoupled=True) (line {node.lineno}): calling a decoupled model from "
-            "a model (its responses as an iterator)"
-        ]
     owner = func.value
     target: Any = getattr(triton, func.attr, None)
     if not (isinstance(owner, ast.Name) and owner.id in aliases and callable(target)):

@@ -28,6 +28,9 @@ Messages are small tuples; tensors stay in the arena:
                     ("response", index, headers or None, final, (why, code) or None)
                                                             a decoupled model's response to
                                                             request ``index`` of the batch
+                    StreamOpen / StreamNext / StreamCancel  calls whose responses the
+                                                            handler reads as they come
+                                                            (``stream_messages.py``)
 
 It imports only numpy and the few modules of this package it needs (not the server, not the
 config models: the ``__init__`` of ``backends`` and ``backends/python`` import lazily for it),
@@ -53,13 +56,20 @@ from inferplex.backends.python import compat
 from inferplex.backends.python.runner import Runner, find_class, load_module
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
+from inferplex.backends.worker.stream_messages import (
+    StreamCancel,
+    StreamItem,
+    StreamNext,
+    StreamOpen,
+    StreamOpened,
+)
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import bls, metrics
 from inferplex.handler.base import Context, never
 from inferplex.logging_setup import configure_logging
 
-#: the log level and format of a worker whose init names none (the server's are in "log":
-#: a handler's Logger lines reach the server's log as its own do)
+#: the log level and format of a worker whose init names none (the server's level, format and
+#: file are in "log": a handler's Logger lines reach the server's log as its own do)
 LOG_DEFAULT = ("info", "plain")
 
 
@@ -137,12 +147,7 @@ class Link:
         self, calls: Sequence[bls.Call]
     ) -> list[dict[str, np.ndarray] | bls.ModelCallError]:
         with self._lock:
-            if self._base < 0:
-                raise bls.ModelCallError(
-                    "other models can be called only while the handler runs a request "
-                    "(not in initialize or finalize)",
-                    "unavailable",
-                )
+            self._running()
             sent = []
             offset = self._base
             for call in calls:
@@ -158,6 +163,40 @@ class Link:
                 else self._arena.read(answer[1], copy=True)
                 for answer in answers
             ]
+
+    def open_stream(self, call: bls.Call) -> int:
+        with self._lock:
+            self._running()
+            headers = self._arena.write(call.inputs, self._base)[0]
+            outputs = list(call.outputs or ())
+            self._connection.send(
+                StreamOpen(call.model_name, call.version, headers, outputs, call.timeout)
+            )
+            opened: StreamOpened = self._connection.recv()
+            return opened.stream
+
+    def next_response(self, stream: int) -> bls.Streamed:
+        with self._lock:
+            self._running()
+            self._connection.send(StreamNext(stream))
+            item: StreamItem = self._connection.recv()
+            # a copy: the next message reuses this part of the arena
+            outputs = None if item.outputs is None else self._arena.read(item.outputs, copy=True)
+            error = None if item.error is None else bls.ModelCallError(item.error[1], item.error[0])
+            return bls.Streamed(outputs, error, item.final)
+
+    def cancel_stream(self, stream: int) -> None:
+        with self._lock:
+            if self._base >= 0:  # else its batch ended, and the call with it
+                self._connection.send(StreamCancel(stream))
+
+    def _running(self) -> None:
+        if self._base < 0:
+            raise bls.ModelCallError(
+                "other models can be called only while the handler runs a request "
+                "(not in initialize or finalize)",
+                "unavailable",
+            )
 
     def respond(
         self,

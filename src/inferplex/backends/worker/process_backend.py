@@ -7,7 +7,8 @@ worker's shared-memory arena, and turns every way a worker can fail into an erro
 batch it was running: an exception (the worker goes on), a crash or a hang (the worker is
 replaced; the next batch waits for the new one to load). Calls the worker makes to other
 served models (``inferplex.handler.infer``) come back over its pipe and run through
-``InstanceSpec.caller``, in-process.
+``InstanceSpec.caller``, in-process; calls whose responses the handler reads as they come
+(a decoupled model's, ``exec(decoupled=True)``) are ``call_streams.py``'s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
 from inferplex.backends.worker.arena import DEFAULT_SIZE, Arena
+from inferplex.backends.worker.call_streams import StreamedCalls, call_request
+from inferplex.backends.worker.stream_messages import StreamCancel, StreamNext, StreamOpen
 from inferplex.backends.worker.worker_process import (
     WorkerFailed,
     WorkerGone,
@@ -29,7 +32,6 @@ from inferplex.backends.worker.worker_process import (
     worker_env,
 )
 from inferplex.config.model_config import ModelConfig
-from inferplex.datatypes import v2_datatype
 from inferplex.errors import (
     ConfigError,
     ErrorCode,
@@ -37,7 +39,7 @@ from inferplex.errors import (
     ModelExecutionError,
     UnsupportedError,
 )
-from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferplex.types import InferenceResponse
 
 #: model parameters of every backend that runs in worker processes
 TIMEOUT_PARAMETER = "execute_timeout_seconds"
@@ -81,6 +83,8 @@ class ProcessBackend(Backend):
         arena_size = int(number_parameter(config, ARENA_PARAMETER, DEFAULT_SIZE))
         env = worker_env(instance.intra_op_threads)
         self._worker = WorkerProcess(init, env, arena_size, cancel_slots)
+        #: the running batch's calls whose responses the handler reads as they come
+        self._streams = StreamedCalls(self._worker, instance.caller)
         try:
             self._start()
         except BaseException:
@@ -124,11 +128,13 @@ class ProcessBackend(Backend):
             worker.send(("run", headers, *request))
             while True:
                 message = worker.receive(deadline)
-                if message[0] == "done":
+                if isinstance(message, StreamOpen | StreamNext | StreamCancel):
+                    self._streams.handle(message, base, deadline)
+                elif message[0] == "done":
                     return tuple(message)
-                if message[0] == "error":
+                elif message[0] == "error":
                     raise self._failure(message[1], message[2])
-                if message[0] == "response":
+                elif message[0] == "response":
                     self._deliver(message)
                 else:
                     self._answer_call(message, base, deadline)
@@ -149,6 +155,8 @@ class ProcessBackend(Backend):
                 f"model '{self._name}': {self.role}'s worker process died while running the "
                 f"request ({exc}); it was restarted"
             ) from None
+        finally:
+            self._streams.end_batch()
 
     def _deliver(self, message: tuple[Any, ...]) -> None:
         """A response a decoupled model sent while its batch runs: only a backend serving
@@ -187,13 +195,7 @@ class ProcessBackend(Backend):
             until = deadline if until is None else min(until, deadline)
         if self._caller is None:
             return UnsupportedError("this server gives handlers no access to other models"), until
-        tensors = self._worker.arena.read(headers, copy=True)
-        request = InferenceRequest(
-            model,
-            [Tensor(n, v2_datatype(a.dtype), a.shape, a) for n, a in tensors.items()],
-            model_version=version,
-            outputs=[RequestedOutput(n) for n in wanted],
-        )
+        request = call_request(self._worker.arena, model, version, headers, wanted)
         return self._caller.submit(request), until
 
     def _finish_call(

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -20,7 +21,8 @@ from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.backends.worker.model_metrics import MODEL_METRICS
 
-Message = tuple[Any, ...]
+#: a tagged tuple (``backends/python/worker.py``) or a typed message (``stream_messages.py``)
+Message = Any
 
 WORKER_MODULE = "inferplex.backends.python.worker"
 
@@ -35,6 +37,22 @@ class WorkerSilent(Exception):
 
 class WorkerFailed(Exception):
     """The handler could not be loaded; the message is the worker's reason."""
+
+
+#: the worker processes running now (a forced exit kills them: ``kill_all_workers``)
+_RUNNING: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+
+
+def kill_all_workers() -> int:
+    """SIGKILL every worker process running now, without waiting; how many there were.
+    For a forced exit: a worker whose server is gone would go on with what it was doing."""
+    killed = 0
+    for worker in list(_RUNNING):
+        process = worker._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            killed += 1
+    return killed
 
 
 class WorkerProcess:
@@ -71,6 +89,7 @@ class WorkerProcess:
                 env=self._env,
                 stdin=subprocess.DEVNULL,
             )
+        _RUNNING.add(self)
         self._connection = Connection(ours.detach())
         self._connection.send(("init", self._init))
         self._ready = False
@@ -109,7 +128,7 @@ class WorkerProcess:
                 message: Message = self._connection.recv()
             except (EOFError, OSError):
                 raise WorkerGone(self.exit_status()) from None
-            if message[0] != "metrics":
+            if type(message) is not tuple or message[0] != "metrics":
                 return message
             MODEL_METRICS.apply(message[1])
 
@@ -136,6 +155,7 @@ class WorkerProcess:
             self._connection.close()
         self._process = self._connection = None
         self._ready = False
+        _RUNNING.discard(self)
 
     def restart(self) -> None:
         """Replace the worker: kill it and start a new one, without waiting for it to load."""

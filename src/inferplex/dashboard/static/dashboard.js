@@ -191,7 +191,8 @@ function render(data) {
   state.textContent = server.ready ? "ready" : "not ready";
   state.className = `badge ${server.ready ? "ready" : "down"}`;
   document.getElementById("server-cpu").textContent = fmtPct(last(server.series.cpu));
-  document.getElementById("server-rss").textContent = fmtBytes(last(server.series.rss));
+  document.getElementById("server-rss").textContent = fmtBytes(last(server.series.tree_rss));
+  document.getElementById("server-own-rss").textContent = fmtBytes(last(server.series.rss));
   document.getElementById("server-inflight").textContent = fmtNum(last(server.series.inflight), 0);
   const gpus = document.getElementById("server-gpus");
   gpus.hidden = !server.gpus.length;

@@ -12,6 +12,7 @@ BYTES), a larger one its elements as a flat list.
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import orjson
 from inferplex.config.model_config import ModelConfig
 from inferplex.datatypes import V2_TO_NUMPY
 from inferplex.errors import InvalidInputError
+from inferplex.protocol.v2.rest_json import array_from_json, json_type, parameters_object
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 #: keys of a generate request that are not inputs
@@ -29,7 +31,11 @@ _ID, _PARAMETERS = "id", "parameters"
 def decode_generate(
     body: bytes | memoryview, config: ModelConfig, version: str
 ) -> InferenceRequest:
-    """The inference request of a generate request's JSON ``body`` for the model ``config``."""
+    """The inference request of a generate request's JSON ``body`` for the model ``config``.
+
+    Values are checked as ``/infer`` checks its JSON 'data' (``rest_json``): the kind and
+    range of every value, the element count of the shape, strings only for BYTES; and the
+    parameters (with every key that names no input) are nested no deeper than /infer's."""
     try:
         fields = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -48,29 +54,45 @@ def decode_generate(
             parameters[key] = value  # Triton: what names no input is a parameter
             continue
         inputs.append(_tensor(key, tensor.data_type, tensor.dims, config.batched, value))
+    parameters_object(parameters, "generate request", "")
     return InferenceRequest(config.name, inputs, version, request_id, parameters=parameters)
 
 
 def _tensor(name: str, datatype: str, dims: tuple[int, ...], batched: bool, value: Any) -> Tensor:
-    if isinstance(value, dict) or value is None:
-        raise InvalidInputError(f"input '{name}' must be a string, a number or a list")
-    try:
-        if datatype == "BYTES":
-            items = value if isinstance(value, list) else [value]
-            array: np.ndarray = np.empty(len(items), dtype=np.object_)
-            array[:] = [str(item).encode() if not isinstance(item, str) else item.encode()
-                        for item in items]  # fmt: skip
-            if not isinstance(value, list):
-                array = array.reshape(())
-        else:
-            array = np.array(value, dtype=V2_TO_NUMPY[datatype])
-    except (ValueError, TypeError, KeyError, OverflowError) as exc:
-        raise InvalidInputError(f"input '{name}' is not {datatype}: {exc}") from None
-    if array.ndim == 0:  # one value: the declared shape (its variable dimensions 1)
-        array = array.reshape(tuple(1 if d == -1 else d for d in dims))
+    """An input of one value (in the declared shape, which must then hold one element) or
+    of a list (in its own shape, row-major)."""
+    if isinstance(value, list):
+        shape = _nested_shape(value)
+    elif isinstance(value, dict) or value is None:
+        raise InvalidInputError(
+            f"input '{name}' must be a string, a number, a boolean or a list, got "
+            f"{json_type(value)}"
+        )
+    else:
+        shape = tuple(1 if d == -1 else d for d in dims)
+        if prod(shape) != 1:
+            raise InvalidInputError(
+                f"input '{name}': one value was given, but its shape {list(dims)} holds "
+                f"{prod(shape)} elements; send them as a list"
+            )
+        value = [value]
+    array = array_from_json(value, datatype, V2_TO_NUMPY[datatype], shape, prod(shape), name)
     if batched:
         array = array.reshape((1, *array.shape))
     return Tensor(name, datatype, array.shape, array)
+
+
+def _nested_shape(value: list[Any]) -> tuple[int, ...]:
+    """The shape a nested list claims, read down its first elements (the conversion checks
+    that the rest agree)."""
+    shape = []
+    item: Any = value
+    while type(item) is list:
+        shape.append(len(item))
+        if not item:
+            break
+        item = item[0]
+    return tuple(shape)
 
 
 def encode_generate(response: InferenceResponse) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from inferplex.protocol.dataplane import (
 )
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.layouts import LayoutCache
-from inferplex.shm.registry import REGION, SharedMemoryRegistry
+from inferplex.shm.registry import REGION, Regions
 from inferplex.types import (
     InferenceRequest,
     InferenceResponse,
@@ -107,7 +107,7 @@ def fill_parameters(target: Any, params: Parameters) -> None:
 
 
 def decode_infer_request(
-    msg: Any, shm: SharedMemoryRegistry | None = None, checks: CheckFactory | None = None
+    msg: Any, shm: Regions | None = None, checks: CheckFactory | None = None
 ) -> InferenceRequest:
     """Turn a ModelInferRequest into an InferenceRequest; InvalidInputError naming the tensor
     and field when the data does not match the declared datatype and shape. Tensors that name
@@ -141,7 +141,7 @@ def decode_infer_request(
                 inputs.append(Tensor(name, datatype, shape, data, params))
                 continue
         if raw:
-            buffer = _raw_entry(tensor, name, raw, entry, len(tensors))
+            buffer = _raw_entry(tensor, name, msg.model_name, raw, entry, len(tensors))
             data = _decode_raw(buffer, name, datatype, dtype, shape, entry)
             entry += 1
         else:
@@ -161,13 +161,14 @@ def decode_infer_request(
     )
 
 
-def _raw_entry(tensor: Any, name: str, raw: Any, entry: int, inputs: int) -> bytes:
+def _raw_entry(tensor: Any, name: str, model: str, raw: Any, entry: int, inputs: int) -> bytes:
     """The ``entry``-th raw_input_contents, the data of the input ``tensor`` (which must not
     also have typed contents)."""
     if tensor.HasField("contents") and tensor.contents.ByteSize():
+        # Triton's text, which its grpc_explicit_*_content_client examples check
         raise InvalidInputError(
-            f"input '{name}': has typed 'contents' although the request uses "
-            "raw_input_contents; use one or the other for all inputs"
+            "contents field must not be specified when using raw_input_contents for "
+            f"'{name}' for model '{model}'; use one or the other for all inputs"
         )
     if entry >= len(raw):
         _raw_count_error(len(raw), inputs)
@@ -175,7 +176,7 @@ def _raw_entry(tensor: Any, name: str, raw: Any, entry: int, inputs: int) -> byt
     return buffer
 
 
-def _decode_outputs(messages: Any, shm: SharedMemoryRegistry | None) -> list[RequestedOutput]:
+def _decode_outputs(messages: Any, shm: Regions | None) -> list[RequestedOutput]:
     """The requested outputs, their parameters checked by the data plane (ClassifiedOutputs
     when one is asked for as its top classes)."""
     outputs: list[RequestedOutput] = []
@@ -248,7 +249,7 @@ def _count_message(contents: Any, name: str, shape: tuple[int, ...], field: str,
 def encode_infer_response(
     response: InferenceResponse,
     request: InferenceRequest | None = None,
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
 ) -> Any:
     """Turn an InferenceResponse into a ModelInferResponse with every output's data in
     raw_output_contents (the form perf_analyzer and tritonclient read). An output that the
@@ -330,7 +331,7 @@ _LAYOUTS_KEPT = 256
 
 def decode_infer_request_bytes(
     data: bytes | bytearray | memoryview,
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
     checks: CheckFactory | None = None,
 ) -> InferenceRequest:
     """A serialised ModelInferRequest as an InferenceRequest, like ``decode_infer_request``;
@@ -367,7 +368,7 @@ def known_request(data: bytes | bytearray | memoryview) -> InferenceRequest | No
 def encode_infer_response_bytes(
     response: InferenceResponse,
     request: InferenceRequest | None = None,
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
 ) -> bytes:
     """``encode_infer_response(response, request, shm).SerializeToString()``, byte for byte."""
     if response.parameters or (
@@ -476,8 +477,12 @@ _RESPONSE_LAYOUTS: LayoutCache[tuple[Any, ...], tuple[bytes, list[tuple[bytes, i
 
 def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
     """Keep the layout of a decoded message when its raw contents come last and every input
-    is one of them, in a fixed-size datatype (not in shared memory)."""
+    is one of them, in a fixed-size datatype (not in shared memory), and no output goes to
+    shared memory (a layout is replayed without the checks of its outputs, and a region is
+    its principal's: each request's are checked against its own)."""
     if any(t.datatype == "BYTES" or REGION in t.parameters for t in request.inputs):
+        return
+    if any(REGION in out.parameters for out in request.outputs):
         return
     start = _raw_inputs_start(data)
     if start is None:
@@ -562,7 +567,7 @@ def encode_repository_index(index: list[dict[str, Any]]) -> Any:
 
 
 def encode_shm_status(regions: list[dict[str, Any]]) -> Any:
-    """SharedMemoryRegistry.status() -> SystemSharedMemoryStatusResponse."""
+    """Regions.status() -> SystemSharedMemoryStatusResponse."""
     return _parse(
         {"regions": {region["name"]: region for region in regions}},
         pb.SystemSharedMemoryStatusResponse(),

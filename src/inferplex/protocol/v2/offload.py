@@ -1,10 +1,13 @@
 """Decoding and encoding large inference bodies off the event loop.
 
-Turning a large body into tensors (parsing JSON, cutting BYTES elements) or tensors into one
-(formatting JSON, copying raw data) takes milliseconds to seconds; on the event loop, that
-freezes every other client of the server, health checks included. Above ``OFFLOAD_BYTES`` of
-work the codec runs in a worker thread and the loop goes on serving; below it the thread hop
-would cost more than the work, so small requests (the hot path) stay on the loop.
+Turning a large body into tensors (parsing JSON, cutting BYTES elements, reading a large
+tensor from shared memory) or tensors into one (formatting JSON, copying raw data) takes
+milliseconds to seconds; on the event loop, that freezes every other client of the server,
+health checks included. Above ``OFFLOAD_BYTES`` of work the codec runs in a worker thread
+and the loop goes on serving; below it the thread hop would cost more than the work, so small
+requests (the hot path) stay on the loop. A small body that names a larger tensor in shared
+memory is found out while decoding on the loop (``ReadOffLoop``) and decoded again in a
+thread.
 
 Off the loop, each input's declared name, datatype and shape are checked (the data plane's
 ``checks``: the limits, then the model's inputs) before its data is decoded, so a body the
@@ -19,7 +22,7 @@ import asyncio
 
 from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import grpc_codec, rest
-from inferplex.shm.registry import SharedMemoryRegistry
+from inferplex.shm.registry import ReadOffLoop, Regions
 from inferplex.types import InferenceRequest, InferenceResponse
 
 __all__ = [
@@ -60,7 +63,7 @@ def decode_rest_here(
     header_length: int | None,
     model: str,
     version: str,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     plane: DataPlane,
 ) -> InferenceRequest | None:
     """The request of a body whose work is small, decoded and admitted on the caller's
@@ -68,7 +71,12 @@ def decode_rest_here(
     hot path calls this first: no coroutine to create and await for a small request.)"""
     if len(body) <= OFFLOAD_BYTES or rest_work(body, header_length) <= OFFLOAD_BYTES:
         # at most OFFLOAD_BYTES of JSON: far below what pauses the garbage collector
-        request = rest.decode_body(body, header_length, model, version, shm)
+        try:
+            request = rest.decode_body(
+                body, header_length, model, version, None if shm is None else shm.on_loop
+            )
+        except ReadOffLoop:  # a large tensor in shared memory: read it in a worker thread
+            return None
         plane.admit(request)
         return request
     return None
@@ -79,7 +87,7 @@ async def decode_rest(
     header_length: int | None,
     model: str,
     version: str,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     plane: DataPlane,
 ) -> InferenceRequest:
     """``rest.decode_infer_request`` and ``plane.admit``, off the loop for a large body."""
@@ -94,7 +102,7 @@ def _decode_rest(
     header_length: int | None,
     model: str,
     version: str,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     plane: DataPlane,
 ) -> InferenceRequest:
     request = rest.decode_infer_request(body, header_length, model, version, shm, plane.checks)
@@ -104,14 +112,19 @@ def _decode_rest(
 
 def decode_grpc_here(
     message: bytes | bytearray | memoryview,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     plane: DataPlane,
 ) -> InferenceRequest | None:
     """The request in a small message, or one of a layout seen before (fixed-size raw
     tensors, viewed in place: no work at any size), decoded and admitted on the caller's
     thread; None for one that :func:`decode_grpc` should decode in a worker thread."""
     if len(message) <= OFFLOAD_BYTES:  # (it looks for a known layout first)
-        request = grpc_codec.decode_infer_request_bytes(message, shm)
+        try:
+            request = grpc_codec.decode_infer_request_bytes(
+                message, None if shm is None else shm.on_loop
+            )
+        except ReadOffLoop:  # a large tensor in shared memory: read it in a worker thread
+            return None
     else:
         known = grpc_codec.known_request(message)
         if known is None:
@@ -123,7 +136,7 @@ def decode_grpc_here(
 
 async def decode_grpc(
     message: bytes | bytearray | memoryview,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     plane: DataPlane,
 ) -> InferenceRequest:
     """``grpc_codec.decode_infer_request_bytes`` and ``plane.admit``, off the loop for a
@@ -136,7 +149,7 @@ async def decode_grpc(
 
 def _decode_grpc(
     message: bytes | bytearray | memoryview,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     plane: DataPlane,
 ) -> InferenceRequest:
     request = grpc_codec.decode_infer_request_bytes(message, shm, plane.checks)
@@ -157,7 +170,7 @@ def small_response(response: InferenceResponse) -> bool:
 
 
 def encode_rest_here(
-    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
+    response: InferenceResponse, request: InferenceRequest, shm: Regions | None
 ) -> tuple[bytes, int | None] | None:
     """``rest.encode_infer_response`` of small outputs, on the caller's thread; None for
     large ones (:func:`encode_rest`)."""
@@ -167,7 +180,7 @@ def encode_rest_here(
 
 
 async def encode_rest(
-    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
+    response: InferenceResponse, request: InferenceRequest, shm: Regions | None
 ) -> tuple[bytes, int | None]:
     """``rest.encode_infer_response``, off the loop for large outputs."""
     if small_response(response):
@@ -176,7 +189,7 @@ async def encode_rest(
 
 
 def encode_grpc_here(
-    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
+    response: InferenceResponse, request: InferenceRequest, shm: Regions | None
 ) -> bytes | None:
     """``grpc_codec.encode_infer_response_bytes`` of small outputs, on the caller's thread;
     None for large ones (:func:`encode_grpc`)."""
@@ -186,7 +199,7 @@ def encode_grpc_here(
 
 
 async def encode_grpc(
-    response: InferenceResponse, request: InferenceRequest, shm: SharedMemoryRegistry | None
+    response: InferenceResponse, request: InferenceRequest, shm: Regions | None
 ) -> bytes:
     """``grpc_codec.encode_infer_response_bytes``, off the loop for large outputs."""
     if small_response(response):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from math import prod
 from typing import Any
@@ -53,15 +53,25 @@ from inferplex.protocol.dataplane import (
 )
 from inferplex.protocol.v2.layouts import LayoutCache
 from inferplex.protocol.v2.rest_json import (
+    JsonPieces,
     array_from_json,
+    json_pieces,
     json_type,
+    parameters_object,
     release,
+    spliced,
     strings_to_json,
 )
-from inferplex.shm.registry import REGION, SharedMemoryRegistry
+from inferplex.shm.registry import REGION, Regions
 from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
-__all__ = ["decode_body", "decode_infer_request", "encode_infer_response", "parse_header_length"]
+__all__ = [
+    "decode_body",
+    "decode_infer_request",
+    "encode_infer_response",
+    "gc_paused",
+    "parse_header_length",
+]
 
 _DUMPS_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -87,7 +97,7 @@ def decode_infer_request(
     header_length: int | None,
     model_name: str,
     model_version: str = "",
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
     checks: CheckFactory | None = None,
 ) -> InferenceRequest:
     """Decode a V2 REST inference request body into an :class:`InferenceRequest`.
@@ -101,8 +111,8 @@ def decode_infer_request(
     json_size = len(body) if header_length is None else min(header_length, len(body))
     if json_size < _GC_PAUSE_BYTES:
         return decode_body(body, header_length, model_name, model_version, shm, checks)
-    # the parsed JSON of a large body lives through the whole decode (see _gc_paused)
-    with _gc_paused():
+    # the parsed JSON of a large body lives through the whole decode (see gc_paused)
+    with gc_paused():
         return decode_body(body, header_length, model_name, model_version, shm, checks)
 
 
@@ -111,7 +121,7 @@ def decode_body(
     header_length: int | None,
     model_name: str,
     model_version: str = "",
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
     checks: CheckFactory | None = None,
 ) -> InferenceRequest:
     """:func:`decode_infer_request` without pausing the garbage collector: for a body whose
@@ -167,7 +177,7 @@ def _request_fields(header: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     request_id = header.get("id", "")
     if type(request_id) is not str:
         raise InvalidInputError(f"'id' must be a string, got {json_type(request_id)}")
-    parameters = _parameters(header.get("parameters"), "request", "")
+    parameters = parameters_object(header.get("parameters"), "request", "")
     if parameters:
         binary_output = parameters.get("binary_data_output", False)
         if type(binary_output) is not bool:
@@ -182,7 +192,7 @@ def _decode_inputs(
     raw_inputs: Any,
     data: bytes | memoryview,
     header_length: int,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     check: InputCheck | None,
 ) -> list[Tensor]:
     """The input tensors; every byte after the header must belong to one of them."""
@@ -316,7 +326,7 @@ def _decode_input(
     body: bytes | memoryview,
     offset: int,
     size: int,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
     check: InputCheck | None = None,
 ) -> tuple[Tensor, int]:
     """One input tensor; returns it and the offset just past its binary data."""
@@ -338,7 +348,7 @@ def _decode_input(
     if parameters is None:
         parameters = {}
     else:
-        _parameters(parameters, "input", name)  # raises unless a shallow object
+        parameters_object(parameters, "input", name)  # raises unless a shallow object
     data = raw.get("data")
     if REGION in parameters:
         return _shared_input(name, datatype, shape, parameters, data, shm), offset
@@ -372,7 +382,7 @@ def _shared_input(
     shape: tuple[int, ...],
     parameters: dict[str, Any],
     data: Any,
-    shm: SharedMemoryRegistry | None,
+    shm: Regions | None,
 ) -> Tensor:
     """An input whose parameters name a shared-memory region (and that has no data)."""
     if data is not None or "binary_data_size" in parameters:
@@ -406,7 +416,7 @@ def _binary_input_end(
     return end
 
 
-def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[RequestedOutput]:
+def _decode_outputs(raw_outputs: Any, shm: Regions | None) -> list[RequestedOutput]:
     if type(raw_outputs) is not list:
         raise InvalidInputError(
             f"'outputs' must be a list of requested outputs, got {json_type(raw_outputs)}"
@@ -428,10 +438,10 @@ def _decode_outputs(raw_outputs: Any, shm: SharedMemoryRegistry | None) -> list[
     return ClassifiedOutputs(outputs) if classified else outputs
 
 
-def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | None) -> int:
+def _check_output_parameters(raw: Any, name: str, shm: Regions | None) -> int:
     """An output's 'parameters': a shallow object whose binary_data is a bool; then the
     data plane's checks (shared memory, classification: returns how many classes)."""
-    parameters = _parameters(raw, "output", name)
+    parameters = parameters_object(raw, "output", name)
     binary = parameters.get("binary_data", False)
     if not isinstance(binary, bool):
         raise InvalidInputError(
@@ -439,44 +449,6 @@ def _check_output_parameters(raw: Any, name: str, shm: SharedMemoryRegistry | No
             f"{json_type(binary)}"
         )
     return requested_output(name, parameters, shm)
-
-
-def _parameters(raw: Any, owner: str, name: str) -> dict[str, Any]:
-    """A 'parameters' object; ``owner`` and ``name`` only word the error."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        where = f"{owner} '{name}': " if name else f"{owner} "
-        raise InvalidInputError(f"{where}'parameters' must be a JSON object, got {json_type(raw)}")
-    for value in raw.values():
-        if type(value) is dict or type(value) is list:
-            _check_depth(value, owner, name)
-    return raw
-
-
-#: how deeply a parameter's value may nest lists and objects. V2 parameters are scalars;
-#: a deeper value would make the copies of a request (pickled for a Python handler's worker,
-#: written as JSON) recurse past Python's limit: a 500 where the client is at fault
-_PARAMETER_DEPTH = 32
-
-
-def _check_depth(value: Any, owner: str, name: str) -> None:
-    """InvalidInputError when ``value`` nests more than _PARAMETER_DEPTH levels."""
-    level = [value]
-    for _ in range(_PARAMETER_DEPTH):
-        level = [
-            item
-            for container in level
-            for item in (container.values() if type(container) is dict else container)
-            if type(item) is dict or type(item) is list
-        ]
-        if not level:
-            return
-    where = f"{owner} '{name}': " if name else f"{owner} "
-    raise InvalidInputError(
-        f"{where}'parameters' has a value nested more than {_PARAMETER_DEPTH} levels deep "
-        "(lists or objects)"
-    )
 
 
 def _shape(raw: Any, name: str) -> tuple[int, ...]:
@@ -498,7 +470,7 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
 def encode_infer_response(
     response: InferenceResponse,
     request: InferenceRequest,
-    shm: SharedMemoryRegistry | None = None,
+    shm: Regions | None = None,
 ) -> tuple[bytes, int | None]:
     """Encode a response as one body; returns it and the JSON header length.
 
@@ -511,6 +483,7 @@ def encode_infer_response(
     requested = {out.name: out.parameters for out in request.outputs} if request.outputs else None
     outputs: list[dict[str, Any]] = []
     chunks: list[Any] = []
+    large: list[JsonPieces] = []  # large outputs' JSON text, spliced into the header
     for tensor in response.outputs:
         parameters = requested.get(tensor.name) if requested else None
         if parameters and REGION in parameters:
@@ -535,12 +508,16 @@ def encode_infer_response(
                 }
             )
         else:
+            data = _json_output(tensor)
+            if type(data) is JsonPieces:
+                large.append(data)
+                data = JsonPieces.PLACEHOLDER
             outputs.append(
                 {
                     "name": tensor.name,
                     "datatype": tensor.datatype,
                     "shape": tensor.shape,
-                    "data": _json_output(tensor),
+                    "data": data,
                 }
             )
 
@@ -554,6 +531,8 @@ def encode_infer_response(
         body["parameters"] = response.parameters
     body["outputs"] = outputs
     header = orjson.dumps(body, option=_DUMPS_OPTIONS)
+    if large:
+        header = spliced(header, large)
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)
@@ -581,36 +560,32 @@ def _binary_output(tensor: Tensor) -> tuple[bytes | np.ndarray, int]:
 
 
 def _json_output(tensor: Tensor) -> Any:
-    """The output's 'data': a list or array orjson writes, or for a large output the JSON
-    text written a chunk at a time (each orjson call holds the GIL: see element_chunks)."""
+    """The output's 'data': a list or array orjson writes, or for a large output its JSON
+    text in pieces written a chunk at a time (each orjson call holds the GIL: see
+    element_chunks; ``json_pieces``)."""
     if tensor.datatype == "BYTES":
         array = np.asarray(tensor.data)
         if array.size <= CHUNK:
             return strings_to_json(tensor.name, array)
-        return _joined(
+        return json_pieces(
             orjson.dumps(strings_to_json(tensor.name, chunk))
             for chunk in _array_chunks(array.reshape(-1))
         )
     data = _native(tensor).reshape(-1)
     if data.dtype.kind == "f" and not np.isfinite(data).all():
         # orjson would write null; NaN / Infinity / -Infinity as Triton writes them
-        return _joined(
+        return json_pieces(
             json.dumps(chunk.tolist(), separators=(",", ":")).encode()
             for chunk in _array_chunks(data)
         )
     if data.size <= CHUNK:
         return data
-    return _joined(orjson.dumps(chunk, option=_DUMPS_OPTIONS) for chunk in _array_chunks(data))
+    return json_pieces(orjson.dumps(chunk, option=_DUMPS_OPTIONS) for chunk in _array_chunks(data))
 
 
 def _array_chunks(data: np.ndarray) -> Iterator[np.ndarray]:
     for low in range(0, data.size, CHUNK):
         yield data[low : low + CHUNK]
-
-
-def _joined(arrays: Iterable[bytes]) -> orjson.Fragment:
-    """One JSON array of the elements of non-empty JSON ``arrays``."""
-    return orjson.Fragment(b"[" + b",".join(text[1:-1] for text in arrays) + b"]")
 
 
 #: bodies with this much JSON or more are decoded with the cyclic garbage collector paused
@@ -621,7 +596,7 @@ _gc_resume = False  # whether it was enabled before the first of them
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a large body is decoded. Every few hundred
     lists orjson creates start a collection over the young objects, and every so often over
     all of them: a body of millions of small nested lists parsed 4x slower with it on

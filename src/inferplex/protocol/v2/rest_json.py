@@ -6,10 +6,12 @@ Every problem is an :class:`InvalidInputError` whose message names the tensor.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import chain
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
+import orjson
 
 from inferplex.datatypes import CHUNK, V2_TO_NUMPY, element_chunks, reshape_input
 from inferplex.errors import InvalidInputError
@@ -212,6 +214,44 @@ def _not_a_string(name: str, item: Any) -> InvalidInputError:
     )
 
 
+def parameters_object(raw: Any, owner: str, name: str) -> dict[str, Any]:
+    """A 'parameters' object; ``owner`` and ``name`` only word the error."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        where = f"{owner} '{name}': " if name else f"{owner} "
+        raise InvalidInputError(f"{where}'parameters' must be a JSON object, got {json_type(raw)}")
+    for value in raw.values():
+        if type(value) is dict or type(value) is list:
+            _check_depth(value, owner, name)
+    return raw
+
+
+#: how deeply a parameter's value may nest lists and objects. V2 parameters are scalars;
+#: a deeper value would make the copies of a request (pickled for a Python handler's worker,
+#: written as JSON) recurse past Python's limit: a 500 where the client is at fault
+_PARAMETER_DEPTH = 32
+
+
+def _check_depth(value: Any, owner: str, name: str) -> None:
+    """InvalidInputError when ``value`` nests more than _PARAMETER_DEPTH levels."""
+    level = [value]
+    for _ in range(_PARAMETER_DEPTH):
+        level = [
+            item
+            for container in level
+            for item in (container.values() if type(container) is dict else container)
+            if type(item) is dict or type(item) is list
+        ]
+        if not level:
+            return
+    where = f"{owner} '{name}': " if name else f"{owner} "
+    raise InvalidInputError(
+        f"{where}'parameters' has a value nested more than {_PARAMETER_DEPTH} levels deep "
+        "(lists or objects)"
+    )
+
+
 def json_type(value: Any) -> str:
     """What a JSON value is, for error messages."""
     if value is None:
@@ -261,3 +301,38 @@ def _not_text(name: str) -> InvalidInputError:
         f"output '{name}' holds bytes that are not valid UTF-8 and cannot be "
         "sent as JSON; request it with parameters.binary_data = true"
     )
+
+
+class JsonPieces(list[bytes]):
+    """A large output's JSON array as pieces of text, each written by one short call.
+
+    One JSON text of a large output, made by joining its chunks with ``+`` or handed to
+    orjson as a Fragment, is copied whole by calls that hold the GIL throughout (0.1-0.2 s
+    each for 20 M numbers): whatever thread encodes it, the event loop waits that long. As
+    pieces, the response is joined once by ``bytes.join``, which lets go of the GIL while it
+    copies (it does for ``bytes`` pieces only, not for memoryviews, hence the slices)."""
+
+    #: stands for the pieces in the response's header (orjson escapes a NUL in any string)
+    PLACEHOLDER: ClassVar[orjson.Fragment] = orjson.Fragment(b"\x00")
+
+
+def json_pieces(arrays: Iterable[bytes]) -> JsonPieces:
+    """One JSON array of the elements of non-empty JSON ``arrays``, in pieces."""
+    pieces = JsonPieces([b"["])
+    for text in arrays:
+        if len(pieces) > 1:
+            pieces.append(b",")
+        pieces.append(text[1:-1])  # a copy, of one chunk: short
+    pieces.append(b"]")
+    return pieces
+
+
+def spliced(header: bytes, large: list[JsonPieces]) -> bytes:
+    """``header`` (written with ``JsonPieces.PLACEHOLDER`` for each of ``large``, in order)
+    with the pieces in their places, joined by one call that lets go of the GIL."""
+    parts = header.split(b"\x00")
+    out = [parts[0]]
+    for pieces, tail in zip(large, parts[1:], strict=True):
+        out.extend(pieces)
+        out.append(tail)
+    return b"".join(out)

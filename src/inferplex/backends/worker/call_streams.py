@@ -1,0 +1,148 @@
+"""The server's side of a worker's streamed calls (``stream_messages.py``): a handler calling
+a decoupled model reads its responses one at a time while its batch runs.
+
+The calls a batch opens end with it: whatever is still open when the batch ends (the handler
+stopped reading, returned or failed) is stopped, and so is everything when every request of
+the batch lost its caller. A stopped call's model sees its request cancelled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from inferplex.backends.base import CalledResponse, CallStopped, CallStream, ModelCaller
+from inferplex.backends.worker.arena import Arena, Header
+from inferplex.backends.worker.stream_messages import (
+    CANCELLED,
+    StreamCancel,
+    StreamItem,
+    StreamNext,
+    StreamOpen,
+    StreamOpened,
+    StreamRequest,
+)
+from inferplex.backends.worker.worker_process import WorkerProcess
+from inferplex.datatypes import v2_datatype
+from inferplex.errors import InferplexError, UnsupportedError
+from inferplex.types import InferenceRequest, RequestedOutput, Tensor
+
+
+def call_request(
+    arena: Arena, model: str, version: str, inputs: list[Header], outputs: list[str]
+) -> InferenceRequest:
+    """The request of a worker's call to ``model``, its inputs copied out of the arena (the
+    worker writes its next call there)."""
+    tensors = arena.read(inputs, copy=True)
+    return InferenceRequest(
+        model,
+        [Tensor(n, v2_datatype(a.dtype), a.shape, a) for n, a in tensors.items()],
+        model_version=version,
+        outputs=[RequestedOutput(n) for n in outputs],
+    )
+
+
+class _Open:
+    """One open call: its stream (or why it could not start) and when it times out."""
+
+    __slots__ = ("stream", "until")
+
+    def __init__(self, stream: CallStream | InferplexError, until: float | None) -> None:
+        self.stream = stream
+        self.until = until
+
+
+class StreamedCalls:
+    """The streamed calls of the batch a worker runs; used by the instance's thread, except
+    ``stop_all`` (any thread)."""
+
+    def __init__(self, worker: WorkerProcess, caller: ModelCaller | None) -> None:
+        self._worker = worker
+        self._caller = caller
+        self._numbers = itertools.count(1)
+        self._open: dict[int, _Open] = {}
+        #: the running batch's number here (a cancellation that comes late finds another)
+        self.batch = 0
+        # the batch's cancellation may stop its calls from the event loop
+        self._lock = threading.Lock()
+
+    def handle(self, message: StreamRequest, base: int, deadline: float | None) -> None:
+        """Answer one message of the worker (``base``: the arena's free offset)."""
+        if isinstance(message, StreamOpen):
+            self._worker.send(StreamOpened(self._start(message, deadline)))
+        elif isinstance(message, StreamNext):
+            self._worker.send(self._item(message.stream, base, deadline))
+        else:
+            self._stop(message)
+
+    def _start(self, message: StreamOpen, deadline: float | None) -> int:
+        until = None if message.timeout is None else time.monotonic() + message.timeout
+        if deadline is not None:
+            until = deadline if until is None else min(until, deadline)
+        stream: CallStream | InferplexError
+        if self._caller is None:
+            stream = UnsupportedError("this server gives handlers no access to other models")
+        else:
+            request = call_request(
+                self._worker.arena, message.model, message.version, message.inputs, message.outputs
+            )
+            try:
+                stream = self._caller.stream(request)
+            except InferplexError as exc:
+                stream = exc
+        number = next(self._numbers)
+        with self._lock:
+            self._open[number] = _Open(stream, until)
+        return number
+
+    def _item(self, number: int, base: int, deadline: float | None) -> StreamItem:
+        with self._lock:
+            call = self._open.get(number)
+        if call is None:
+            return StreamItem(None, (CANCELLED, "the call has no more responses"), True)
+        stream = call.stream
+        if isinstance(stream, InferplexError):
+            response = CalledResponse(None, stream)
+        else:
+            wait = None if call.until is None else max(0.0, call.until - time.monotonic())
+            response = stream.next(wait)
+        if response.final:
+            with self._lock:
+                self._open.pop(number, None)
+        headers = None
+        if response.outputs is not None:
+            headers = self._worker.arena.write(response.outputs, base)[0]
+        error = response.error
+        if error is None:
+            return StreamItem(headers, None, response.final)
+        code = CANCELLED if isinstance(error, CallStopped) else error.code.value
+        return StreamItem(headers, (code, error.message), response.final)
+
+    def _stop(self, message: StreamCancel) -> None:
+        with self._lock:
+            call = self._open.get(message.stream)
+        if call is not None:
+            _close([call])
+
+    def stop_all(self, batch: int) -> None:
+        """Stop every open call of batch number ``batch`` (``batch`` when it started), whose
+        callers all went away; nothing once that batch ended."""
+        with self._lock:
+            calls = list(self._open.values()) if batch == self.batch else []
+        _close(calls)
+
+    def end_batch(self) -> None:
+        """The batch ended: its calls end with it (their models see them cancelled)."""
+        with self._lock:
+            self.batch += 1
+            if not self._open:
+                return
+            calls, self._open = list(self._open.values()), {}
+        _close(calls)
+
+
+def _close(calls: list[_Open]) -> None:
+    for call in calls:
+        if not isinstance(call.stream, InferplexError):
+            call.stream.close()

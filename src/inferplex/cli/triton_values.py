@@ -1,0 +1,151 @@
+"""The values of tritonserver's compound flags, read as Triton reads them
+(``<name>,<setting>=<value>``, ``<apis>:<key>=<value>``, ``<resource>:<count>[:<device>]``)
+into what inferplex does with them. A malformed value stops the start, as it stops Triton's."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import click
+
+from inferplex.cli.triton_spec import FALSE, TRUE, Effect
+
+
+def split_setting(flag: str, text: str, first: str = ",", named: bool = True) -> tuple[str, ...]:
+    """``name<first>setting=value`` -> (name, setting, value); with ``named=False`` the name
+    may be left out (then ""). Every part must be there, as Triton checks."""
+    head, equals, value = text.partition("=")
+    name, comma, key = head.partition(first)
+    if not comma:
+        name, key = "", head
+    if not equals or not key or not value or (named and not name) or (comma and not name):
+        form = f"<name>{first}<setting>=<value>" if named else "[<name>,]<setting>=<value>"
+        raise click.UsageError(f"tritonserver's {flag} takes {form}, got '{text}'")
+    return name, key, value
+
+
+def boolean(flag: str, text: str) -> bool:
+    if text.lower() in TRUE:
+        return True
+    if text.lower() in FALSE:
+        return False
+    raise click.UsageError(f"tritonserver's {flag} takes true or false, got '{text}'")
+
+
+def integer(flag: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise click.UsageError(f"tritonserver's {flag} takes a number, got '{text}'") from None
+
+
+def cache_config(values: Iterable[str]) -> Effect:
+    """``local,size=N``: the response cache's size; other caches and settings are noted."""
+    settings: dict[str, Any] = {}
+    notes: list[str] = []
+    for text in values:
+        cache, key, value = split_setting("--cache-config", text)
+        if cache == "local" and key == "size":
+            settings["cache_size"] = integer("--cache-config", value)
+        elif cache == "local":
+            notes.append(f"local,{key}: no effect: the local cache's one setting is size")
+        else:
+            notes.append(
+                f"{cache}: no effect: inferplex has one cache, in its own memory ('local'); "
+                "without a local size nothing is cached"
+            )
+    return Effect(settings, tuple(notes))
+
+
+def rate_limit_resources(values: Iterable[str]) -> Effect:
+    """``name:count[:device]``: each resource's count; per-device counts add up, as
+    inferplex has one pool of each resource for the whole server."""
+    counts: dict[str, int] = {}
+    notes: list[str] = []
+    for text in values:
+        parts = text.split(":")
+        if len(parts) not in (2, 3) or not parts[0]:
+            raise click.UsageError(
+                "tritonserver's --rate-limit-resource takes <resource_name>:<count>:<device> "
+                f"or <resource_name>:<count>, got '{text}'"
+            )
+        count = integer("--rate-limit-resource", parts[1])
+        if len(parts) == 3:
+            integer("--rate-limit-resource", parts[2])
+            notes.append(
+                f"{text}: device {parts[2]}'s count is added to the resource's one server-wide "
+                "pool (inferplex has no per-device pools)"
+            )
+            counts[parts[0]] = counts.get(parts[0], 0) + count
+        else:
+            counts[parts[0]] = count
+    return Effect({"rate_limit_resources": counts}, tuple(notes))
+
+
+#: Triton's restricted API categories (restricted_features.h) and the inferplex scope of
+#: each (security/scopes.py): model-repository spans both (its index is read-only)
+CATEGORIES = (
+    "health",
+    "metadata",
+    "inference",
+    "shared-memory",
+    "model-config",
+    "model-repository",
+    "statistics",
+    "trace",
+    "logging",
+)
+_BEARER = re.compile(r"bearer\s+(\S+)", re.IGNORECASE)
+
+
+def restrictions(flag: str, values: Iterable[str]) -> list[tuple[frozenset[str], str, str]]:
+    """``<apis>:<key>=<value>`` -> (the categories, the header's name, its value), each
+    category in one group at most (as Triton checks)."""
+    groups: list[tuple[frozenset[str], str, str]] = []
+    seen: set[str] = set()
+    for text in values:
+        apis, key, value = split_setting(flag, text, first=":")
+        categories = frozenset(api.strip() for api in apis.split(","))
+        for category in categories:
+            if category not in CATEGORIES:
+                raise click.UsageError(
+                    f"tritonserver's {flag}: unknown API '{category}' (one of "
+                    f"{', '.join(CATEGORIES)})"
+                )
+            if category in seen:
+                raise click.UsageError(
+                    f"tritonserver's {flag}: '{category}' is in more than one group"
+                )
+        seen |= categories
+        groups.append((categories, key, value))
+    return groups
+
+
+def bearer_token(groups: list[tuple[frozenset[str], str, str]]) -> str | None:
+    """The one token the groups ask for, where they say exactly what inferplex's tokens do:
+    every API but health behind ``Authorization: Bearer <token>``; else None."""
+    restricted = frozenset().union(*(categories for categories, _, _ in groups))
+    if restricted != frozenset(CATEGORIES) - {"health"}:
+        return None
+    tokens = {_token(key, value) for _, key, value in groups}
+    token = tokens.pop() if len(tokens) == 1 else None
+    return token
+
+
+def _token(key: str, value: str) -> str | None:
+    match = _BEARER.fullmatch(value.strip())
+    return match.group(1) if key.lower() == "authorization" and match else None
+
+
+def metrics_config(values: Iterable[str]) -> Effect:
+    """``<setting>=<value>``: inferplex's metrics have no such settings (noted)."""
+    notes = []
+    for text in values:
+        _, key, value = split_setting("--metrics-config", text, named=False)
+        notes.append(
+            f"{key}={value}: no effect: inferplex exports its latencies as histograms "
+            "(inferplex_*_duration_seconds) and Triton's nv_* counters, without settings"
+        )
+    return Effect({}, tuple(notes))

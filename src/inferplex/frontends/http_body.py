@@ -1,0 +1,127 @@
+"""The body of a V2 REST request (frontends/http.py): its headers, its size against the limit of
+its endpoint, ASGI's way of receiving it, and its inflation when it comes compressed.
+
+Every POST endpoint takes a body of at most its limit: inference and loads
+``--max-request-bytes``, the others ``--max-small-request-bytes``; a GET endpoint takes none.
+A compressed body is inflated within the same limit (transport/inflate.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from inferplex.errors import InvalidInputError, PayloadTooLargeError, UnsupportedError
+from inferplex.frontends.http_routes import Endpoint
+from inferplex.transport.compression import CODINGS
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.inflate import Inflated, inflate
+
+__all__ = [
+    "Disconnected",
+    "body_headers",
+    "inflate_body",
+    "receive_body",
+    "refuse_body",
+    "too_large",
+]
+
+Headers = list[tuple[bytes, bytes]]
+#: a request body: a large one is a memoryview of the buffer the server read it into
+Body = bytes | memoryview
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+
+
+class Disconnected(Exception):
+    """The client went away before its request body was complete."""
+
+
+def body_headers(
+    headers: Headers, limit: int, flag: str
+) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
+    identity) and the ``Accept-Encoding`` of a request with a body; a declared length
+    above ``limit`` is refused (413, naming ``flag``) before any of the body is read."""
+    header_length = coding = accept = None
+    for key, value in headers:
+        if key == b"content-length":
+            if not value.isdigit():
+                raise InvalidInputError(
+                    f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
+                )
+            if int(value) > limit:
+                raise too_large(f"Content-Length {int(value)}", limit, flag)
+        elif key == b"inference-header-content-length":
+            header_length = value
+        elif key == b"content-encoding":
+            coding = value.strip().lower()
+            if coding == b"identity":
+                coding = None
+            elif coding not in CODINGS:
+                raise UnsupportedError(
+                    f"Content-Encoding {value.decode(errors='replace')} is not supported: "
+                    "send the request body as gzip, deflate or uncompressed"
+                )
+        elif key == b"accept-encoding":
+            accept = value
+    return header_length, coding, accept
+
+
+async def receive_body(receive: Receive, limit: int, flag: str) -> Body:
+    """The body of an ASGI request, refused with 413 as soon as it is known to be above
+    ``limit``: a body in pieces (chunked, or larger than one read) is counted as it
+    arrives, never holding more than the limit."""
+    size = 0
+    chunks: list[bytes] = []
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large(f"at least {size} bytes", limit, flag)
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def inflate_body(
+    body: Body, coding: bytes, limit: int, flag: str, budget: ByteBudget
+) -> Inflated:
+    """A compressed body inflated within ``limit``, charged to the server's budget (off
+    the event loop where the limit allows much: ``transport/inflate.py``)."""
+    return await inflate(
+        body,
+        coding,
+        limit,
+        budget,
+        f"the {coding.decode()} request body",
+        lambda: too_large(f"more than {limit} bytes once decompressed", limit, flag),
+    )
+
+
+def too_large(what: str, limit: int, flag: str) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"request body of {what} is above the limit of {limit} bytes ({flag})"
+    )
+
+
+def takes_none(path: str, endpoint: Endpoint) -> PayloadTooLargeError:
+    return PayloadTooLargeError(
+        f"{endpoint.method} {path} takes no request body: send it without one"
+    )
+
+
+def refuse_body(path: str, endpoint: Endpoint, headers: Headers, body: Body | Receive) -> None:
+    """Refuse a request with a body to an endpoint that takes none (a GET): the built-in
+    server's came with its header block (a larger one was refused before it was read); an
+    ASGI request's is known from its headers, before any of it is read."""
+    if isinstance(body, bytes | memoryview):
+        if body:
+            raise takes_none(path, endpoint)
+        return
+    for key, value in headers:
+        if key == b"transfer-encoding" or (key == b"content-length" and value.strip(b"0 ")):
+            raise takes_none(path, endpoint)
