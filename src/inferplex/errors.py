@@ -64,6 +64,12 @@ class ServerBusyError(InferplexError):
     code = ErrorCode.UNAVAILABLE
 
 
+class StreamLimitError(InferplexError):
+    """A bound on streams a client may hold open (gRPC health Watch) is reached."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
 class DeadlineExceededError(InferplexError):
     """The request's timeout passed, or cannot be met given the model's execution time."""
 

@@ -43,6 +43,7 @@ from inferplex.security.encryption import load_key, use_key
 from inferplex.security.tls import grpc_ssl_context, server_ssl_context
 from inferplex.security.tokens import TokenAuth
 from inferplex.shm import SharedMemoryRegistry
+from inferplex.transport.connections import ConnectionGate, connection_caps
 from inferplex.transport.grpc_server import Method
 from inferplex.transport.grpcio_server import GrpcioServer, server_credentials
 from inferplex.transport.http_server import ByteBudget, Http1Limits, HttpServer
@@ -114,17 +115,34 @@ def build_engine(config: ServerConfig) -> InferenceEngine:
     )
 
 
-def reference_grpc_server(config: ServerConfig, budget: ByteBudget | None = None) -> ServerFactory:
+def reference_grpc_server(
+    config: ServerConfig, budget: ByteBudget | None = None, gate: ConnectionGate | None = None
+) -> ServerFactory:
     """What builds the reference gRPC server (grpc.aio, ``--grpc-server grpcio``) of a
     GrpcFrontend's method table, with the limits of ``config``; inflated messages are
-    charged to ``budget`` (the server's)."""
+    charged to ``budget`` (the server's); ``gate``: the caps on connections (grpc-core
+    counts its own, server-wide only)."""
     credentials = None
     if config.tls_cert_file is not None and config.tls_key_file is not None:
         credentials = server_credentials(
             config.tls_cert_file, config.tls_key_file, config.tls_client_ca
         )
-    # the http2_* bounds grpc-core has a setting for (the others it keeps its own way)
-    options = {"grpc.max_concurrent_streams": config.http2_max_concurrent_streams}
+    # the http2_* bounds grpc-core has a setting for (the others it keeps its own way);
+    # its connection cap is server-wide only (grpc-core has none per peer) and counts the
+    # gRPC port alone, beside the gate that counts the other listeners
+    options = {
+        "grpc.max_concurrent_streams": config.http2_max_concurrent_streams,
+        "grpc.max_allowed_incoming_connections": gate.max_connections
+        if gate is not None
+        else connection_caps(config.max_connections, config.max_connections_per_peer)[0],
+        # a client's PINGs: at most one per 5 minutes without calls, two strikes, then GOAWAY
+        # ENHANCE_YOUR_CALM; and the server's own keepalive PINGs without data: two at most
+        # (grpc-core's defaults, set here so they are ours, not a library version's)
+        "grpc.keepalive_permit_without_calls": 0,
+        "grpc.http2.min_ping_interval_without_data_ms": 300_000,
+        "grpc.http2.max_ping_strikes": 2,
+        "grpc.http2.max_pings_without_data": 2,
+    }
     for option, seconds in (
         ("grpc.server_handshake_timeout_ms", config.http2_preface_timeout_s),
         ("grpc.max_connection_idle_ms", config.http2_idle_timeout_s),
@@ -176,6 +194,10 @@ class Server:
         self.metrics_port = 0
         self.management_port = 0
         self._http_servers: list[HttpServer | UvicornHttpServer] = []
+        #: connections of every listener, server-wide and per client address
+        self._gate = ConnectionGate(
+            *connection_caps(config.max_connections, config.max_connections_per_peer)
+        )
         self._grpc: GrpcFrontend | None = None
         self._metrics: MetricsApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -272,11 +294,12 @@ class Server:
                 ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
-                server=reference_grpc_server(config, self._http_budget)
+                server=reference_grpc_server(config, self._http_budget, self._gate)
                 if config.grpc_server == "grpcio"
                 else None,
                 budget=self._http_budget,  # one bound on buffered request bytes for both
                 plane=self.plane,
+                gate=self._gate,
             )
             self.grpc_port = await self._grpc.start(grpc_sock)
         metrics_sock = sockets.get("metrics")
@@ -339,6 +362,8 @@ class Server:
                 ssl_context=tls,
                 keep_alive_s=config.http_keep_alive_s,
                 budget=self._http_budget,
+                header_timeout_s=config.http_header_timeout_s,
+                gate=self._gate,
             )
             await server.start(sock)
             self._http_servers.append(server)
@@ -360,6 +385,7 @@ class Server:
                 send_timeout_s=config.http_send_timeout_s,
             ),
             budget=self._http_budget,
+            gate=self._gate,
         )
         await server.start(sock)
         self._http_servers.append(server)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from inferplex.config.server_config import ServerConfig
+from inferplex.core.registry import ModelRegistry
 from inferplex.core.streaming import SingleResponse
 from inferplex.errors import (
     ConfigError,
@@ -306,6 +307,7 @@ class StubEngine:
     def __init__(self) -> None:
         self.fail_with: Exception | None = None
         self.shared_memory = SharedMemoryRegistry(enabled=False)
+        self.registry = ModelRegistry()  # its status signal feeds health Watch
 
     def _check(self) -> None:
         if self.fail_with is not None:

@@ -292,6 +292,35 @@ class ServerConfig(BaseSettings):
         "and answers waiting for a client; a body that would pass it gets 503 with "
         "Retry-After (its decoding 429 / RESOURCE_EXHAUSTED); 0 = no limit",
     )
+    # -- connections and long-lived streams (docs/security.md, "Connections") -----------------
+    max_connections: int = Field(
+        default=0,
+        ge=0,
+        description="connections open at once on all listeners together (HTTP, management, "
+        "metrics, gRPC; TLS handshakes included); one more is closed at once (HTTP: 503 first). "
+        "0 = from the file-descriptor limit: RLIMIT_NOFILE less a reserve of a quarter (at "
+        "least 256) for model files, worker pipes and outbound connections, at most 65536",
+    )
+    max_connections_per_peer: int = Field(
+        default=0,
+        ge=-1,
+        description="connections one client address (an IPv6 /64) may hold open on all "
+        "listeners together; one more is closed at once (HTTP: 503 first). 0 = half of "
+        "max_connections; -1 = no per-client cap (behind a proxy whose address every "
+        "connection has)",
+    )
+    health_watch_max_streams: int = Field(
+        default=1000,
+        ge=0,
+        description="gRPC grpc.health.v1.Health/Watch streams open at once, server-wide; one "
+        "more is answered RESOURCE_EXHAUSTED; 0 = none allowed",
+    )
+    health_watch_max_per_connection: int = Field(
+        default=16,
+        ge=0,
+        description="grpc.health.v1.Health/Watch streams open at once on one gRPC connection; "
+        "one more is answered RESOURCE_EXHAUSTED",
+    )
     # -- streams of responses (docs/streaming.md, docs/security.md) ----------------------------
     stream_queue_responses: int = Field(
         default=16,

@@ -348,21 +348,22 @@ class DynamicBatcher:
     def withdraw(self, gone: Callable[[PendingRequest], bool]) -> int:
         """Remove the queued requests ``gone`` picks (their callers went away: a reset
         stream, a closed connection), keeping everyone else's order; returns how many.
-        O(queue): the driver calls it once for all the requests cancelled at one moment."""
+        O(queue): the model calls it once the cancelled requests are a share of the queue."""
         removed = rows = 0
         for level in self._levels:
             for queue in (level.live, level.delayed):
-                left = [r for r in queue if not gone(r)]
-                if len(left) == len(queue):
-                    continue
-                for r in queue:
-                    if gone(r):
-                        removed += 1
-                        rows += r.rows
-                        if r.deadline is not None and not r.delayed:
-                            level.timed -= 1
-                queue.clear()
-                queue.extend(left)
+                left = []
+                for r in queue:  # one pass, ``gone`` asked once per request
+                    if not gone(r):
+                        left.append(r)
+                        continue
+                    removed += 1
+                    rows += r.rows
+                    if r.deadline is not None and not r.delayed:
+                        level.timed -= 1
+                if len(left) != len(queue):
+                    queue.clear()
+                    queue.extend(left)
         if removed:
             self._pending -= removed
             self._pending_rows -= rows

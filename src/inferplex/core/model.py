@@ -31,6 +31,9 @@ from inferplex.errors import (
 )
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
+#: the queue is swept of cancelled requests once they are at least 1/SWEEP_SHARE of it
+SWEEP_SHARE = 8
+
 if TYPE_CHECKING:
     from inferplex.core.dispatcher import Dispatcher
     from inferplex.core.instance import ModelInstance
@@ -102,6 +105,7 @@ class ModelVersion:
         self._idle_event.set()
         self._closing = False
         self._withdraw_queued = False
+        self._unswept = 0  # requests cancelled since the last sweep of the queue
 
     @property
     def stats(self) -> ModelStats:
@@ -279,13 +283,21 @@ class ModelVersion:
         """Take the requests whose callers were cancelled out of the queue, and tell the
         running batches that hold others, once for all those cancelled in this turn of the
         event loop."""
+        self._unswept += 1
         if not self._withdraw_queued:
             self._withdraw_queued = True
             self._loop.call_soon(self._withdraw)
 
     def _withdraw(self) -> None:
         self._withdraw_queued = False
-        self.queueing.withdraw()
+        # A sweep of the queue costs O(queue): it runs once the cancelled requests are a
+        # share of it, so that its cost per cancelled request stays constant (a dropped
+        # connection's thousands of requests, cancelled a slice per turn, made a sweep of
+        # the whole queue in every turn). Until then a cancelled request stays in line; if
+        # its batch comes first, its answer goes to nobody.
+        if self._unswept * SWEEP_SHARE >= self.queue.pending_requests:
+            self._unswept = 0
+            self.queueing.withdraw()
         self.execution.cancel_gone()
 
     def statistics(self) -> dict[str, Any]:

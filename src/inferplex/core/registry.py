@@ -19,6 +19,7 @@ from inferplex.core.model import ModelVersion
 from inferplex.core.scheduler import ModelPolicy
 from inferplex.core.snapshot import ModelSnapshot, VersionSnapshot
 from inferplex.core.stats import ACTIVITY
+from inferplex.core.status import StatusSignal
 from inferplex.errors import (
     UNKNOWN_MODEL,
     InvalidInputError,
@@ -104,6 +105,9 @@ class ModelRegistry:
 
     def __init__(self) -> None:
         self._entries: dict[str, ModelEntry] = {}
+        #: fired when a model appears, leaves or changes its served versions (what its
+        #: readiness depends on; the loader sets a state in the same turn as it publishes)
+        self.status = StatusSignal()
 
     # -- the table ----------------------------------------------------------------------------
     def add(self, name: str) -> ModelEntry:
@@ -111,6 +115,7 @@ class ModelRegistry:
         entry = self._entries.get(name)
         if entry is None:
             entry = self._entries[name] = ModelEntry(name)
+            self.status.fire()
         return entry
 
     def forget(self, name: str) -> None:
@@ -118,6 +123,7 @@ class ModelRegistry:
         entry = self._entries.get(name)
         if entry is not None and not entry.versions:
             del self._entries[name]
+            self.status.fire()
 
     def publish(self, entry: ModelEntry, versions: dict[int, ModelVersion]) -> None:
         """Make ``versions`` the served set of ``entry`` at once (the atomic switch)."""
@@ -131,6 +137,7 @@ class ModelRegistry:
             else None
         )
         entry.steps = _steps(entry.default.config) if entry.default else ()
+        self.status.fire()
 
     def set_default_version(self, name: str, version: str) -> None:
         """Route unversioned requests to ``version`` (a served one); "" = the highest."""

@@ -114,13 +114,16 @@ class InferenceEngine:
         )
         await self._reload_routes()
         self._started = ready
+        self.registry.status.fire()
 
     def set_ready(self) -> None:
         self._started = True
+        self.registry.status.fire()
 
     def begin_shutdown(self) -> None:
         """Readiness goes false; requests still being served carry on."""
         self._stopping = True
+        self.registry.status.fire()
 
     async def stop(self, drain_timeout: float | None = 30.0) -> None:
         """Stop taking requests, let in-flight ones finish, free every model."""
@@ -312,7 +315,9 @@ class InferenceEngine:
 
     async def _reload_routes(self) -> bool:
         names = [e.name for e in self.registry.entries()]
-        return await self.routes.reload(self.config.model_repository, names)
+        changed = await self.routes.reload(self.config.model_repository, names)
+        self.registry.status.fire()  # a route's readiness is its targets'
+        return changed
 
     def _before_scan(self) -> None:
         """Before each poll-mode scan (in a worker thread): sync a remote repository, then

@@ -25,6 +25,7 @@ from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
 from inferplex.protocol.v2 import offload
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
+from inferplex.transport.connections import ConnectionGate
 from inferplex.transport.grpc_server import Call, GrpcServer, Guard, Handler, Method
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http_limits import ByteBudget
@@ -56,13 +57,15 @@ class GrpcFrontend:
         budget: ByteBudget | None = None,
         server: ServerFactory | None = None,
         plane: DataPlane | None = None,
+        gate: ConnectionGate | None = None,
     ) -> None:
         """``guard`` sees every call first (security); ``trace`` wraps ModelInfer (tracing);
         ``ssl_context`` turns on TLS; ``budget`` bounds request bytes buffered server-wide
         (the one the HTTP listeners share; default: one of max_buffered_bytes); ``server``
         builds the server of the method table and guard instead of the built-in one (the
         reference twin: transport/grpcio_server.py); inference goes through ``plane``
-        (default: one of its own for ``engine`` and ``config``)."""
+        (default: one of its own for ``engine`` and ``config``); ``gate`` counts the
+        connections of every listener (default: none of its own)."""
         self.engine = engine
         self.config = config
         # the one door to the engine for inference (limits, shared memory, routing key)
@@ -81,6 +84,7 @@ class GrpcFrontend:
             ssl_context=ssl_context,
             limits=http2_limits(config),
             budget=budget if budget is not None else ByteBudget(config.max_buffered_bytes),
+            gate=gate,
         )
 
     async def start(self, sock: socket.socket | None = None) -> int:
@@ -146,7 +150,13 @@ class GrpcFrontend:
                     large=method.name in _LARGE_MESSAGES,
                 )
         # gRPC's health and reflection services on the same port (frontends/grpc_services.py)
-        methods.update(health_methods(self.engine))
+        methods.update(
+            health_methods(
+                self.engine,
+                self.config.health_watch_max_streams,
+                self.config.health_watch_max_per_connection,
+            )
+        )
         methods.update(reflection_methods(lambda: {path.split("/")[1] for path in methods}))
         return methods
 

@@ -11,8 +11,9 @@ Health, by the request's ``service``:
   model is ready (``/v2/models/{m}/ready``) and the server too;
 - any other name: Check answers NOT_FOUND, Watch ``SERVICE_UNKNOWN`` (as the standard says).
 
-Watch sends the status at once, then each change (looked at every
-:data:`WATCH_INTERVAL_S`), until the client cancels. Reflection answers from the descriptor
+Watch sends the status at once, then each change, until the client cancels: the streams
+are bounded in number and woken by the registry's status signal, not by a timer each
+(frontends/health_watch.py). Reflection answers from the descriptor
 pool the V2 messages come from (proto/: grpc_service.proto, model_config.proto and these
 services' own files), one response per request; proto3 has no extensions, so the extension
 requests find none.
@@ -20,7 +21,6 @@ requests find none.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from google.protobuf.descriptor import FileDescriptor
 from google.protobuf.descriptor_pb2 import FileDescriptorProto
 
 from inferplex.errors import ModelNotFoundError
+from inferplex.frontends.health_watch import WatchHub
 from inferplex.protocol.v2 import generated as pb
 from inferplex.transport.grpc_server import Method
 
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 
 HEALTH = "grpc.health.v1.Health"
 REFLECTION = ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection")
-#: seconds between two looks at the status a Watch call reports
-WATCH_INTERVAL_S = 1.0
 
 _NOT_FOUND: int = grpc.StatusCode.NOT_FOUND.value[0]
 _INVALID_ARGUMENT: int = grpc.StatusCode.INVALID_ARGUMENT.value[0]
@@ -60,9 +59,12 @@ SERVING, NOT_SERVING, SERVICE_UNKNOWN = (
 )
 
 
-def health_methods(engine: InferenceEngine) -> dict[str, Method]:
-    """``grpc.health.v1.Health``'s Check, List and Watch on ``engine``."""
-    health = _Health(engine)
+def health_methods(
+    engine: InferenceEngine, max_watches: int = 1000, max_watches_per_connection: int = 16
+) -> dict[str, Method]:
+    """``grpc.health.v1.Health``'s Check, List and Watch on ``engine``; at most
+    ``max_watches`` Watch streams open, ``max_watches_per_connection`` on one connection."""
+    health = _Health(engine, max_watches, max_watches_per_connection)
     path = f"/{HEALTH}/"
     return {
         path + "Check": Method(health.check, _CheckRequest.FromString, _serialize),
@@ -92,8 +94,9 @@ def _serialize(message: Any) -> bytes:
 
 
 class _Health:
-    def __init__(self, engine: InferenceEngine) -> None:
+    def __init__(self, engine: InferenceEngine, max_watches: int, per_connection: int) -> None:
         self.engine = engine
+        self.hub = WatchHub(self.watched, engine.registry.status, max_watches, per_connection)
 
     def status(self, service: str) -> int:
         """SERVING or NOT_SERVING; ModelNotFoundError for a name that is neither the server
@@ -123,20 +126,24 @@ class _Health:
                 continue
         return _ListResponse(statuses=statuses)
 
-    async def watch(self, requests: AsyncIterator[Any], _call: object) -> AsyncIterator[Any]:
-        request = await anext(requests, None)
-        if request is None:
-            return
-        last = None
-        while True:
-            try:
-                status = self.status(request.service)
-            except ModelNotFoundError:
-                status = SERVICE_UNKNOWN
-            if status != last:
-                last = status
-                yield _CheckResponse(status=status)
-            await asyncio.sleep(WATCH_INTERVAL_S)
+    def watched(self, service: str) -> int:
+        """What Watch reports of ``service``: its status, or SERVICE_UNKNOWN."""
+        try:
+            return self.status(service)
+        except ModelNotFoundError:
+            return SERVICE_UNKNOWN
+
+    async def watch(self, requests: AsyncIterator[Any], call: Any) -> AsyncIterator[Any]:
+        place = self.hub.open(call.connection)  # counted before its request is read
+        try:
+            request = await anext(requests, None)
+            if request is None:
+                return
+            self.hub.watch(place, request.service)
+            while True:
+                yield _CheckResponse(status=await place.next())
+        finally:
+            self.hub.close(place)
 
 
 class _Reflection:

@@ -11,7 +11,7 @@ an empty final one, as Triton marks the end of a decoupled request. Responses wa
 small queue for the transport: when the client reads slowly the queue fills, the requests'
 response streams stop being read, and their models are held back (``ResponseChannel``).
 When the call ends (the client cancels, resets or goes away) every request still running
-is cancelled in its model.
+is cancelled in its model, a slice per turn of the event loop (core/cancelling.py).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from inferplex.core.cancelling import cancel_in_slices
 from inferplex.core.streaming import StreamedResponse
 from inferplex.errors import InferplexError
 from inferplex.protocol.dataplane import DataPlane
@@ -121,6 +122,7 @@ class _Calls:
         self._call = call
         self._slots = asyncio.Semaphore(max_requests)
         self._running: set[asyncio.Task[None]] = set()
+        self._all_ended: asyncio.Future[None] | None = None  # set by ``cancel``
 
     async def read(self, requests: AsyncIterator[Any]) -> None:
         """Start each request as it arrives, when a slot is free; once the client has sent
@@ -131,7 +133,7 @@ class _Calls:
                 await self._slots.acquire()  # a full stream stops reading its messages
                 task = loop.create_task(self._one(message))
                 self._running.add(task)
-                task.add_done_callback(self._running.discard)
+                task.add_done_callback(self._ended)
             while self._running:
                 await asyncio.wait(set(self._running))
         except Exception as exc:  # the transport refused a message (too large, ...)
@@ -145,12 +147,21 @@ class _Calls:
         finally:
             self._slots.release()
 
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        ended = self._all_ended
+        if not self._running and ended is not None and not ended.done():
+            ended.set_result(None)
+
     async def cancel(self) -> None:
-        """The call ended: cancel what still runs (each tells its model)."""
-        running = list(self._running)
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        """The call ended: cancel what still runs (each tells its model), a slice per turn
+        of the event loop (a dropped connection may end a thousand streams at once), and
+        wait for them to end (one future, not a callback more per request)."""
+        if not self._running:
+            return
+        self._all_ended = asyncio.get_running_loop().create_future()
+        cancel_in_slices(list(self._running))
+        await self._all_ended
 
 
 def _error(error: InferplexError, request: InferenceRequest | None) -> bytes:

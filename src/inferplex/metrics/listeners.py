@@ -1,5 +1,6 @@
 """Families of the HTTP/1.1 listeners: the requests they answered themselves (a limit, a
-malformed request, a refused admission), open connections and buffered request bytes.
+malformed request, a refused admission), open connections and buffered request bytes; and
+of the connection gate every listener accepts through (connections open and refused).
 
 Read at scrape time from the counters each ``transport.http_server.HttpServer`` keeps; the
 listeners do nothing per request for them beyond those counters.
@@ -7,7 +8,7 @@ listeners do nothing per request for them beyond those counters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Sized
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from typing import Protocol
 
 from inferplex.metrics.exposition import Family
@@ -16,6 +17,15 @@ from inferplex.metrics.exposition import Family
 class Budget(Protocol):
     @property
     def used(self) -> int: ...
+
+
+class Gate(Protocol):
+    """The connections of every listener (``transport.connections.ConnectionGate``)."""
+
+    @property
+    def open(self) -> int: ...
+    @property
+    def refused(self) -> Mapping[str, int]: ...
 
 
 class Listener(Protocol):
@@ -29,6 +39,8 @@ class Listener(Protocol):
     def connections(self) -> Sized: ...
     @property
     def budget(self) -> Budget: ...
+    @property
+    def gate(self) -> Gate: ...
 
 
 def listener_families(listeners: Sequence[Listener]) -> list[Family]:
@@ -54,13 +66,40 @@ def listener_families(listeners: Sequence[Listener]) -> list[Family]:
     )
     counts: dict[str, int] = {}
     budgets: dict[int, Budget] = {}
+    gates: dict[int, Gate] = {}
     for listener in listeners:
         for reason, count in listener.refusals.items():
             counts[reason] = counts.get(reason, 0) + count
         budgets[id(listener.budget)] = listener.budget  # one budget may serve several
+        gates[id(listener.gate)] = listener.gate  # and one gate all of them
     for reason, count in counts.items():
         refusals.add({"reason": reason}, count)
     send_timeouts.add({}, sum(listener.send_timeouts for listener in listeners))
     connections.add({}, sum(len(listener.connections) for listener in listeners))
     buffered.add({}, sum(budget.used for budget in budgets.values()))
-    return [refusals, send_timeouts, connections, buffered]
+    return [refusals, send_timeouts, connections, buffered, *_gate_families(gates.values())]
+
+
+def _gate_families(gates: Iterable[Gate]) -> list[Family]:
+    refused = Family(
+        "inferplex_connections_refused",
+        "counter",
+        "Connections closed as they were accepted, on any listener (HTTP, management, "
+        "metrics, gRPC), by reason: server (max_connections) or peer "
+        "(max_connections_per_peer)",
+    )
+    open_ = Family(
+        "inferplex_connections_open",
+        "gauge",
+        "Connections open on all listeners together, TLS handshakes included",
+    )
+    counts: dict[str, int] = {}
+    total = 0
+    for gate in gates:
+        total += gate.open
+        for reason, count in gate.refused.items():
+            counts[reason] = counts.get(reason, 0) + count
+    for reason, count in counts.items():
+        refused.add({"reason": reason}, count)
+    open_.add({}, total)
+    return [refused, open_]

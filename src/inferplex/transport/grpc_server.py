@@ -40,6 +40,7 @@ from inferplex.errors import (
     UnsupportedError,
 )
 from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.transport.connections import ConnectionGate, Listener, http2_refusal
 from inferplex.transport.grpc_message import inflate_message, unary_message
 from inferplex.transport.grpc_stream import (
     ENCODINGS,
@@ -68,6 +69,8 @@ UNAVAILABLE: int = grpc.StatusCode.UNAVAILABLE.value[0]
 
 #: seconds a stopping server waits for its peers to close their connections
 CLOSE_WAIT_S = 1.0
+#: seconds a TLS handshake may take when the preface timeout is off (asyncio's default)
+NO_PREFACE_HANDSHAKE_S = 60.0
 #: header list size we take when no limit is configured
 DEFAULT_HEADER_LIMIT = 1 << 20
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
@@ -83,11 +86,13 @@ class Call:
     """What a method and the guard see of a call besides its message; ``identity``: what
     the guard returned (who makes the call; None without a guard)."""
 
-    __slots__ = ("_headers", "identity", "method")
+    __slots__ = ("_headers", "connection", "identity", "method")
 
-    def __init__(self, method: str, headers: list[tuple[bytes, bytes]]) -> None:
+    def __init__(self, method: str, headers: list[tuple[bytes, bytes]], connection: object) -> None:
         self.method = method
         self._headers = headers
+        #: the HTTP/2 connection carrying the call (what a per-connection bound counts by)
+        self.connection = connection
         self.identity: object = None
 
     def metadata(self) -> list[tuple[str, str | bytes]]:
@@ -161,11 +166,13 @@ class GrpcServer:
         ssl_context: ssl.SSLContext | None = None,
         limits: Http2Limits | None = None,
         budget: ByteBudget | None = None,
+        gate: ConnectionGate | None = None,
     ) -> None:
         """``limits`` bound what each client may make the server hold or do (default:
         Http2Limits()); ``budget`` bounds request bytes buffered server-wide (shared with
-        the HTTP listeners; default: 1 GiB of its own); ``counters`` tells how often the
-        limits were reached. A method not marked ``large`` takes messages of up to
+        the HTTP listeners; default: 1 GiB of its own), ``gate`` the connections (shared
+        too; default: none of its own); ``counters`` tells how often the limits were
+        reached. A method not marked ``large`` takes messages of up to
         ``max_small_message_bytes`` (default: ``max_message_bytes``)."""
         self._methods = {path.encode(): method for path, method in methods.items()}
         self._limits = limits or Http2Limits()
@@ -175,17 +182,15 @@ class GrpcServer:
         self._max_headers = max_header_bytes
         self._guard = guard
         self._ssl = ssl_context
+        self.gate = gate if gate is not None else ConnectionGate(0, 0)
         self.connections: set[Http2Connection] = set()
-        self._server: asyncio.base_events.Server | None = None
+        self._server: Listener | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- listening ----------------------------------------------------------------------------
     async def start(self, sock: socket.socket) -> int:
         """Serve on ``sock`` (bound; ``transport.sockets.bind``); returns its port."""
         self._loop = loop = asyncio.get_running_loop()
-        options: dict[str, Any] = {}
-        if self._ssl is not None:
-            options = {"ssl": self._ssl, "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT_S}
         header_block = (self._max_headers or DEFAULT_HEADER_LIMIT) + 1024
         read_buffer = memoryview(bytearray(READ_BUFFER))  # every connection reads here
 
@@ -201,8 +206,18 @@ class GrpcServer:
                 loop=loop,
             )
 
-        self._server = await loop.create_server(connection, sock=sock, backlog=2048, **options)
-        return int(self._server.sockets[0].getsockname()[1])
+        self._server = Listener(
+            self.gate,
+            sock,
+            connection,
+            ssl_context=self._ssl,
+            # the TLS handshake has the preface's time (then the preface has its own)
+            handshake_timeout_s=self._limits.preface_timeout_s or NO_PREFACE_HANDSHAKE_S,
+            shutdown_timeout_s=TLS_SHUTDOWN_TIMEOUT_S,
+            refusal=http2_refusal,
+        )
+        self._server.start()
+        return int(sock.getsockname()[1])
 
     async def stop(self, grace: float) -> None:
         """Stop accepting; open calls get ``grace`` seconds, then are cancelled (UNAVAILABLE)."""
@@ -232,7 +247,6 @@ class GrpcServer:
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
             connection.abort()
-        await self._server.wait_closed()
         self._server = None
 
     # -- Http2App -------------------------------------------------------------------------------
@@ -271,7 +285,7 @@ class GrpcServer:
             self.counters.exceeded["unsent_responses"] += 1
             self._status(connection, stream, RESOURCE_EXHAUSTED, _UNSENT)
             return
-        call = Call(path.decode("latin-1"), stream.headers)
+        call = Call(path.decode("latin-1"), stream.headers, connection)
         try:
             if self._max_headers and size > self._max_headers:
                 raise HeadersTooLargeError(

@@ -81,6 +81,11 @@ class GrpcioCall:
         """The call's metadata: keys lower-case, ``-bin`` values as bytes."""
         return list(self._context.invocation_metadata() or ())
 
+    @property
+    def connection(self) -> object:
+        """The connection carrying the call: its peer's address and port."""
+        return self._context.peer()
+
 
 def server_credentials(cert: Path, key: Path, client_ca: Path | None) -> grpc.ServerCredentials:
     """TLS for the listener from the PEM files (security/tls.py has checked them); with

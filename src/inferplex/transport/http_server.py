@@ -38,6 +38,7 @@ import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from inferplex.transport.connections import ConnectionGate, Listener, http1_refusal
 from inferplex.transport.http_connection import READ_BUFFER_BYTES, Connection
 from inferplex.transport.http_cycle import Request
 from inferplex.transport.http_limits import REASONS, ByteBudget, Http1Limits
@@ -75,11 +76,12 @@ class HttpServer:
         respond: Respond | None = None,
         limits: Http1Limits | None = None,
         budget: ByteBudget | None = None,
+        gate: ConnectionGate | None = None,
     ) -> None:
         """``admit`` checks each request with a body before the body is read; ``respond``,
         when given, answers every request instead of the ASGI ``app`` (the native way in:
-        no scope, no messages); ``budget``
-        is shared by the listeners of one process (default: this server's own, unlimited);
+        no scope, no messages); ``budget`` and ``gate`` (connections) are shared by the
+        listeners of one process (default: this server's own, unlimited);
         ``keep_alive_s`` replaces that of ``limits``."""
         limits = limits or Http1Limits()
         if keep_alive_s is not None:
@@ -91,6 +93,7 @@ class HttpServer:
         self.max_header_bytes = max_header_bytes
         self.limits = limits
         self.budget = budget if budget is not None else ByteBudget(0)
+        self.gate = gate if gate is not None else ConnectionGate(0, 0)
         self.refusals: dict[str, int] = dict.fromkeys(REASONS, 0)
         self.send_timeouts = 0
         self.scheme = "https" if ssl_context is not None else "http"
@@ -101,24 +104,24 @@ class HttpServer:
         self.stopping = False
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
         self._ssl = ssl_context
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: Listener | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
     async def start(self, sock: Any) -> None:
         """Serve on ``sock`` (bound; ``transport.sockets.bind``); returns once it accepts
         connections."""
         self.loop = asyncio.get_running_loop()
-        options: dict[str, Any] = {}
-        if self._ssl is not None:
-            options = {
-                "ssl": self._ssl,
-                "ssl_shutdown_timeout": TLS_SHUTDOWN_TIMEOUT_S,
-                # a handshake is part of the wait for a first request's header block
-                "ssl_handshake_timeout": self.limits.header_timeout_s,
-            }
-        self._server = await self.loop.create_server(
-            lambda: Connection(self), sock=sock, backlog=2048, **options
+        self._listener = Listener(
+            self.gate,
+            sock,
+            lambda: Connection(self),
+            ssl_context=self._ssl,
+            # a handshake is part of the wait for a first request's header block
+            handshake_timeout_s=self.limits.header_timeout_s,
+            shutdown_timeout_s=TLS_SHUTDOWN_TIMEOUT_S,
+            refusal=http1_refusal,
         )
+        self._listener.start()
         self._sweeper = self.loop.call_later(self._sweep_every, self._sweep)
 
     @property
@@ -147,8 +150,8 @@ class HttpServer:
         self.stopping = True
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         for connection in list(self.connections):
             if connection.idle:
                 connection.close()
@@ -164,5 +167,3 @@ class HttpServer:
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
             connection.abort()
-        if self._server is not None:
-            await self._server.wait_closed()

@@ -24,6 +24,10 @@ class GrpcCall(Protocol):
     def method(self) -> str: ...
 
     @property
+    def connection(self) -> object:
+        """The connection carrying the call (hashable: per-connection bounds count by it)."""
+
+    @property
     def identity(self) -> object: ...
 
     def metadata(self) -> Metadata: ...

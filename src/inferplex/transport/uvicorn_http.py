@@ -6,16 +6,30 @@ It stands beside the built-in server (``transport/http_server.py``) with the sam
 run against both and a difference in behaviour is a failing test (DESIGN.md, "The edge").
 
 What our config sets in uvicorn: keep-alive (``http_keep_alive_s``), the header limit of its
-h11 protocol (``h11_max_incomplete_event_size``; httptools, used here, has none), TLS from the
-same SSLContext the built-in server gets, and the graceful shutdown (``stop(grace)``: open
-requests get ``grace`` seconds, whole seconds as uvicorn counts them). Lifespan, access log,
-proxy headers and websockets are off. The body limit is the application's (the V2 app counts
-the body in ``_read``); ASGI apps run their admission check when uvicorn calls them, on a
-complete header block, before any of the body is asked for.
+h11 protocol (``h11_max_incomplete_event_size``; httptools, used here, has none), its
+``limit_concurrency`` (one past the connection cap: a backstop), TLS from the same SSLContext the
+built-in server gets, and the graceful shutdown (``stop(grace)``: open requests get
+``grace`` seconds, whole seconds as uvicorn counts them). Lifespan, access log, proxy
+headers and websockets are off.
 
-A thin ASGI wrapper (:class:`_Edge`) keeps two of the built-in server's answers that uvicorn
-does not give, so the twins answer alike:
+Connections are accepted as the built-in server's are (transport/connections.py): through
+the process's ``ConnectionGate`` (server-wide and per-peer caps, counted from the accept),
+with the TLS handshake bounded by ``http_header_timeout_s``; uvicorn's own listener is not
+used (uvicorn's ``startup`` gets no socket). Its protocol is given two clocks it lacks
+(:class:`_Clocked`): a connection must send its first byte within ``http_keep_alive_s``
+(uvicorn arms its keep-alive only after an answer, so a connection that never sends a
+request was kept forever) and a header block must be complete within
+``http_header_timeout_s`` of its first byte (slowloris).
 
+The body limit is the application's (the V2 app counts the body in ``_read``); ASGI apps
+run their admission check when uvicorn calls them, on a complete header block, before any
+of the body is asked for.
+
+A thin ASGI wrapper (:class:`_Edge`) keeps three of the built-in server's answers that
+uvicorn does not give, so the twins answer alike:
+
+- an HTTP/1.1 request without exactly one ``Host`` (an HTTP/1.0 one with two) gets 400
+  (RFC 9112 3.2; uvicorn would serve it);
 - a header block above ``max_header_bytes`` gets 414 / 431 (counted once the block is whole:
   uvicorn's httptools protocol does not bound it as it arrives, as the built-in server does);
 - an answer sent before the request's body was read whole (a refused token, a 413) closes the
@@ -29,11 +43,10 @@ charged as the app receives it, until the app returns (its answer handed to uvic
 body that does not fit gets 503 with ``Retry-After``, before it is read when its
 Content-Length says so.
 
-Not enforced here, unlike the built-in server (uvicorn has no such settings): the header,
-body-rate and send timeouts, and answers waiting for a client that does not read (uvicorn
-pauses the app's ``send`` past its write buffer's high-water mark, uncharged). Each
-connection's buffered body is bounded by uvicorn's own flow control (reading pauses past
-64 KiB).
+Not enforced here, unlike the built-in server (uvicorn has no such settings): the body-rate
+and send timeouts, and answers waiting for a client that does not read (uvicorn pauses the
+app's ``send`` past its write buffer's high-water mark, uncharged). Each connection's
+buffered body is bounded by uvicorn's own flow control (reading pauses past 64 KiB).
 """
 
 from __future__ import annotations
@@ -48,7 +61,9 @@ from typing import Any
 
 import orjson
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from inferplex.transport.connections import ConnectionGate, Listener, http1_refusal
 from inferplex.transport.http_limits import ByteBudget
 
 __all__ = ["UvicornHttpServer"]
@@ -86,9 +101,13 @@ class _Edge:
         if limit and size > limit:
             await self._refuse(send, "uri_too_long", 414, "the request line is above the limit")
             return
-        fields_size, has_body, length, coding = _header_fields(scope["headers"])
+        fields_size, has_body, length, coding, hosts = _header_fields(scope["headers"])
         if limit and size + fields_size > limit:
             await self._refuse(send, "header_too_large", 431, "request headers are above the limit")
+            return
+        if hosts != 1 and (hosts or scope.get("http_version") != "1.0"):
+            # RFC 9112 3.2: an HTTP/1.1 request names its host once, and no request twice
+            await self._answer(send, "missing_host", 400, f"{hosts} Host headers: send exactly one")
             return
         if coding is not None:
             message = (
@@ -198,11 +217,11 @@ class _Charged:
 
 def _header_fields(
     headers: Iterable[tuple[bytes, bytes]],
-) -> tuple[int, bool, int, bytes | None]:
+) -> tuple[int, bool, int, bytes | None, int]:
     """The bytes of a request's header fields as the built-in server counts them, whether
-    the request has a body, its Content-Length (0 if none), and a transfer coding besides
-    ``chunked`` if it names one."""
-    size = 0
+    the request has a body, its Content-Length (0 if none), a transfer coding besides
+    ``chunked`` if it names one, and how many ``Host`` fields it has."""
+    size = hosts = 0
     has_body = chunked = False
     length = 0
     coding = None
@@ -216,7 +235,49 @@ def _header_fields(
             if chunked or value.strip().lower() != b"chunked":
                 coding = value  # a coding besides chunked, or chunked twice
             has_body = chunked = True
-    return size, has_body, length, coding
+        elif name == b"host":
+            hosts += 1
+    return size, has_body, length, coding, hosts
+
+
+class _Clocked(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the clocks it lacks: the first byte within
+    ``first_byte_s`` of the connection, each header block within ``header_s`` of its
+    first byte; past either the connection is closed."""
+
+    first_byte_s = 5.0
+    header_s = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._clock: asyncio.TimerHandle | None = None
+        super().connection_made(transport)
+        self._arm(self.first_byte_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm(self.header_s)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._clock = self.loop.call_later(seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if self._clock is not None:
+            self._clock.cancel()
+            self._clock = None
+
+    def _expired(self) -> None:
+        self._clock = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 class UvicornHttpServer:
@@ -234,12 +295,18 @@ class UvicornHttpServer:
         ssl_context: ssl.SSLContext | None = None,
         keep_alive_s: float = 5.0,
         budget: ByteBudget | None = None,
+        header_timeout_s: float = 10.0,
+        gate: ConnectionGate | None = None,
     ) -> None:
         """``budget`` bounds request bytes held server-wide (shared with the other
-        listeners; default: none)."""
+        listeners; default: none); ``gate``: the connections of the process's listeners
+        (default: none of its own)."""
         self.refusals: dict[str, int] = {}
         self.send_timeouts = 0
         self.budget = budget if budget is not None else ByteBudget(0)
+        self.gate = gate if gate is not None else ConnectionGate(0, 0)
+        self._header_timeout_s = header_timeout_s
+        self._listener: Listener | None = None
         self._edge = _Edge(app, max_header_bytes, self.refusals, self.budget)
         self._max_header_bytes = max_header_bytes
         self._ssl = ssl_context
@@ -269,18 +336,42 @@ class UvicornHttpServer:
             # uvicorn's hint says int; it hands the value to call_later
             timeout_keep_alive=self._keep_alive_s,  # type: ignore[arg-type]
             h11_max_incomplete_event_size=self._max_header_bytes or None,
-            backlog=2048,
+            # uvicorn answers 503 once its connections or tasks reach it: one past the cap, a
+            # backstop that never refuses a connection the gate let in
+            limit_concurrency=self.gate.max_connections + 1 if self.gate.max_connections else None,
         )
         config.load()
         config.ssl = self._ssl  # the built-in server's context: same files, same client CA
         server = uvicorn.Server(config)
         # what Server.serve() does besides installing signal handlers, which are the
-        # composition root's
+        # composition root's; no socket: the gate's listener accepts for uvicorn's protocol
         server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[sock])
+        await server.startup(sockets=[])
         self._server = server
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.Protocol:
+            made = _Clocked(
+                config=config,
+                server_state=server.server_state,
+                app_state=server.lifespan.state,
+                _loop=loop,
+            )
+            made.first_byte_s = self._keep_alive_s
+            made.header_s = self._header_timeout_s
+            return made
+
+        self._listener = Listener(
+            self.gate,
+            sock,
+            protocol,
+            ssl_context=self._ssl,
+            handshake_timeout_s=self._header_timeout_s,
+            refusal=http1_refusal,
+        )
+        self._listener.start()
         # uvicorn's tick: the Date header once a second, and the exit flag stop() sets
-        self._ticking = asyncio.get_running_loop().create_task(server.main_loop())
+        self._ticking = loop.create_task(server.main_loop())
 
     async def stop(self, grace: float) -> None:
         """Stop accepting, let in-flight requests finish (up to ``grace`` seconds), close."""
@@ -288,6 +379,9 @@ class UvicornHttpServer:
         if server is None:
             return
         self._server = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         server.should_exit = True
         if self._ticking is not None:
             await self._ticking

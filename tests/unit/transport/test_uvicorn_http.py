@@ -29,14 +29,19 @@ class App:
         await send({"type": "http.response.body", "body": b""})
 
 
-def scope(path: bytes = b"/v2/models/m/infer", **headers: str) -> Message:
+def scope(
+    path: bytes = b"/v2/models/m/infer", version: str = "1.1", hosts: int = 1, **headers: str
+) -> Message:
+    fields = [(b"host", b"h")] * hosts
     return {
         "type": "http",
+        "http_version": version,
         "method": "POST",
         "path": path.decode(),
         "raw_path": path,
         "query_string": b"",
-        "headers": [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()],
+        "headers": fields
+        + [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()],
     }
 
 
@@ -109,3 +114,19 @@ async def test_bodies_past_the_server_wide_budget_get_503_and_give_their_bytes_b
     sent = await run(edge, scope(content_length="30"), whole)
     assert sent[0]["status"] == 200
     assert budget.used == 60  # what the requests held is given back when they end
+
+
+async def test_a_request_without_exactly_one_host_is_refused() -> None:
+    """RFC 9112 3.2, as the built-in server answers it: uvicorn itself serves such requests."""
+    refusals: dict[str, int] = {}
+    app = App()
+    edge = _Edge(app, 0, refusals)
+    for hosts in (0, 2):
+        sent = await run(edge, scope(hosts=hosts), [])
+        assert sent[0]["status"] == 400
+        assert header(sent[0], b"connection") == b"close"
+        assert "Host" in orjson.loads(sent[1]["body"])["error"]
+    assert refusals == {"missing_host": 2}
+    assert not app.called
+    sent = await run(edge, scope(version="1.0", hosts=0), [])  # HTTP/1.0 may leave it out
+    assert sent[0]["status"] == 200
