@@ -271,14 +271,18 @@ class Listener:
             conn.close()
 
     def close(self) -> None:
-        """Stop accepting and close the listening socket; handshakes under way are dropped."""
+        """Stop accepting and close the listening socket; TLS handshakes under way are
+        dropped. A plain connection being set up is left to finish (within a loop turn):
+        cancelled midway, uvloop closed its transport without telling its protocol, which
+        then held a graceful stop for its whole grace."""
         self._pause()
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
         self._sock.close()
-        for task in list(self._connecting):
-            task.cancel()
+        if self._tls:
+            for task in list(self._connecting):
+                task.cancel()
 
 
 def _count_until_lost(protocol: Any, release: Callable[[], None]) -> None:

@@ -634,6 +634,11 @@ class Connection(asyncio.BufferedProtocol):
     def idle(self) -> bool:
         return not self._busy and not self._queue
 
+    @property
+    def closing(self) -> bool:
+        """Its transport is closing or gone: no request of it can be answered any more."""
+        return self._transport is None or self._transport.is_closing()
+
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()

@@ -156,7 +156,10 @@ class HttpServer:
             if connection.idle:
                 connection.close()
         deadline = self.loop.time() + grace
-        while any(not c.idle for c in self.connections) and self.loop.time() < deadline:
+        while (
+            any(not c.idle and not c.closing for c in self.connections)
+            and self.loop.time() < deadline
+        ):
             await asyncio.sleep(0.01)
         for connection in list(self.connections):
             connection.close()
