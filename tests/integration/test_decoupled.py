@@ -265,3 +265,42 @@ def test_the_in_process_api_streams_a_decoupled_model(repo: Path) -> None:
             time.sleep(0.02)
     finally:
         server.stop_thread()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 31, not done yet: a decoupled Python instance takes its next batch only "
+    "once every request of the last one had its final flag (runner.py: BatchSenders.wait), "
+    "where Triton's takes it as soon as execute returns",
+)
+async def test_the_next_batch_runs_while_the_last_ones_threads_still_send(
+    engine: InferenceEngine,
+) -> None:
+    """repeat_int32 has one instance. Its first request answers once at once and again
+    after 2 s, from a thread, with execute long returned; a second request sent meanwhile
+    is served by the same instance before the first one ends, as in Triton."""
+    slow = request(
+        "repeat_int32",
+        IN=np.array([1, 2], np.int32),
+        DELAY=np.array([0, 2000], np.uint32),
+        WAIT=np.array([0], np.uint32),
+    )
+    stream = await engine.stream(slow)
+    items = aiter(stream)
+    first = await anext(items)  # the batch runs, and its execute returned at once
+    assert first.response is not None and not first.final
+    rest = asyncio.create_task(read_all_of(items))
+    quick = request(
+        "repeat_int32",
+        IN=np.array([3], np.int32),
+        DELAY=np.array([0], np.uint32),
+        WAIT=np.array([0], np.uint32),
+    )
+    answered = await read_all(engine, quick)
+    assert answered[-1].final
+    assert not rest.done()  # the first request still has its last response to come
+    assert [item.final for item in await rest] == [False, True]
+
+
+async def read_all_of(items: AsyncIterator[StreamedResponse]) -> list[StreamedResponse]:
+    return [item async for item in items]

@@ -28,6 +28,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     path = modelgen.add_sub(repo)
     write_config(repo / "add_sub", modelgen.model_config(path, max_batch_size=8))
     modelgen.add_sub(repo, name="no_config")  # needs auto-complete: refused without it
+    # a config taken as written that leaves out the graph's INPUT1: the load fails
+    lacking = modelgen.model_config(modelgen.add_sub(repo, name="lacking"), max_batch_size=8)
+    write_config(repo / "lacking", {**lacking, "input": lacking["input"][:1]})
     modelgen.add_sub(repo, name="not_asked")  # not named by --load-model
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [
@@ -44,6 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         "--model-control-mode=explicit",
         "--load-model=add_sub",
         "--load-model=no_config",
+        "--load-model=lacking",
         "--allow-grpc=true",
         "--allow-http=true",
         "--allow-metrics=false",
@@ -68,6 +72,11 @@ def test_the_server_runs_with_the_triton_flags(server: RunningServer) -> None:
         # --disable-auto-complete-config: a model without a config file is refused
         assert index["no_config"]["state"] == "UNAVAILABLE"
         assert "not completed" in index["no_config"]["reason"]
+        # checked against the ONNX graph all the same, in Triton's onnxruntime words
+        assert index["lacking"]["state"] == "UNAVAILABLE"
+        reason = index["lacking"]["reason"]
+        assert "configuration expects 1 inputs, model provides 2" in reason
+        assert "'INPUT1'" in reason
     finally:
         http.close()
         grpc.close()

@@ -15,10 +15,12 @@ import logging
 from collections.abc import Collection, Container, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
+from inferplex.backends.step_gates import shared_gates
 from inferplex.config.composite import LATEST
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError, InferplexError, InvalidInputError, ModelExecutionError
@@ -222,6 +224,9 @@ class EnsembleBackend(Backend):
         self._caller: ModelCaller = instance.caller
         self._graph = EnsembleGraph(config)
         self._name = config.name
+        assert config.ensemble_scheduling is not None  # (EnsembleGraph checked it)
+        limit = config.ensemble_scheduling.max_inflight_requests
+        self._gates = shared_gates(str(model_path.resolve()), limit, len(self._graph.steps))
 
     def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
         graph = self._graph
@@ -232,33 +237,66 @@ class EnsembleBackend(Backend):
         }
         waiting = list(plan.steps)
         running: dict[concurrent.futures.Future[InferenceResponse], Step] = {}
+        #: steps whose inputs are ready, waiting for a slot (max_inflight_requests)
+        admitting: dict[concurrent.futures.Future[None], Step] = {}
         try:
-            while waiting or running:
+            while waiting or running or admitting:
                 blocked = []
                 for step in waiting:
                     if all(t in tensors for _, t in step.inputs):
-                        running[self._submit(step, tensors, plan)] = step
+                        self._start(step, tensors, plan, running, admitting)
                     else:
                         blocked.append(step)
                 waiting = blocked
-                if not running:  # only an optional input left out can starve a step
-                    raise self._missing(waiting, tensors)
+                if not running and not admitting:  # only an optional input left out can
+                    raise self._missing(waiting, tensors)  # starve a step
+                pending: list[concurrent.futures.Future[Any]] = [*running, *admitting]
                 finished, _ = concurrent.futures.wait(
-                    running, return_when=concurrent.futures.FIRST_COMPLETED
+                    pending, return_when=concurrent.futures.FIRST_COMPLETED
                 )
-                for future in finished:
-                    step = running.pop(future)
-                    try:
-                        response = future.result()
-                    except Exception as exc:
-                        raise failure(f"model '{self._name}': {step.label}", exc) from exc
-                    for tensor in response.outputs:
-                        made = step.outputs[tensor.name]
-                        tensors[made] = tensor
+                for slot in [f for f in admitting if f in finished]:  # (in step order)
+                    step = admitting.pop(slot)
+                    running[self._submit(step, tensors, plan)] = step
+                for future in [f for f in finished if f in running]:
+                    self._collect(running.pop(future), future, tensors)
         finally:
             for future in running:  # a step failed: the others' answers are not needed
                 future.cancel()
+            if self._gates is not None:  # and the steps waiting for a slot go
+                for slot, step in admitting.items():
+                    self._gates.by_step[step.number].abandon(slot)
         return {name: tensors[name].data for name in outputs}
+
+    def _start(
+        self,
+        step: Step,
+        tensors: dict[str, Tensor],
+        plan: Plan,
+        running: dict[concurrent.futures.Future[InferenceResponse], Step],
+        admitting: dict[concurrent.futures.Future[None], Step],
+    ) -> None:
+        """Submit a step whose inputs exist, or, without a free slot at its step, put it
+        in line for one."""
+        gates = self._gates
+        slot = gates.by_step[step.number].acquire() if gates is not None else None
+        if slot is None or slot.done():
+            running[self._submit(step, tensors, plan)] = step
+        else:
+            admitting[slot] = step
+
+    def _collect(
+        self,
+        step: Step,
+        future: concurrent.futures.Future[InferenceResponse],
+        tensors: dict[str, Tensor],
+    ) -> None:
+        """A step's answer into the ensemble's tensors, or its error naming the step."""
+        try:
+            response = future.result()
+        except Exception as exc:
+            raise failure(f"model '{self._name}': {step.label}", exc) from exc
+        for tensor in response.outputs:
+            tensors[step.outputs[tensor.name]] = tensor
 
     def _submit(
         self, step: Step, tensors: dict[str, Tensor], plan: Plan
@@ -269,7 +307,11 @@ class EnsembleBackend(Backend):
             feeds.append(Tensor(step_input, tensor.datatype, tensor.shape, tensor.data))
         wanted = [RequestedOutput(o) for o in plan.requested[step.number]]
         request = InferenceRequest(step.model, feeds, step.version, outputs=wanted)
-        return self._caller.submit(request, plan.precedence[step.number])
+        future = self._caller.submit(request, plan.precedence[step.number])
+        if self._gates is not None:  # the step's slot is free once its request completes
+            gate = self._gates.by_step[step.number]
+            future.add_done_callback(lambda _: gate.release())
+        return future
 
     def _missing(self, blocked: list[Step], tensors: dict[str, Tensor]) -> InvalidInputError:
         """The error for steps that cannot start: some read an (optional) ensemble input the

@@ -64,6 +64,7 @@ class OnnxRuntimeBackend(Backend):
             logger.info("model '%s': ONNX Runtime runs it on %s", config.name, ", ".join(started))
         # on the CPU a run is plain computation; a GPU run also waits on the device
         self.runs_inline = started == ["CPUExecutionProvider"]
+        _check_declared_inputs(config, self._session)
         self._string_inputs = {
             i.name for i in self._session.get_inputs() if i.type == "tensor(string)"
         }
@@ -130,6 +131,32 @@ class OnnxRuntimeBackend(Backend):
         return (
             [_tensor_config(t) for t in session.get_inputs()],
             [_tensor_config(t) for t in session.get_outputs()],
+        )
+
+
+def _check_declared_inputs(config: ModelConfig, session: ort.InferenceSession) -> None:
+    """ConfigError, as Triton's onnxruntime backend refuses the load, for a config that does
+    not declare an input the graph needs or declares one the graph does not have: a config
+    taken as written (no auto-complete) would otherwise load and fail every request. The
+    control and state inputs of a sequence model are the server's and need no declaring."""
+    needed = [i.name for i in session.get_inputs()]
+    known = {*needed, *(i.name for i in session.get_overridable_initializers())}
+    sequences = config.sequence_batching
+    filled = sequences.server_inputs if sequences is not None else frozenset()
+    declared = {t.name for t in config.input} | filled
+    unknown = [t.name for t in config.input if t.name not in known]
+    if unknown:
+        raise ConfigError(
+            f"unable to load model '{config.name}': unexpected inference input "
+            f"'{unknown[0]}', allowed inputs are: {', '.join(sorted(known))}"
+        )
+    missing = [name for name in needed if name not in declared]
+    if missing:
+        expected = len(config.input) + len(filled)
+        raise ConfigError(
+            f"unable to load model '{config.name}', configuration expects {expected} inputs, "
+            f"model provides {len(needed)}: the config does not declare "
+            f"{', '.join(repr(n) for n in missing)}, which the ONNX graph needs"
         )
 
 

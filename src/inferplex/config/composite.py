@@ -34,9 +34,17 @@ class EnsembleStep(_Section):
 
 class EnsembleScheduling(_Section):
     step: tuple[EnsembleStep, ...] = Field(min_length=1)
+    max_inflight_requests: int = Field(
+        default=0,
+        ge=0,
+        le=2**32 - 1,
+        description="at most this many requests in flight at each step, across all of the "
+        "ensemble's requests (Triton's field); 0: no limit",
+    )
 
     def to_triton_dict(self) -> dict[str, Any]:
         return {
+            "max_inflight_requests": self.max_inflight_requests,
             "step": [
                 {
                     "model_name": s.model_name,
@@ -45,7 +53,7 @@ class EnsembleScheduling(_Section):
                     "output_map": dict(s.output_map),
                 }
                 for s in self.step
-            ]
+            ],
         }
 
 

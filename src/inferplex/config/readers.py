@@ -111,7 +111,8 @@ _OUTPUT_NOT_YET = _schema_fields("ModelOutput") - _OUTPUT_FIELDS
 _GROUP_NOT_YET = _schema_fields("ModelInstanceGroup") - _GROUP_FIELDS
 _POLICIES = ("latest", "all", "specific")
 _OPT_NOT_YET = _schema_fields("ModelOptimizationPolicy") - {"execution_accelerators"}
-_ENSEMBLE_NOT_YET = _schema_fields("ModelEnsembling") - {"step"}
+_ENSEMBLE_FIELDS = frozenset({"step", "max_inflight_requests"})
+_ENSEMBLE_NOT_YET = _schema_fields("ModelEnsembling") - _ENSEMBLE_FIELDS
 # ModelConfig fields that need reading rather than passing on
 _MODEL_MESSAGES = frozenset(
     {"name", "input", "output", "instance_group", "version_policy", "dynamic_batching"}
@@ -370,7 +371,7 @@ class _Reader:
 
     def ensemble_scheduling(self, raw: Any) -> dict[str, Any]:
         path = "ensemble_scheduling"
-        f = self.fields(raw, path, frozenset({"step"}), _ENSEMBLE_NOT_YET) or {}
+        f = self.fields(raw, path, _ENSEMBLE_FIELDS, _ENSEMBLE_NOT_YET) or {}
         steps = []
         for i, step in enumerate(_as_list(f.get("step"))):
             where = f"{path}.step[{i}]"
@@ -381,7 +382,7 @@ class _Reader:
                     entries = self.map_entries(g[name], f"{where}.{name}")
                     out[name] = {str(key): value for key, value, _ in entries}
             steps.append(out)
-        return {"step": steps}
+        return {**_plain(f, ("step",)), "step": steps}
 
     def size_routing(self, raw: Any) -> dict[str, Any]:
         f = self.fields(raw, "size_routing", _SIZE_ROUTING_FIELDS, _NONE) or {}

@@ -12,6 +12,7 @@ import pytest
 
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.ensemble import EnsembleBackend, EnsembleGraph, failure
+from inferplex.backends.step_gates import StepGate
 from inferplex.backends.worker.process_backend import WorkerError
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.pbtxt import parse_pbtxt
@@ -276,3 +277,71 @@ def test_a_step_nothing_needs_is_reported_and_never_planned(
     graph = EnsembleGraph(camera(ensemble_scheduling={"step": steps}))
     assert "step 3 'idle' make(s) nothing the ensemble's outputs need" in caplog.text
     assert [s.model for s in graph.plan(["embedding", "objects"]).steps] == ["a", "b"]
+
+
+def test_max_inflight_requests_is_read_and_rendered() -> None:
+    """Triton's ModelEnsembling field 2 (max_inflight_requests), as its config.pbtxt writes it."""
+    text = CAMERA.replace(
+        "ensemble_scheduling {", "ensemble_scheduling {\n  max_inflight_requests: 1"
+    )
+    config = config_from_dict(parse_pbtxt(text, "c/config.pbtxt"), "camera", "c/config.pbtxt")
+    assert config.unsupported_fields == ()
+    assert config.ensemble_scheduling is not None
+    assert config.ensemble_scheduling.max_inflight_requests == 1
+    assert config.to_triton_dict()["ensemble_scheduling"]["max_inflight_requests"] == 1
+    assert camera().to_triton_dict()["ensemble_scheduling"]["max_inflight_requests"] == 0
+
+
+def test_max_inflight_requests_bounds_each_step_across_requests_and_instances(
+    tmp_path: Path,
+) -> None:
+    """With max_inflight_requests 1, a second request (on another instance of the ensemble)
+    starts a step only once the first request's call to that step completed."""
+    caller = ScriptedCaller()
+    limited = camera(
+        ensemble_scheduling={
+            "step": camera().to_triton_dict()["ensemble_scheduling"]["step"],
+            "max_inflight_requests": 1,
+        }
+    )
+    instances = [EnsembleBackend(tmp_path, limited, InstanceSpec(caller=caller)) for _ in range(2)]
+    frame = np.zeros((1, 3, 64, 64), dtype=np.float32)
+    wanted = ["embedding", "objects"]
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            first = pool.submit(instances[0].execute, {"frame": frame}, wanted)
+            assert caller.wait_for(2) == ["face_detect", "objects"]
+            second = pool.submit(instances[1].execute, {"frame": frame}, wanted)
+            time.sleep(0.2)
+            assert len(caller.submitted) == 2  # both steps of the second request wait for a slot
+            caller.answer(1, "logits", 3.0)  # the first request's "objects" completes
+            assert caller.wait_for(3)[2] == "objects"  # its slot goes to the second request
+            time.sleep(0.1)
+            assert len(caller.submitted) == 3  # face_detect: still the first request's alone
+            caller.answer(0, "crop", 1.0)
+            names = caller.wait_for(5)
+            assert sorted(names[3:]) == ["face_detect", "face_embed"]
+            for index in (3, 4):
+                output = "crop" if names[index] == "face_detect" else "embedding"
+                caller.answer(index, output, 2.0)
+            assert first.result(10)["embedding"][0, 0] == 2.0
+            assert caller.wait_for(6)[5] == "face_embed"
+            caller.answer(2, "logits", 3.0)
+            caller.answer(5, "embedding", 4.0)
+            assert second.result(10)["embedding"][0, 0] == 4.0
+        finally:  # a failed check leaves no execute waiting on a step forever
+            for _, future in caller.submitted:
+                if not future.done():
+                    future.set_exception(ModelNotReadyError("the test is over"))
+
+
+def test_a_step_gate_serves_in_order_and_forgets_who_gave_up() -> None:
+    gate = StepGate(1)
+    held = gate.acquire()
+    gave_up, waiting = gate.acquire(), gate.acquire()
+    assert held.done() and not gave_up.done() and not waiting.done()
+    gate.abandon(gave_up)
+    gate.release()
+    assert waiting.done() and gave_up.cancelled()
+    gate.abandon(waiting)  # handed over already: its slot is released
+    assert gate.acquire().done()

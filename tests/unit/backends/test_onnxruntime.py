@@ -73,3 +73,25 @@ def test_an_optional_input_the_graph_needs_is_refused_by_name(model: Path, caplo
         backend.execute({"INPUT0": np.zeros((1, 16), np.float32)}, ["OUTPUT0"])
     both = {n: np.ones((1, 16), np.float32) for n in ("INPUT0", "INPUT1")}
     np.testing.assert_array_equal(backend.execute(both, ["OUTPUT0"])["OUTPUT0"], 2 * both["INPUT0"])
+
+
+def test_a_config_without_an_input_the_graph_needs_fails_the_load(model: Path) -> None:
+    """A config taken as written (no auto-complete) that leaves out INPUT1: the load fails
+    naming it, in Triton's onnxruntime words, instead of every request failing."""
+    written = config()
+    lacking = written.model_copy(update={"input": written.input[:1]})
+    with pytest.raises(ConfigError) as info:
+        OnnxRuntimeBackend(model, lacking, InstanceSpec())
+    assert str(info.value).startswith(
+        "unable to load model 'add_sub', configuration expects 1 inputs, model provides 2"
+    )
+    assert "'INPUT1'" in str(info.value)
+
+
+def test_a_config_declaring_an_input_the_graph_lacks_fails_the_load(model: Path) -> None:
+    written = config()
+    extra = written.input[0].model_copy(update={"name": "INPUT9"})
+    with pytest.raises(ConfigError, match="unexpected inference input 'INPUT9', allowed inputs"):
+        OnnxRuntimeBackend(
+            model, written.model_copy(update={"input": (*written.input, extra)}), InstanceSpec()
+        )

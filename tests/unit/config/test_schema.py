@@ -85,12 +85,12 @@ def test_not_yet_supported_means_in_the_schema_but_not_in_model_config() -> None
     }
     assert "batch_input (not supported yet)" in config.unsupported_fields
     config = config_from_dict(
-        parse_pbtxt("ensemble_scheduling { step { model_name: 'a' } max_inflight_responses: 2 }"),
+        parse_pbtxt("ensemble_scheduling { step { model_name: 'a' model_namespace: 'n' } }"),
         "m",
         "m/config.pbtxt",
     )
     assert config.unsupported_fields == (
-        "ensemble_scheduling.max_inflight_responses (not supported yet)",
+        "ensemble_scheduling.step[0].model_namespace (not supported yet)",
     )
 
 
