@@ -63,6 +63,34 @@ output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }} ]
 parameters [ {{ key: "progress" value {{ string_value: "{progress}" }} }} ]
 """
 
+#: decoupled, Triton style: sends N responses (the parameter "count", 0 by default), then the
+#: final flag with an error response
+FAILS = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+            for _ in range(json.loads(request.parameters()).get("count", 0)):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", text)]))
+            error = pb_utils.InferenceResponse(error=pb_utils.TritonError("An Error Occurred"))
+            sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+FAILS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1, 1 ] } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1, -1 ] } ]
+"""
+
 
 @pytest.fixture(scope="module", params=["builtin", "uvicorn"])
 def served(
@@ -74,6 +102,7 @@ def served(
     write_config(root / "add_sub", modelgen.model_config(path, max_batch_size=8))
     progress = root / "endless.progress"
     decoupled.write_model(root, "endless", ENDLESS, ENDLESS_CONFIG.format(progress=progress))
+    decoupled.write_model(root, "fails", FAILS, FAILS_CONFIG)
     server = start_server(root, root.parent / "server.log", args=["--http-server", request.param])
     yield server, progress
     code = server.stop()
@@ -113,7 +142,9 @@ def test_generate_answers_one_object(served: tuple[RunningServer, Path]) -> None
     assert reply.json() == {"model_name": "tokens", "model_version": "1", "text_output": "single"}
     several = requests.post(url(server, "tokens", "generate"), json={"text_input": "a b"})
     assert several.status_code == 501
-    assert "sent 2 responses" in several.json()["error"]
+    error = several.json()["error"]
+    assert "generate expects model to produce exactly 1 response" in error
+    assert "model 'tokens' sent more than one response" in error
 
 
 def test_an_ordinary_model_through_both_endpoints(served: tuple[RunningServer, Path]) -> None:
@@ -140,6 +171,48 @@ def test_errors_before_the_first_response_are_json_with_their_status(
     assert bad.status_code == 400
 
 
+def test_a_model_failing_before_any_response_answers_a_stream_with_its_status(
+    served: tuple[RunningServer, Path],
+) -> None:
+    """As Triton: the status is the first response's, the error an event in its own words;
+    after a response, 200 and the error as an event."""
+    server, _ = served
+    body: dict[str, Any] = {"text_input": "hi"}
+    failed = requests.post(url(server, "fails", "generate_stream"), json=body)
+    assert failed.status_code == 500
+    assert failed.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert events(failed) == [{"error": "An Error Occurred"}]
+    body["count"] = 1
+    later = requests.post(url(server, "fails", "generate_stream"), json=body)
+    assert later.status_code == 200
+    assert [e.get("text_output", e.get("error")) for e in events(later)] == [
+        "hi",
+        "An Error Occurred",
+    ]
+    unary = requests.post(url(server, "fails", "generate"), json=body)
+    assert unary.status_code == 500 and unary.json() == {"error": "An Error Occurred"}
+
+
+def test_inputs_are_read_as_triton_reads_them(served: tuple[RunningServer, Path]) -> None:
+    """One string or a list fills dims [1, 1]; a repeated input and a missing one are 400s in
+    Triton's words, on both endpoints, as JSON."""
+    server, _ = served
+    for text in ("hi", ["hi"], [["hi"]]):
+        reply = requests.post(url(server, "fails", "generate_stream"), json={"text_input": text})
+        assert reply.status_code == 500 and events(reply) == [{"error": "An Error Occurred"}]
+    refused = [
+        (b'{"text_input": "a", "text_input": "b"}', "input 'text_input' already exists"),
+        (b'{"other": 1}', "expected 1 inputs but got 0 inputs for model 'fails'"),
+        (b'{"text_input": ["a", "b"]}', "convert input 'text_input' to tensor with proper shape"),
+    ]
+    for body, expected in refused:
+        for action in ("generate", "generate_stream"):
+            reply = requests.post(url(server, "fails", action), data=body)
+            assert reply.status_code == 400
+            assert reply.headers["content-type"] == "application/json"
+            assert expected in reply.json()["error"]
+
+
 #: generate requests that /infer's checks refuse (issue 30): the model, the body, and what
 #: the error must say (the input it names and what was expected)
 _DEEP = {"a": 1}
@@ -148,8 +221,8 @@ for _ in range(500):
 BAD_VALUES = [
     # a wrong-length list: 15 values where the shape needs 16
     ("add_sub", {"INPUT0": [1.0] * 15, "INPUT1": [2.0] * 16}, "INPUT0"),
-    # one boolean where the shape [2] needs two integers
-    ("endless", {"IN": True}, "input 'IN': one value was given, but its shape [2]"),
+    # one value where the shape [2] needs two
+    ("endless", {"IN": 5}, "The schema can not convert input 'IN' to tensor with proper shape"),
     # booleans where INT32 is declared
     ("endless", {"IN": [True, False]}, "input 'IN': 'data' must hold integers"),
     # a fraction where INT32 is declared: never truncated to 1
@@ -161,7 +234,7 @@ BAD_VALUES = [
     # non-string BYTES values: never str()-ed
     ("tokens", {"text_input": 5}, "input 'text_input': BYTES 'data' must hold strings"),
     ("tokens", {"text_input": ["a", [1]]}, "input 'text_input': BYTES 'data' must hold strings"),
-    ("tokens", {"text_input": None}, "input 'text_input' must be a string"),
+    ("tokens", {"text_input": None}, "input 'text_input': BYTES 'data' must hold strings"),
     # parameters nested 500 deep, named or as a key that names no input
     ("tokens", {"text_input": "x", "parameters": {"p": _DEEP}}, "nested more than 32 levels"),
     ("tokens", {"text_input": "x", "other": _DEEP}, "nested more than 32 levels"),

@@ -151,6 +151,13 @@ FLAGS = (
     ),
     no_effect("--http-thread-count", "int", _THREADS + "HTTP thread pool"),
     TritonFlag(
+        "--http-max-input-size",
+        "int",
+        setting("max_json_request_bytes"),
+        "--max-json-request-bytes: an inference request's JSON (/infer, /generate) above it "
+        "gets 413 in Triton's words; Triton's default is 64 MiB, inferplex's 16 MiB",
+    ),
+    TritonFlag(
         "--http-restricted-api",
         "repeated",
         lambda values: {"_http_restricted": values},

@@ -7,7 +7,7 @@ few tuple comparisons per input.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable
+from collections.abc import Collection, Hashable, Iterable
 from math import prod
 from typing import Any
 
@@ -28,6 +28,11 @@ def _dims_match(shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
 def _is_bytes(dtype: np.dtype, spec: _Input) -> bool:
     """Whether ``dtype`` holds BYTES elements for a BYTES input (objects, bytes or str)."""
     return spec.datatype == "BYTES" and dtype.kind in "OSU"
+
+
+def _listed(names: Iterable[str]) -> str:
+    """Names as Triton lists them: ['a','b']."""
+    return "[" + ",".join(f"'{name}'" for name in names) + "]"
 
 
 def _data_error(
@@ -151,12 +156,20 @@ class RequestValidator:
         )
 
     def _check_required(self, feeds: Collection[str]) -> None:
-        """Every input the config does not mark optional was given."""
+        """Every input the config does not mark optional was given; if not, Triton's words
+        (its clients and tests look for them)."""
         missing = [name for name in self._required if name not in feeds]
         if missing:
+            declared, required = len(self._inputs), len(self._required)
+            expected = (
+                f"{declared} inputs"
+                if declared == required
+                else f"number of inputs between {required} and {declared}"
+            )
             raise InvalidInputError(
-                f"model '{self._config.name}' is missing required input(s) {missing}, "
-                f"expected {self._names(self._inputs)}"
+                f"expected {expected} but got {len(feeds)} inputs for model "
+                f"'{self._config.name}'. Got input(s) {_listed(feeds)}, but missing required "
+                f"input(s) {_listed(missing)}. Please provide all required input(s)."
             )
 
     def check_declared(self, name: str, datatype: str, shape: tuple[int, ...]) -> None:

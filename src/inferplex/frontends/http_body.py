@@ -78,10 +78,11 @@ def body_headers(  # noqa: C901
 
 def json_too_large(size: int, limit: int) -> PayloadTooLargeError:
     """An inference request whose JSON is above ``--max-json-request-bytes``: parsed, JSON
-    takes 10-20 times its size in Python objects."""
+    takes 10-20 times its size in Python objects. Worded as Triton words its
+    --http-max-input-size refusal (Triton's tests look for it)."""
     return PayloadTooLargeError(
-        f"request JSON of {size} bytes is above the limit of {limit} bytes "
-        "(--max-json-request-bytes, INFERPLEX_MAX_JSON_REQUEST_BYTES): send large tensors as "
+        f"request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} "
+        "bytes (--max-json-request-bytes, INFERPLEX_MAX_JSON_REQUEST_BYTES): send large tensors as "
         "binary data (the binary tensor data extension: Inference-Header-Content-Length, "
         "binary_data_size)"
     )

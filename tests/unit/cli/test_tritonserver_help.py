@@ -75,7 +75,7 @@ def _serve(*args: str) -> Any:
 
 def test_the_list_is_tritons_whole_help() -> None:
     names = [name for name, _ in tritonserver_flags()]
-    assert len(names) == len(set(names)) == 88
+    assert len(names) == len(set(names)) == 89
     assert {"--id", "--log-file", "--cache-config", "--grpc-restricted-protocol"} <= set(names)
 
 
@@ -123,12 +123,14 @@ def test_the_honoured_flags_set_their_settings(tmp_path: Path, started: list[Ser
         "--trace-config=opentelemetry,url=localhost:4318/v1/traces",
         "--allow-gpu-metrics=false",
         "--metrics-interval-ms=2000",
+        "--http-max-input-size=1048576",
     )
     assert result.exit_code == 0, result.output
     (config,) = started
     assert config.server_name == "triton"
     assert (config.log_file, config.log_format, config.log_level) == (log, "iso8601", "warning")
     assert config.strict_readiness and config.model_config_name == "h100"
+    assert config.max_json_request_bytes == 1048576
     assert config.cache_size == 1048576
     assert (config.http2_keepalive_s, config.http2_keepalive_timeout_s) == (7200.0, 20.0)
     assert (config.http2_max_connection_age_s, config.http2_max_connection_age_grace_s) == (

@@ -51,7 +51,7 @@ def test_reshape_applies_to_the_backend_view() -> None:
         ((tensor("a", "FP32", (3,)), VALID[1]), "shape [3]"),
         ((tensor("a", "FP32", (5, 3)), tensor("b", "INT64", (5, 1), np.int64)), "max_batch_size 4"),
         ((tensor("a", "FP32", (1, 3)), VALID[1]), "share the batch dimension"),
-        ((VALID[0],), "missing required input(s) ['b']"),
+        ((VALID[0],), "Got input(s) ['a'], but missing required input(s) ['b']"),
         ((*VALID, VALID[0]), "more than once"),
     ],
 )

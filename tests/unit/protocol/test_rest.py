@@ -375,6 +375,17 @@ def test_nan_and_inf_are_literals_in_json_and_exact_in_binary() -> None:
     assert body[length:] == values.tobytes()
 
 
+def test_a_lone_surrogate_beside_a_nan_is_a_400_naming_the_input() -> None:
+    """NaN sends the body through Python's json, which lets an unpaired \\ud800 through as a
+    str that UTF-8 cannot encode (was a UnicodeEncodeError: a 500)."""
+    body = (
+        b'{"inputs":[{"name":"y","datatype":"FP32","shape":[1],"data":[NaN]},'
+        b'{"name":"x","datatype":"BYTES","shape":[1],"data":["\\ud800"]}]}'
+    )
+    with pytest.raises(InvalidInputError, match="input 'x': a string holds a lone UTF-16"):
+        decode_infer_request(body, None, "m", "")
+
+
 def test_outputs_are_coerced_to_their_declared_datatype() -> None:
     tensor = Tensor("OUT0", "FP32", (2, 2), np.arange(4, dtype=">f8").reshape(2, 2).T)
     request = InferenceRequest("model", [], parameters={"binary_data_output": True})

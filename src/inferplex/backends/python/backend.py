@@ -106,7 +106,8 @@ class PythonBackend(ProcessBackend):
             cancellation.forward_to(forward)
         done = self._exchange(inputs, (outputs, meta, number))
         results = self._worker.arena.read(done[1], copy=True)
-        failed = {index: self._failure(why, code) for index, why, code in done[2]}
+        # errors the model put in its responses
+        failed = {index: self._sent_error(why, code) for index, why, code in done[2]}
         if len(requests) - len(failed) == 1:  # the one answered gets all (unbatched models too)
             return [failed.get(index, results) for index in range(len(requests))]
         answers: list[RequestOutcome] = []
@@ -128,7 +129,7 @@ class PythonBackend(ProcessBackend):
         worker = self._worker
         outcome: RequestOutcome | None = None
         if error is not None:
-            outcome = self._failure(*error)
+            outcome = self._sent_error(*error)
         elif headers:
             outcome = worker.arena.read(headers, copy=True)
         sink = self._sinks[index] if 0 <= index < len(self._sinks) else None

@@ -392,6 +392,10 @@ def _json_default(value: Any) -> Any:
 
 def _to_bytes_array(value: Any) -> np.ndarray:
     value = _plain(value)
+    if isinstance(value, np.ndarray) and value.size == 0:
+        # no elements, whatever their type (Triton's mock_llm sends np.array([]), float64,
+        # for an empty text output): the output is empty, not the text "[]"
+        return np.empty(value.shape, dtype=np.object_)
     if isinstance(value, np.ndarray) and value.dtype.kind in ("O", "S", "U"):
         out = np.empty(value.shape, dtype=np.object_)
         for index, item in np.ndenumerate(value):

@@ -165,7 +165,12 @@ class ProcessBackend(Backend):
 
     def _failure(self, why: str, code: str) -> InferplexError:
         """The error for a failure the worker reported, with the code it gave."""
-        text = f"model '{self._name}': {self.role} failed: {why}"
+        return self._sent_error(f"model '{self._name}': {self.role} failed: {why}", code)
+
+    @staticmethod
+    def _sent_error(text: str, code: str) -> InferplexError:
+        """An error of ``text`` with the code the worker gave; as it stands, for an error a
+        model put in a response: its own words, as Triton passes them on."""
         error_code = ErrorCode(code)
         if error_code is ErrorCode.INTERNAL:
             return ModelExecutionError(text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import chain
+from math import prod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,35 +48,45 @@ _KIND_NAMES = {
 def array_from_json(
     data: Any, datatype: str, dtype: np.dtype, shape: tuple[int, ...], count: int, name: str
 ) -> np.ndarray:
-    """Convert JSON ``data`` (flat or nested, row-major) to an array of ``shape``.
+    """Convert JSON ``data`` (flat or nested, row-major) to an array of ``shape``, which has
+    ``count`` elements.
 
     The caller gives up ``data``: a flat list of strings is emptied as it is converted."""
+    return reshape_input(json_values(data, datatype, dtype, name, shape), shape, name)
+
+
+def json_values(
+    data: Any, datatype: str, dtype: np.dtype, name: str, shape: tuple[int, ...] | None = None
+) -> np.ndarray:
+    """The values of JSON ``data`` (flat or nested, row-major) as a flat array of ``dtype``;
+    with ``shape``, as many as it holds (counted before anything is converted), else any
+    number. The caller gives up ``data``, as for :func:`array_from_json`."""
     if not isinstance(data, list):
         raise InvalidInputError(
             f"input '{name}': 'data' must be a list (flat or nested), got {json_type(data)}"
         )
     if datatype == "BYTES":
-        return _bytes_from_json(data, shape, count, name)
+        return _bytes_from_json(data, shape, name)
     try:
         raw = np.array(data)
     except (ValueError, TypeError, OverflowError, RecursionError):
         raise InvalidInputError(
             f"input '{name}': 'data' is not a rectangular nested list of numbers"
         ) from None
-    if raw.size != count:
+    if shape is not None and raw.size != prod(shape):
         raise element_count_error(name, "'data'", raw.size, shape)
-    if count == 0:
-        return reshape_input(np.empty(0, dtype=dtype), shape, name)
+    if raw.size == 0:
+        return np.empty(0, dtype=dtype)
     kinds = _ACCEPTED_KINDS[datatype][0]
     if kinds == "iu" and raw.dtype.kind in "fO":
         # numpy turns integers beyond int64 (large UINT64 values) into float64 or objects
         raw = _exact_integers(data, datatype, name)
     elif raw.dtype.kind not in kinds:
         raise _wrong_kind(name, datatype, raw.dtype.kind)
-    if count > CHUNK:  # the values are in ``raw``: free their Python objects before converting
+    if raw.size > CHUNK:  # the values are in ``raw``: free their Python objects before converting
         release(data)
     _check_range(raw, datatype, name)
-    return reshape_input(raw.astype(dtype, copy=False), shape, name)
+    return raw.astype(dtype, copy=False).reshape(-1)
 
 
 def _check_range(raw: np.ndarray, datatype: str, name: str) -> None:
@@ -110,8 +121,20 @@ def _wrong_kind(name: str, datatype: str, kind: str) -> InvalidInputError:
     got = _KIND_NAMES.get(kind, "values of another type")
     return InvalidInputError(
         f"input '{name}': 'data' must hold {_ACCEPTED_KINDS[datatype][1]} for datatype "
-        f"{datatype}, got {got}"
+        f"{datatype}, got {got} ({_triton_kind(datatype)})"
     )
+
+
+def _triton_kind(datatype: str) -> str:
+    """Triton's words for a JSON value of the wrong kind (its clients and tests look for
+    them)."""
+    if datatype == "BOOL":
+        return "attempt to access JSON non-boolean as boolean"
+    if datatype.startswith("INT"):
+        return "attempt to access JSON non-signed-integer as signed-integer"
+    if datatype.startswith("UINT"):
+        return "attempt to access JSON non-unsigned-integer as unsigned-integer"
+    return "attempt to access JSON non-number as double"
 
 
 def _out_of_range(name: str, datatype: str) -> InvalidInputError:
@@ -119,19 +142,26 @@ def _out_of_range(name: str, datatype: str) -> InvalidInputError:
     return out_of_range_error(name, "'data'", datatype, low, high)
 
 
-def _bytes_from_json(data: list[Any], shape: tuple[int, ...], count: int, name: str) -> np.ndarray:
-    """Flatten nested JSON strings row-major into an object array of UTF-8 ``bytes``."""
+def _bytes_from_json(data: list[Any], shape: tuple[int, ...] | None, name: str) -> np.ndarray:
+    """Flatten nested JSON strings row-major into a flat object array of UTF-8 ``bytes``, as
+    many as ``shape`` holds when it is given."""
     flat = _flat_strings(data, name)
     del data
-    if len(flat) != count:
-        raise element_count_error(name, "'data'", len(flat), shape)
+    count = len(flat)
+    if shape is not None and count != prod(shape):
+        raise element_count_error(name, "'data'", count, shape)
     array = np.empty(count, dtype=np.object_)
     # encoded in C a chunk at a time, from the end, each chunk's strings freed once encoded:
     # the strings and their bytes never all exist at once
-    for low in reversed(range(0, count, CHUNK)):
-        array[low : low + CHUNK] = list(map(str.encode, flat[low:]))
-        del flat[low:]
-    return reshape_input(array, shape, name)
+    try:
+        for low in reversed(range(0, count, CHUNK)):
+            array[low : low + CHUNK] = list(map(str.encode, flat[low:]))
+            del flat[low:]
+    except UnicodeEncodeError:  # a lone surrogate (\ud800), which Python's json lets through
+        raise InvalidInputError(
+            f"input '{name}': a string holds a lone UTF-16 surrogate escape: not text"
+        ) from None
+    return array
 
 
 def _flat_strings(data: list[Any], name: str) -> list[str]:
@@ -210,7 +240,7 @@ def _mixed_strings(data: list[Any], name: str) -> list[str]:
 def _not_a_string(name: str, item: Any) -> InvalidInputError:
     return InvalidInputError(
         f"input '{name}': BYTES 'data' must hold strings, got {json_type(item)}; "
-        "send raw bytes as binary data"
+        "send raw bytes as binary data (attempt to access JSON non-string as string)"
     )
 
 

@@ -314,3 +314,18 @@ def test_torchserve_handlers_read_each_rows_request_id() -> None:
         {"INPUT0": np.zeros((3, 4), np.float32)}, ["OUTPUT0"], [("a", {}, 2), ("b", {}, 1)]
     )
     assert seen == ["a", "a", "b"]
+
+
+def test_an_empty_array_of_any_type_is_an_empty_text_output() -> None:
+    """Triton's mock_llm (qa/python_models/generate_models) answers OUTPUT_0_DIM with
+    ``pb_utils.Tensor("TEXT", np.array([]))``, float64, for its TYPE_STRING output: an empty
+    output, not the text "[]"."""
+
+    class Empty:
+        def execute(self, requests: list[Any]) -> list[Any]:
+            empty = pb_utils.Tensor("OUTPUT0", np.array([]))
+            return [pb_utils.InferenceResponse([empty]) for _ in requests]
+
+    text = context(max_batch_size=0, outputs=(("OUTPUT0", "TYPE_STRING", [-1]),))
+    out = Runner(Empty(), text).run({"INPUT0": np.ones(4, np.float32)}, ["OUTPUT0"])["OUTPUT0"]
+    assert out.shape == (0,) and out.dtype == np.object_
