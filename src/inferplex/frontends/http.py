@@ -146,6 +146,7 @@ class HttpApp:
         self._bodies = ManagementBodies(config)
         self._budget = budget if budget is not None else ByteBudget(config.max_buffered_bytes)
         self._max_json = config.max_json_request_bytes  # an inference request's JSON
+        self._caps: dict[Endpoint, tuple[int, str, int]] = {}  # _body_caps, by endpoint
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._access = access if access is not None and access.enabled else None
@@ -228,8 +229,8 @@ class HttpApp:
             endpoint = admitted[0][0]
             if endpoint.method != "POST":  # admitted here: it comes with a body
                 raise takes_none(request.path, endpoint)
-            limit, flag = self._limit(endpoint)
-            body_headers(request.headers, limit, flag, self._json_limit(endpoint))
+            limit, flag, json_limit = self._caps.get(endpoint) or self._body_caps(endpoint)
+            body_headers(request.headers, limit, flag, json_limit)
             request.body_limit, request.body_limit_flag = limit, flag
             request.admitted = admitted
         except (InferplexError, RouteError) as exc:
@@ -255,7 +256,7 @@ class HttpApp:
             )
             is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
-                limit, flag = self._limit(endpoint)
+                limit, flag, json_limit = self._caps.get(endpoint) or self._body_caps(endpoint)
                 header_length, coding, accept = body_headers(headers, limit, flag)
                 if not isinstance(body, bytes | memoryview):
                     body = await receive_body(body, limit, flag)
@@ -264,7 +265,6 @@ class HttpApp:
                 if coding is not None:  # admitted: inflated within the endpoint's limit
                     inflated = await inflate_body(body, coding, limit, flag, self._budget)
                     body = inflated.data
-                json_limit = self._json_limit(endpoint)
                 if json_limit and header_length is None and len(body) > json_limit:
                     raise json_too_large(len(body), json_limit)
             else:
@@ -295,18 +295,18 @@ class HttpApp:
             if inflated is not None:  # answered: its bytes leave the server's budget
                 inflated.release()
 
-    def _limit(self, endpoint: Endpoint) -> tuple[int, str]:
-        """The most body bytes ``endpoint`` takes, and the setting that says so."""
+    def _body_caps(self, endpoint: Endpoint) -> tuple[int, str, int]:
+        """The most body bytes ``endpoint`` takes, the setting that says so, and the most
+        JSON its body may hold (0: not checked: a load's files are base64 strings, the small
+        endpoints' bodies are small); kept per endpoint."""
         if endpoint.handler == "_model_load":
-            return self._load_limit
-        return self._large_limit if endpoint.large_body else self._small_limit
-
-    def _json_limit(self, endpoint: Endpoint) -> int:
-        """The most JSON an inference endpoint's body may hold (0: not checked: a load's
-        files are base64 strings, the small endpoints' bodies are small)."""
-        if endpoint.large_body and endpoint.handler != "_model_load":
-            return self._max_json
-        return 0
+            caps = (*self._load_limit, 0)
+        elif endpoint.large_body:
+            caps = (*self._large_limit, self._max_json)
+        else:
+            caps = (*self._small_limit, 0)
+        self._caps[endpoint] = caps
+        return caps
 
     def _resolve(self, path: str, raw_path: bytes | None, remember: bool) -> Route:
         endpoint, model, version = resolve(path, raw_path)
