@@ -1,12 +1,14 @@
 """Answers a client does not read are charged to the server-wide byte budget while they wait
 for its flow-control windows, and a connection whose waiting answers pass
 ``--http2-connection-buffer-bytes`` gets no new calls (RESOURCE_EXHAUSTED naming the limit)
-until they leave (issue 30: a zero-window client with 200 x 1 MB answers held ~500 MB)."""
+until they leave, once they stand still (issue 30: a zero-window client with 200 x 1 MB
+answers held ~500 MB); a client that reads them, if slowly, is never refused."""
 
 from __future__ import annotations
 
 import time
 
+from inferplex.transport.http2_base import ANSWERS_STALL_S
 from inferplex.transport.http2_limits import Http2Limits
 from tests.support.h2raw import ECHO, INITIAL_WINDOW_SIZE, TIMEOUT, Conn, serving
 
@@ -31,7 +33,9 @@ def test_unread_answers_are_charged_and_stop_new_calls() -> None:
             while used() < len(streams) * ANSWER:
                 assert time.monotonic() < deadline, f"only {used()} bytes charged"
                 time.sleep(0.01)
-            # 1.2 MB waiting: past the connection's 1 MiB, the next call is refused
+            # 1.2 MB waiting, past the connection's 1 MiB: once they have stood still for
+            # ANSWERS_STALL_S (the client reads nothing), the next call is refused
+            time.sleep(ANSWERS_STALL_S + 0.1)
             conn.send(conn.call(41, ECHO, b"y"))
             assert conn.grpc_status(41) == RESOURCE_EXHAUSTED
             refused = [f for f in conn.received if f.stream_id == 41]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import queue
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,9 +86,7 @@ def test_large_calls_at_once_past_the_connection_limit_all_complete(
     """Issue 30: of two 32 MiB calls on one connection the second never finished (no
     WINDOW_UPDATE, RST or GOAWAY). Six 3 MiB calls against a 4 MiB connection limit: they
     take turns for room, each held back by its own window."""
-    began = time.monotonic()
     assert _large_calls_at_once(twin[1].grpc_url, 6, 3 * MIB) == []
-    assert time.monotonic() - began < 30
 
 
 @pytest.fixture(scope="module")

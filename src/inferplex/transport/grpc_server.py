@@ -78,7 +78,8 @@ _OK_HEAD = OK_HEAD
 _OK_TRAILERS = literal_header_block([(b"grpc-status", b"0")])
 _UNSENT = (
     "this connection's answers waiting for its flow-control windows are above the limit "
-    "(INFERPLEX_HTTP2_CONNECTION_BUFFER_BYTES): read them before sending more calls"
+    "(INFERPLEX_HTTP2_CONNECTION_BUFFER_BYTES) and none moved for a second: read them before "
+    "sending more calls"
 )
 
 
@@ -280,8 +281,11 @@ class GrpcServer:
             unknown = path.decode("latin-1")
             self._status(connection, stream, UNIMPLEMENTED, f"unknown method {unknown}")
             return
-        if connection.unsent > self._limits.connection_buffer_bytes:
+        if connection.unsent > self._limits.connection_buffer_bytes and (
+            connection.answers_stalled(asyncio.get_running_loop().time())
+        ):
             # answers this client does not read are held for it: no more calls until they go
+            # (a client that reads them, if slowly, is not refused: they keep moving)
             self.counters.exceeded["unsent_responses"] += 1
             self._status(connection, stream, RESOURCE_EXHAUSTED, _UNSENT)
             return

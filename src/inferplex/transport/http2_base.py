@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 _U32 = U32
 
+#: seconds the answers held for a peer's windows may stand still before its new calls are
+#: refused (while those answers are above the connection's buffer limit)
+ANSWERS_STALL_S = 1.0
 #: our receive windows: the connection's (replenished once half is read), and the largest
 #: and smallest initial window of a stream (initial_stream_window)
 CONNECTION_WINDOW = 16 << 20
@@ -113,6 +116,8 @@ class Http2Base(asyncio.BufferedProtocol):
         self._data_stream: Stream | None = None
         self._settings_acked = False  # the peer acknowledged our SETTINGS
         self.unsent = 0  # response bytes waiting for the peer's windows (in streams' charged)
+        #: when the answers held for the peer's windows last moved (or began to be held)
+        self.answers_moved_at = 0.0
         # budgets: frames that did no work, counted; leaked by time from *_at on
         self._resets = 0
         self._resets_at = 0.0
@@ -280,10 +285,18 @@ class Http2Base(asyncio.BufferedProtocol):
     def _charge_unsent(self, stream: Stream, count: int) -> None:
         """An answer of ``count`` bytes waits for the peer's windows: held until the stream
         ends, in the server's budget and this connection's ``unsent``."""
+        if not self.unsent and self._loop is not None:
+            self.answers_moved_at = self._loop.time()
         stream.charged += count
         stream.unsent += count
         self.unsent += count
         self._counters.budget.used += count
+
+    def answers_stalled(self, now: float) -> bool:
+        """The answers held for the peer's windows have not moved for ``ANSWERS_STALL_S``:
+        the peer is not reading them (a client that reads, if slowly, opens windows and keeps
+        them moving)."""
+        return now - self.answers_moved_at >= ANSWERS_STALL_S
 
     def _release(self, stream: Stream) -> None:
         """The stream ended or its body is dropped: what it held of the connection's buffer

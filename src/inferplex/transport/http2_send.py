@@ -184,6 +184,7 @@ class Http2Output(Http2Timers):
                 self._send_body(stream, parts)  # a stream sent whole leaves _blocked
                 stream.stalled_since = now  # it moved: the send timeout starts again
         if parts:
+            self.answers_moved_at = now
             self._write(b"".join(parts))
 
     def _finish(self, stream: Stream) -> None:
