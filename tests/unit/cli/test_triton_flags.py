@@ -4,42 +4,21 @@ ServerConfig field, or is accepted and says (in --help and the log) why it has n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 import pytest
 from click.testing import CliRunner
 
-from inferplex import server
 from inferplex.cli.main import main
 from inferplex.cli.triton_flags import FLAGS
 from inferplex.config.server_config import ServerConfig
-
-
-@pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> list[ServerConfig]:
-    """The configs `serve` would start a server with (none is started)."""
-    configs: list[ServerConfig] = []
-
-    class Recorded:
-        def __init__(self, config: ServerConfig) -> None:
-            configs.append(config)
-
-        async def serve_forever(self) -> None:
-            return None
-
-    monkeypatch.setattr(server, "Server", Recorded)
-    return configs
-
-
-def _serve(*args: str) -> Any:
-    return CliRunner().invoke(main, ["serve", *args])
+from tests.unit.cli.conftest import serve
 
 
 def test_a_triton_start_script_line_sets_the_same_settings(
     tmp_path: Path, started: list[ServerConfig]
 ) -> None:
-    result = _serve(
+    result = serve(
         f"--model-repository={tmp_path}",
         "--strict-model-config=false",
         "--log-verbose=1",
@@ -68,7 +47,7 @@ def test_a_triton_start_script_line_sets_the_same_settings(
 def test_exit_on_error_is_the_setting_of_that_name(
     tmp_path: Path, started: list[ServerConfig]
 ) -> None:
-    result = _serve("--model-repository", str(tmp_path), "--exit-on-error=true")
+    result = serve("--model-repository", str(tmp_path), "--exit-on-error=true")
     assert result.exit_code == 0, result.output
     assert started[0].exit_on_error
 
@@ -86,7 +65,7 @@ def test_exit_on_error_is_the_setting_of_that_name(
 def test_auto_complete_config_follows_tritons_two_flags(
     tmp_path: Path, started: list[ServerConfig], args: tuple[str, ...], auto_complete: bool
 ) -> None:
-    result = _serve("--model-repository", str(tmp_path), *args)
+    result = serve("--model-repository", str(tmp_path), *args)
     assert result.exit_code == 0, result.output
     assert started[0].auto_complete_config is auto_complete
 
@@ -94,14 +73,14 @@ def test_auto_complete_config_follows_tritons_two_flags(
 def test_model_store_is_the_repository_and_inferplex_flags_win(
     tmp_path: Path, started: list[ServerConfig]
 ) -> None:
-    result = _serve(f"--model-store={tmp_path}", "--log-verbose=2", "--log-level=warning")
+    result = serve(f"--model-store={tmp_path}", "--log-verbose=2", "--log-level=warning")
     assert result.exit_code == 0, result.output
     assert started[0].model_repository == tmp_path
     assert started[0].log_level == "warning"
 
 
 def test_a_boolean_must_be_one_triton_reads(tmp_path: Path, started: list[ServerConfig]) -> None:
-    result = _serve("--model-repository", str(tmp_path), "--allow-grpc=maybe")
+    result = serve("--model-repository", str(tmp_path), "--allow-grpc=maybe")
     assert result.exit_code == 2
     assert "--allow-grpc" in result.output and not started
 
@@ -133,7 +112,7 @@ def test_a_flag_without_effect_is_logged_with_its_reason(
 def test_listener_addresses_set_the_one_bind_address(
     tmp_path: Path, started: list[ServerConfig]
 ) -> None:
-    result = _serve(
+    result = serve(
         f"--model-repository={tmp_path}", "--http-address=127.0.0.2", "--grpc-address=127.0.0.2"
     )
     assert result.exit_code == 0, result.output
@@ -143,7 +122,7 @@ def test_listener_addresses_set_the_one_bind_address(
 def test_two_different_listener_addresses_are_an_error(
     tmp_path: Path, started: list[ServerConfig]
 ) -> None:
-    result = _serve(
+    result = serve(
         f"--model-repository={tmp_path}", "--http-address=127.0.0.2", "--grpc-address=127.0.0.3"
     )
     assert result.exit_code == 2 and not started

@@ -5,14 +5,11 @@ ones it cannot honour without opening an API stop the start with the reason."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from inferplex import server
-from inferplex.cli.main import main
 from inferplex.config.server_config import ServerConfig
+from tests.unit.cli.conftest import serve
 
 FLAG_LIST = Path(__file__).with_name("tritonserver_flags.txt")
 #: added as a ServerConfig field by another change of issue 31 (the drain timeout)
@@ -53,26 +50,6 @@ def tritonserver_flags() -> list[tuple[str, str]]:
     return rows
 
 
-@pytest.fixture
-def started(monkeypatch: pytest.MonkeyPatch) -> list[ServerConfig]:
-    """The configs `serve` would start a server with (none is started)."""
-    configs: list[ServerConfig] = []
-
-    class Recorded:
-        def __init__(self, config: ServerConfig) -> None:
-            configs.append(config)
-
-        async def serve_forever(self) -> None:
-            return None
-
-    monkeypatch.setattr(server, "Server", Recorded)
-    return configs
-
-
-def _serve(*args: str) -> Any:
-    return CliRunner().invoke(main, ["serve", *args])
-
-
 def test_the_list_is_tritons_whole_help() -> None:
     names = [name for name, _ in tritonserver_flags()]
     assert len(names) == len(set(names)) == 89
@@ -94,14 +71,14 @@ def test_every_tritonserver_flag_starts_inferplex(
     )
     argument = flag if takes == "none" else f"{flag}={value}"
     extra = ["--allow-grpc=false"] if flag == "--grpc-restricted-protocol" else []
-    result = _serve(f"--model-repository={tmp_path}", argument, *extra)
+    result = serve(f"--model-repository={tmp_path}", argument, *extra)
     assert result.exit_code == 0, result.output
     assert len(started) == 1
 
 
 def test_the_honoured_flags_set_their_settings(tmp_path: Path, started: list[ServerConfig]) -> None:
     log = tmp_path / "server.log"
-    result = _serve(
+    result = serve(
         f"--model-repository={tmp_path}",
         "--id=triton",
         f"--log-file={log}",
@@ -146,12 +123,12 @@ def test_the_honoured_flags_set_their_settings(tmp_path: Path, started: list[Ser
 def test_without_a_trace_level_tritons_trace_rate_traces_nothing(
     tmp_path: Path, started: list[ServerConfig]
 ) -> None:
-    result = _serve(f"--model-repository={tmp_path}", "--trace-rate=1000")
+    result = serve(f"--model-repository={tmp_path}", "--trace-rate=1000")
     assert result.exit_code == 0, result.output
     assert started[0].trace_rate == 0.0
     assert "trace level is OFF" in result.stderr
     started.clear()
-    result = _serve(f"--model-repository={tmp_path}", "--trace-rate=0.25")  # inferplex's own
+    result = serve(f"--model-repository={tmp_path}", "--trace-rate=0.25")  # inferplex's own
     assert result.exit_code == 0 and started[0].trace_rate == 0.25
 
 
@@ -168,7 +145,7 @@ def test_without_a_trace_level_tritons_trace_rate_traces_nothing(
 def test_log_levels_as_triton_spells_them(
     tmp_path: Path, started: list[ServerConfig], args: tuple[str, ...], level: str
 ) -> None:
-    result = _serve(f"--model-repository={tmp_path}", *args, "--model-control-mode=EXPLICIT")
+    result = serve(f"--model-repository={tmp_path}", *args, "--model-control-mode=EXPLICIT")
     assert result.exit_code == 0, result.output
     assert started[0].log_level == level and started[0].model_control_mode == "explicit"
 
@@ -182,15 +159,15 @@ def test_two_repositories_stop_the_start(
 ) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    result = _serve(f"{flags[0]}={tmp_path / 'a'}", f"{flags[1]}={tmp_path / 'b'}")
+    result = serve(f"{flags[0]}={tmp_path / 'a'}", f"{flags[1]}={tmp_path / 'b'}")
     assert result.exit_code == 2 and not started
     assert "serves one model repository" in result.output
-    result = _serve(f"{flags[0]}={tmp_path / 'a'}", f"{flags[1]}={tmp_path / 'a'}")
+    result = serve(f"{flags[0]}={tmp_path / 'a'}", f"{flags[1]}={tmp_path / 'a'}")
     assert result.exit_code == 0 and started[0].model_repository == tmp_path / "a"
 
 
 def test_defaults_stay_inferplexs(tmp_path: Path, started: list[ServerConfig]) -> None:
-    result = _serve(f"--model-repository={tmp_path}")
+    result = serve(f"--model-repository={tmp_path}")
     assert result.exit_code == 0, result.output
     (config,) = started
     assert config.server_name == "inferplex" and not config.strict_readiness
@@ -200,7 +177,7 @@ def test_defaults_stay_inferplexs(tmp_path: Path, started: list[ServerConfig]) -
 def test_a_restriction_that_fits_the_tokens_sets_them(
     tmp_path: Path, started: list[ServerConfig]
 ) -> None:
-    result = _serve(
+    result = serve(
         f"--model-repository={tmp_path}",
         "--http-restricted-api=metadata,inference,model-config,statistics:authorization=Bearer T",
         "--http-restricted-api=shared-memory,model-repository,trace,logging:Authorization=bearer T",
@@ -229,7 +206,7 @@ def test_a_restriction_that_fits_the_tokens_sets_them(
 def test_a_restriction_inferplex_cannot_keep_stops_the_start(
     tmp_path: Path, started: list[ServerConfig], args: tuple[str, ...]
 ) -> None:
-    result = _serve(f"--model-repository={tmp_path}", *args)
+    result = serve(f"--model-repository={tmp_path}", *args)
     assert result.exit_code == 2 and not started
     assert "cannot be honoured" in result.output and "open" in result.output
 
@@ -250,7 +227,7 @@ def test_a_restriction_inferplex_cannot_keep_stops_the_start(
 def test_a_value_triton_refuses_is_refused(
     tmp_path: Path, started: list[ServerConfig], args: tuple[str, ...], message: str
 ) -> None:
-    result = _serve(f"--model-repository={tmp_path}", *args)
+    result = serve(f"--model-repository={tmp_path}", *args)
     assert result.exit_code == 2 and not started
     assert message in result.output
 
@@ -258,7 +235,7 @@ def test_a_value_triton_refuses_is_refused(
 def test_grpc_tls_is_the_servers_tls(tmp_path: Path, started: list[ServerConfig]) -> None:
     for name in ("cert.pem", "key.pem", "ca.pem"):
         (tmp_path / name).write_text("-")
-    result = _serve(
+    result = serve(
         f"--model-repository={tmp_path}",
         "--grpc-use-ssl-mutual=true",
         f"--grpc-server-cert={tmp_path / 'cert.pem'}",
