@@ -138,9 +138,7 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]
 async def test_a_reload_after_unloading_is_estimated_at_its_last_footprint(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "ballast" / "1").mkdir(parents=True)
-    (tmp_path / "ballast" / "1" / "model.py").write_text(BALLAST)
-    (tmp_path / "ballast" / "config.pbtxt").write_text(BALLAST_CONFIG)
+    _ballast(tmp_path)
     # ballast holds 80 MB and the worker's own memory: anywhere in (80, 140] MB, it fits
     # with one of a and b (60 MB each) under the limit, not with both
     for name in ("a", "b"):
@@ -174,9 +172,7 @@ async def test_the_process_limit_counts_the_servers_own_memory(tmp_path: Path) -
     """--process-memory-limit weighs the whole RSS, the server's own memory included: a load
     evicts idle models until the RSS plus its estimate fits; when even evicting every one
     could not make room, it fails naming the server's own memory and evicts nothing."""
-    for name in ("m1", "m2", "m3"):
-        path = modelgen.mlp(tmp_path, name, features=1024, hidden=(1536, 1536))  # 16 MB
-        write_config(tmp_path / name, modelgen.model_config(path, max_batch_size=8))
+    _mlps(tmp_path, "m1", "m2", "m3")
     config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
     engine = build_engine(config)
     await engine.start()
@@ -205,6 +201,20 @@ async def test_the_process_limit_counts_the_servers_own_memory(tmp_path: Path) -
         await engine.stop()
 
 
+def _mlps(repo: Path, *names: str) -> None:
+    """MLPs of 16 MB each (1024 features, two hidden layers of 1536) under ``names``."""
+    for name in names:
+        path = modelgen.mlp(repo, name, features=1024, hidden=(1536, 1536))
+        write_config(repo / name, modelgen.model_config(path, max_batch_size=8))
+
+
+def _ballast(repo: Path) -> None:
+    """The Python model 'ballast' (BALLAST): a few hundred bytes that hold 80 MB loaded."""
+    (repo / "ballast" / "1").mkdir(parents=True)
+    (repo / "ballast" / "1" / "model.py").write_text(BALLAST)
+    (repo / "ballast" / "config.pbtxt").write_text(BALLAST_CONFIG)
+
+
 def _features(model: str) -> InferenceRequest:
     x = np.zeros((1, 1024), dtype=np.float32)
     return InferenceRequest(model, [Tensor("features", "FP32", x.shape, x)])
@@ -215,9 +225,7 @@ async def test_a_first_load_over_the_process_limit_is_refused_after_all(tmp_path
     model was left loaded with the server over --process-memory-limit and a warning that it
     'needs about 0 bytes'. It is unloaded again, the load fails naming what happened, and
     the next try is estimated at its measured footprint."""
-    (tmp_path / "ballast" / "1").mkdir(parents=True)
-    (tmp_path / "ballast" / "1" / "model.py").write_text(BALLAST)
-    (tmp_path / "ballast" / "config.pbtxt").write_text(BALLAST_CONFIG)
+    _ballast(tmp_path)
     config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
     engine = build_engine(config)
     await engine.start()
@@ -241,9 +249,7 @@ async def test_a_first_load_over_the_process_limit_is_refused_after_all(tmp_path
 
 
 async def test_a_refused_reload_names_the_serving_copy_as_serving(tmp_path: Path) -> None:
-    for name in ("m1",):
-        path = modelgen.mlp(tmp_path, name, features=1024, hidden=(1536, 1536))  # 16 MB
-        write_config(tmp_path / name, modelgen.model_config(path, max_batch_size=8))
+    _mlps(tmp_path, "m1")
     config = ServerConfig(model_repository=tmp_path, model_control_mode="explicit")
     engine = build_engine(config)
     await engine.start()

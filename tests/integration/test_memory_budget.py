@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -180,11 +181,7 @@ def test_grpc_messages_queued_for_a_busy_model_stay_charged(
     if twin != "builtin":
         pytest.skip("grpc.aio's messages are buffered inside grpc-core (docs/security.md)")
     channel = grpc.insecure_channel(running.grpc_url)
-    infer = channel.unary_unary(
-        "/inference.GRPCInferenceService/ModelInfer",
-        request_serializer=pb.ModelInferRequest.SerializeToString,
-        response_deserializer=pb.ModelInferResponse.FromString,
-    )
+    infer = _model_infer(channel)
     # the first message of its layout: protobuf's copy and the raw entry's are charged too,
     # three times its size in all, held while the model holds the call
     size = 7 * MiB // 2
@@ -245,11 +242,7 @@ def test_a_grpc_bytes_bomb_is_refused_before_it_is_decoded(
 ) -> None:
     running, _, _ = served
     channel = grpc.insecure_channel(running.grpc_url)
-    infer = channel.unary_unary(
-        "/inference.GRPCInferenceService/ModelInfer",
-        request_serializer=pb.ModelInferRequest.SerializeToString,
-        response_deserializer=pb.ModelInferResponse.FromString,
-    )
+    infer = _model_infer(channel)
     # 3 MiB on the wire (protobuf's copies of it fit the budget), 48 MiB as objects
     count = 3 * MiB // 4
     message = pb.ModelInferRequest(model_name="identity_bytes")
@@ -291,3 +284,12 @@ def test_a_json_body_above_its_cap_is_refused_naming_it(
     answer = requests.post(url, data=iter([body[:MiB], body[MiB:]]), timeout=30)
     assert answer.status_code == 413, answer.text
     assert "INFERPLEX_MAX_JSON_REQUEST_BYTES" in answer.text
+
+
+def _model_infer(channel: grpc.Channel) -> Any:
+    """ModelInfer as a bare grpc call on ``channel``: messages as built, no client checks."""
+    return channel.unary_unary(
+        "/inference.GRPCInferenceService/ModelInfer",
+        request_serializer=pb.ModelInferRequest.SerializeToString,
+        response_deserializer=pb.ModelInferResponse.FromString,
+    )
