@@ -52,7 +52,7 @@ def array_from_json(
     ``count`` elements.
 
     The caller gives up ``data``: a flat list of strings is emptied as it is converted."""
-    return reshape_input(json_values(data, datatype, dtype, name, shape), shape, name)
+    return reshape_input(_json_array(data, datatype, dtype, name, shape), shape, name)
 
 
 def json_values(
@@ -61,6 +61,13 @@ def json_values(
     """The values of JSON ``data`` (flat or nested, row-major) as a flat array of ``dtype``;
     with ``shape``, as many as it holds (counted before anything is converted), else any
     number. The caller gives up ``data``, as for :func:`array_from_json`."""
+    return _json_array(data, datatype, dtype, name, shape).reshape(-1)
+
+
+def _json_array(
+    data: Any, datatype: str, dtype: np.dtype, name: str, shape: tuple[int, ...] | None
+) -> np.ndarray:
+    """:func:`json_values` before it is flattened (nested data gives a nested array)."""
     if not isinstance(data, list):
         raise InvalidInputError(
             f"input '{name}': 'data' must be a list (flat or nested), got {json_type(data)}"
@@ -86,7 +93,7 @@ def json_values(
     if raw.size > CHUNK:  # the values are in ``raw``: free their Python objects before converting
         release(data)
     _check_range(raw, datatype, name)
-    return raw.astype(dtype, copy=False).reshape(-1)
+    return raw.astype(dtype, copy=False)
 
 
 def _check_range(raw: np.ndarray, datatype: str, name: str) -> None:
