@@ -47,9 +47,15 @@ def _descendants() -> list[int]:
         found, todo = [], [_PROCESS.pid]
         while todo:
             pid = todo.pop()
-            for task in os.scandir(f"/proc/{pid}/task"):
-                with open(f"{task.path}/children") as file:
-                    todo.extend(int(child) for child in file.read().split())
+            with os.scandir(f"/proc/{pid}/task") as tasks:  # closed also when one fails
+                for task in tasks:
+                    try:
+                        with open(f"{task.path}/children") as file:
+                            todo.extend(int(child) for child in file.read().split())
+                    except FileNotFoundError:
+                        if pid == _PROCESS.pid and task.name == str(pid):
+                            raise  # no children file at all: not this kernel's /proc
+                        # a thread or child that ended meanwhile: nothing of it to count
             if pid != _PROCESS.pid:
                 found.append(pid)
         return found
