@@ -24,7 +24,7 @@ from inferplex.backends.base import (
     ResponseSink,
 )
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.batcher import Batch, PendingRequest
+from inferplex.core.batch import Batch, PendingRequest
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.instance import ModelInstance
 from inferplex.core.stats import ModelStats
