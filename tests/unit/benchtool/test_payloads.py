@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferplex.benchtool import BenchError
-from inferplex.benchtool.payloads import (
+from inferplex.datatypes import V2_DATATYPES
+from inferplex.protocol.v2 import generated as pb
+from inferplex.protocol.v2 import grpc_codec, rest
+from inferplex.types import InferenceResponse, Tensor
+from inferplex_tools.benchtool import BenchError
+from inferplex_tools.benchtool.payloads import (
     TensorPlan,
     check_outputs,
     decode_grpc,
@@ -17,10 +21,6 @@ from inferplex.benchtool.payloads import (
     plan_inputs,
     synthesize,
 )
-from inferplex.datatypes import V2_DATATYPES
-from inferplex.protocol.v2 import generated as pb
-from inferplex.protocol.v2 import grpc_codec, rest
-from inferplex.types import InferenceResponse, Tensor
 
 METADATA = {
     "name": "m",
