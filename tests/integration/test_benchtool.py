@@ -39,8 +39,7 @@ def distinct_free_ports() -> Ports:
     ports: set[int] = set()
     while len(ports) < 3:
         ports.add(free_port())
-    http, grpc, metrics = sorted(ports)
-    return http, grpc, metrics
+    return Ports(*sorted(ports))
 
 
 def invoke(*args: str) -> Result:

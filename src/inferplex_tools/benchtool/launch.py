@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from inferplex_tools.benchtool import BenchError
 
@@ -30,8 +31,12 @@ HOST = "127.0.0.1"
 LOG_TAIL = 8000
 
 
-#: a launched server's (HTTP, gRPC, metrics) ports
-Ports = tuple[int, int, int]
+class Ports(NamedTuple):
+    """A launched server's ports."""
+
+    http: int
+    grpc: int
+    metrics: int
 
 
 def parse_ports(text: str) -> Ports:
@@ -46,7 +51,7 @@ def parse_ports(text: str) -> Ports:
             f"expected three distinct port numbers HTTP,GRPC,METRICS (1-65535), e.g. "
             f"8000,8001,8002; got '{text}'"
         )
-    return ports[0], ports[1], ports[2]
+    return Ports(*ports)
 
 
 def free_port(host: str = HOST) -> int:
@@ -120,7 +125,7 @@ def start_server(
     env: Mapping[str, str] | None = None,
     deadline: float = 120.0,
     *,
-    ports: Ports | None = None,
+    ports: tuple[int, int, int] | None = None,
     args: Sequence[str] = (),
     append: bool = False,
     host: str = HOST,
@@ -130,10 +135,8 @@ def start_server(
     default, and wait until it is ready. Its output goes to ``log_path``, appended to with
     ``append`` (a restarted server's log goes on). ``env`` adds to this process's
     environment."""
-    http_port, grpc_port, metrics_port = ports or (
-        free_port(host),
-        free_port(host),
-        free_port(host),
+    http_port, grpc_port, metrics_port = ports or Ports(
+        free_port(host), free_port(host), free_port(host)
     )
     command = [
         sys.executable, "-m", "inferplex", "serve",

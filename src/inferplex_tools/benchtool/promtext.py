@@ -7,8 +7,15 @@ skipped, label values unescaped. Histogram buckets and summaries come out as pla
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-Sample = tuple[str, dict[str, str], float]
+
+class Sample(NamedTuple):
+    """One sample line: ``name{labels} value``."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
 
 
 def parse(text: str) -> list[Sample]:
@@ -34,7 +41,7 @@ def _sample(line: str) -> Sample:
     else:
         name, _, rest = line.partition(" ")
     value = rest.split()[0]
-    return name.strip(), labels, _float(value)
+    return Sample(name.strip(), labels, _float(value))
 
 
 def _labels(line: str, pos: int, labels: dict[str, str]) -> str:
