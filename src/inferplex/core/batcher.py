@@ -94,13 +94,12 @@ class _Gathered(NamedTuple):
     best_cut: int
     """the longest prefix of ``taken`` whose rows are a preferred size (0: none)"""
     best_rows: int
+    oldest: float
+    """the earliest arrival among ``taken``"""
+    earliest_deadline: float
+    """the earliest deadline among ``taken`` at REJECT levels (inf: none)"""
     full: bool
     """the next compatible request does not fit, or ``rows`` reached the limit"""
-
-
-class _Memo(NamedTuple):
-    now: float
-    plan: Plan
 
 
 class DynamicBatcher:
@@ -141,7 +140,7 @@ class DynamicBatcher:
         self._queues = [(q, lv.reject) for lv in self._levels for q in (lv.live, lv.delayed)]
         # One level, no queue delay, no preferred sizes (``dynamic_batching { }``): while no
         # queued request has a deadline, a batch is due whenever an instance is idle and is a
-        # plain scan of the queue; ``next_wakeup`` and ``_plan`` take that short way.
+        # plain scan of the queue; ``next_wakeup`` and ``next_batch`` take that short way.
         self._plain: Level | None = None
         self._max_rows = max_batch_size  # the batch limit now: adaptive batching may lower it
         self._update_plain()
@@ -150,7 +149,8 @@ class DynamicBatcher:
         self._pending_rows = 0
         # the last plan and its ``now``: the driver asks next_wakeup, then next_batch, at the
         # same moment; any change to the queues drops it
-        self._memo: _Memo | None = None
+        self._memo: Plan | None = None
+        self._memo_now = 0.0
         self._learner = DelayLearner() if learn_delay else None
 
     def set_limits(self, max_rows: int, delay_s: float) -> None:
@@ -222,19 +222,22 @@ class DynamicBatcher:
         when no instance is idle: nothing could run it)."""
         if not instance_idle or not self._pending:
             return None
-        self._demote(now)
-        plan = self._planned(now)
-        reason = plan.reason
-        if reason is None:
-            return None
-        taken, cut, rows = plan.candidates, plan.cut, plan.rows
-        requests = taken if cut == len(taken) else taken[:cut]
-        self._remove(requests, rows)
-        self.close_reasons[reason] += 1
+        plain = self._plain
+        if plain is not None and not plain.timed and not plain.delayed:
+            batch = self._plain_batch(plain.live)
+        else:
+            self._demote(now)
+            plan = self._planned(now)
+            if plan.reason is None:
+                return None
+            taken, cut = plan.candidates, plan.cut
+            batch = Batch(taken if cut == len(taken) else taken[:cut], plan.rows, plan.reason)
+        self._remove(batch.requests, batch.rows)
+        self.close_reasons[batch.reason] += 1
         if self._learner is not None and self._delay:
-            self._learner.count(len(requests) > 1, reason is CloseReason.IDLE)
+            self._learner.count(len(batch.requests) > 1, batch.reason is CloseReason.IDLE)
             self._memo = None
-        return Batch(requests, rows, reason)
+        return batch
 
     def next_wakeup(self, now: float, instance_idle: bool = True) -> float | None:
         """The absolute time at which the policy next has something to do: a request's deadline
@@ -318,10 +321,6 @@ class DynamicBatcher:
             priority = self._default_level
         return self._levels[priority - 1]
 
-    def _level_of(self, request: PendingRequest) -> Level:
-        """The level a queued request is at."""
-        return self._levels[request.level - 1 if self._n_levels else 0]
-
     def _check_deadline(self, rows: int, deadline: float, timeout_us: int, now: float) -> None:
         seconds = self._estimate(rows)
         if now + seconds >= deadline:
@@ -351,25 +350,40 @@ class DynamicBatcher:
     def _planned(self, now: float) -> Plan:
         """``_plan(now)``, made once for both questions the driver asks at one moment."""
         memo = self._memo
-        if memo is not None and memo.now == now:
-            return memo.plan
+        if memo is not None and self._memo_now == now:
+            return memo
         plan = self._plan(now)
-        reason = plan.reason
         # a plan that waits or closes for a deadline read the execution estimate, which can
         # change while the queues do not: only the others are kept
-        keep = reason is not None and reason is not CloseReason.DEADLINE
-        self._memo = _Memo(now, plan) if keep else None
+        if plan.reason is not None and plan.reason is not CloseReason.DEADLINE:
+            self._memo, self._memo_now = plan, now
+        else:
+            self._memo = None
         return plan
 
     def _plan(self, now: float) -> Plan:
-        """The batch being formed and whether it closes now (see ``Plan``)."""
-        plain = self._plain
-        if plain is not None and not plain.timed and not plain.delayed:
-            return self._plain_plan(plain.live, now)
-        gathered = self._gather(now)
-        if not gathered.taken:
-            return Plan(gathered.taken, 0, 0, None, math.inf)
-        return self._decide(gathered, now)
+        """The batch being formed (``_gather``), whether it closes now and why, else when."""
+        taken, rows, best_cut, best_rows, oldest, earliest, full = self._gather(now)
+        if not taken:
+            return Plan(taken, 0, 0, None, math.inf)
+        delay = 0.0 if self.delay_skipped else self._delay
+        due = oldest + delay
+        if best_cut and not (delay and now >= due):
+            reason = CloseReason.FULL if best_rows >= self._max_rows else CloseReason.PREFERRED
+            return Plan(taken, best_cut, best_rows, reason, now)
+        if full:
+            return Plan(taken, len(taken), rows, CloseReason.FULL, now)
+        if not delay:
+            return Plan(taken, len(taken), rows, CloseReason.IDLE, now)
+        if now >= due:
+            return Plan(taken, len(taken), rows, CloseReason.DELAY, now)
+        if earliest < math.inf:
+            # close in time for the earliest deadline of a request at a REJECT level
+            close_at = earliest - self._margin - self._estimate(rows)
+            if now >= close_at:
+                return Plan(taken, len(taken), rows, CloseReason.DEADLINE, now)
+            due = min(due, close_at)
+        return Plan(taken, len(taken), rows, None, due)
 
     def _head_key(self, now: float) -> Hashable:
         """The shape key of the head request (the first one not expired), or ``_NO_KEY``."""
@@ -388,60 +402,36 @@ class DynamicBatcher:
         preferred = self._preferred
         taken: list[PendingRequest] = []
         rows = best_cut = best_rows = 0
+        oldest = earliest = math.inf
         for queue, reject in self._queues:
             for r in queue:
-                if r.shape_key != key or (reject and r.deadline is not None and r.deadline <= now):
+                deadline = r.deadline if reject else None  # only REJECT deadlines bind here
+                if r.shape_key != key or (deadline is not None and deadline <= now):
                     continue
                 if rows + r.rows > max_rows and taken:
                     # keep arrival order: never let a smaller request jump it
-                    return _Gathered(taken, rows, best_cut, best_rows, True)
+                    return _Gathered(taken, rows, best_cut, best_rows, oldest, earliest, True)
                 taken.append(r)
                 rows += r.rows
+                if r.arrival < oldest:
+                    oldest = r.arrival
+                if deadline is not None and deadline < earliest:
+                    earliest = deadline
                 if rows in preferred:
                     best_cut, best_rows = len(taken), rows
                 if rows >= max_rows:
-                    return _Gathered(taken, rows, best_cut, best_rows, True)
-        return _Gathered(taken, rows, best_cut, best_rows, False)
-
-    def _decide(self, gathered: _Gathered, now: float) -> Plan:
-        """Whether the gathered batch closes now, and why; else when it will."""
-        taken, rows = gathered.taken, gathered.rows
-        delay = 0.0 if self.delay_skipped else self._delay
-        due = min(r.arrival for r in taken) + delay if delay else now
-        if gathered.best_cut and not (delay and now >= due):
-            cut_rows = gathered.best_rows
-            reason = CloseReason.FULL if cut_rows >= self._max_rows else CloseReason.PREFERRED
-            return Plan(taken, gathered.best_cut, cut_rows, reason, now)
-        if gathered.full:
-            return Plan(taken, len(taken), rows, CloseReason.FULL, now)
-        if not delay:
-            return Plan(taken, len(taken), rows, CloseReason.IDLE, now)
-        if now >= due:
-            return Plan(taken, len(taken), rows, CloseReason.DELAY, now)
-        return self._wait(taken, rows, due, now)
-
-    def _wait(self, taken: list[PendingRequest], rows: int, due: float, now: float) -> Plan:
-        """A batch within its queue delay: it waits until ``due``, unless the earliest deadline
-        of its requests at REJECT levels needs it to close sooner (DEADLINE)."""
-        earliest = min(
-            (r.deadline for r in taken if r.deadline is not None and self._level_of(r).reject),
-            default=math.inf,
-        )
-        if earliest < math.inf:
-            close_at = earliest - self._margin - self._estimate(rows)
-            if now >= close_at:
-                return Plan(taken, len(taken), rows, CloseReason.DEADLINE, now)
-            due = min(due, close_at)
-        return Plan(taken, len(taken), rows, None, due)
+                    return _Gathered(taken, rows, best_cut, best_rows, oldest, earliest, True)
+        return _Gathered(taken, rows, best_cut, best_rows, oldest, earliest, False)
 
     @property
     def delay_skipped(self) -> bool:
         """Whether batches close without the queue delay now (learned: it gathers nothing)."""
         return self._learner is not None and self._learner.skipping()
 
-    def _plain_plan(self, queue: deque[PendingRequest], now: float) -> Plan:
-        """``_plan`` for a plain batcher (see ``_plain``) whose queue has no deadlines: the
-        compatible requests from the head on that fit, closing now (FULL or IDLE)."""
+    def _plain_batch(self, queue: deque[PendingRequest]) -> Batch:
+        """The batch of a plain batcher (see ``_plain``) whose queue has no deadlines, without
+        planning: the compatible requests from the head on that fit, closing now (FULL or
+        IDLE)."""
         max_rows = self._max_rows
         taken: list[PendingRequest] = []
         rows = 0
@@ -450,20 +440,21 @@ class DynamicBatcher:
             if r.shape_key != key:
                 continue
             if rows + r.rows > max_rows and taken:
-                return Plan(taken, len(taken), rows, CloseReason.FULL, now)
+                return Batch(taken, rows, CloseReason.FULL)
             taken.append(r)
             rows += r.rows
             if rows >= max_rows:
-                return Plan(taken, len(taken), rows, CloseReason.FULL, now)
-        return Plan(taken, len(taken), rows, CloseReason.IDLE, now)
+                return Batch(taken, rows, CloseReason.FULL)
+        return Batch(taken, rows, CloseReason.IDLE)
 
     def _remove(self, requests: list[PendingRequest], rows: int) -> None:
         """Take a closed batch's requests out of their queues, keeping everyone else's order."""
         # a batch is usually a prefix of its queues (pop from the front); a skipped request
         # in front (other shape key) forces one rebuild of that queue
         leftover: dict[int, tuple[deque[PendingRequest], set[PendingRequest]]] = {}
+        levels, leveled = self._levels, bool(self._n_levels)
         for r in requests:
-            level = self._level_of(r)
+            level = levels[r.level - 1 if leveled else 0]
             queue = level.delayed if r.delayed else level.live
             if queue[0] is r:
                 queue.popleft()
