@@ -18,10 +18,12 @@ Inception) are listed as skipped, with the reason.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,6 +270,13 @@ def backend_cases(backend: Path, client: Path) -> list[Case]:
     ]
 
 
+def generate_cases(server: Path) -> list[Case]:
+    """Triton's own tests of /generate and /generate_stream (qa/L0_http), one per test."""
+    script = server / "qa" / "L0_http" / "generate_endpoint_test.py"
+    names = re.findall(r"^    def (test_\w+)\(", script.read_text(), re.MULTILINE)
+    return [Case(f"generate {name}", script, (f"GenerateEndpointTest.{name}",)) for name in names]
+
+
 def run(case: Case, timeout: float) -> tuple[bool, str]:
     try:
         done = subprocess.run(
@@ -287,19 +296,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--client", type=Path, required=True)
     parser.add_argument("--python-backend", type=Path, required=True)
+    parser.add_argument(
+        "--server", type=Path, help="a checkout of Triton's server: its /generate tests too"
+    )
     parser.add_argument("--only", nargs="*", default=(), help="cases whose name has one of these")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="triton-dropin-"))
     image = write_image(work / "image.jpg")
-    suites = (
+    suites: list[tuple[str, Callable[[Path], object], list[Case]]] = [
         ("triton-examples", triton_examples, client_cases(options.client, image)),
         (
             "python-backend",
             lambda repo: python_backend_examples(repo, options.python_backend),
             backend_cases(options.python_backend, options.client),
         ),
-    )
+    ]
+    if options.server is not None:
+        models = options.server / "qa" / "python_models" / "generate_models"
+        suites.append(
+            ("generate", lambda repo: shutil.copytree(models, repo), generate_cases(options.server))
+        )
     passed = ran = 0
     for name, build, found in suites:
         chosen = [c for c in found if not options.only or any(p in c.name for p in options.only)]
