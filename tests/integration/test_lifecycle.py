@@ -235,7 +235,7 @@ async def test_unknown_and_broken_models(tmp_path: Path) -> None:
         state, reason = index(engine)[("broken", "")]
         assert state == "UNAVAILABLE" and reason
         # recorded although the read failed: poll mode tries it again only when it changes
-        assert engine.registry.entry("broken").fingerprint == fingerprint(tmp_path / "broken")
+        assert engine.lifecycle.records.record("broken").fingerprint == fingerprint(tmp_path / "broken")
 
 
 # -- warm-up ------------------------------------------------------------------------------------
