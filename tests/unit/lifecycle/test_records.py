@@ -68,35 +68,22 @@ def test_a_new_record_is_unavailable_and_not_loaded() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("source", "target"),
-    [(source, target) for source, targets in ALLOWED.items() for target in targets],
-)
-def test_every_allowed_transition_changes_publishes_and_counts(
-    source: ModelState, target: ModelState
-) -> None:
-    registry = ModelRegistry()
-    records = ModelRecords(registry)
-    record = in_state(records, "m", source)
-    before = records.transitions.copy()
-    records.transition(record, target, "why")
-    assert (record.state, record.reason) == (target, "why")
-    entry = registry.entry("m")
-    assert (entry.state, entry.reason) == (target, "why")
-    assert records.transitions - before == {Transition(source, target): 1}
-
-
-@pytest.mark.parametrize(
-    ("source", "target"),
-    [(source, target) for source in S for target in S if target not in ALLOWED[source]],
-)
-def test_a_forbidden_transition_is_refused_and_changes_nothing(
+@pytest.mark.parametrize("target", list(S))
+@pytest.mark.parametrize("source", list(S))
+def test_a_transition_is_made_published_and_counted_only_where_allowed(
     source: ModelState, target: ModelState
 ) -> None:
     registry = ModelRegistry()
     records = ModelRecords(registry)
     record = in_state(records, "m", source)
     status, counts = registry.entry("m").status, records.transitions.copy()
+    if target in ALLOWED[source]:
+        records.transition(record, target, "why")
+        assert (record.state, record.reason) == (target, "why")
+        entry = registry.entry("m")
+        assert (entry.state, entry.reason) == (target, "why")
+        assert records.transitions - counts == {Transition(source, target): 1}
+        return
     with pytest.raises(TransitionError, match=f"cannot go from {source.value} to {target.value}"):
         records.transition(record, target, "why")
     assert record.state is source and registry.entry("m").status is status
