@@ -137,8 +137,9 @@ class ModelRegistry:
         config: ModelConfig | None = None,
     ) -> None:
         """Show ``entry`` with ``status`` and, where given, make ``versions`` its served set
-        and ``config`` its config — at once (the atomic switch; the lifecycle's transitions
-        are its only callers)."""
+        and ``config`` its config — at once (the atomic switch). The lifecycle calls it with
+        each state change (``lifecycle/records.py``), and with the config of a model that
+        starts loading."""
         if config is not None:
             entry.config = config
         if versions is not None:
