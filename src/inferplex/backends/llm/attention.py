@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - torch's own convention
+import torch.nn.functional as F
 
 
 @dataclass(frozen=True, slots=True)

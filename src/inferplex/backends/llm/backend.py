@@ -25,14 +25,13 @@ from inferplex.backends.base import (
     InstanceSpec,
     RequestOutcome,
 )
+from inferplex.backends.llm.admission import prepare
 from inferplex.backends.llm.generation import Generation
-from inferplex.backends.llm.policy import Sequence
 from inferplex.backends.llm.relay import Outbox, Reply
 from inferplex.backends.llm.request import INPUTS, OUTPUTS, GenerateRequest, read_request
 from inferplex.backends.llm.settings import read_settings
-from inferplex.backends.llm.text import OutputText
 from inferplex.config.model_config import InstanceGroup, ModelConfig, ModelTransactionPolicy
-from inferplex.errors import InferplexError, InvalidInputError, UnsupportedError
+from inferplex.errors import InferplexError, UnsupportedError
 
 if TYPE_CHECKING:
     from inferplex.backends.llm.loading import LoadedModel
@@ -51,7 +50,9 @@ _shared: dict[tuple[int, Path], _Shared] = {}
 _shared_lock = threading.Lock()
 
 
-def _hold(folder: Path, config: ModelConfig, instance: InstanceSpec) -> tuple[_Shared, tuple[int, Path]]:
+def _hold(
+    folder: Path, config: ModelConfig, instance: InstanceSpec
+) -> tuple[_Shared, tuple[int, Path]]:
     """The version's engine, made by its first instance (the instances of one load share
     the config object that keys it)."""
     key = (id(config), folder)
@@ -144,46 +145,9 @@ class LlmBackend(Backend):
                     waiting.discard(index)
 
     def _generation(self, request: GenerateRequest, outbox: Outbox, index: int) -> Generation:
-        """The engine's state of a request; a prompt with its max_tokens beyond the model's
-        context (or the cache) is refused here, before any work."""
         model = self._model
         prompt = model.tokenizer.encode(request.prompt)
-        if not prompt:
-            raise InvalidInputError("input 'text_input' encodes to no tokens")
-        params = request.params
-        room = model.max_model_len - len(prompt)
-        if params.max_tokens is None:
-            max_tokens = min(model.settings.default_max_tokens, room)
-        else:
-            max_tokens = params.max_tokens
-        if max_tokens < 1 or len(prompt) + max_tokens > model.max_model_len:
-            raise InvalidInputError(
-                f"the prompt ({len(prompt)} tokens) and max_tokens ({params.max_tokens}) "
-                f"exceed the model's context of {model.max_model_len} tokens"
-            )
-        engine = model.engine
-        seq = Sequence(engine.next_seq_id(), list(prompt), len(prompt), len(prompt) + max_tokens)
-        why = engine.policy.capacity_error(seq.max_len)
-        if why is not None:
-            raise InvalidInputError(f"the prompt and max_tokens {why} (kv_cache_bytes)")
-        from inferplex.backends.llm.sampler import new_generator
-
-        tokenizer = model.tokenizer
-        skip = params.skip_special_tokens
-
-        def decode(ids: Iterable[int]) -> str:
-            return tokenizer.decode(list(ids), skip)
-
-        text = OutputText(decode, prompt, params.stop, params.include_stop_str_in_output)
-        return Generation(
-            seq,
-            params,
-            max_tokens,
-            text,
-            model.shape.eos_token_ids,
-            new_generator(params.seed),
-            outbox.deliver_to(index),
-        )
+        return prepare(model, prompt, request.params, outbox.deliver_to(index))
 
     def close(self) -> None:
         """The last instance of the version stops its engine."""

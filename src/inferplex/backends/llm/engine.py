@@ -53,6 +53,9 @@ class Engine:
         #: the requests in the policy's hands, by sequence id (the engine thread's alone)
         self._active: dict[int, Generation] = {}
         self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
+
+    def start(self) -> None:
+        """Run steps on the engine's own thread from now on (else the caller runs them)."""
         self._thread.start()
 
     def next_seq_id(self) -> int:
@@ -78,7 +81,8 @@ class Engine:
         with self._cond:
             self._closed = True
             self._cond.notify()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
         error = ModelNotReadyError("the model was unloaded while generating")
         for generation in [*self._active.values(), *self._new]:
             generation.deliver(Piece("", 0, error=error))
@@ -96,10 +100,15 @@ class Engine:
                 if self._closed:
                     return
             try:
-                self.step()
+                progressed = self.step()
             except Exception as exc:  # a step that failed fails its requests, not the engine
                 logger.exception("LLM engine step failed")
                 self._fail_all(ModelExecutionError(f"generation failed: {exc}"))
+                continue
+            if not progressed:  # nothing can run until a request comes or goes
+                with self._cond:
+                    while not (self._closed or self._new or self._cancelled):
+                        self._cond.wait()
 
     def step(self) -> bool:
         """One step; False when there was nothing to run."""

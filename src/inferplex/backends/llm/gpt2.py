@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - torch's own convention
+import torch.nn.functional as F
 
 from inferplex.backends.llm.attention import AttentionBatch, LayerCache, paged_attention
 from inferplex.backends.llm.shape import ModelShape

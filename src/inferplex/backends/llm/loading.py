@@ -48,7 +48,9 @@ def engine_dtype(shape: ModelShape, setting: str, device: torch.device) -> torch
     return dtype
 
 
-def build_model(shape: ModelShape, folder: Path, device: torch.device, dtype: torch.dtype) -> CausalModel:
+def build_model(
+    shape: ModelShape, folder: Path, device: torch.device, dtype: torch.dtype
+) -> CausalModel:
     """The forward pass of the folder's weights."""
     tensors = load_weights(folder, device, dtype)
     if shape.family == "gpt2":
@@ -56,8 +58,15 @@ def build_model(shape: ModelShape, folder: Path, device: torch.device, dtype: to
     return LlamaModel(shape, tensors)
 
 
-def load_model(folder: Path, settings: EngineSettings, device: torch.device, threads: int) -> LoadedModel:
-    """The folder's model served by a new engine (its thread started)."""
+def load_model(
+    folder: Path,
+    settings: EngineSettings,
+    device: torch.device,
+    threads: int,
+    start: bool = True,
+) -> LoadedModel:
+    """The folder's model served by a new engine (its thread started, unless ``start`` is
+    False: then the caller runs its steps)."""
     shape = read_shape(folder)
     dtype = engine_dtype(shape, settings.dtype, device)
     tokenizer = TextTokenizer(folder)
@@ -74,4 +83,6 @@ def load_model(folder: Path, settings: EngineSettings, device: torch.device, thr
             )
         max_len = settings.max_model_len
     engine = Engine(ModelRunner(model, cache, device), policy, settings.threads or threads)
+    if start:
+        engine.start()
     return LoadedModel(engine, tokenizer, shape, settings, max_len)

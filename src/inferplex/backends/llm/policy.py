@@ -16,6 +16,7 @@ caching in ``blocks.BlockPool``).
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -135,15 +136,20 @@ class SchedulingPolicy:
                 return False
 
     def _admit(self, plan: StepPlan, budget: int) -> None:
-        """Start waiting sequences in order while the step has room and the pool has blocks."""
+        """Start waiting sequences in order while the step has room and the pool has blocks
+        (none in a step that preempted: the pool is short, and the preempted would come
+        straight back)."""
+        if plan.preempted:
+            return
         while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             seq = self.waiting[0]
             if not seq.blocks:
                 self._match_prefix(seq)
             count = min(seq.pending, budget)
             blocks = self.pool.allocate(self._blocks_needed(seq, count))
-            if blocks is None:
-                break  # it waits for blocks; those behind it wait their turn
+            if blocks is None:  # it waits for blocks; those behind it wait their turn
+                self._drop_blocks(seq)  # holding its cached prefix meanwhile would cost
+                break
             seq.blocks += blocks
             self.waiting.popleft()
             self.running.append(seq)
@@ -205,8 +211,6 @@ class SchedulingPolicy:
         if seq in self.running:
             self.running.remove(seq)
         else:
-            try:
+            with contextlib.suppress(ValueError):
                 self.waiting.remove(seq)
-            except ValueError:
-                pass
         self._drop_blocks(seq)

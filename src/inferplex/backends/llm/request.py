@@ -49,7 +49,9 @@ class GenerateRequest:
     return_output_tokens: bool
 
 
-def read_request(inputs: Mapping[str, np.ndarray], parameters: Mapping[str, Any]) -> GenerateRequest:
+def read_request(
+    inputs: Mapping[str, np.ndarray], parameters: Mapping[str, Any]
+) -> GenerateRequest:
     """The request of these inputs (its rows alone) and request parameters."""
     prompt = _text(inputs, "text_input")
     if prompt is None:

@@ -12,9 +12,7 @@ from typing import Any
 from inferplex.errors import ConfigError
 
 #: architectures by family: Qwen2 and Mistral are Llama's shape (Qwen2 with q/k/v biases)
-LLAMA_ARCHITECTURES = frozenset(
-    {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
-)
+LLAMA_ARCHITECTURES = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"})
 GPT2_ARCHITECTURES = frozenset({"GPT2LMHeadModel"})
 
 
