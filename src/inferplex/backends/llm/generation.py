@@ -38,8 +38,10 @@ class Piece:
 class Generation:
     """A request being generated (its state is the engine thread's alone)."""
 
-    __slots__ = ("_stops", "deliver", "finish_reason", "generated", "generator", "params")
-    __slots__ += ("max_tokens", "seq", "text")
+    __slots__ = (
+        *("_stops", "deliver", "finish_reason", "generated", "generator", "max_tokens"),
+        *("params", "seq", "text"),
+    )
 
     def __init__(
         self,
