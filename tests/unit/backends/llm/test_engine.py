@@ -225,3 +225,18 @@ def test_a_prompt_beyond_the_context_is_refused_before_any_work(
     with pytest.raises(InvalidInputError, match="KV blocks"):
         prepare(small, ids, SamplingParams(max_tokens=8), lambda piece: None)
     assert model.engine.counters.steps == 0
+
+
+def test_multi_byte_characters_of_the_real_tokenizer_come_whole(
+    load: Callable[..., Any],
+) -> None:
+    from inferplex.backends.llm.text import OutputText
+
+    model = load()
+    sentence = "héllo 世界 🙂 naïve"
+    ids = model.tokenizer.encode(sentence)
+    text = OutputText(model.tokenizer.decode, [])
+    pieces = [text.add(token) for token in ids]
+    assert "" in pieces  # some tokens hold part of a character: nothing comes for them
+    assert all("\ufffd" not in piece for piece in pieces)
+    assert "".join(pieces) + text.flush() == sentence
