@@ -35,21 +35,26 @@ class AttentionBatch:
     slots: torch.Tensor
     #: the step's first ``decodes`` tokens are decodes, one per sequence
     decodes: int
-    #: [decodes, longest context] slots of each decoding sequence's keys (padded)
-    decode_keys: torch.Tensor | None
-    #: [decodes, 1, 1, longest context]: which of the padded keys are real
+    #: [decodes, most blocks] each decoding sequence's blocks (padded with block 0): whole
+    #: blocks are gathered, a far cheaper copy than token by token
+    decode_blocks: torch.Tensor | None
+    #: [decodes, 1, 1, most blocks x block size]: which of the gathered keys are real
     decode_mask: torch.Tensor | None
     prefills: tuple[PrefillChunk, ...]
 
 
 class LayerCache:
-    """One layer's keys and values: [slots, kv heads, head dim] each."""
+    """One layer's keys and values: [slots, kv heads, head dim] each, slot = block x
+    block_size + offset (``blocks_of_*``: the same memory, a row per block)."""
 
-    __slots__ = ("keys", "values")
+    __slots__ = ("block_size", "blocks_of_keys", "blocks_of_values", "keys", "values")
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, block_size: int) -> None:
         self.keys = keys
         self.values = values
+        self.block_size = block_size
+        self.blocks_of_keys = keys.view(-1, block_size * keys.shape[1] * keys.shape[2])
+        self.blocks_of_values = values.view(-1, block_size * values.shape[1] * values.shape[2])
 
 
 def paged_attention(
@@ -68,9 +73,10 @@ def paged_attention(
     out = q.new_empty(tokens, heads, dim)
     n = batch.decodes
     if n:
-        assert batch.decode_keys is not None
-        keys = cache.keys[batch.decode_keys].transpose(1, 2)  # [n, kv heads, context, dim]
-        values = cache.values[batch.decode_keys].transpose(1, 2)
+        assert batch.decode_blocks is not None
+        # [n, kv heads, keys, dim]
+        keys = _gather(cache.blocks_of_keys, batch.decode_blocks, k.shape[1:])
+        values = _gather(cache.blocks_of_values, batch.decode_blocks, v.shape[1:])
         attended = F.scaled_dot_product_attention(
             q[:n].unsqueeze(2), keys, values, batch.decode_mask, scale=scale, enable_gqa=gqa
         )
@@ -93,3 +99,11 @@ def paged_attention(
         )
         out[rows] = attended[0].transpose(0, 1)
     return out.reshape(tokens, heads * dim)
+
+
+def _gather(blocks: torch.Tensor, table: torch.Tensor, head: torch.Size) -> torch.Tensor:
+    """The blocks of ``table`` [n, width] as [n, kv heads, keys, dim] (``head``: kv heads,
+    dim); one row copied per block."""
+    n = table.shape[0]
+    gathered = blocks.index_select(0, table.reshape(-1))
+    return gathered.view(n, -1, *head).transpose(1, 2)

@@ -44,4 +44,4 @@ class KvCache:
             dtype=dtype,
             device=device,
         )
-        self.layers = [LayerCache(layer[0], layer[1]) for layer in self._memory]
+        self.layers = [LayerCache(layer[0], layer[1], block_size) for layer in self._memory]

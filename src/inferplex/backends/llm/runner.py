@@ -55,13 +55,13 @@ class ModelRunner:
         batch = AttentionBatch(
             slots=torch.tensor(slots, dtype=torch.int64, device=device),
             decodes=len(decodes),
-            decode_keys=None,
+            decode_blocks=None,
             decode_mask=None,
             prefills=self._prefills(chunks[len(decodes) :], len(decodes)),
         )
         if decodes:
-            keys, mask = self._decode_keys(decodes)
-            batch = AttentionBatch(batch.slots, len(decodes), keys, mask, batch.prefills)
+            blocks, mask = self._decode_blocks(decodes)
+            batch = AttentionBatch(batch.slots, len(decodes), blocks, mask, batch.prefills)
         with torch.inference_mode():
             logits = self.model.forward(
                 torch.tensor(ids, dtype=torch.int64, device=device),
@@ -76,20 +76,18 @@ class ModelRunner:
         size = self.cache.block_size
         return [blocks[p // size] * size + p % size for p in span]
 
-    def _decode_keys(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each decoding sequence's key slots (from its block table) and which are real."""
+    def _decode_blocks(self, decodes: list[Chunk]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each decoding sequence's blocks, and which of their slots hold its keys."""
         size = self.cache.block_size
         contexts = torch.tensor([c.start + 1 for c in decodes])
-        longest = int(contexts.max())
-        width = -(-longest // size)
+        width = -(-int(contexts.max()) // size)
         table = torch.zeros((len(decodes), width), dtype=torch.int64)
         for row, chunk in enumerate(decodes):
             blocks = chunk.seq.blocks[:width]
             table[row, : len(blocks)] = torch.tensor(blocks, dtype=torch.int64)
-        position = torch.arange(longest)
-        keys = table[:, position // size] * size + position % size
-        mask = (position.unsqueeze(0) < contexts.unsqueeze(1)).view(len(decodes), 1, 1, longest)
-        return keys.to(self.device), mask.to(self.device)
+        position = torch.arange(width * size)
+        mask = position.unsqueeze(0) < contexts.unsqueeze(1)
+        return table.to(self.device), mask.view(len(decodes), 1, 1, -1).to(self.device)
 
     def _prefills(self, chunks: list[Chunk], row: int) -> tuple[PrefillChunk, ...]:
         prefills: list[PrefillChunk] = []
