@@ -25,11 +25,13 @@ from tests.support.llm_models import tiny_llm_repository  # noqa: E402
 
 PROMPT = "The server loads models from a repository"
 GREEDY = {"temperature": 0, "ignore_eos": True}
+#: each model's KV cache: far above its files (under 1 MiB), so its footprint shows it
+KV_BYTES = 32 << 20
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, Path]]:
-    root = tiny_llm_repository(tmp_path_factory)
+    root = tiny_llm_repository(tmp_path_factory, kv_cache_bytes=KV_BYTES)
     server = start_server(root, root.parent / "server.log")
     yield server, root
     code = server.stop()
@@ -122,6 +124,15 @@ def test_model_stream_infer_streams_the_same_text(served: tuple[RunningServer, P
                 break
         client.stop_stream()
     assert len(texts) > 1 and "".join(texts) == expected_text(root, 8)
+
+
+def test_the_kv_cache_counts_in_each_models_memory_footprint(
+    served: tuple[RunningServer, Path],
+) -> None:
+    server, _ = served
+    reply = requests.get(f"http://{server.http_url}/v2/repository/memory", timeout=10)
+    footprints = {m["name"]: m["bytes"] for m in reply.json()["models"]}
+    assert footprints["tiny_llama"] >= KV_BYTES and footprints["tiny_gpt2"] >= KV_BYTES
 
 
 def test_a_prompt_beyond_the_context_is_a_400(served: tuple[RunningServer, Path]) -> None:

@@ -11,12 +11,13 @@ import pytest
 FAMILIES = ("llama", "gpt2")
 
 
-def tiny_llm_repository(factory: pytest.TempPathFactory) -> Path:
-    """A repository with ``tiny_llama`` and ``tiny_gpt2`` (config.pbtxt: backend llm)."""
+def tiny_llm_repository(factory: pytest.TempPathFactory, kv_cache_bytes: int = 1 << 22) -> Path:
+    """A repository with ``tiny_llama`` and ``tiny_gpt2`` (config.pbtxt: backend llm, a KV
+    cache of ``kv_cache_bytes``)."""
     pytest.importorskip("transformers")
     from examples.build_llm import build_llm
 
     out = factory.mktemp("llm_models")
     for family in FAMILIES:
-        build_llm(out, f"tiny_{family}", family, parameters={"kv_cache_bytes": str(1 << 22)})
+        build_llm(out, f"tiny_{family}", family, parameters={"kv_cache_bytes": str(kv_cache_bytes)})
     return out
