@@ -43,6 +43,17 @@ class AttentionBatch:
     prefills: tuple[PrefillChunk, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class StepInputs:
+    """One step's varlen batch for the model: its tokens, their positions, what they attend
+    to, and the rows whose logits are wanted (the tokens that sample)."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    attention: AttentionBatch
+    logits_rows: torch.Tensor
+
+
 class LayerCache:
     """One layer's keys and values: [slots, kv heads, head dim] each, slot = block x
     block_size + offset (``blocks_of_*``: the same memory, a row per block)."""

@@ -30,6 +30,7 @@ from inferplex.backends.llm.generation import Generation
 from inferplex.backends.llm.relay import Outbox, Reply
 from inferplex.backends.llm.request import INPUTS, OUTPUTS, GenerateRequest, read_request
 from inferplex.backends.llm.settings import read_settings
+from inferplex.backends.pytorch import PyTorchBackend
 from inferplex.config.model_config import InstanceGroup, ModelConfig, ModelTransactionPolicy
 from inferplex.errors import InferplexError, UnsupportedError
 
@@ -164,11 +165,7 @@ class LlmBackend(Backend):
 
     @classmethod
     def gpu_available(cls) -> bool:
-        try:
-            import torch
-        except ImportError:
-            return False
-        return bool(torch.cuda.is_available())
+        return PyTorchBackend.gpu_available()  # the same torch, the same devices
 
     @classmethod
     def auto_complete(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from inferplex.backends.llm.attention import AttentionBatch, LayerCache, paged_attention
+from inferplex.backends.llm.attention import LayerCache, StepInputs, paged_attention
 from inferplex.backends.llm.shape import ModelShape
 from inferplex.backends.llm.weights import Weights
 
@@ -58,18 +58,12 @@ class Gpt2Model:
             proj=linear("mlp.c_proj"),
         )
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        batch: AttentionBatch,
-        caches: list[LayerCache],
-        logits_rows: torch.Tensor,
-    ) -> torch.Tensor:
-        """Logits (float32) of the tokens at ``logits_rows``."""
+    def forward(self, step: StepInputs, caches: list[LayerCache]) -> torch.Tensor:
+        """Logits (float32) of the tokens at ``step.logits_rows``."""
+        batch, positions = step.attention, step.positions
         shape = self.shape
         eps = shape.norm_eps
-        hidden = F.embedding(input_ids, self.wte) + F.embedding(positions, self.wpe)
+        hidden = F.embedding(step.input_ids, self.wte) + F.embedding(positions, self.wpe)
         tokens = hidden.shape[0]
         heads = (tokens, shape.num_heads, shape.head_dim)
         for layer, cache in zip(self.layers, caches, strict=True):
@@ -82,5 +76,5 @@ class Gpt2Model:
             x = F.layer_norm(hidden, (shape.hidden_size,), *layer.ln2, eps)
             x = F.gelu(F.linear(x, *layer.fc), approximate=self._approximate)
             hidden = hidden + F.linear(x, *layer.proj)
-        last = F.layer_norm(hidden[logits_rows], (shape.hidden_size,), *self.ln_f, eps)
+        last = F.layer_norm(hidden[step.logits_rows], (shape.hidden_size,), *self.ln_f, eps)
         return F.linear(last, self.wte).float()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from inferplex.backends.llm.attention import AttentionBatch, LayerCache, paged_attention
+from inferplex.backends.llm.attention import LayerCache, StepInputs, paged_attention
 from inferplex.backends.llm.shape import ModelShape
 from inferplex.backends.llm.weights import Weights
 
@@ -61,19 +61,13 @@ class LlamaModel:
             down=weights.get(f"{p}mlp.down_proj.weight"),
         )
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        batch: AttentionBatch,
-        caches: list[LayerCache],
-        logits_rows: torch.Tensor,
-    ) -> torch.Tensor:
-        """Logits (float32) of the tokens at ``logits_rows``."""
+    def forward(self, step: StepInputs, caches: list[LayerCache]) -> torch.Tensor:
+        """Logits (float32) of the tokens at ``step.logits_rows``."""
+        batch, positions = step.attention, step.positions
         shape = self.shape
         eps = shape.norm_eps
         cos, sin = self._rope[0][positions], self._rope[1][positions]
-        hidden = F.embedding(input_ids, self.embed)
+        hidden = F.embedding(step.input_ids, self.embed)
         tokens = hidden.shape[0]
         for layer, cache in zip(self.layers, caches, strict=True):
             x = _rms_norm(hidden, layer.input_norm, eps)
@@ -87,7 +81,7 @@ class LlamaModel:
             x = _rms_norm(hidden, layer.post_norm, eps)
             gate, up = F.linear(x, layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
-        last = _rms_norm(hidden[logits_rows], self.norm, eps)
+        last = _rms_norm(hidden[step.logits_rows], self.norm, eps)
         return F.linear(last, self.head).float()
 
 

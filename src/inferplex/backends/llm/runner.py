@@ -8,20 +8,18 @@ from typing import Protocol
 
 import torch
 
-from inferplex.backends.llm.attention import AttentionBatch, LayerCache, PrefillChunk
+from inferplex.backends.llm.attention import (
+    AttentionBatch,
+    LayerCache,
+    PrefillChunk,
+    StepInputs,
+)
 from inferplex.backends.llm.kv_cache import KvCache
 from inferplex.backends.llm.policy import Chunk, StepPlan
 
 
 class CausalModel(Protocol):
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        positions: torch.Tensor,
-        batch: AttentionBatch,
-        caches: list[LayerCache],
-        logits_rows: torch.Tensor,
-    ) -> torch.Tensor: ...
+    def forward(self, step: StepInputs, caches: list[LayerCache]) -> torch.Tensor: ...
 
 
 class ModelRunner:
@@ -63,13 +61,13 @@ class ModelRunner:
             blocks, mask = self._decode_blocks(decodes)
             batch = AttentionBatch(batch.slots, len(decodes), blocks, mask, batch.prefills)
         with torch.inference_mode():
-            logits = self.model.forward(
+            step = StepInputs(
                 torch.tensor(ids, dtype=torch.int64, device=device),
                 torch.tensor(positions, dtype=torch.int64, device=device),
                 batch,
-                self.cache.layers,
                 torch.tensor(rows, dtype=torch.int64, device=device),
             )
+            logits = self.model.forward(step, self.cache.layers)
         return sampled, logits.cpu()
 
     def _slots(self, blocks: list[int], span: range) -> list[int]:
