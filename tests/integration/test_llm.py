@@ -38,8 +38,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningSe
     assert code == 0, f"server exited with {code}:\n{server.log()}"
 
 
-def expected_text(root: Path, tokens: int) -> str:
-    folder = root / "tiny_llama" / "1"
+def expected_text(root: Path, tokens: int, model_name: str = "tiny_llama") -> str:
+    folder = root / model_name / "1"
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
     model = transformers.AutoModelForCausalLM.from_pretrained(folder)
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
@@ -78,7 +78,10 @@ def test_generate_stream_streams_the_greedy_text_with_counts(
     assert all(e["finish_reason"] == "" for e in found[:-1])
 
 
-def test_generate_answers_the_whole_text_once(served: tuple[RunningServer, Path]) -> None:
+@pytest.mark.parametrize("model", ["tiny_llama", "tiny_gpt2"])
+def test_generate_answers_the_whole_text_once(
+    served: tuple[RunningServer, Path], model: str
+) -> None:
     server, root = served
     body = {
         "text_input": PROMPT,
@@ -87,16 +90,17 @@ def test_generate_answers_the_whole_text_once(served: tuple[RunningServer, Path]
         "parameters": GREEDY,
     }
     reply = requests.post(
-        f"http://{server.http_url}/v2/models/tiny_llama/generate", json=body, timeout=60
+        f"http://{server.http_url}/v2/models/{model}/generate", json=body, timeout=60
     )
     assert reply.status_code == 200, reply.text
-    assert reply.json()["text_output"] == expected_text(root, 6)
+    expected = expected_text(root, 6, model)
+    assert reply.json()["text_output"] == expected
     with_prompt = requests.post(
-        f"http://{server.http_url}/v2/models/tiny_llama/generate",
+        f"http://{server.http_url}/v2/models/{model}/generate",
         json={**body, "exclude_input_in_output": False},
         timeout=60,
     )
-    assert with_prompt.json()["text_output"] == PROMPT + expected_text(root, 6)
+    assert with_prompt.json()["text_output"] == PROMPT + expected
 
 
 def test_model_stream_infer_streams_the_same_text(served: tuple[RunningServer, Path]) -> None:
