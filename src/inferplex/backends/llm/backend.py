@@ -102,6 +102,33 @@ class LlmBackend(Backend):
         """Generate for each request, sending its output to its sink as it comes; returns
         when all have ended."""
         outbox = Outbox()
+        answers, replies, generations = self._read(inputs, requests, outbox)
+        engine = self._model.engine
+        for generation in generations.values():
+            engine.submit(generation)
+        if cancellation is not None:
+
+            def forward(indexes: Iterable[int]) -> None:
+                for index in indexes:
+                    if index in generations:
+                        engine.cancel(generations[index])
+
+            cancellation.forward_to(forward)
+        try:
+            self._relay(outbox, replies, generations)
+        finally:  # a relay that failed leaves nothing generating for nobody
+            for index, reply in replies.items():
+                if not reply.done:
+                    engine.cancel(generations[index])
+        for index, reply in replies.items():
+            answers[index] = reply.outcome
+        return answers
+
+    def _read(
+        self, inputs: dict[str, np.ndarray], requests: list[BatchRequest], outbox: Outbox
+    ) -> tuple[list[RequestOutcome], dict[int, Reply], dict[int, Generation]]:
+        """Each request read and made ready for the engine, or the error that refuses it
+        alone: (answers so far, the replies and generations of those ready, by index)."""
         answers: list[RequestOutcome] = [{} for _ in requests]
         replies: dict[int, Reply] = {}
         generations: dict[int, Generation] = {}
@@ -117,21 +144,7 @@ class LlmBackend(Backend):
                 continue
             replies[index] = Reply(request, generation.seq.prompt_len, batch_request.sink)
             generations[index] = generation
-        engine = self._model.engine
-        for generation in generations.values():
-            engine.submit(generation)
-        if cancellation is not None:
-
-            def forward(indexes: Iterable[int]) -> None:
-                for index in indexes:
-                    if index in generations:
-                        engine.cancel(generations[index])
-
-            cancellation.forward_to(forward)
-        self._relay(outbox, replies, generations)
-        for index, reply in replies.items():
-            answers[index] = reply.outcome
-        return answers
+        return answers, replies, generations
 
     def _relay(
         self, outbox: Outbox, replies: dict[int, Reply], generations: dict[int, Generation]

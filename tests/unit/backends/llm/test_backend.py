@@ -18,6 +18,7 @@ from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec
 from inferplex.backends.llm import LlmBackend
 from inferplex.config import ModelConfig
 from inferplex.errors import InferplexError, InvalidInputError
+from tests.support.polling import wait_for
 
 CPU = InstanceSpec(intra_op_threads=1)
 
@@ -165,3 +166,17 @@ def test_a_bad_request_fails_alone_in_its_batch(backends: list[LlmBackend]) -> N
     assert isinstance(answers[1], InvalidInputError) and "context" in str(answers[1])
     assert not sinks[1].sent
     assert isinstance(answers[1], InferplexError)
+
+
+def test_a_relay_that_fails_cancels_what_it_was_relaying(backends: list[LlmBackend]) -> None:
+    class Broken(Sink):
+        def send(self, outcome: object, final: bool) -> bool:
+            raise RuntimeError("the sink broke")
+
+    with pytest.raises(RuntimeError, match="sink broke"):
+        backends[0].execute_requests(
+            inputs("Hello there", 400), [], [BatchRequest("1", {}, 1, Broken())]
+        )
+    engine = backends[0]._model.engine
+    wait_for(lambda: engine.counters.cancelled == 1)  # taken at the engine's next step
+    assert engine.policy.pool.used == 0
