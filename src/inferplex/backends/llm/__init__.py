@@ -5,7 +5,8 @@ Pure parts (no torch): ``blocks`` (the block pool and prefix cache), ``policy`` 
 step runs), ``params`` (sampling settings), ``text`` (incremental detokenisation, stop
 strings), ``settings``, ``request``. The model side: ``shape``, ``weights``, ``llama``,
 ``gpt2``, ``attention``, ``kv_cache``, ``runner``, ``sampler``; the loop: ``generation``,
-``engine``, ``loading``; the server side: ``relay``, ``backend``.
+``engine``, ``admission``, ``loading``; the server side: ``relay``, ``backend``, ``chat``
+(chat templates, for the OpenAI frontend).
 """
 
 from inferplex.backends.llm.backend import LlmBackend
