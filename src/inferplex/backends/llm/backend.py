@@ -78,14 +78,17 @@ class LlmBackend(Backend):
     """One instance of an LLM version (see the module docstring)."""
 
     names = ("llm",)
-    default_model_filename = "config.json"
+    # no model file: the version folder is the model (a config.json there is no sign of an
+    # LLM: exported ONNX models often keep theirs beside model.onnx)
+    default_model_filename = ""
     composite = True
     per_request = True
     cancellable = True
     decoupled = True
 
     def __init__(self, model_path: Path, config: ModelConfig, instance: InstanceSpec) -> None:
-        self._shared, self._key = _hold(model_path.parent, config, instance)
+        folder = model_path if model_path.is_dir() else model_path.parent
+        self._shared, self._key = _hold(folder, config, instance)
         self._model = self._shared.model
         self._closed = False
 

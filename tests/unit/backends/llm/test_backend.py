@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from inferplex.backends import backend_for
+from inferplex.backends import backend_for, backend_for_file
 from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec
 from inferplex.backends.llm import LlmBackend
 from inferplex.config import ModelConfig
@@ -56,14 +56,14 @@ def config(llm_repository: Path) -> ModelConfig:
     written = ModelConfig(
         name="tiny_llama", backend="llm", parameters={"kv_cache_bytes": str(1 << 22)}
     )
-    completed = LlmBackend.auto_complete(written, "tiny_llama", folder / "config.json")
+    completed = LlmBackend.auto_complete(written, "tiny_llama", folder)
     assert completed is not None
     return completed
 
 
 @pytest.fixture
 def backends(config: ModelConfig, llm_repository: Path) -> list[LlmBackend]:
-    path = llm_repository / "tiny_llama" / "1" / "config.json"
+    path = llm_repository / "tiny_llama" / "1"
     made = [LlmBackend(path, config, CPU) for _ in range(2)]
     yield made
     for backend in made:
@@ -83,10 +83,15 @@ def test_auto_complete_declares_tritons_llm_signature(config: ModelConfig) -> No
     assert sum(g.count for g in config.instance_group) == 64
 
 
+def test_a_config_json_is_no_sign_of_an_llm() -> None:
+    # exported ONNX models keep their Hugging Face config.json beside model.onnx
+    assert backend_for_file("config.json") is None
+
+
 def test_instances_share_one_engine_stopped_with_the_last(
     config: ModelConfig, llm_repository: Path
 ) -> None:
-    path = llm_repository / "tiny_llama" / "1" / "config.json"
+    path = llm_repository / "tiny_llama" / "1"
     first, second = LlmBackend(path, config, CPU), LlmBackend(path, config, CPU)
     engine = first._model.engine
     assert second._model.engine is engine
