@@ -185,3 +185,28 @@ def test_a_relay_that_fails_cancels_what_it_was_relaying(backends: list[LlmBacke
     engine = backends[0]._model.engine
     wait_for(lambda: engine.counters.cancelled == 1)  # taken at the engine's next step
     assert engine.policy.pool.used == 0
+
+
+def test_unloading_ends_the_requests_still_generating(backends: list[LlmBackend]) -> None:
+    started = threading.Event()
+
+    class Watching(Sink):
+        def send(self, outcome: object, final: bool) -> bool:
+            started.set()
+            return super().send(outcome, final)
+
+    answers: list[object] = []
+    request = BatchRequest("1", {}, 1, Watching())
+    runner = threading.Thread(
+        target=lambda: answers.extend(
+            backends[0].execute_requests(inputs("Hello there", 450), [], [request])
+        )
+    )
+    runner.start()
+    assert started.wait(30)
+    for backend in backends:
+        backend.close()
+    runner.join(30)
+    assert not runner.is_alive()
+    (answer,) = answers
+    assert isinstance(answer, InferplexError) and "unloaded" in str(answer)
