@@ -5,9 +5,11 @@ model's context refused with a 400 before any work."""
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningSe
     assert code == 0, f"server exited with {code}:\n{server.log()}"
 
 
+@functools.cache
 def expected_text(root: Path, tokens: int, model_name: str = "tiny_llama") -> str:
+    """transformers' greedy text of ``tokens`` new tokens after PROMPT."""
     folder = root / model_name / "1"
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
     model = transformers.AutoModelForCausalLM.from_pretrained(folder)
@@ -101,6 +105,24 @@ def test_generate_answers_the_whole_text_once(
         timeout=60,
     )
     assert with_prompt.json()["text_output"] == PROMPT + expected
+
+
+def test_concurrent_streams_each_get_the_text_they_get_alone(
+    served: tuple[RunningServer, Path],
+) -> None:
+    server, root = served
+    url = f"http://{server.http_url}/v2/models/tiny_llama/generate_stream"
+    lengths = [3, 12, 6, 9, 4, 10]
+
+    def stream(tokens: int) -> str:
+        body = {"text_input": PROMPT, "stream": True, "max_tokens": tokens, "parameters": GREEDY}
+        with requests.post(url, json=body, stream=True, timeout=60) as reply:
+            assert reply.status_code == 200
+            return "".join(e["text_output"] for e in events(reply))
+
+    with ThreadPoolExecutor(len(lengths)) as pool:
+        texts = list(pool.map(stream, lengths))
+    assert texts == [expected_text(root, n) for n in lengths]
 
 
 def test_model_stream_infer_streams_the_same_text(served: tuple[RunningServer, Path]) -> None:
