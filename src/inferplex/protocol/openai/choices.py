@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from inferplex.protocol.openai.llm import LOGPROBS, TEXT_OUTPUT
-from inferplex.protocol.openai.text_model import TextModel
+from inferplex.protocol.openai.text_model import WORDS, TextModel
 from inferplex.types import InferenceResponse
 
 
@@ -97,7 +97,9 @@ class Choice:
         if self.reported_tokens is not None:
             return self.reported_tokens
         counted = self._text_model.count(self.text, special_tokens=False)
-        return counted if counted is not None else self.responses
+        if counted is not None:
+            return counted
+        return max(self.responses, len(WORDS.findall(self.text)))
 
     def _reason(self) -> str:
         if self.model_finish in ("stop", "length"):

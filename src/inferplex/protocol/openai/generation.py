@@ -7,7 +7,6 @@ server ends it early or the client goes away."""
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -22,13 +21,11 @@ from inferplex.protocol.openai.llm import llm_model, llm_request
 from inferplex.protocol.openai.requests import Generation
 from inferplex.protocol.openai.stats import GENERATION, GenerationStats
 from inferplex.protocol.openai.template import render
-from inferplex.protocol.openai.text_model import TextModel
+from inferplex.protocol.openai.text_model import WORDS, TextModel
 from inferplex.types import InferenceRequest
 
 #: the engine's stream of one request's responses (the data plane's ``stream``)
 OpenStream = Callable[[InferenceRequest], Awaitable[Responses]]
-
-_WORDS = re.compile(r"\w+|[^\w\s]")
 
 
 @dataclass(slots=True)
@@ -95,7 +92,7 @@ def _count(text_model: TextModel, prompt: str, special: bool) -> int:
     """Tokens of a prompt: by the model's tokenizer, else its words and punctuation marks
     (an estimate, docs/openai.md "Usage")."""
     counted = text_model.count(prompt, special_tokens=special)
-    return counted if counted is not None else len(_WORDS.findall(prompt))
+    return counted if counted is not None else len(WORDS.findall(prompt))
 
 
 def _check_context(request: Generation, text_model: TextModel, counts: list[int]) -> None:

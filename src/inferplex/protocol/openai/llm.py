@@ -85,7 +85,10 @@ def llm_request(
         options["logprobs"] = sampling.logprobs
         tensors.append(_tensor(model, LOGPROBS_SWITCH, True))
     tensors.extend(_sampling_tensors(model, options))
-    switches: dict[str, Any] = {"stream": stream, "exclude_input_in_output": True}
+    # a model that cannot be told where to stop streams, so the server counts its tokens
+    told = SAMPLING in model.inputs or "max_tokens" in model.inputs
+    enforced = not told and (sampling.max_tokens is not None or bool(sampling.stop))
+    switches: dict[str, Any] = {"stream": stream or enforced, "exclude_input_in_output": True}
     for switch, output in EXTRA_OUTPUTS.items():
         if output in model.outputs:
             switches[switch] = True

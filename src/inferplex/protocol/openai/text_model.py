@@ -11,6 +11,7 @@ else the tokenizer's ``model_max_length``; unknown, prompts are not checked agai
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ _SPECIAL = (
     "cls_token",
     "mask_token",
 )
+#: a text's words and punctuation marks: the token estimate of a model without a tokenizer
+WORDS = re.compile(r"\w+|[^\w\s]")
 #: a tokenizer_config model_max_length at or above this means "no limit" (transformers' 1e30)
 _NO_LIMIT = 10**9
 
