@@ -76,8 +76,9 @@ class TritonPythonModel:
         if not stream:
             pieces = ["".join(pieces)]
         for index, piece in enumerate(pieces):
-            if sender.is_cancelled():
+            if sender.is_cancelled():  # as Triton's: the request still ends with the final flag
                 self.report("cancelled")
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
             if self.delay:
                 time.sleep(self.delay)
