@@ -49,16 +49,16 @@ def openai_repository(root: Path) -> Path:
     mock_llm(root)
     bare_llm(root)
     progress = root / "slow.progress"
-    mock_llm(
-        root, "slow_llm", delay_ms=20, progress=progress, instances=1, context_length=10**6
-    )
+    mock_llm(root, "slow_llm", delay_ms=20, progress=progress, instances=1, context_length=10**6)
     sentence_encoder(root)
     sentence_encoder(root, "encoder_matryoshka", matryoshka=True)
     return progress
 
 
 @pytest.fixture(scope="module", params=["builtin", "uvicorn"])
-def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
     root = tmp_path_factory.mktemp(f"openai_{request.param}")
     progress = openai_repository(root)
     server = start_server(
@@ -194,7 +194,9 @@ def test_embeddings_as_floats_and_base64(served: Served) -> None:
     assert np.allclose(vectors[0], vectors[2]) and not np.allclose(vectors[0], vectors[1])
     # [CLS] and [SEP] around each: 4 tokens each
     assert answer.usage.prompt_tokens == 4 * 13
-    packed = client.embeddings.create(model="encoder", input="hello world", encoding_format="base64")
+    packed = client.embeddings.create(
+        model="encoder", input="hello world", encoding_format="base64"
+    )
     raw = packed.data[0].embedding
     if isinstance(raw, str):  # the client decodes base64 itself when it asked for floats
         raw = np.frombuffer(base64.b64decode(raw), "<f4").tolist()
