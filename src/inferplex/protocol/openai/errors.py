@@ -31,7 +31,7 @@ _TYPES: dict[ErrorCode, str] = {
 class FieldError(InvalidInputError):
     """A request field the server or the model cannot take: a 400 whose ``param`` names it."""
 
-    def __init__(self, param: str, message: str, code: str | None = None) -> None:
+    def __init__(self, param: str | None, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.param = param
         self.error_code = code

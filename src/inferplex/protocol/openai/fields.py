@@ -22,7 +22,7 @@ def parse_body(body: Body, what: str) -> dict[str, Any]:
     except orjson.JSONDecodeError as exc:
         raise _not_json(bytes(body), what, exc) from None
     if not isinstance(document, dict):
-        raise FieldError("", f"the {what} request must be a JSON object")
+        raise FieldError(None, f"the {what} request must be a JSON object")
     return document
 
 
@@ -34,9 +34,9 @@ def _not_json(raw: bytes, what: str, exc: Exception) -> FieldError:
         field = _field_with_bad_bytes(raw)
         where = f"field '{field}'" if field else f"byte {bad.start}"
         return FieldError(
-            field or "", f"the {what} request is not valid UTF-8: {where} has bytes that are not"
+            field or None, f"the {what} request is not valid UTF-8: {where} has bytes that are not"
         )
-    return FieldError("", f"the {what} request is not valid JSON: {exc}")
+    return FieldError(None, f"the {what} request is not valid JSON: {exc}")
 
 
 def _field_with_bad_bytes(raw: bytes) -> str:

@@ -158,7 +158,8 @@ def _common(fields: Mapping[str, Any], kind: Kind, max_n: int) -> Generation:
     stream = bool(f.flag(fields, "stream"))
     include_usage = _stream_options(fields.get("stream_options"), stream)
     max_tokens = f.integer(fields, "max_tokens")
-    n = f.integer(fields, "n") or 1
+    n = f.integer(fields, "n")
+    n = 1 if n is None else n
     if n < 1 or n > max_n:
         raise FieldError(
             "n",
