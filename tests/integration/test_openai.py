@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import openai
 import pytest
+import requests
 
 from examples.modelgen.embedder import sentence_encoder
 from examples.modelgen.llm import bare_llm, mock_llm
@@ -243,3 +244,21 @@ def test_a_client_that_goes_away_mid_stream_stops_the_model(served: Served) -> N
             received += chunk
         assert b" 200 " in received.split(b"\r\n", 1)[0]
     wait_for(lambda: served.progress.read_text() == "cancelled")
+
+
+def test_generation_metrics_and_dashboard(served: Served) -> None:
+    """TTFT and inter-token latency histograms, prompt and completion token counters per
+    model, on /metrics and in the dashboard's data."""
+    client = served.client()
+    list(client.completions.create(model="bare_llm", prompt="sun moon star", stream=True))
+    text = requests.get(f"http://{served.server.metrics_url}/metrics").text
+    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
+    model = 'model="bare_llm"'
+    assert float(lines[f"inferplex_time_to_first_token_seconds_count{{{model}}}"]) >= 1
+    # three tokens streamed: two gaps between them, at least
+    assert float(lines[f"inferplex_inter_token_latency_seconds_count{{{model}}}"]) >= 2
+    assert float(lines[f"inferplex_prompt_tokens{{{model}}}"]) >= 3
+    assert float(lines[f"inferplex_completion_tokens{{{model}}}"]) >= 3
+    data = requests.get(f"http://{served.server.metrics_url}/dashboard/data").json()
+    row = next(g for g in data["generation"] if g["model"] == "bare_llm")
+    assert row["completion_tokens"] >= 3 and row["ttft_p50_ms"] is not None
