@@ -20,7 +20,6 @@ from inferplex.protocol.openai.errors import FieldError, error_event
 from inferplex.protocol.openai.llm import llm_model, llm_request
 from inferplex.protocol.openai.requests import Generation
 from inferplex.protocol.openai.stats import GENERATION, GenerationStats
-from inferplex.protocol.openai.template import render
 from inferplex.protocol.openai.text_model import WORDS, TextModel
 from inferplex.types import InferenceRequest
 
@@ -71,7 +70,7 @@ def _prompts(request: Generation, text_model: TextModel) -> list[str]:
                 "in its tokenizer_config.json or as a chat_template.jinja file in its folder, "
                 "or use /v1/completions",
             )
-        return [render(text_model.template, request.messages, text_model.special)]
+        return [text_model.render(request.messages)]
     prompts = []
     for index, prompt in enumerate(request.prompts):
         if isinstance(prompt, str):

@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from inferplex.errors import ConfigError
-from inferplex.protocol.openai.template import compile_template
 
 _SPECIAL = (
     "bos_token",
@@ -42,7 +39,7 @@ class TextModel:
     empty where its folder has none."""
 
     tokenizer: Any = None  # tokenizers.Tokenizer
-    template: jinja2.Template | None = None
+    template: Any = None  # jinja2.Template (jinja2 is imported only where a model has one)
     special: dict[str, Any] = field(default_factory=dict)
     context_length: int | None = None
     #: where the files were found (for messages)
@@ -53,6 +50,12 @@ class TextModel:
         if self.tokenizer is None:
             return None
         return len(self.tokenizer.encode(text, add_special_tokens=special_tokens).ids)
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        """The prompt of ``messages`` by the model's chat template (it has one)."""
+        from inferplex.protocol.openai.template import render
+
+        return render(self.template, messages, self.special)
 
     def decode(self, ids: list[int]) -> str | None:
         if self.tokenizer is None:
@@ -72,6 +75,19 @@ def read_text_model(folder: Path | None, context_parameter: str | None) -> TextM
             _read_into(model, place)
             break
     return model
+
+
+def _tokenizer(path: Path) -> Any:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ConfigError(
+            f"{path} needs the tokenizers package (pip install 'inferplex[openai]')"
+        ) from None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises its own Exception for a bad file
+        raise ConfigError(f"{path} is not a tokenizer file: {exc}") from None
 
 
 def _context(value: str) -> int:
@@ -96,9 +112,7 @@ def _places(folder: Path) -> list[Path]:
 def _read_into(model: TextModel, place: Path) -> None:
     model.folder = place
     if (place / "tokenizer.json").is_file():
-        from tokenizers import Tokenizer
-
-        model.tokenizer = Tokenizer.from_file(str(place / "tokenizer.json"))
+        model.tokenizer = _tokenizer(place / "tokenizer.json")
     settings = _json(place / "tokenizer_config.json")
     for name in _SPECIAL:
         value = settings.get(name)
@@ -108,12 +122,25 @@ def _read_into(model: TextModel, place: Path) -> None:
             model.special[name] = value
     source = _template_source(place, settings)
     if source is not None:
-        try:
-            model.template = compile_template(source)
-        except jinja2.exceptions.TemplateError as exc:
-            raise ConfigError(f"the chat template in {place} is not valid Jinja: {exc}") from None
+        model.template = _compiled(source, place)
     if model.context_length is None:
         model.context_length = _context_of(_json(place / "config.json"), settings)
+
+
+def _compiled(source: str, place: Path) -> Any:
+    try:
+        from jinja2.exceptions import TemplateError
+
+        from inferplex.protocol.openai.template import compile_template
+    except ImportError:
+        raise ConfigError(
+            f"{place} has a chat template: serving it needs jinja2 (pip install "
+            "'inferplex[openai]')"
+        ) from None
+    try:
+        return compile_template(source)
+    except TemplateError as exc:
+        raise ConfigError(f"the chat template in {place} is not valid Jinja: {exc}") from None
 
 
 def _template_source(place: Path, settings: dict[str, Any]) -> str | None:
