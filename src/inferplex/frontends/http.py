@@ -28,8 +28,10 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     GET  /v2/systemsharedmemory[/region/{r}]/status      one region, or all
     POST /v2/cudasharedmemory/region/{r}/register   501: not supported (docs/shared_memory.md)
     GET|POST /v2/cudasharedmemory[/region/{r}]/status|unregister: none registered
+    GET  /v1/models[/{id}], POST /v1/completions | /v1/chat/completions | /v1/embeddings
+                                                 the OpenAI-compatible API (http_openai.py)
 
-Every error body is ``{"error": "<message>"}``; the status of an :class:`InferplexError`
+Every error body is ``{"error": "<message>"}`` (under /v1/, OpenAI's error object); the status of an :class:`InferplexError`
 comes from the one table in ``protocol/v2/errors.py``.
 """
 

@@ -1,4 +1,5 @@
-"""The V2 REST route table: which path runs which handler, with which method, in which scope.
+"""The V2 REST route table (and the OpenAI-compatible API's, under /v1): which path runs which
+handler, with which method, in which scope.
 
 A path is matched only in its canonical form. Anything a client could use to make two
 spellings of one path — repeated or trailing slashes, ``.`` / ``..`` segments, an encoded
