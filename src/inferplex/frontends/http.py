@@ -31,8 +31,8 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     GET  /v1/models[/{id}], POST /v1/completions | /v1/chat/completions | /v1/embeddings
                                                  the OpenAI-compatible API (http_openai.py)
 
-Every error body is ``{"error": "<message>"}`` (under /v1/, OpenAI's error object); the status of an :class:`InferplexError`
-comes from the one table in ``protocol/v2/errors.py``.
+Every error body is ``{"error": "<message>"}`` (under /v1/, OpenAI's error object); the
+status of an :class:`InferplexError` comes from the one table in ``protocol/v2/errors.py``.
 """
 
 from __future__ import annotations
