@@ -8,8 +8,9 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from inferplex.core.stats import Histogram
 from inferplex.metrics.exposition import Family, HistogramValue
-from inferplex.protocol.openai.stats import Buckets, GenerationStats
+from inferplex.protocol.openai.stats import GenerationStats
 
 
 @lru_cache(maxsize=4)
@@ -17,8 +18,22 @@ def _seconds(bounds_ns: tuple[int, ...]) -> tuple[float, ...]:
     return tuple(b / 1e9 for b in bounds_ns)
 
 
-def _histogram(buckets: Buckets) -> HistogramValue:
+def _histogram(buckets: Histogram) -> HistogramValue:
     return HistogramValue(_seconds(buckets.bounds), list(buckets.counts), buckets.sum / 1e9)
+
+
+def quantile_ms(buckets: Histogram, q: float) -> float | None:
+    """The upper bound (ms) of the bucket holding the ``q`` quantile; None if empty (the
+    +Inf bucket reports the last bound)."""
+    total = sum(buckets.counts)
+    if not total:
+        return None
+    seen = 0
+    for bound, count in zip(buckets.bounds, buckets.counts, strict=False):
+        seen += count
+        if seen >= q * total:
+            return bound / 1e6
+    return buckets.bounds[-1] / 1e6
 
 
 def generation_families(stats: GenerationStats) -> list[Family]:
@@ -60,10 +75,10 @@ def generation_data(stats: GenerationStats) -> list[dict[str, Any]]:
             "requests": figures.requests,
             "prompt_tokens": figures.prompt_tokens,
             "completion_tokens": figures.completion_tokens,
-            "ttft_p50_ms": figures.ttft.quantile(0.5),
-            "ttft_p99_ms": figures.ttft.quantile(0.99),
-            "itl_p50_ms": figures.itl.quantile(0.5),
-            "itl_p99_ms": figures.itl.quantile(0.99),
+            "ttft_p50_ms": quantile_ms(figures.ttft, 0.5),
+            "ttft_p99_ms": quantile_ms(figures.ttft, 0.99),
+            "itl_p50_ms": quantile_ms(figures.itl, 0.5),
+            "itl_p99_ms": quantile_ms(figures.itl, 0.99),
         }
         for model, figures in sorted(stats.models.items())
     ]

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from inferplex.protocol.openai.errors import FieldError
+from inferplex.protocol.v2.rest_json import json_type
 
 Body = bytes | memoryview
 
@@ -65,21 +66,8 @@ def _bad_path(value: Any, path: str) -> str | None:
 
 
 def kind_error(name: str, expected: str, value: Any) -> FieldError:
-    return FieldError(name, f"'{name}' must be {expected}, got {_json_type(value)}")
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return f"the number {value}"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
+    got = f"the number {value}" if type(value) in (int, float) else json_type(value)
+    return FieldError(name, f"'{name}' must be {expected}, got {got}")
 
 
 def text(fields: Mapping[str, Any], name: str, required: bool = False) -> str | None:

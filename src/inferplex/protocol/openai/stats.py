@@ -7,8 +7,9 @@ on the event loop thread (a few integer additions per token), so no locks."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field
+
+from inferplex.core.stats import Histogram
 
 #: upper bounds (ns) of the time-to-first-token histogram: 1 ms to 60 s
 TTFT_BOUNDS_NS: tuple[int, ...] = tuple(
@@ -22,39 +23,12 @@ ITL_BOUNDS_NS: tuple[int, ...] = tuple(
 )
 
 
-class Buckets:
-    """Counts per fixed bucket (the last one +Inf) and the sum of the values (ns)."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[int, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0
-
-    def observe(self, value: int) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def quantile(self, q: float) -> float | None:
-        """The upper bound (ms) of the bucket holding the ``q`` quantile; None if empty."""
-        total = sum(self.counts)
-        if not total:
-            return None
-        seen = 0
-        for bound, count in zip((*self.bounds, self.bounds[-1]), self.counts, strict=True):
-            seen += count
-            if seen >= q * total:
-                return bound / 1e6
-        return self.bounds[-1] / 1e6
-
-
 @dataclass(slots=True)
 class ModelGeneration:
     """The figures of one model."""
 
-    ttft: Buckets = field(default_factory=lambda: Buckets(TTFT_BOUNDS_NS))
-    itl: Buckets = field(default_factory=lambda: Buckets(ITL_BOUNDS_NS))
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BOUNDS_NS))
+    itl: Histogram = field(default_factory=lambda: Histogram(ITL_BOUNDS_NS))
     prompt_tokens: int = 0
     completion_tokens: int = 0
     requests: int = 0
