@@ -116,7 +116,8 @@ class OpenAI:
         known = self._texts.get(name)
         if known is not None and known[0] is config:
             return known[1]
-        folder = self._plane.folder(name)
+        route = self._engine.routes.get(name)  # a route: its first target's files
+        folder = self._plane.folder(route.primary("").model if route is not None else name)
         context = config.parameters.get("context_length")
         texts = await asyncio.to_thread(read_text_model, folder, context)
         if len(self._texts) >= _TEXT_MODELS_KEPT:
