@@ -28,9 +28,11 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     GET  /v2/systemsharedmemory[/region/{r}]/status      one region, or all
     POST /v2/cudasharedmemory/region/{r}/register   501: not supported (docs/shared_memory.md)
     GET|POST /v2/cudasharedmemory[/region/{r}]/status|unregister: none registered
+    GET  /v1/models[/{id}], POST /v1/completions | /v1/chat/completions | /v1/embeddings
+                                                 the OpenAI-compatible API (http_openai.py)
 
-Every error body is ``{"error": "<message>"}``; the status of an :class:`InferplexError`
-comes from the one table in ``protocol/v2/errors.py``.
+Every error body is ``{"error": "<message>"}`` (under /v1/, OpenAI's error object); the
+status of an :class:`InferplexError` comes from the one table in ``protocol/v2/errors.py``.
 """
 
 from __future__ import annotations
@@ -61,10 +63,12 @@ from inferplex.frontends.http_body import (
     too_large,
 )
 from inferplex.frontends.http_generate import Generate
+from inferplex.frontends.http_openai import OpenAI
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
 from inferplex.frontends.management_json import ManagementBodies, load_parameters
 from inferplex.protocol.classification import ClassifiedOutputs
 from inferplex.protocol.dataplane import DataPlane
+from inferplex.protocol.openai.errors import OPENAI_PREFIX, error_reply, route_error_body
 from inferplex.protocol.v2 import offload
 from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import parse_header_length
@@ -156,6 +160,7 @@ class HttpApp:
         # an HTTP header whose value becomes the request parameter routing_key (sticky routes)
         self._routing_header = self._plane.routing_header
         self._generation = Generate(engine, self._plane)
+        self._openai = OpenAI(engine, self._plane, config)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI 3 (uvicorn, the tracing wrapper): the body comes through ``receive``."""
@@ -233,7 +238,7 @@ class HttpApp:
             request.body_limit, request.body_limit_flag = limit, flag
             request.admitted = admitted
         except (InferplexError, RouteError) as exc:
-            return _error_reply(exc)
+            return _error_reply(exc, request.path)
         return None
 
     # every request passes here: a split costs a call on the hot path
@@ -283,7 +288,7 @@ class HttpApp:
                 reply = status, payload, reply_headers
             return reply
         except (InferplexError, RouteError) as exc:
-            return _error_reply(exc)
+            return _error_reply(exc, path)
         except Disconnected:
             return None
         except Exception as exc:
@@ -368,6 +373,22 @@ class HttpApp:
 
     async def _generate_stream(self, model: str, version: str, body: Body, *_: Any) -> AnyReply:
         return await self._generation.generate_stream(model, version, body)
+
+    # -- the OpenAI-compatible API (frontends/http_openai.py, docs/openai.md) -----------------
+    async def _openai_models(self, *_: Any) -> AnyReply:
+        return await self._openai.models()
+
+    async def _openai_model(self, model: str, *_: Any) -> AnyReply:
+        return await self._openai.model(model)
+
+    async def _openai_completions(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.completions(body)
+
+    async def _openai_chat(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.chat(body)
+
+    async def _openai_embeddings(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.embeddings(body)
 
     async def _live(self, *_: Any) -> Reply:
         return _EMPTY_OK if self._engine.live() else _EMPTY_UNAVAILABLE
@@ -557,11 +578,16 @@ def _error(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
-def _error_reply(exc: InferplexError | RouteError) -> Reply:
-    """The answer to a refused request: ``{"error": ...}`` with the error's status."""
+def _error_reply(exc: InferplexError | RouteError, path: str = "") -> Reply:
+    """The answer to a refused request: ``{"error": ...}`` with the error's status (under
+    /v1/, OpenAI's error object)."""
+    openai = path.startswith(OPENAI_PREFIX)
     if isinstance(exc, RouteError):
-        return exc.status, _error(exc.message), [*_JSON, *exc.headers]
+        body = route_error_body(exc.status, exc.message) if openai else _error(exc.message)
+        return exc.status, body, [*_JSON, *exc.headers]
     headers = _JSON
     if isinstance(exc, UnauthenticatedError):
         headers = [*_JSON, (b"www-authenticate", b"Bearer")]
+    if openai:
+        return (*error_reply(exc), headers)
     return HTTP_STATUS[exc.code], _error(exc.message), headers

@@ -172,6 +172,11 @@ class DataPlane:
         its owner releases it when the request ends."""
         return None if self.budget is None else Charge(self.budget)
 
+    def folder(self, model: str) -> Path | None:
+        """The folder of a model's files (its tokenizer and chat template, for the OpenAI
+        API), if known."""
+        return self._folders(model) if self._folders is not None else None
+
     def route(self, request: InferenceRequest, routing_key: str) -> None:
         """``routing_key``, the value of the routing header (or gRPC metadata key), becomes
         the request parameter ``routing_key`` unless the request has one: a parameter the
