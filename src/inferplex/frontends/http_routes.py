@@ -64,7 +64,17 @@ class ResolvedRoute(NamedTuple):
 _APIS: dict[str, str] = {
     **dict.fromkeys(("_live", "_ready", "_model_ready"), "health"),
     **dict.fromkeys(("_server_metadata", "_model_metadata", "_route_listing"), "metadata"),
-    **dict.fromkeys(("_infer", "_generate", "_generate_stream"), "inference"),
+    **dict.fromkeys(
+        (
+            "_infer",
+            "_generate",
+            "_generate_stream",
+            "_openai_completions",
+            "_openai_chat",
+            "_openai_embeddings",
+        ),
+        "inference",
+    ),
     "_model_config": "model-config",
     **dict.fromkeys(("_model_stats", "_route_stats"), "statistics"),
     **dict.fromkeys(
@@ -75,6 +85,9 @@ _APIS: dict[str, str] = {
             "_model_instances",
             "_model_default_version",
             "_repository_memory",
+            # as Triton's OpenAI frontend files /v1/models
+            "_openai_models",
+            "_openai_model",
         ),
         "model-repository",
     ),
