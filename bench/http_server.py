@@ -48,13 +48,14 @@ async def _serve(kind: str, repo: Path, sock: socket.socket) -> None:
     from inferplex.frontends.http import create_http_app
     from inferplex.server import build_engine
     from inferplex.transport.http_server import HttpServer
+    from inferplex.transport.listener import ListenerSpec
 
     config = ServerConfig(model_repository=repo, log_level="warning")
     engine = build_engine(config)
     await engine.start()
     app = create_http_app(engine, config)
     if kind == "builtin":
-        server = HttpServer(app, max_body_bytes=config.max_request_bytes)
+        server = HttpServer(app, ListenerSpec.from_config(config))
         await server.start(sock)
         print("ready", flush=True)
         await asyncio.Event().wait()

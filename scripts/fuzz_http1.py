@@ -37,6 +37,7 @@ with atheris.instrument_imports(include=["inferplex.transport"]):
     from inferplex.transport.http_cycle import Request
     from inferplex.transport.http_limits import ByteBudget, Http1Limits
     from inferplex.transport.http_server import HttpServer
+    from inferplex.transport.listener import ListenerSpec
 
 _READ = 1 << 16  # the server's read buffer: one read is at most this
 _SEEDS = (
@@ -185,10 +186,10 @@ class Run:
         )
         self.server = HttpServer(
             app,
-            max_body_bytes=self.max_body,
-            max_header_bytes=self.max_header,
+            ListenerSpec(
+                max_body_bytes=self.max_body, max_header_bytes=self.max_header, http1=limits
+            ),
             admit=admit if (options >> 7) & 1 else None,
-            limits=limits,
             budget=budget,
         )
         self.server.loop = loop

@@ -25,8 +25,7 @@ import base64
 import binascii
 import logging
 import socket
-import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +49,13 @@ from inferplex.transport.grpc_stream import (
     too_large,
 )
 from inferplex.transport.http2 import READ_BUFFER, Http2Connection, Stream
-from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http2_limits import Http2Counters
 from inferplex.transport.http2_wire import literal_header_block
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.http_server import TLS_SHUTDOWN_TIMEOUT_S
 from inferplex.transport.inflate import Inflated
+from inferplex.transport.interface import GrpcMethod
+from inferplex.transport.listener import ListenerSpec
 
 __all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method", "StreamHandler"]
 
@@ -144,7 +145,7 @@ class Method:
 class _CallState:
     __slots__ = ("call", "deadline", "encoding", "expired", "limit", "method")
 
-    def __init__(self, method: Method, call: Call, encoding: bytes, limit: int) -> None:
+    def __init__(self, method: GrpcMethod, call: Call, encoding: bytes, limit: int) -> None:
         self.method = method
         self.call = call
         self.encoding = encoding
@@ -158,31 +159,28 @@ class GrpcServer:
 
     def __init__(
         self,
-        methods: dict[str, Method],
+        methods: Mapping[str, GrpcMethod],
+        spec: ListenerSpec | None = None,
         *,
-        max_message_bytes: int,
-        max_small_message_bytes: int | None = None,
-        max_header_bytes: int = 0,
         guard: Guard | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        limits: Http2Limits | None = None,
         budget: ByteBudget | None = None,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``limits`` bound what each client may make the server hold or do (default:
-        Http2Limits()); ``budget`` bounds request bytes buffered server-wide (shared with
-        the HTTP listeners; default: 1 GiB of its own), ``gate`` the connections (shared
-        too; default: none of its own); ``counters`` tells how often the limits were
-        reached. A method not marked ``large`` takes messages of up to
-        ``max_small_message_bytes`` (default: ``max_message_bytes``)."""
+        """``spec``: what each client may make the server hold or do (``spec.http2``), the
+        message limits (``spec.grpc``: a method not marked ``large`` takes the small one),
+        the metadata limit and TLS (default: ListenerSpec()'s); ``budget`` bounds request
+        bytes buffered server-wide (shared with the HTTP listeners; default: 1 GiB of its
+        own), ``gate`` the connections (shared too; default: none of its own);
+        ``counters`` tells how often the limits were reached."""
+        spec = spec if spec is not None else ListenerSpec()
         self._methods = {path.encode(): method for path, method in methods.items()}
-        self._limits = limits or Http2Limits()
+        self._limits = spec.http2
         self.counters = Http2Counters(budget)
-        self._max_message = max_message_bytes
-        self._max_small = max_small_message_bytes or max_message_bytes
-        self._max_headers = max_header_bytes
+        self._max_message = spec.grpc.max_message_bytes
+        self._max_small = spec.grpc.small
+        self._max_headers = spec.max_header_bytes
         self._guard = guard
-        self._ssl = ssl_context
+        self._ssl = spec.tls.grpc_context() if spec.tls is not None else None
         self.gate = gate if gate is not None else ConnectionGate(0, 0)
         self.connections: set[Http2Connection] = set()
         self._server: Listener | None = None
@@ -403,7 +401,7 @@ class GrpcServer:
         self,
         connection: Http2Connection,
         stream: Stream,
-        method: Method,
+        method: GrpcMethod,
         call: Call,
         encoding: bytes,
         limit: int,
@@ -459,7 +457,7 @@ class GrpcServer:
             except Exception as exc:
                 raise InvalidInputError(f"the request message could not be parsed: {exc}") from None
             # a unary method (a streaming one never gets here): its handler is a Handler
-            body = method.serialize(await method.handler(request, state.call))  # type: ignore[misc]
+            body = method.serialize(await method.handler(request, state.call))
         except asyncio.CancelledError:
             if state.expired:
                 self._status(connection, stream, DEADLINE_EXCEEDED, "the deadline passed")

@@ -33,8 +33,6 @@ and 1.1 and the HTTP/2 preface (505), a body above the limit (413).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import ssl
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -43,6 +41,7 @@ from inferplex.transport.http_connection import READ_BUFFER_BYTES, Connection
 from inferplex.transport.http_cycle import Request
 from inferplex.transport.http_limits import REASONS, ByteBudget, Http1Limits
 from inferplex.transport.interface import Respond
+from inferplex.transport.listener import ListenerSpec
 
 __all__ = ["ByteBudget", "Http1Limits", "HttpServer"]
 
@@ -67,35 +66,31 @@ class HttpServer:
     def __init__(
         self,
         app: App,
+        spec: ListenerSpec | None = None,
         *,
-        max_body_bytes: int,
-        max_header_bytes: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-        keep_alive_s: float | None = None,
         admit: Admit | None = None,
         respond: Respond | None = None,
-        limits: Http1Limits | None = None,
         budget: ByteBudget | None = None,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``admit`` checks each request with a body before the body is read; ``respond``,
-        when given, answers every request instead of the ASGI ``app`` (the native way in:
-        no scope, no messages); ``budget`` and ``gate`` (connections) are shared by the
-        listeners of one process (default: this server's own, unlimited);
-        ``keep_alive_s`` replaces that of ``limits``."""
-        limits = limits or Http1Limits()
-        if keep_alive_s is not None:
-            limits = dataclasses.replace(limits, keep_alive_s=keep_alive_s)
+        """``spec``: the body and header limits, ``spec.http1``'s clocks and buffers, TLS
+        (default: ListenerSpec()'s); ``admit`` checks each request with a body before the
+        body is read; ``respond``, when given, answers every request instead of the ASGI
+        ``app`` (the native way in: no scope, no messages); ``budget`` and ``gate``
+        (connections) are shared by the listeners of one process (default: this server's
+        own, unlimited)."""
+        spec = spec if spec is not None else ListenerSpec()
         self.app = app
         self.admit = admit
         self.respond = respond
-        self.max_body_bytes = max_body_bytes
-        self.max_header_bytes = max_header_bytes
-        self.limits = limits
+        self.max_body_bytes = spec.max_body_bytes
+        self.max_header_bytes = spec.max_header_bytes
+        self.limits: Http1Limits = spec.http1
         self.budget = budget if budget is not None else ByteBudget(0)
         self.gate = gate if gate is not None else ConnectionGate(0, 0)
         self.refusals: dict[str, int] = dict.fromkeys(REASONS, 0)
         self.send_timeouts = 0
+        ssl_context = spec.tls.https_context() if spec.tls is not None else None
         self.scheme = "https" if ssl_context is not None else "http"
         self.connections: set[Connection] = set()
         #: where every connection reads, one at a time: the event loop runs one read and its

@@ -4,10 +4,15 @@ built-in ones or the reference twins."""
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferplex.errors import InferplexError
+
+if TYPE_CHECKING:
+    from inferplex.transport.connections import ConnectionGate
+    from inferplex.transport.http_limits import ByteBudget
+    from inferplex.transport.listener import ListenerSpec
 
 #: call metadata: keys lower-case, ``-bin`` values as bytes
 Metadata = list[tuple[str, str | bytes]]
@@ -70,6 +75,22 @@ class GrpcServing(Protocol):
     async def start(self, sock: socket.socket) -> int: ...
 
     async def stop(self, grace: float) -> None: ...
+
+
+class GrpcServerFactory(Protocol):
+    """Builds a gRPC server of a method table (``--grpc-server``: the constructors of
+    ``GrpcServer`` and ``GrpcioServer`` have this form): ``guard`` sees every call first,
+    ``budget`` and ``gate`` are shared by the process's listeners."""
+
+    def __call__(
+        self,
+        methods: Mapping[str, GrpcMethod],
+        spec: ListenerSpec | None = None,
+        *,
+        guard: Guard | None = None,
+        budget: ByteBudget | None = None,
+        gate: ConnectionGate | None = None,
+    ) -> GrpcServing: ...
 
 
 #: the ASGI scope key under which a request admitted before its body was read keeps what

@@ -55,7 +55,6 @@ import asyncio
 import logging
 import math
 import socket
-import ssl
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sized
 from typing import Any
 
@@ -65,6 +64,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from inferplex.transport.connections import ConnectionGate, Listener, http1_refusal
 from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.listener import ListenerSpec
 
 __all__ = ["UvicornHttpServer"]
 
@@ -290,27 +290,28 @@ class UvicornHttpServer:
     def __init__(
         self,
         app: App,
+        spec: ListenerSpec | None = None,
         *,
-        max_header_bytes: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-        keep_alive_s: float = 5.0,
         budget: ByteBudget | None = None,
-        header_timeout_s: float = 10.0,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``budget`` bounds request bytes held server-wide (shared with the other
-        listeners; default: none); ``gate``: the connections of the process's listeners
-        (default: none of its own)."""
+        """``spec``: the header limit, keep-alive and header timeout (``spec.http1``) and
+        TLS this server has settings for (default: ListenerSpec()'s); ``budget`` bounds
+        request bytes held server-wide (shared with the other listeners; default: none);
+        ``gate``: the connections of the process's listeners (default: none of its own)."""
+        spec = spec if spec is not None else ListenerSpec()
+        max_header_bytes = spec.max_header_bytes
         self.refusals: dict[str, int] = {}
         self.send_timeouts = 0
         self.budget = budget if budget is not None else ByteBudget(0)
         self.gate = gate if gate is not None else ConnectionGate(0, 0)
-        self._header_timeout_s = header_timeout_s
+        self._header_timeout_s = spec.http1.header_timeout_s
         self._listener: Listener | None = None
         self._edge = _Edge(app, max_header_bytes, self.refusals, self.budget)
         self._max_header_bytes = max_header_bytes
-        self._ssl = ssl_context
-        self._keep_alive_s = keep_alive_s
+        # the built-in server's context: same files, same client CA
+        self._ssl = spec.tls.https_context() if spec.tls is not None else None
+        self._keep_alive_s = spec.http1.keep_alive_s
         self._server: uvicorn.Server | None = None
         self._ticking: asyncio.Task[None] | None = None
 
@@ -341,7 +342,7 @@ class UvicornHttpServer:
             limit_concurrency=self.gate.max_connections + 1 if self.gate.max_connections else None,
         )
         config.load()
-        config.ssl = self._ssl  # the built-in server's context: same files, same client CA
+        config.ssl = self._ssl
         server = uvicorn.Server(config)
         # what Server.serve() does besides installing signal handlers, which are the
         # composition root's; no socket: the gate's listener accepts for uvicorn's protocol

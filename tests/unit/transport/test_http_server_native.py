@@ -13,6 +13,7 @@ import pytest
 
 from inferplex.transport.http_cycle import Request
 from inferplex.transport.http_server import HttpServer
+from inferplex.transport.listener import ListenerSpec
 from tests.unit.transport.test_http_server import HOST, post, read_response, split
 
 Reply = tuple[int, bytes, list[tuple[bytes, bytes]]]
@@ -70,10 +71,9 @@ async def served() -> AsyncIterator[tuple[HttpServer, Handler, int]]:
     sock.setblocking(False)
     server = HttpServer(
         never_called,
-        max_body_bytes=1 << 20,
+        ListenerSpec(max_body_bytes=1 << 20),
         admit=handler.admit,
         respond=handler.respond,
-        keep_alive_s=5.0,
     )
     await server.start(sock)
     yield server, handler, sock.getsockname()[1]
