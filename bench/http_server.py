@@ -61,8 +61,15 @@ async def _serve(kind: str, repo: Path, sock: socket.socket) -> None:
         await asyncio.Event().wait()
     import uvicorn
 
+    from inferplex.transport.asgi import AsgiAdapter
+
     settings = uvicorn.Config(
-        app, loop="none", http="httptools", lifespan="off", log_level="warning", access_log=False
+        AsgiAdapter(app, config.max_request_bytes),
+        loop="none",
+        http="httptools",
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
     )
     print("ready", flush=True)
     await uvicorn.Server(settings).serve(sockets=[sock])

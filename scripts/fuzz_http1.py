@@ -162,10 +162,16 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def admit(request: Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
-    if request.path.startswith("/deny"):
-        return 403, b'{"error": "no"}', [(b"www-authenticate", b"Bearer")]
-    return None
+class Denying:
+    """Refuses /deny before its body is read; the ASGI ``app`` answers the rest."""
+
+    def refusal(self, request: Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
+        if request.path.startswith("/deny"):
+            return 403, b'{"error": "no"}', [(b"www-authenticate", b"Bearer")]
+        return None
+
+    async def respond(self, request: Request) -> Any:
+        raise AssertionError("the ASGI app answers")
 
 
 class Run:
@@ -185,11 +191,11 @@ class Run:
             send_timeout_s=1.0,
         )
         self.server = HttpServer(
-            app,
+            Denying() if (options >> 7) & 1 else None,
             ListenerSpec(
                 max_body_bytes=self.max_body, max_header_bytes=self.max_header, http1=limits
             ),
-            admit=admit if (options >> 7) & 1 else None,
+            asgi=app,
             budget=budget,
         )
         self.server.loop = loop

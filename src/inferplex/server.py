@@ -27,7 +27,7 @@ from inferplex.core.streaming import StreamedResponse
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InferplexError
 from inferplex.frontends.grpc import GrpcFrontend
-from inferplex.frontends.http import HttpApp, create_http_app
+from inferplex.frontends.http import create_http_app
 from inferplex.lifecycle.exit_deadline import ExitDeadline
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.mesh.replica import Rebalancer, members
@@ -41,12 +41,13 @@ from inferplex.security.access import Access, Surface
 from inferplex.security.encryption import load_key, use_key
 from inferplex.security.tokens import TokenAuth
 from inferplex.shm import SharedMemoryRegistry
+from inferplex.transport.asgi import AsgiAdapter
 from inferplex.transport.connections import ConnectionGate
-from inferplex.transport.http_server import ByteBudget, HttpServer
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.interface import HttpServing, NativeApp
 from inferplex.transport.listener import ListenerSpec
-from inferplex.transport.servers import GRPC_SERVERS
+from inferplex.transport.servers import GRPC_SERVERS, HTTP_SERVERS
 from inferplex.transport.sockets import address, bind
-from inferplex.transport.uvicorn_http import UvicornHttpServer
 from inferplex.types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class Server:
         self.grpc_port = 0
         self.metrics_port = 0
         self.management_port = 0
-        self._http_servers: list[HttpServer | UvicornHttpServer] = []
+        self._http_servers: list[HttpServing] = []
         #: connections of every listener, server-wide and per client address
         self._gate = ConnectionGate(
             self.listener.max_connections, self.listener.max_connections_per_peer
@@ -242,7 +243,7 @@ class Server:
                 gpu_metrics=self.config.gpu_metrics,
             )
             self._metrics.sampler.start(asyncio.get_running_loop())
-            self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)
+            self.metrics_port = await self._serve_app(self._metrics, metrics_sock)
 
     def _start_tracing(self) -> None:
         """Switch OpenTelemetry tracing on when the config asks for it (the optional
@@ -268,27 +269,17 @@ class Server:
     async def _serve_http(self, access: Access, sock: socket.socket) -> int:
         """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
         app = create_http_app(self.engine, self.config, access, self.plane, self._http_budget)
-        traced = self._tracing.wrap_http(app) if self._tracing is not None else app
-        return await self._serve_asgi(traced, sock, app)
+        traced = None
+        if self._tracing is not None:  # an ASGI middleware around the app
+            traced = self._tracing.wrap_http(AsgiAdapter(app, self.listener.max_body_bytes))
+        return await self._serve_app(app, sock, traced)
 
-    async def _serve_asgi(self, app: Any, sock: socket.socket, v2: HttpApp | None = None) -> int:
-        """Serve an ASGI ``app``; ``v2``, the V2 app inside it, admits requests with a body
-        before the body is read."""
-        server: HttpServer | UvicornHttpServer
-        if self.config.http_server == "uvicorn":  # the reference twin (transport/uvicorn_http.py)
-            server = UvicornHttpServer(
-                app, self.listener, budget=self._http_budget, gate=self._gate
-            )
-        else:
-            server = HttpServer(
-                app,
-                self.listener,
-                admit=v2.refusal if v2 is not None else None,
-                # the V2 app unwrapped (tracing off) is answered without ASGI messages
-                respond=v2.respond if v2 is not None and v2 is app else None,
-                budget=self._http_budget,
-                gate=self._gate,
-            )
+    async def _serve_app(self, app: NativeApp, sock: socket.socket, asgi: Any = None) -> int:
+        """Serve ``app`` on ``sock`` with the ``--http-server`` chosen; ``asgi``, an ASGI
+        middleware around it, answers instead (the app still admits requests before their
+        body is read)."""
+        build = HTTP_SERVERS[self.config.http_server]
+        server = build(app, self.listener, asgi=asgi, budget=self._http_budget, gate=self._gate)
         await server.start(sock)
         self._http_servers.append(server)
         return int(sock.getsockname()[1])

@@ -68,7 +68,7 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: HttpServer) -> None:
         self.server = server
         self._app = server.app
-        self._respond = server.respond
+        self._native = server.native
         self._loop = server.loop
         self._limits = server.limits
         self._budget = server.budget
@@ -484,9 +484,10 @@ class Connection(asyncio.BufferedProtocol):
                 self._queued_bytes -= item.size
                 self._running = item.size
             self._busy = True
-            if self._respond is not None:
-                self._task = self._loop.create_task(answer(self, item, self._respond))
+            if self._native is not None:
+                self._task = self._loop.create_task(answer(self, item, self._native))
             else:
+                assert self._app is not None  # the server has one or the other
                 cycle = Cycle(self, item)
                 self._task = self._loop.create_task(
                     self._app(self._make_scope(item), cycle.receive, cycle.send)
@@ -524,8 +525,12 @@ class Connection(asyncio.BufferedProtocol):
         scope["raw_path"] = request.raw_path
         scope["query_string"] = request.query
         scope["headers"] = request.headers
-        if request.admitted is not None:
-            scope[ADMITTED_KEY] = request.admitted
+        if request.admitted is not None:  # for transport.asgi.AsgiAdapter
+            scope[ADMITTED_KEY] = (
+                request.admitted,
+                request.body_limit,
+                request.body_limit_flag,
+            )
         return scope
 
     def answered(self, keep_alive: bool) -> None:

@@ -18,7 +18,7 @@ from inferplex.transport.interface import StreamedBody
 
 if TYPE_CHECKING:
     from inferplex.transport.http_connection import Connection
-    from inferplex.transport.interface import Respond
+    from inferplex.transport.interface import NativeApp
 
 logger = logging.getLogger("inferplex.transport.http_server")
 
@@ -111,11 +111,11 @@ def response_head(
     return b"".join(lines)
 
 
-async def answer(connection: Connection, request: Request, respond: Respond) -> None:
-    """Run ``respond`` on ``request`` and write its answer in one go (no ASGI messages: the
+async def answer(connection: Connection, request: Request, app: NativeApp) -> None:
+    """Run ``app.respond`` on ``request`` and write its answer in one go (no ASGI messages: the
     request is complete, the answer whole)."""
     try:
-        status, body, headers = await respond(request)
+        status, body, headers = await app.respond(request)
     except Exception:
         logger.exception("the HTTP application failed")
         status, headers, body = 500, [_JSON], _NO_RESPONSE

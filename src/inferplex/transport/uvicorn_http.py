@@ -21,9 +21,9 @@ used (uvicorn's ``startup`` gets no socket). Its protocol is given two clocks it
 request was kept forever) and a header block must be complete within
 ``http_header_timeout_s`` of its first byte (slowloris).
 
-The body limit is the application's (the V2 app counts the body in ``_read``); ASGI apps
-run their admission check when uvicorn calls them, on a complete header block, before any
-of the body is asked for.
+A native app is served through the one ASGI adapter (transport/asgi.py): it admits a
+request with a body when uvicorn calls it, on a complete header block, before any of the
+body is asked for, and reads the body up to the most its endpoint takes.
 
 A thin ASGI wrapper (:class:`_Edge`) keeps three of the built-in server's answers that
 uvicorn does not give, so the twins answer alike:
@@ -62,8 +62,10 @@ import orjson
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from inferplex.transport.asgi import AsgiAdapter
 from inferplex.transport.connections import ConnectionGate, Listener, http1_refusal
 from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.interface import NativeApp
 from inferplex.transport.listener import ListenerSpec
 
 __all__ = ["UvicornHttpServer"]
@@ -289,17 +291,24 @@ class UvicornHttpServer:
 
     def __init__(
         self,
-        app: App,
+        app: NativeApp | None,
         spec: ListenerSpec | None = None,
         *,
+        asgi: App | None = None,
         budget: ByteBudget | None = None,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``spec``: the header limit, keep-alive and header timeout (``spec.http1``) and
-        TLS this server has settings for (default: ListenerSpec()'s); ``budget`` bounds
-        request bytes held server-wide (shared with the other listeners; default: none);
-        ``gate``: the connections of the process's listeners (default: none of its own)."""
+        """``app``, served through the ASGI adapter (transport/asgi.py), or ``asgi``, an
+        ASGI middleware around it (tracing; or an ASGI app of its own); ``spec``: the header
+        and body limits, keep-alive and header timeout (``spec.http1``) and TLS this server
+        has settings for (default: ListenerSpec()'s); ``budget`` bounds request bytes held
+        server-wide (shared with the other listeners; default: none); ``gate``: the
+        connections of the process's listeners (default: none of its own)."""
         spec = spec if spec is not None else ListenerSpec()
+        if asgi is None:
+            if app is None:
+                raise ValueError("UvicornHttpServer needs an app to serve")
+            asgi = AsgiAdapter(app, spec.max_body_bytes)
         max_header_bytes = spec.max_header_bytes
         self.refusals: dict[str, int] = {}
         self.send_timeouts = 0
@@ -307,7 +316,7 @@ class UvicornHttpServer:
         self.gate = gate if gate is not None else ConnectionGate(0, 0)
         self._header_timeout_s = spec.http1.header_timeout_s
         self._listener: Listener | None = None
-        self._edge = _Edge(app, max_header_bytes, self.refusals, self.budget)
+        self._edge = _Edge(asgi, max_header_bytes, self.refusals, self.budget)
         self._max_header_bytes = max_header_bytes
         # the built-in server's context: same files, same client CA
         self._ssl = spec.tls.https_context() if spec.tls is not None else None

@@ -74,7 +74,7 @@ async def served() -> AsyncIterator[tuple[HttpServer, EchoApp, int]]:
     spec = ListenerSpec(
         max_body_bytes=1000, max_header_bytes=2000, http1=Http1Limits(keep_alive_s=0.3)
     )
-    server = HttpServer(app, spec)
+    server = HttpServer(None, spec, asgi=app)
     await server.start(sock)
     yield server, app, sock.getsockname()[1]
     await server.stop(1.0)
@@ -315,7 +315,7 @@ def test_a_tls_peer_that_never_closes_holds_neither_stop_nor_the_loop_s_close(
         sock.listen(4)
         sock.setblocking(False)
         tls = TlsFiles(certs.server_cert, certs.server_key)
-        server = HttpServer(EchoApp(), ListenerSpec(max_body_bytes=1000, tls=tls))
+        server = HttpServer(None, ListenerSpec(max_body_bytes=1000, tls=tls), asgi=EchoApp())
         await server.start(sock)
         answer = await asyncio.to_thread(request_and_hold, sock.getsockname()[1])
         assert answer.startswith(b"HTTP/1.1 200")
@@ -402,7 +402,7 @@ async def serve_large(tls: TlsFiles | None = None) -> tuple[HttpServer, int]:
     sock.bind((HOST, 0))
     sock.listen(16)
     sock.setblocking(False)
-    server = HttpServer(EchoApp(), ListenerSpec(max_body_bytes=4 << 20, tls=tls))
+    server = HttpServer(None, ListenerSpec(max_body_bytes=4 << 20, tls=tls), asgi=EchoApp())
     await server.start(sock)
     return server, sock.getsockname()[1]
 

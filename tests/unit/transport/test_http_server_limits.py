@@ -58,12 +58,13 @@ async def serve() -> AsyncIterator[Serve]:
         sock.setblocking(False)
         settings = {"header_timeout_s": 5.0, "keep_alive_s": 5.0, **limits}
         server = HttpServer(
-            app,
+            None,
             ListenerSpec(
                 max_body_bytes=max_body_bytes,
                 max_header_bytes=HEADERS,
                 http1=Http1Limits(**settings),
             ),
+            asgi=app,
             budget=budget,
         )
         await server.start(sock)
