@@ -1,5 +1,6 @@
-"""The HTTP app driven directly through the ASGI adapter with a fake engine: what a healthy server cannot show —
-lifespan, unexpected exceptions, bodies that arrive in pieces or not at all."""
+"""The HTTP app driven directly through the ASGI adapter with a fake engine: what a healthy
+server cannot show — lifespan, unexpected exceptions, bodies that arrive in pieces or not at
+all."""
 
 from __future__ import annotations
 
