@@ -115,7 +115,7 @@ class Http2Connection(Http2Frames):
 
     def __init__(
         self,
-        app: Http2App,
+        app: Http2App[Http2Connection],
         connections: set[Http2Connection],
         *,
         max_body_bytes: int,

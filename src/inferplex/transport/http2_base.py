@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from typing import Any
 
 from inferplex.transport.buffers import uninitialised
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
@@ -79,7 +80,7 @@ class Http2Base(asyncio.BufferedProtocol):
 
     def __init__(
         self,
-        app: Http2App,
+        app: Http2App[Any],
         connections: set[Http2Base],
         limits: Http2Limits,
         counters: Http2Counters,
@@ -359,7 +360,7 @@ class Http2Base(asyncio.BufferedProtocol):
         stream.body.clear()
         stream.buffer = None
         self._release(stream)
-        self._app.buffers_full(self, stream, limit == "server_buffer")  # type: ignore[arg-type]
+        self._app.buffers_full(self, stream, limit == "server_buffer")
 
     def _room(self, count: int, own: int) -> str | None:
         """Which buffering limit ``count`` more bytes would pass (None: neither), for a

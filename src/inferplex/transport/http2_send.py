@@ -167,7 +167,7 @@ class Http2Output(Http2Timers):
         stream.outbox = None
         if not stream.trailers:  # an open-ended response (a streaming call): more follows
             self._blocked.pop(stream.id, None)
-            self._app.drained(self, stream)  # type: ignore[arg-type]
+            self._app.drained(self, stream)
             return
         parts.extend(self._header_frames(stream.id, stream.trailers, END_STREAM))
         self._finish(stream)

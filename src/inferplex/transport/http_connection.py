@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections import deque
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import httptools
 import orjson
@@ -17,10 +18,46 @@ from inferplex.transport.http_limits import TRIM_BYTES
 from inferplex.transport.interface import ADMITTED_KEY
 
 if TYPE_CHECKING:
-    from inferplex.transport.http_limits import Http1Limits
-    from inferplex.transport.http_server import HttpServer
+    from inferplex.transport.http_limits import ByteBudget, Http1Limits
+    from inferplex.transport.interface import AsgiApp, NativeApp
 
 __all__ = ["READ_BUFFER_BYTES", "Connection"]
+
+
+class Host(Protocol):
+    """What a connection reads and counts of its server (``http_server.HttpServer``)."""
+
+    #: the server's counters, updated by its connections
+    refusals: dict[str, int]
+    send_timeouts: int
+
+    @property
+    def app(self) -> AsgiApp | None: ...
+    @property
+    def native(self) -> NativeApp | None: ...
+    @property
+    def admit(
+        self,
+    ) -> Callable[[Request], tuple[int, bytes, list[tuple[bytes, bytes]]] | None] | None: ...
+    @property
+    def budget(self) -> ByteBudget: ...
+    @property
+    def connections(self) -> set[Connection]: ...
+    @property
+    def limits(self) -> Http1Limits: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def max_body_bytes(self) -> int: ...
+    @property
+    def max_header_bytes(self) -> int: ...
+    @property
+    def read_buffer(self) -> memoryview: ...
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def stopping(self) -> bool: ...
+
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -65,7 +102,7 @@ class Connection(asyncio.BufferedProtocol):
     reading). Per request the bounds cost stores and comparisons only.
     """
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: Host) -> None:
         self.server = server
         self._app = server.app
         self._native = server.native

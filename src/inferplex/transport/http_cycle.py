@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 import orjson
@@ -17,10 +17,37 @@ from inferplex.transport.http_limits import TRIM_BYTES
 from inferplex.transport.interface import StreamedBody
 
 if TYPE_CHECKING:
-    from inferplex.transport.http_connection import Connection
+    from inferplex.transport.http_limits import ByteBudget
     from inferplex.transport.interface import NativeApp
 
 logger = logging.getLogger("inferplex.transport.http_server")
+
+
+class _Server(Protocol):
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def budget(self) -> ByteBudget: ...
+
+
+class Connection(Protocol):
+    """What an answer is written through (``http_connection.Connection``)."""
+
+    @property
+    def server(self) -> _Server: ...
+
+    @property
+    def lost(self) -> bool: ...
+
+    def answered(self, keep_alive: bool) -> None: ...
+
+    def close(self) -> None: ...
+
+    def disconnected(self) -> asyncio.Future[None]: ...
+
+    def write(self, head: bytes, body: bytes) -> asyncio.Future[None] | None: ...
+
 
 _STATUS_LINES = {int(s): f"HTTP/1.1 {int(s)} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
 _DISCONNECT = {"type": "http.disconnect"}
