@@ -21,13 +21,9 @@ streaming methods run from their headers on, their messages read as they come
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
 import grpc
 
@@ -40,6 +36,16 @@ from inferplex.errors import (
 )
 from inferplex.protocol.v2.errors import GRPC_STATUS
 from inferplex.transport.connections import ConnectionGate, Listener, http2_refusal
+from inferplex.transport.grpc_call import (
+    Call,
+    CallHead,
+    Guard,
+    Handler,
+    Method,
+    StreamHandler,
+    call_head,
+    timeout_seconds,
+)
 from inferplex.transport.grpc_message import inflate_message, unary_message
 from inferplex.transport.grpc_stream import (
     ENCODINGS,
@@ -74,7 +80,6 @@ CLOSE_WAIT_S = 1.0
 NO_PREFACE_HANDSHAKE_S = 60.0
 #: header list size we take when no limit is configured
 DEFAULT_HEADER_LIMIT = 1 << 20
-_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 _OK_HEAD = OK_HEAD
 _OK_TRAILERS = literal_header_block([(b"grpc-status", b"0")])
 _UNSENT = (
@@ -82,64 +87,6 @@ _UNSENT = (
     "(INFERPLEX_HTTP2_CONNECTION_BUFFER_BYTES) and none moved for a second: read them before "
     "sending more calls"
 )
-
-
-class Call:
-    """What a method and the guard see of a call besides its message; ``identity``: what
-    the guard returned (who makes the call; None without a guard)."""
-
-    __slots__ = ("_headers", "connection", "identity", "method")
-
-    def __init__(self, method: str, headers: list[tuple[bytes, bytes]], connection: object) -> None:
-        self.method = method
-        self._headers = headers
-        #: the HTTP/2 connection carrying the call (what a per-connection bound counts by)
-        self.connection = connection
-        self.identity: object = None
-
-    def metadata(self) -> list[tuple[str, str | bytes]]:
-        """The custom metadata: keys lower-case, ``-bin`` values decoded to bytes."""
-        pairs: list[tuple[str, str | bytes]] = []
-        for name, value in self._headers:
-            if name.startswith(b":") or name in (b"content-type", b"te"):
-                continue
-            key = name.decode("latin-1")
-            if key.endswith("-bin"):
-                try:
-                    pairs.append((key, base64.b64decode(value + b"==")))
-                except binascii.Error:
-                    pairs.append((key, value))  # not base64: as sent
-            else:
-                pairs.append((key, value.decode("latin-1")))
-        return pairs
-
-
-Handler = Callable[[Any, Call], Awaitable[Any]]
-#: a bidirectional streaming RPC: the call's parsed request messages in, its responses out
-StreamHandler = Callable[[AsyncIterator[Any], Call], AsyncIterator[Any]]
-#: sees every call's method (path) and metadata first; raises InferplexError to refuse it,
-#: or returns who makes the call (``Call.identity``)
-Guard = Callable[[str, list[tuple[str, str | bytes]]], object]
-
-
-@dataclass(frozen=True, slots=True)
-class Method:
-    """One RPC: ``parse`` reads the request message, ``handler`` answers it, ``serialize``
-    writes the response; ``refused`` answers every call at once. A ``streaming`` method's
-    handler is a ``StreamHandler``: each message ``parse``d, each response ``serialize``d.
-
-    The message ``parse`` gets is bytes-like: bytes, or (usually) a writable memoryview of
-    the buffer the request was read into, which the call owns; protobuf's ``FromString``
-    and zlib take either."""
-
-    handler: Handler | StreamHandler
-    parse: Callable[[Any], Any]
-    serialize: Callable[[Any], bytes]
-    refused: InferplexError | None = None
-    streaming: bool = False
-    #: takes large messages (inference, loads): the server's message limit; otherwise the
-    #: small one, on each message's compressed and inflated size
-    large: bool = False
 
 
 class _CallState:
@@ -249,34 +196,17 @@ class GrpcServer:
         self._server = None
 
     # -- Http2App -------------------------------------------------------------------------------
-    # one pass per call over its headers and checks: a split costs a call on the hot path
-    def headers_received(  # noqa: C901
-        self, connection: Http2Connection, stream: Stream
-    ) -> None:
-        http_method = path = content_type = timeout = b""
-        encoding = b"identity"
-        size = 0
-        for name, value in stream.headers:
-            size += len(name) + len(value)
-            if name == b":path":
-                path = value
-            elif name == b":method":
-                http_method = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"grpc-encoding":
-                encoding = value
-            elif name == b"grpc-timeout":
-                timeout = value
-        if http_method != b"POST":
+    def headers_received(self, connection: Http2Connection, stream: Stream) -> None:
+        head = call_head(stream.headers)
+        if head.http_method != b"POST":
             _http_error(connection, stream, b"405")
             return
-        if not content_type.startswith(b"application/grpc"):
+        if not head.content_type.startswith(b"application/grpc"):
             _http_error(connection, stream, b"415")
             return
-        method = self._methods.get(path)
+        method = self._methods.get(head.path)
         if method is None:
-            unknown = path.decode("latin-1")
+            unknown = head.path.decode("latin-1")
             self._status(connection, stream, UNIMPLEMENTED, f"unknown method {unknown}")
             return
         if connection.unsent > self._limits.connection_buffer_bytes and (
@@ -287,40 +217,66 @@ class GrpcServer:
             self.counters.exceeded["unsent_responses"] += 1
             self._status(connection, stream, RESOURCE_EXHAUSTED, _UNSENT)
             return
-        call = Call(path.decode("latin-1"), stream.headers, connection)
+        call = Call(head.path.decode("latin-1"), stream.headers, connection)
+        if self._admit(connection, stream, call, method, head):
+            self._start(connection, stream, method, call, head)
+
+    def _admit(
+        self,
+        connection: Http2Connection,
+        stream: Stream,
+        call: Call,
+        method: GrpcMethod,
+        head: CallHead,
+    ) -> bool:
+        """Whether ``call`` may go on: its metadata within the limit, the guard's consent
+        (``call.identity`` set), its method not refused, its encoding known; if not, it is
+        answered."""
         try:
-            if self._max_headers and size > self._max_headers:
+            if self._max_headers and head.size > self._max_headers:
                 raise HeadersTooLargeError(
-                    f"request metadata of {size} bytes is above the limit of "
+                    f"request metadata of {head.size} bytes is above the limit of "
                     f"{self._max_headers} bytes (INFERPLEX_MAX_HEADER_BYTES)"
                 )
             if self._guard is not None:
                 call.identity = self._guard(call.method, call.metadata())
             if method.refused is not None:
                 raise method.refused
-            if encoding not in (b"identity", b"gzip", b"deflate"):
+            if head.encoding not in (b"identity", b"gzip", b"deflate"):
                 raise UnsupportedError(
-                    f"grpc-encoding '{encoding.decode('latin-1')}' is not supported; "
+                    f"grpc-encoding '{head.encoding.decode('latin-1')}' is not supported; "
                     f"use one of {ENCODINGS.decode()}"
                 )
         except InferplexError as exc:
             self._error(connection, stream, exc)
-            return
+            return False
         except Exception as exc:  # a guard's bug must not take the connection down
             logger.exception("gRPC guard failed on %s", call.method)
             self._status(connection, stream, INTERNAL, f"{call.method} failed: {exc}")
-            return
+            return False
+        return True
+
+    def _start(
+        self,
+        connection: Http2Connection,
+        stream: Stream,
+        method: GrpcMethod,
+        call: Call,
+        head: CallHead,
+    ) -> None:
+        """An admitted call: a streaming one runs from here, a unary one waits for its
+        message (under its deadline)."""
         limit = self._max_message if method.large else self._max_small
         if method.streaming:  # each message is checked against the limit as it comes
-            self._start_stream(connection, stream, method, call, encoding, limit)
+            self._start_stream(connection, stream, method, call, head.encoding, limit)
             return
         # a body past one message of the method's size is refused as it arrives
         stream.limit = limit + 5
-        state = _CallState(method, call, encoding, limit)
+        state = _CallState(method, call, head.encoding, limit)
         stream.context = state
         stream.head_size = 5  # the message's prefix: body_head_received sizes the rest
-        if timeout:
-            seconds = _timeout_seconds(timeout)
+        if head.timeout:
+            seconds = timeout_seconds(head.timeout)
             if seconds is not None:
                 assert self._loop is not None
                 state.deadline = self._loop.call_later(
@@ -506,15 +462,6 @@ def _http_error(connection: Http2Connection, stream: Stream, status: bytes) -> N
     connection.respond_headers_only(
         stream, literal_header_block([(b":status", status), (b"content-length", b"0")])
     )
-
-
-def _timeout_seconds(value: bytes) -> float | None:
-    """A ``grpc-timeout`` value (up to 8 digits and a unit) in seconds; None if malformed."""
-    unit = _TIMEOUT_UNITS.get(value[-1:])
-    digits = value[:-1]
-    if unit is None or not digits.isdigit() or len(digits) > 8:
-        return None
-    return int(digits) * unit
 
 
 def _cancel_deadline(state: _CallState) -> None:
