@@ -8,7 +8,7 @@ import base64
 import binascii
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from inferplex.errors import InferplexError
 
@@ -84,15 +84,10 @@ class Method:
     large: bool = False
 
 
-class CallHead(NamedTuple):
-    """The fields of a call's header block the server acts on, and the block's size."""
-
-    http_method: bytes
-    path: bytes
-    content_type: bytes
-    encoding: bytes
-    timeout: bytes
-    size: int
+#: the fields of a call's header block the server acts on, and the block's size: (:method,
+#: :path, content-type, grpc-encoding, grpc-timeout, size). A plain tuple, unpacked at once:
+#: building a NamedTuple per call cost a microsecond
+CallHead = tuple[bytes, bytes, bytes, bytes, bytes, int]
 
 
 def call_head(headers: list[tuple[bytes, bytes]]) -> CallHead:
@@ -112,7 +107,7 @@ def call_head(headers: list[tuple[bytes, bytes]]) -> CallHead:
             encoding = value
         elif name == b"grpc-timeout":
             timeout = value
-    return CallHead(http_method, path, content_type, encoding, timeout, size)
+    return http_method, path, content_type, encoding, timeout, size
 
 
 def timeout_seconds(value: bytes) -> float | None:

@@ -38,7 +38,6 @@ from inferplex.protocol.v2.errors import GRPC_STATUS
 from inferplex.transport.connections import ConnectionGate, Listener, http2_refusal
 from inferplex.transport.grpc_call import (
     Call,
-    CallHead,
     Guard,
     Handler,
     Method,
@@ -197,16 +196,16 @@ class GrpcServer:
 
     # -- Http2App -------------------------------------------------------------------------------
     def headers_received(self, connection: Http2Connection, stream: Stream) -> None:
-        head = call_head(stream.headers)
-        if head.http_method != b"POST":
+        http_method, path, content_type, encoding, timeout, size = call_head(stream.headers)
+        if http_method != b"POST":
             _http_error(connection, stream, b"405")
             return
-        if not head.content_type.startswith(b"application/grpc"):
+        if not content_type.startswith(b"application/grpc"):
             _http_error(connection, stream, b"415")
             return
-        method = self._methods.get(head.path)
+        method = self._methods.get(path)
         if method is None:
-            unknown = head.path.decode("latin-1")
+            unknown = path.decode("latin-1")
             self._status(connection, stream, UNIMPLEMENTED, f"unknown method {unknown}")
             return
         if connection.unsent > self._limits.connection_buffer_bytes and (
@@ -217,9 +216,9 @@ class GrpcServer:
             self.counters.exceeded["unsent_responses"] += 1
             self._status(connection, stream, RESOURCE_EXHAUSTED, _UNSENT)
             return
-        call = Call(head.path.decode("latin-1"), stream.headers, connection)
-        if self._admit(connection, stream, call, method, head):
-            self._start(connection, stream, method, call, head)
+        call = Call(path.decode("latin-1"), stream.headers, connection)
+        if self._admit(connection, stream, call, method, size, encoding):
+            self._start(connection, stream, method, call, encoding, timeout)
 
     def _admit(
         self,
@@ -227,24 +226,25 @@ class GrpcServer:
         stream: Stream,
         call: Call,
         method: GrpcMethod,
-        head: CallHead,
+        size: int,
+        encoding: bytes,
     ) -> bool:
-        """Whether ``call`` may go on: its metadata within the limit, the guard's consent
-        (``call.identity`` set), its method not refused, its encoding known; if not, it is
-        answered."""
+        """Whether ``call`` may go on: its metadata (``size`` bytes) within the limit, the
+        guard's consent (``call.identity`` set), its method not refused, its ``encoding``
+        known; if not, it is answered."""
         try:
-            if self._max_headers and head.size > self._max_headers:
+            if self._max_headers and size > self._max_headers:
                 raise HeadersTooLargeError(
-                    f"request metadata of {head.size} bytes is above the limit of "
+                    f"request metadata of {size} bytes is above the limit of "
                     f"{self._max_headers} bytes (INFERPLEX_MAX_HEADER_BYTES)"
                 )
             if self._guard is not None:
                 call.identity = self._guard(call.method, call.metadata())
             if method.refused is not None:
                 raise method.refused
-            if head.encoding not in (b"identity", b"gzip", b"deflate"):
+            if encoding not in (b"identity", b"gzip", b"deflate"):
                 raise UnsupportedError(
-                    f"grpc-encoding '{head.encoding.decode('latin-1')}' is not supported; "
+                    f"grpc-encoding '{encoding.decode('latin-1')}' is not supported; "
                     f"use one of {ENCODINGS.decode()}"
                 )
         except InferplexError as exc:
@@ -262,21 +262,22 @@ class GrpcServer:
         stream: Stream,
         method: GrpcMethod,
         call: Call,
-        head: CallHead,
+        encoding: bytes,
+        timeout: bytes,
     ) -> None:
         """An admitted call: a streaming one runs from here, a unary one waits for its
-        message (under its deadline)."""
+        message (under its ``grpc-timeout`` deadline)."""
         limit = self._max_message if method.large else self._max_small
         if method.streaming:  # each message is checked against the limit as it comes
-            self._start_stream(connection, stream, method, call, head.encoding, limit)
+            self._start_stream(connection, stream, method, call, encoding, limit)
             return
         # a body past one message of the method's size is refused as it arrives
         stream.limit = limit + 5
-        state = _CallState(method, call, head.encoding, limit)
+        state = _CallState(method, call, encoding, limit)
         stream.context = state
         stream.head_size = 5  # the message's prefix: body_head_received sizes the rest
-        if head.timeout:
-            seconds = timeout_seconds(head.timeout)
+        if timeout:
+            seconds = timeout_seconds(timeout)
             if seconds is not None:
                 assert self._loop is not None
                 state.deadline = self._loop.call_later(

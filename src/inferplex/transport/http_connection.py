@@ -86,7 +86,9 @@ class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: Host) -> None:
         self.server = server
         self._app = server.app
-        self._native = server.native
+        self._admit = server.admit
+        native = server.native
+        self._respond = native.respond if native is not None else None
         self._loop = server.loop
         self._limits = server.limits
         self._budget = server.budget
@@ -192,14 +194,6 @@ class Connection(asyncio.BufferedProtocol):
             if self._lingering and self._lingered > _LINGER_BYTES:
                 self.close()
             return
-        if self._feed(data):
-            if self._large_body is not None:  # not complete yet: the rest is read into place
-                self._body_rest = self._large_body[self._body_bytes :]
-            elif self._head_since:
-                self._count_head(len(data))
-
-    def _feed(self, data: memoryview) -> bool:
-        """Parse ``data``; False when the parser refused it (the request is answered)."""
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -207,12 +201,15 @@ class Connection(asyncio.BufferedProtocol):
             self._closing = True
         except httptools.HttpParserCallbackError as exc:
             if isinstance(exc.__context__, _Halt):
-                return False  # refused in a callback
+                return  # refused in a callback
             raise
         except httptools.HttpParserError as exc:
             self._refuse(malformed(str(exc)))
-            return False
-        return True
+            return
+        if self._large_body is not None:  # not complete yet: the rest is read into place
+            self._body_rest = self._large_body[self._body_bytes :]
+        elif self._head_since:
+            self._count_head(len(data))
 
     def _count_head(self, size: int) -> None:
         """A header block is unfinished after a read of ``size`` bytes. The parser keeps a
@@ -287,19 +284,19 @@ class Connection(asyncio.BufferedProtocol):
             self._url = b"".join(self._url_parts)
             self._url_parts = None
         version = self._version = self._parser.get_http_version()
-        fields = head_fields(self._headers)
-        problem = head_problem(version, fields)
-        if problem is not None:
-            self._halt(problem)
-        length = fields.length
-        if self.server.admit is not None and (fields.chunked or (length or 0) >= READ_BUFFER_BYTES):
+        length, chunked, expect_continue, hosts, coding = head_fields(self._headers)
+        if hosts != 1 or coding is not None or (version != "1.1" and version != "1.0"):
+            problem = head_problem(version, hosts, coding)
+            if problem is not None:
+                self._halt(problem)
+        if self._admit is not None and (chunked or (length or 0) >= READ_BUFFER_BYTES):
             self._admit_early(version)
         if length:
             self._take_length(length)
-        if length or fields.chunked:
+        if length or chunked:
             self._body_since = self.last_active
             self._body_mark = 0
-        if fields.expect_continue and self._transport is not None:
+        if expect_continue and self._transport is not None:
             self._transport.write(_CONTINUE)
 
     def _admit_early(self, version: str) -> None:
@@ -307,7 +304,7 @@ class Connection(asyncio.BufferedProtocol):
         before any of its body is read or buffered: a client that may not call the endpoint
         sends nothing more (a smaller body comes with its headers: the app admits it as it
         does every request, at no cost beside the hot path's)."""
-        admit = self.server.admit
+        admit = self._admit
         assert admit is not None
         method = self._parser.get_method().decode("ascii")
         request = self._request = Request(method, self._url, self._headers, version)
@@ -434,8 +431,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._queued_bytes -= item.size
                 self._running = item.size
             self._busy = True
-            if self._native is not None:
-                self._task = self._loop.create_task(answer(self, item, self._native))
+            if self._respond is not None:
+                self._task = self._loop.create_task(answer(self, item, self._respond))
             else:
                 assert self._app is not None  # the server has one or the other
                 cycle = Cycle(self, item)

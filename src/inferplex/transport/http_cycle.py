@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
@@ -19,7 +19,7 @@ from inferplex.transport.interface import ADMITTED_KEY, StreamedBody
 
 if TYPE_CHECKING:
     from inferplex.transport.http_limits import ByteBudget, Http1Limits
-    from inferplex.transport.interface import AsgiApp, NativeApp
+    from inferplex.transport.interface import Answer, AsgiApp, NativeApp
 
 logger = logging.getLogger("inferplex.transport.http_server")
 
@@ -84,6 +84,9 @@ class Connection(Protocol):
 
     def write(self, head: bytes, body: bytes) -> asyncio.Future[None] | None: ...
 
+
+#: a native app's ``respond``, bound once per connection
+Respond = Callable[["Request"], Awaitable["Answer"]]
 
 _STATUS_LINES = {int(s): f"HTTP/1.1 {int(s)} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
 _DISCONNECT = {"type": "http.disconnect"}
@@ -174,11 +177,11 @@ def response_head(
     return b"".join(lines)
 
 
-async def answer(connection: Connection, request: Request, app: NativeApp) -> None:
-    """Run ``app.respond`` on ``request`` and write its answer in one go (no ASGI messages: the
-    request is complete, the answer whole)."""
+async def answer(connection: Connection, request: Request, respond: Respond) -> None:
+    """Run ``respond`` (a native app's) on ``request`` and write its answer in one go (no
+    ASGI messages: the request is complete, the answer whole)."""
     try:
-        status, body, headers = await app.respond(request)
+        status, body, headers = await respond(request)
     except Exception:
         logger.exception("the HTTP application failed")
         status, headers, body = 500, [_JSON], _NO_RESPONSE
