@@ -78,7 +78,7 @@ from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 from inferplex.transport.compression import accepted, compress
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.inflate import Inflated
-from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
+from inferplex.transport.interface import HttpRequest, StreamedBody
 
 __all__ = ["HttpApp", "create_http_app"]
 
@@ -91,9 +91,7 @@ Body = bytes | memoryview
 Reply = tuple[int, bytes, Headers]
 #: what an endpoint answers: a whole body, or one streamed as it comes (generate_stream)
 AnyReply = tuple[int, bytes | StreamedBody, Headers]
-Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _JSON: Headers = [(b"content-type", b"application/json")]
 _EMPTY_OK: Reply = (200, b"", [])
@@ -107,7 +105,8 @@ def create_http_app(
     plane: DataPlane | None = None,
     budget: ByteBudget | None = None,
 ) -> HttpApp:
-    """The ASGI 3 application serving the V2 REST protocol for ``engine``; ``access`` (the
+    """The application serving the V2 REST protocol for ``engine`` (``transport.interface.
+    NativeApp``; uvicorn reaches it through ``transport.asgi.AsgiAdapter``); ``access`` (the
     listener's surface and tokens) decides who may call which endpoint; inference goes
     through ``plane`` (default: one of its own for ``engine`` and ``config``); inflated
     request bodies are charged to ``budget`` (the server's; default: one of
@@ -116,12 +115,12 @@ def create_http_app(
 
 
 class HttpApp:
-    """ASGI 3 callable: answers ``http`` and ``lifespan`` scopes.
+    """The V2 REST app, as every HTTP server calls it (``transport.interface.NativeApp``).
 
     Every request is first *admitted* (:meth:`admit`): its path resolved to a route, the
     method checked, and the caller's access checked against that route's scope. The built-in
-    HTTP server admits a request with a body as soon as its headers are complete
-    (:meth:`refusal`), so nothing is read from a client that may not send it.
+    HTTP server (and the ASGI adapter) admits a request with a body as soon as its headers
+    are complete (:meth:`refusal`), so nothing is read from a client that may not send it.
     """
 
     def __init__(
@@ -162,34 +161,9 @@ class HttpApp:
         self._generation = Generate(engine, self._plane)
         self._openai = OpenAI(engine, self._plane, config)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """ASGI 3 (uvicorn, the tracing wrapper): the body comes through ``receive``."""
-        kind = scope["type"]
-        if kind == "http":
-            reply = await self._serve(
-                scope["method"],
-                scope["path"],
-                scope.get("raw_path"),
-                scope["headers"],
-                scope.get(ADMITTED_KEY),
-                receive,
-            )
-            if reply is None:
-                return  # the client went away before its body was whole
-            status, payload, headers = reply
-            if isinstance(payload, StreamedBody):
-                await _send_streamed(status, headers, payload, receive, send)
-                return
-            headers = [*headers, (b"content-length", str(len(payload)).encode())]
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": payload})
-        elif kind == "lifespan":
-            await _lifespan(receive, send)
-        # any other scope (websocket) is refused by returning: the server closes it
-
     async def respond(self, request: HttpRequest) -> AnyReply:
-        """The built-in server's way in (no ASGI messages): a request complete with its body,
-        answered with (status, body, headers other than content-length)."""
+        """A request complete with its body, answered with (status, body, headers other than
+        content-length)."""
         reply = await self._serve(
             request.method,
             request.path,
@@ -518,49 +492,6 @@ async def _compressed(payload: bytes, headers: Headers, accept: bytes) -> tuple[
     if coding is None:
         return payload, headers
     return await _off_loop(compress, payload, coding), [*headers, (b"content-encoding", coding)]
-
-
-async def _send_streamed(
-    status: int, headers: Headers, body: StreamedBody, receive: Receive, send: Send
-) -> None:
-    """An ASGI response sent as its body comes (the server's ``send`` waits while the client
-    is behind); a client that goes away (``http.disconnect``) stops it, and the producer is
-    closed."""
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    watcher = asyncio.ensure_future(_disconnect(receive))
-    chunks = body.chunks
-    try:
-        while True:
-            step = asyncio.ensure_future(anext(chunks, None))
-            await asyncio.wait((step, watcher), return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():  # the client went away
-                step.cancel()
-                return
-            chunk = step.result()
-            if chunk is None:
-                break
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    finally:
-        watcher.cancel()
-        await chunks.aclose()
-
-
-async def _disconnect(receive: Receive) -> None:
-    """Until the client goes away (its body was read whole before)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    """Acknowledge start-up and shut-down: the composition root owns the engine's lifecycle."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 def _header(headers: Headers, name: bytes) -> str | None:
