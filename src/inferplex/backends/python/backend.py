@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,7 +25,8 @@ from inferplex.backends.base import (
     ResponseSink,
 )
 from inferplex.backends.python.completion import auto_complete
-from inferplex.backends.worker.process_backend import ProcessBackend
+from inferplex.backends.worker.messages import RequestInfo, Response, Sent
+from inferplex.backends.worker.process_backend import ProcessBackend, sent_error
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError
 
@@ -91,7 +91,9 @@ class PythonBackend(ProcessBackend):
         (with its id and parameters) and may fail one alone. Requests whose callers go away
         while it runs are marked on the worker's cancel board, where the handler's
         ``is_cancelled()`` finds them."""
-        meta = [(r.id, r.parameters, r.rows) for r in requests]
+        infos = tuple(
+            RequestInfo(index, r.id, r.parameters, r.rows) for index, r in enumerate(requests)
+        )
         self._sinks = [r.sink for r in requests]
         number = next(self._batch_numbers)
         board = self._worker.board
@@ -104,10 +106,10 @@ class PythonBackend(ProcessBackend):
                     self._streams.stop_all(batch)  # so the models it calls stop too
 
             cancellation.forward_to(forward)
-        done = self._exchange(inputs, (outputs, meta, number))
-        results = self._worker.arena.read(done[1], copy=True)
+        done = self._exchange(inputs, outputs, infos, number)
+        results = self._worker.arena.read(done.outputs, copy=True)
         # errors the model put in its responses
-        failed = {index: self._sent_error(why, code) for index, why, code in done[2]}
+        failed = {f.index: sent_error(f.failure) for f in done.failed}
         if len(requests) - len(failed) == 1:  # the one answered gets all (unbatched models too)
             return [failed.get(index, results) for index in range(len(requests))]
         answers: list[RequestOutcome] = []
@@ -121,19 +123,19 @@ class PythonBackend(ProcessBackend):
             offset = end
         return answers
 
-    def _deliver(self, message: tuple[Any, ...]) -> None:
+    def _deliver(self, response: Response) -> None:
         """A response of a decoupled model's request: copied out of the arena and queued for
         its client, waiting while the client is too far behind; the worker, waiting for the
         answer, learns whether the client is still there."""
-        _, index, headers, final, error = message
         worker = self._worker
         outcome: RequestOutcome | None = None
-        if error is not None:
-            outcome = self._sent_error(*error)
-        elif headers:
-            outcome = worker.arena.read(headers, copy=True)
+        if response.error is not None:
+            outcome = sent_error(response.error)
+        elif response.outputs:
+            outcome = worker.arena.read(response.outputs, copy=True)
+        index = response.request
         sink = self._sinks[index] if 0 <= index < len(self._sinks) else None
-        worker.send(("sent", sink is not None and sink.send(outcome, final)))
+        worker.send(Sent(sink is not None and sink.send(outcome, response.final)))
 
     @classmethod
     def auto_complete(

@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from inferplex.backends.worker.messages import Failure
 from inferplex.handler import triton
 
-#: sends one response of request ``index`` of the batch: (index, outputs or None, final,
-#: (message, error code) or None) -> whether its client is still there
-Respond = Callable[[int, dict[str, np.ndarray] | None, bool, tuple[str, str] | None], bool]
+#: sends one response of a request (by its ``RequestInfo.number``): (number, outputs or
+#: None, final, why it failed or None) -> whether its client is still there
+Respond = Callable[[int, dict[str, np.ndarray] | None, bool, Failure | None], bool]
 
 
 class BatchSenders:
@@ -30,15 +31,17 @@ class BatchSenders:
 
     def __init__(
         self,
-        count: int,
+        numbers: list[int],
         respond: Respond | None,
         convert: Callable[[dict[str, Any]], dict[str, np.ndarray]],
     ) -> None:
         """``respond`` sends a decoupled model's responses (None: a model that is not
         decoupled, whose one response per request is kept in ``kept``); ``convert`` casts a
         response's outputs to the declared datatypes."""
+        self._numbers = numbers
         self._respond = respond
         self._convert = convert
+        count = len(numbers)
         self._open = count
         self._cond = threading.Condition()
         #: a model that is not decoupled: the response each request was sent
@@ -73,13 +76,15 @@ class BatchSenders:
     def _send(self, index: int, response: triton.InferenceResponse | None, final: bool) -> bool:
         """A decoupled model's response out now; whether its client is still there."""
         assert self._respond is not None
+        number = self._numbers[index]
         if response is None:
-            return self._respond(index, None, final, None)
+            return self._respond(number, None, final, None)
         error = response.error()
         if error is not None:
-            return self._respond(index, None, final, (error.message(), error.server_code().value))
+            failure = Failure(error.server_code(), error.message())
+            return self._respond(number, None, final, failure)
         outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
-        return self._respond(index, self._convert(outputs), final, None)
+        return self._respond(number, self._convert(outputs), final, None)
 
     def wait(self) -> None:
         """Until every request of the batch had its final response."""

@@ -5,32 +5,8 @@ backend, when the init message names a ``loader``).
 
 The server starts it with a socket (``multiprocessing.connection`` framing), the arena's
 file descriptor and, for a Python model, its cancel board's (``backends/worker/cancel.py``: how
-a running handler learns that a request's caller went away, without a message).
-Messages are small tuples; tensors stay in the arena:
-
-  server -> worker  ("init", {...})                         then "ready" or ("failed", why)
-                    ("run", headers, output names)          then ("done", headers) or
-                                                            ("error", why, error code)
-                    ("run", headers, output names, requests, number)   a Python model's
-                                                            batch number ``number`` with
-                                                            [(id, parameters, rows)] per
-                                                            request: ("done", headers,
-                                                            [(index, why, code)] that failed)
-                    ("result", [("result", headers) | ("error", code, message)])
-                                                            answers to a worker's calls
-                    ("sent", alive)                         answer to a response: queued
-                                                            for its client (still there?)
-                    ("stop",)
-  worker -> server  ("infer", [(model, version, headers, output names, timeout)])   calls
-                                                            (BLS), run at once
-                    ("metrics", updates)                    custom metric changes, ahead of
-                                                            "ready" and of an answer
-                    ("response", index, headers or None, final, (why, code) or None)
-                                                            a decoupled model's response to
-                                                            request ``index`` of the batch
-                    StreamOpen / StreamNext / StreamCancel  calls whose responses the
-                                                            handler reads as they come
-                                                            (``stream_messages.py``)
+a running handler learns that a request's caller went away, without a message). The
+messages both ways are ``backends/worker/messages.py``'s; tensors stay in the arena.
 
 It imports only numpy and the few modules of this package it needs (not the server, not the
 config models: the ``__init__`` of ``backends`` and ``backends/python`` import lazily for it),
@@ -48,15 +24,29 @@ import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 
 from inferplex.backends.python import compat
-from inferplex.backends.python.runner import Runner, find_class, load_module
-from inferplex.backends.worker.arena import Arena
+from inferplex.backends.python.runner import HandlerRunner, find_class, load_module, make_runner
+from inferplex.backends.worker.arena import Arena, Header
 from inferplex.backends.worker.cancel import CancelBoard
-from inferplex.backends.worker.stream_messages import (
+from inferplex.backends.worker.messages import (
+    BatchDone,
+    BatchFailed,
+    Call,
+    CallAnswers,
+    Calls,
+    Failure,
+    Init,
+    LoadFailed,
+    MetricUpdates,
+    Ready,
+    Response,
+    RunBatch,
+    Sent,
+    Stop,
     StreamCancel,
     StreamItem,
     StreamNext,
@@ -95,7 +85,7 @@ class Loaded(Protocol):
         ...
 
 
-def load(init: dict[str, Any]) -> Runner:
+def load(init: dict[str, Any]) -> HandlerRunner:
     model_file = Path(init["model_file"])
     context = Context(
         model_name=init["model_name"],
@@ -109,8 +99,7 @@ def load(init: dict[str, Any]) -> Runner:
     module = load_module(model_file)
     found = find_class(module, init["handler_class"])
     compat.check(model_file, found)
-    handler = found()
-    return Runner(handler, context)
+    return make_runner(found(), context)
 
 
 def loader(init: dict[str, Any]) -> Callable[[dict[str, Any]], Loaded]:
@@ -152,26 +141,22 @@ class Link:
             offset = self._base
             for call in calls:
                 headers, offset = self._arena.write(call.inputs, offset)
-                outputs = list(call.outputs or ())
-                sent.append((call.model_name, call.version, headers, outputs, call.timeout))
-            self._connection.send(("infer", sent))
-            _, answers = self._connection.recv()
+                sent.append(_call(call, headers))
+            self._connection.send(Calls(sent))
+            answer: CallAnswers = self._connection.recv()
             # copies: the next call reuses this part of the arena
             return [
-                bls.ModelCallError(answer[2], answer[1])
-                if answer[0] == "error"
-                else self._arena.read(answer[1], copy=True)
-                for answer in answers
+                _call_error(outcome)
+                if isinstance(outcome, Failure)
+                else self._arena.read(outcome, copy=True)
+                for outcome in answer.answers
             ]
 
     def open_stream(self, call: bls.Call) -> int:
         with self._lock:
             self._running()
             headers = self._arena.write(call.inputs, self._base)[0]
-            outputs = list(call.outputs or ())
-            self._connection.send(
-                StreamOpen(call.model_name, call.version, headers, outputs, call.timeout)
-            )
+            self._connection.send(StreamOpen(_call(call, headers)))
             opened: StreamOpened = self._connection.recv()
             return opened.stream
 
@@ -182,7 +167,7 @@ class Link:
             item: StreamItem = self._connection.recv()
             # a copy: the next message reuses this part of the arena
             outputs = None if item.outputs is None else self._arena.read(item.outputs, copy=True)
-            error = None if item.error is None else bls.ModelCallError(item.error[1], item.error[0])
+            error = None if item.error is None else _call_error(item.error)
             return bls.Streamed(outputs, error, item.final)
 
     def cancel_stream(self, stream: int) -> None:
@@ -195,80 +180,105 @@ class Link:
             raise bls.ModelCallError(
                 "other models can be called only while the handler runs a request "
                 "(not in initialize or finalize)",
-                "unavailable",
+                ErrorCode.UNAVAILABLE.value,
             )
 
     def respond(
         self,
-        index: int,
+        number: int,
         outputs: dict[str, np.ndarray] | None,
         final: bool,
-        error: tuple[str, str] | None,
+        error: Failure | None,
     ) -> bool:
-        """Send one response of request ``index`` of the running batch (a decoupled model's)
-        and wait until the server has queued it for the client: whether the client is still
-        there."""
+        """Send one response of request ``number`` of the running batch (a decoupled
+        model's) and wait until the server has queued it for the client: whether the client
+        is still there."""
         with self._lock:
             if self._base < 0:
                 raise RuntimeError("responses can be sent only while their request runs")
             headers = self._arena.write(outputs, self._base)[0] if outputs else None
-            self._connection.send(("response", index, headers, final, error))
-            alive: bool = self._connection.recv()[1]
-            return alive
+            self._connection.send(Response(number, headers, final, error))
+            sent: Sent = self._connection.recv()
+            return sent.alive
+
+
+def _call(call: bls.Call, inputs: list[Header]) -> Call:
+    return Call(call.model_name, call.version, inputs, list(call.outputs or ()), call.timeout)
+
+
+def _call_error(failure: Failure) -> bls.ModelCallError:
+    """A failed call as the handler sees it (a stopped call's code is Triton's
+    ``cancelled``)."""
+    code = bls.STOPPED if failure.stopped else failure.code.value
+    return bls.ModelCallError(failure.message, code)
 
 
 def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None) -> int:
     """The worker's life: initialise, then run batches until told to stop."""
-    _, init = connection.recv()
-    configure_logging(*init.get("log", LOG_DEFAULT))
-    model_dir = str(Path(init["model_file"]).parent)
+    init: Init = connection.recv()
+    settings = init.settings
+    configure_logging(*settings.get("log", LOG_DEFAULT))
+    model_dir = str(Path(settings["model_file"]).parent)
     runner: Loaded
     try:
-        runner = loader(init)(init)
+        runner = loader(settings)(settings)
     except Exception as exc:
         traceback.print_exc()
-        connection.send(("failed", describe(exc, model_dir)))
+        connection.send(LoadFailed(describe(exc, model_dir)))
         return 1
     link = Link(connection, arena)
     bls.install(link)
     send_metrics(connection)
-    connection.send(("ready",))
+    connection.send(Ready())
     while True:
         try:
             message = connection.recv()
         except EOFError:  # the server is gone
             return 0
-        if message[0] == "stop":
-            break
-        _, headers, outputs, *batch = message
-        base = Arena.end(headers)
-        link.begin(base)
-        cancelled: Callable[[int], bool] = never
-        try:
-            inputs = arena.read(headers, copy=False)
-            if batch:  # who asked for which rows: a handler may fail one request alone
-                requests, number = batch
-                if board is not None:
-                    cancelled = board.checker(number)
-                results, failed = cast(Runner, runner).run_requests(
-                    inputs, outputs, requests, cancelled, link.respond
-                )
-                reply: tuple[Any, ...] = ("done", arena.write(results, base)[0], failed)
-            else:
-                reply = ("done", arena.write(runner.run(inputs, outputs), base)[0])
-        except InferplexError as exc:  # a clear message with its code (a bad input, say)
-            reply = ("error", exc.message, exc.code.value)
-        except Exception as exc:
-            # a handler that gives up on a batch nobody waits for any more is no error to log
-            if not (batch and all(cancelled(i) for i in range(len(batch[0])))):
-                traceback.print_exc()
-            reply = ("error", describe(exc, model_dir), ErrorCode.INTERNAL.value)
-        finally:
-            link.end()
+        match message:
+            case RunBatch() as batch:
+                reply = run_batch(batch, runner, arena, board, link, model_dir)
+            case Stop():
+                break
+            case other:
+                raise RuntimeError(f"unexpected message {type(other).__name__} between batches")
         send_metrics(connection)
         connection.send(reply)
     runner.finalize()
     return 0
+
+
+def run_batch(
+    batch: RunBatch,
+    runner: Loaded,
+    arena: Arena,
+    board: CancelBoard | None,
+    link: Link,
+    model_dir: str,
+) -> BatchDone | BatchFailed:
+    """Run one batch; its answer."""
+    base = Arena.end(batch.inputs)
+    link.begin(base)
+    cancelled: Callable[[int], bool] = never
+    try:
+        inputs = arena.read(batch.inputs, copy=False)
+        if not batch.requests:
+            return BatchDone(arena.write(runner.run(inputs, batch.outputs), base)[0])
+        # who asked for which rows: a handler may fail one request alone
+        assert isinstance(runner, HandlerRunner)
+        if board is not None:
+            cancelled = board.checker(batch.number)
+        result = runner.run_requests(inputs, batch.outputs, batch.requests, cancelled, link.respond)
+        return BatchDone(arena.write(result.outputs, base)[0], tuple(result.failed))
+    except InferplexError as exc:  # a clear message with its code (a bad input, say)
+        return BatchFailed(Failure.of(exc))
+    except Exception as exc:
+        # a handler that gives up on a batch nobody waits for any more is no error to log
+        if not (batch.requests and all(cancelled(i) for i in range(len(batch.requests)))):
+            traceback.print_exc()
+        return BatchFailed(Failure(ErrorCode.INTERNAL, describe(exc, model_dir)))
+    finally:
+        link.end()
 
 
 def send_metrics(connection: Connection) -> None:
@@ -276,7 +286,7 @@ def send_metrics(connection: Connection) -> None:
     of the next (none when nothing changed)."""
     updates = metrics.drain()
     if updates:
-        connection.send(("metrics", updates))
+        connection.send(MetricUpdates(updates))
 
 
 def main(argv: list[str] | None = None) -> int:

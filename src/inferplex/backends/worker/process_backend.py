@@ -21,9 +21,22 @@ from typing import Any
 import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
-from inferplex.backends.worker.arena import DEFAULT_SIZE, Arena
-from inferplex.backends.worker.call_streams import StreamedCalls, call_request
-from inferplex.backends.worker.stream_messages import StreamCancel, StreamNext, StreamOpen
+from inferplex.backends.worker.arena import DEFAULT_SIZE, Arena, Header
+from inferplex.backends.worker.call_streams import StreamedCalls, call_deadline, call_request
+from inferplex.backends.worker.messages import (
+    BatchDone,
+    BatchFailed,
+    Call,
+    CallAnswers,
+    Calls,
+    Failure,
+    RequestInfo,
+    Response,
+    RunBatch,
+    StreamCancel,
+    StreamNext,
+    StreamOpen,
+)
 from inferplex.backends.worker.worker_process import (
     WorkerFailed,
     WorkerGone,
@@ -113,31 +126,42 @@ class ProcessBackend(Backend):
             ) from None
 
     def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        done = self._exchange(inputs, (outputs,))
-        return self._worker.arena.read(done[1], copy=True)
+        done = self._exchange(inputs, outputs)
+        return self._worker.arena.read(done.outputs, copy=True)
 
-    def _exchange(self, inputs: dict[str, np.ndarray], request: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Send a batch (``inputs`` into the arena, then ("run", headers, *request)), answer
-        the worker's calls until it is done, and return its ("done", headers, ...) message;
-        the error of the batch for every way the worker can fail."""
+    def _exchange(
+        self,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        requests: tuple[RequestInfo, ...] = (),
+        number: int = 0,
+    ) -> BatchDone:
+        """Send a batch (``inputs`` into the arena, then a ``RunBatch``), answer the worker's
+        requests until it is done, and return its ``BatchDone``; the error of the batch for
+        every way the worker can fail."""
         worker = self._worker
         self._start()
         deadline = time.monotonic() + self._timeout if self._timeout else None
         headers, base = worker.arena.write(inputs)
         try:
-            worker.send(("run", headers, *request))
+            worker.send(RunBatch(headers, outputs, requests, number))
             while True:
-                message = worker.receive(deadline)
-                if isinstance(message, StreamOpen | StreamNext | StreamCancel):
-                    self._streams.handle(message, base, deadline)
-                elif message[0] == "done":
-                    return tuple(message)
-                elif message[0] == "error":
-                    raise self._failure(message[1], message[2])
-                elif message[0] == "response":
-                    self._deliver(message)
-                else:
-                    self._answer_call(message, base, deadline)
+                match worker.receive(deadline):
+                    case BatchDone() as done:
+                        return done
+                    case BatchFailed(failure):
+                        raise self._failure(failure)
+                    case Response() as response:
+                        self._deliver(response)
+                    case Calls(calls):
+                        self._answer_calls(calls, base, deadline)
+                    case StreamOpen() | StreamNext() | StreamCancel() as stream:
+                        self._streams.handle(stream, base, deadline)
+                    case other:
+                        raise ModelExecutionError(
+                            f"model '{self._name}': {self.role} sent an unknown message "
+                            f"{type(other).__name__}"
+                        )
         except WorkerSilent:
             reason = (
                 f"{self.role} did not answer within {self._timeout:g} s "
@@ -158,50 +182,37 @@ class ProcessBackend(Backend):
         finally:
             self._streams.end_batch()
 
-    def _deliver(self, message: tuple[Any, ...]) -> None:
+    def _deliver(self, response: Response) -> None:
         """A response a decoupled model sent while its batch runs: only a backend serving
         decoupled models (``decoupled``) takes them."""
         raise ModelExecutionError(f"model '{self._name}': {self.role} sent a response of its own")
 
-    def _failure(self, why: str, code: str) -> InferplexError:
-        """The error for a failure the worker reported, with the code it gave."""
-        return self._sent_error(f"model '{self._name}': {self.role} failed: {why}", code)
+    def _failure(self, failure: Failure) -> InferplexError:
+        """The error of a batch the worker failed."""
+        text = f"model '{self._name}': {self.role} failed: {failure.message}"
+        return sent_error(Failure(failure.code, text))
 
-    @staticmethod
-    def _sent_error(text: str, code: str) -> InferplexError:
-        """An error of ``text`` with the code the worker gave; as it stands, for an error a
-        model put in a response: its own words, as Triton passes them on."""
-        error_code = ErrorCode(code)
-        if error_code is ErrorCode.INTERNAL:
-            return ModelExecutionError(text)
-        return WorkerError(text, error_code)
-
-    def _answer_call(self, message: tuple[Any, ...], base: int, deadline: float | None) -> None:
-        """Run the calls the worker makes to other served models (("infer", [(model,
-        version, input headers, output names, timeout)]), their inputs in the arena from
-        ``base``) and send back one answer each: the calls of one message run at once (an
-        async handler's gathered ``async_exec``), their outputs written after all inputs."""
-        calls = message[1]
+    def _answer_calls(self, calls: list[Call], base: int, deadline: float | None) -> None:
+        """Run the calls the worker makes to other served models (their inputs in the arena
+        from ``base``) and send back one answer each: the calls of one message run at once
+        (an async handler's gathered ``async_exec``), their outputs written after all
+        inputs."""
         started = [self._start_call(call, deadline) for call in calls]
-        offset = max(Arena.end(call[2], base) for call in calls)
-        answers: list[tuple[Any, ...]] = []
-        for (model, *_), (future, until) in zip(calls, started, strict=True):
-            answer, offset = self._finish_call(model, future, until, offset)
+        offset = max(Arena.end(call.inputs, base) for call in calls)
+        answers: list[list[Header] | Failure] = []
+        for call, (future, until) in zip(calls, started, strict=True):
+            answer, offset = self._finish_call(call.model, future, until, offset)
             answers.append(answer)
-        self._worker.send(("result", answers))
+        self._worker.send(CallAnswers(answers))
 
     def _start_call(
-        self, call: tuple[Any, ...], deadline: float | None
+        self, call: Call, deadline: float | None
     ) -> tuple[Future[InferenceResponse] | InferplexError, float | None]:
         """Submit one call; its future (or why it could not start) and when it times out."""
-        model, version, headers, wanted, timeout = call
-        until = None if timeout is None else time.monotonic() + timeout
-        if deadline is not None:
-            until = deadline if until is None else min(until, deadline)
+        until = call_deadline(call.timeout, deadline)
         if self._caller is None:
             return UnsupportedError("this server gives handlers no access to other models"), until
-        request = call_request(self._worker.arena, model, version, headers, wanted)
-        return self._caller.submit(request), until
+        return self._caller.submit(call_request(self._worker.arena, call)), until
 
     def _finish_call(
         self,
@@ -209,7 +220,7 @@ class ProcessBackend(Backend):
         future: Future[InferenceResponse] | InferplexError,
         until: float | None,
         offset: int,
-    ) -> tuple[tuple[Any, ...], int]:
+    ) -> tuple[list[Header] | Failure, int]:
         """Wait for one call; its answer for the worker (outputs written into the arena from
         ``offset``) and the next free offset."""
         try:
@@ -222,19 +233,27 @@ class ProcessBackend(Backend):
                 future.cancel()
                 raise
             results = {t.name: t.data for t in response.outputs}
-            headers, offset = self._worker.arena.write(results, offset)
-            return ("result", headers), offset
+            return self._worker.arena.write(results, offset)
         except InferplexError as exc:
-            return ("error", exc.code.value, exc.message), offset
+            return Failure.of(exc), offset
         except TimeoutError:
-            return ("error", "deadline_exceeded", f"model '{model}' did not answer in time"), offset
+            why = f"model '{model}' did not answer in time"
+            return Failure(ErrorCode.DEADLINE_EXCEEDED, why), offset
         except Exception as exc:
-            return ("error", "internal", f"calling model '{model}' failed: {exc}"), offset
+            return Failure(ErrorCode.INTERNAL, f"calling model '{model}' failed: {exc}"), offset
 
     def close(self) -> None:
         """Stop the worker process (it finalizes, then exits): its memory goes back to the
         system."""
         self._worker.stop()
+
+
+def sent_error(failure: Failure) -> InferplexError:
+    """The error of a failure the worker reported, with its code; its message as it stands
+    (a model's own words for an error it put in a response, as Triton passes them on)."""
+    if failure.code is ErrorCode.INTERNAL:
+        return ModelExecutionError(failure.message)
+    return WorkerError(failure.message, failure.code)
 
 
 def number_parameter(config: ModelConfig, parameter: str, default: float) -> float:

@@ -19,10 +19,8 @@ from typing import Any
 import inferplex
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
+from inferplex.backends.worker.messages import Init, LoadFailed, MetricUpdates, Stop
 from inferplex.backends.worker.model_metrics import MODEL_METRICS
-
-#: a tagged tuple (``backends/python/worker.py``) or a typed message (``stream_messages.py``)
-Message = Any
 
 WORKER_MODULE = "inferplex.backends.python.worker"
 
@@ -91,7 +89,7 @@ class WorkerProcess:
             )
         _RUNNING.add(self)
         self._connection = Connection(ours.detach())
-        self._connection.send(("init", self._init))
+        self._connection.send(Init(self._init))
         self._ready = False
 
     def wait_ready(self, timeout: float) -> None:
@@ -102,21 +100,23 @@ class WorkerProcess:
         if self._ready:
             return
         message = self.receive(time.monotonic() + timeout)
-        if message[0] == "failed":
+        if isinstance(message, LoadFailed):
             self.kill()
-            raise WorkerFailed(message[1])
+            raise WorkerFailed(message.reason)
         self._ready = True
 
-    def send(self, message: Message) -> None:
+    def send(self, message: object) -> None:
+        """One message of ``messages.py`` to the worker."""
         assert self._connection is not None
         try:
             self._connection.send(message)
         except OSError:
             raise WorkerGone(self.exit_status()) from None
 
-    def receive(self, deadline: float | None) -> Message:
-        """The worker's next message; WorkerSilent at the deadline, WorkerGone if it died.
-        The custom metric updates a worker sends before an answer are applied on the way."""
+    def receive(self, deadline: float | None) -> Any:
+        """The worker's next message (of ``messages.py``); WorkerSilent at the deadline,
+        WorkerGone if it died. The custom metric updates a worker sends before an answer are
+        applied on the way."""
         assert self._connection is not None
         while True:
             try:
@@ -125,12 +125,12 @@ class WorkerProcess:
                     max(0.0, deadline - time.monotonic())
                 ):
                     raise WorkerSilent()
-                message: Message = self._connection.recv()
+                message = self._connection.recv()
             except (EOFError, OSError):
                 raise WorkerGone(self.exit_status()) from None
-            if type(message) is not tuple or message[0] != "metrics":
+            if type(message) is not MetricUpdates:
                 return message
-            MODEL_METRICS.apply(message[1])
+            MODEL_METRICS.apply(message.updates)
 
     def exit_status(self) -> str:
         """How the process ended, in words."""
@@ -167,7 +167,7 @@ class WorkerProcess:
         process = self._process
         if process is not None and process.poll() is None and self._ready:
             try:
-                self.send(("stop",))
+                self.send(Stop())
                 process.wait(timeout)
             except (WorkerGone, subprocess.TimeoutExpired):
                 pass
