@@ -52,6 +52,7 @@ from inferplex.backends.worker.messages import (
     StreamNext,
     StreamOpen,
     StreamOpened,
+    Wire,
 )
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import bls, metrics
@@ -119,7 +120,7 @@ class Link:
     messages from several threads of one handler take turns: the pipe and the arena carry
     one at a time."""
 
-    def __init__(self, connection: Connection, arena: Arena) -> None:
+    def __init__(self, connection: Wire, arena: Arena) -> None:
         self._connection = connection
         self._arena = arena
         self._lock = threading.Lock()
@@ -142,14 +143,14 @@ class Link:
             for call in calls:
                 headers, offset = self._arena.write(call.inputs, offset)
                 sent.append(_call(call, headers))
-            self._connection.send(Calls(sent))
-            answer: CallAnswers = self._connection.recv()
+            self._connection.send(Calls(tuple(sent)))
+            answers: CallAnswers = self._connection.recv()
             # copies: the next call reuses this part of the arena
             return [
-                _call_error(outcome)
-                if isinstance(outcome, Failure)
-                else self._arena.read(outcome, copy=True)
-                for outcome in answer.answers
+                _call_error(answer.error)
+                if answer.error is not None
+                else self._arena.read(answer.outputs or [], copy=True)
+                for answer in answers.answers
             ]
 
     def open_stream(self, call: bls.Call) -> int:
@@ -213,7 +214,7 @@ def _call_error(failure: Failure) -> bls.ModelCallError:
     return bls.ModelCallError(failure.message, code)
 
 
-def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None) -> int:
+def serve(connection: Wire, arena: Arena, board: CancelBoard | None = None) -> int:
     """The worker's life: initialise, then run batches until told to stop."""
     init: Init = connection.recv()
     settings = init.settings
@@ -281,7 +282,7 @@ def run_batch(
         link.end()
 
 
-def send_metrics(connection: Connection) -> None:
+def send_metrics(connection: Wire) -> None:
     """The custom metrics the handler changed since the last answer, in one message ahead
     of the next (none when nothing changed)."""
     updates = metrics.drain()
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C in a terminal reaches the whole process group: the server decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    connection = Connection(int(args[0]))
+    connection = Wire(Connection(int(args[0])))
     arena = Arena(int(args[1]))
     board = CancelBoard(int(args[2])) if len(args) > 2 else None
     return serve(connection, arena, board)

@@ -4,9 +4,13 @@ receiver has one ``match`` over the classes it can get, and an error always trav
 ``Failure`` (an ``ErrorCode`` and its message, in that order). vLLM v1's ``EngineCoreRequest``
 and Triton python_backend's ``ipc_message.h`` are the same idea.
 
-Messages are pickled over the worker's socket (``multiprocessing.connection`` framing); they
-carry small things only. Tensors never do: their bytes are in the worker's shared-memory
-arena (``arena.py``) and a message carries their ``Header``s.
+Messages carry small things only. Tensors never do: their bytes are in the worker's
+shared-memory arena (``arena.py``) and a message carries their ``Header``s. On the socket
+(``multiprocessing.connection`` framing, ``Wire``) a message travels as a plain tuple, its
+class's number and its fields (``pack`` / ``unpack``): pickling the dataclasses themselves
+cost 12-30 µs more per round trip (a Python-level reduce and a frozen ``__init__`` per
+message), a tenth of a small request's whole cost; the tuple costs about 2 µs more than the
+tagged tuples the protocol had before.
 
   server -> worker
     Init            the model to load                        -> Ready | LoadFailed
@@ -35,14 +39,82 @@ process.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar, dataclass_transform
 
 from inferplex.backends.worker.arena import Header
 from inferplex.errors import ErrorCode, InferplexError
 
+T = TypeVar("T")
 
-@dataclass(frozen=True, slots=True)
+#: every message class, by its number on the wire
+_CLASSES: list[type] = []
+#: per class: its field names, and the fields that hold messages (name -> one or many)
+_NAMES: dict[type, tuple[str, ...]] = {}
+_NESTED: dict[type, tuple[tuple[int, bool], ...]] = {}
+#: a field's metadata key: the field holds one message (False) or a sequence of them (True)
+NESTED = "nested"
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def message(cls: type[T]) -> type[T]:
+    """A frozen dataclass numbered for the wire. Its fields that hold messages say so with
+    ``field(metadata={NESTED: many})``."""
+    made = dataclass(frozen=True)(cls)
+    _CLASSES.append(made)
+    own = fields(made)  # type: ignore[arg-type]
+    _NAMES[made] = tuple(f.name for f in own)
+    _NESTED[made] = tuple(
+        (i, f.metadata[NESTED]) for i, f in enumerate(own) if NESTED in f.metadata
+    )
+    made._number = len(_CLASSES) - 1  # type: ignore[attr-defined]
+    return made
+
+
+def pack(value: Any) -> tuple[Any, ...]:
+    """A message as a plain tuple: its class's number, then its fields."""
+    values = list(value.__dict__.values())  # a dataclass's: in field order
+    for index, many in _NESTED[type(value)]:
+        inner = values[index]
+        if inner is not None:
+            values[index] = tuple(pack(v) for v in inner) if many else pack(inner)
+    return (value._number, *values)
+
+
+def unpack(wire: tuple[Any, ...]) -> Any:
+    """The message ``pack`` made ``wire`` of (without running the class's ``__init__``)."""
+    cls = _CLASSES[wire[0]]
+    values = list(wire[1:])
+    for index, many in _NESTED[cls]:
+        inner = values[index]
+        if inner is not None:
+            values[index] = tuple(unpack(v) for v in inner) if many else unpack(inner)
+    made = object.__new__(cls)
+    made.__dict__.update(zip(_NAMES[cls], values, strict=True))
+    return made
+
+
+class Wire:
+    """A connection that carries messages (packed)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def send(self, value: Any) -> None:
+        self.connection.send(pack(value))
+
+    def recv(self) -> Any:
+        return unpack(self.connection.recv())
+
+    def poll(self, timeout: float) -> bool:
+        return self.connection.poll(timeout)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+@message
 class Failure:
     """Why something failed: the server's error code and the message. ``stopped``: a
     streamed call its caller stopped (Triton's ``TritonError.CANCELLED``)."""
@@ -57,14 +129,14 @@ class Failure:
 
 
 # -- server -> worker ---------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@message
 class Init:
     """What the worker loads: a handler's settings, or (``"loader"``) an isolated model's."""
 
     settings: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class RequestInfo:
     """One client request of a batch: its id, parameters and rows of the batch (in order).
     ``number`` names it in the worker's ``Response``s."""
@@ -75,7 +147,7 @@ class RequestInfo:
     rows: int
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class RunBatch:
     """Run one batch. ``requests`` (a Python model's) says who asked for which rows; a
     batch without them is one request (an isolated model's). ``number`` is the batch's
@@ -83,19 +155,26 @@ class RunBatch:
 
     inputs: list[Header]
     outputs: list[str]
-    requests: tuple[RequestInfo, ...] = ()
+    requests: tuple[RequestInfo, ...] = field(default=(), metadata={NESTED: True})
     number: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@message
+class CallAnswer:
+    """The answer to one call: its outputs' headers, or why it failed."""
+
+    outputs: list[Header] | None
+    error: Failure | None = field(default=None, metadata={NESTED: False})
+
+
+@message
 class CallAnswers:
-    """One answer per call of a ``Calls``, in order: its outputs' headers or why it
-    failed."""
+    """One answer per call of a ``Calls``, in order."""
 
-    answers: list[list[Header] | Failure]
+    answers: tuple[CallAnswer, ...] = field(metadata={NESTED: True})
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class StreamOpened:
     """The call's number, for the messages that follow. A call that cannot start is opened
     too: its one response is the error."""
@@ -103,64 +182,64 @@ class StreamOpened:
     stream: int
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class StreamItem:
     """One response of a streamed call: its outputs (None: a response without any, as
     Triton's empty final one), or an error; ``final`` for the last."""
 
     outputs: list[Header] | None
-    error: Failure | None
+    error: Failure | None = field(metadata={NESTED: False})
     final: bool
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class Sent:
     """The response was queued for its client; ``alive``: the client is still there."""
 
     alive: bool
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class Stop:
     pass
 
 
 # -- worker -> server ---------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
+@message
 class Ready:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class LoadFailed:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class RequestFailed:
     """A request of the batch the model answered with an error (by its index)."""
 
     index: int
-    failure: Failure
+    failure: Failure = field(metadata={NESTED: False})
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class BatchDone:
     """The batch ran: the outputs of the requests that did not fail (their rows in order)
     and those that did."""
 
     outputs: list[Header]
-    failed: tuple[RequestFailed, ...] = ()
+    failed: tuple[RequestFailed, ...] = field(default=(), metadata={NESTED: True})
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class BatchFailed:
     """The whole batch failed."""
 
-    failure: Failure
+    failure: Failure = field(metadata={NESTED: False})
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class Call:
     """One call to another served model; ``timeout`` (seconds) bounds it."""
 
@@ -171,28 +250,28 @@ class Call:
     timeout: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class Calls:
     """Calls to run at once (an async handler's gathered ``async_exec``: several)."""
 
-    calls: list[Call]
+    calls: tuple[Call, ...] = field(metadata={NESTED: True})
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class StreamOpen:
     """Call a model and stream its responses; the call's inputs are in the arena."""
 
-    call: Call
+    call: Call = field(metadata={NESTED: False})
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class StreamNext:
     """The next response of a streamed call."""
 
     stream: int
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class StreamCancel:
     """Stop a streamed call (no answer: the next ``StreamNext`` gets its final, stopped
     response)."""
@@ -200,7 +279,7 @@ class StreamCancel:
     stream: int
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class Response:
     """A decoupled model's response to request ``request`` (its ``RequestInfo.number``):
     outputs (None: none), or an error; ``final`` for its last."""
@@ -208,10 +287,10 @@ class Response:
     request: int
     outputs: list[Header] | None
     final: bool
-    error: Failure | None = None
+    error: Failure | None = field(default=None, metadata={NESTED: False})
 
 
-@dataclass(frozen=True, slots=True)
+@message
 class MetricUpdates:
     """Custom metric changes (``inferplex.handler.metrics.drain``'s records)."""
 

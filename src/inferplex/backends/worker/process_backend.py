@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
-from inferplex.backends.worker.arena import DEFAULT_SIZE, Arena, Header
+from inferplex.backends.worker.arena import DEFAULT_SIZE, Arena
 from inferplex.backends.worker.call_streams import StreamedCalls, call_deadline, call_request
 from inferplex.backends.worker.messages import (
     BatchDone,
     BatchFailed,
     Call,
+    CallAnswer,
     CallAnswers,
     Calls,
     Failure,
@@ -192,18 +193,18 @@ class ProcessBackend(Backend):
         text = f"model '{self._name}': {self.role} failed: {failure.message}"
         return sent_error(Failure(failure.code, text))
 
-    def _answer_calls(self, calls: list[Call], base: int, deadline: float | None) -> None:
+    def _answer_calls(self, calls: tuple[Call, ...], base: int, deadline: float | None) -> None:
         """Run the calls the worker makes to other served models (their inputs in the arena
         from ``base``) and send back one answer each: the calls of one message run at once
         (an async handler's gathered ``async_exec``), their outputs written after all
         inputs."""
         started = [self._start_call(call, deadline) for call in calls]
         offset = max(Arena.end(call.inputs, base) for call in calls)
-        answers: list[list[Header] | Failure] = []
+        answers: list[CallAnswer] = []
         for call, (future, until) in zip(calls, started, strict=True):
             answer, offset = self._finish_call(call.model, future, until, offset)
             answers.append(answer)
-        self._worker.send(CallAnswers(answers))
+        self._worker.send(CallAnswers(tuple(answers)))
 
     def _start_call(
         self, call: Call, deadline: float | None
@@ -220,7 +221,7 @@ class ProcessBackend(Backend):
         future: Future[InferenceResponse] | InferplexError,
         until: float | None,
         offset: int,
-    ) -> tuple[list[Header] | Failure, int]:
+    ) -> tuple[CallAnswer, int]:
         """Wait for one call; its answer for the worker (outputs written into the arena from
         ``offset``) and the next free offset."""
         try:
@@ -233,14 +234,16 @@ class ProcessBackend(Backend):
                 future.cancel()
                 raise
             results = {t.name: t.data for t in response.outputs}
-            return self._worker.arena.write(results, offset)
+            headers, offset = self._worker.arena.write(results, offset)
+            return CallAnswer(headers), offset
         except InferplexError as exc:
-            return Failure.of(exc), offset
+            return CallAnswer(None, Failure.of(exc)), offset
         except TimeoutError:
             why = f"model '{model}' did not answer in time"
-            return Failure(ErrorCode.DEADLINE_EXCEEDED, why), offset
+            return CallAnswer(None, Failure(ErrorCode.DEADLINE_EXCEEDED, why)), offset
         except Exception as exc:
-            return Failure(ErrorCode.INTERNAL, f"calling model '{model}' failed: {exc}"), offset
+            why = f"calling model '{model}' failed: {exc}"
+            return CallAnswer(None, Failure(ErrorCode.INTERNAL, why)), offset
 
     def close(self) -> None:
         """Stop the worker process (it finalizes, then exits): its memory goes back to the

@@ -19,7 +19,7 @@ from typing import Any
 import inferplex
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
-from inferplex.backends.worker.messages import Init, LoadFailed, MetricUpdates, Stop
+from inferplex.backends.worker.messages import Init, LoadFailed, MetricUpdates, Stop, Wire
 from inferplex.backends.worker.model_metrics import MODEL_METRICS
 
 WORKER_MODULE = "inferplex.backends.python.worker"
@@ -66,7 +66,7 @@ class WorkerProcess:
         self._init = init
         self._env = env
         self._process: subprocess.Popen[bytes] | None = None
-        self._connection: Connection | None = None
+        self._connection: Wire | None = None
         self._ready = False
 
     @property
@@ -88,7 +88,7 @@ class WorkerProcess:
                 stdin=subprocess.DEVNULL,
             )
         _RUNNING.add(self)
-        self._connection = Connection(ours.detach())
+        self._connection = Wire(Connection(ours.detach()))
         self._connection.send(Init(self._init))
         self._ready = False
 
