@@ -267,12 +267,6 @@ def test_the_in_process_api_streams_a_decoupled_model(repo: Path) -> None:
         server.stop_thread()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 31, not done yet: a decoupled Python instance takes its next batch only "
-    "once every request of the last one had its final flag (runner.py: BatchSenders.wait), "
-    "where Triton's takes it as soon as execute returns",
-)
 async def test_the_next_batch_runs_while_the_last_ones_threads_still_send(
     engine: InferenceEngine,
 ) -> None:

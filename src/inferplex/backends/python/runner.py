@@ -37,10 +37,12 @@ __all__ = ["HandlerError", "HandlerRunner", "find_class", "load_module", "make_r
 class BatchResult:
     """A batch's answer: the outputs of the requests that did not fail (their rows in order)
     and those that failed. A decoupled model's requests answered through their senders have
-    no outputs here."""
+    no outputs here; ``still_open``: those whose final response is still to come (the
+    numbers of the requests whose senders threads the model started still hold)."""
 
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     failed: list[RequestFailed] = field(default_factory=list)
+    still_open: tuple[int, ...] = ()
 
 
 class HandlerRunner(abc.ABC):

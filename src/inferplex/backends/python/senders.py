@@ -4,9 +4,11 @@
 For a decoupled model each response leaves at once (``respond``: over the worker's pipe, its
 tensors through the arena; the server answers once it has queued it for the client, so a
 slow client holds the sender back). A model that is not decoupled may use senders too, as in
-Triton: one response per request, kept and answered with the batch. Either way the batch is
-over when every request had its final response, which may come from threads the model
-started after ``execute`` returned: ``wait`` waits for that.
+Triton: one response per request, kept and answered with the batch once every request had
+it, which may come from threads the model started after ``execute`` returned (``wait``). A
+decoupled model's batch is over when ``execute`` returns: the requests still open
+(``still_open``) go on with the threads that hold their senders, while the next batch runs,
+as in Triton.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class BatchSenders:
         #: requests whose client the server found gone when their response arrived (before
         #: the cancel board may say so)
         self._gone: set[int] = set()
+        #: requests that had their final response
+        self._ended = [False] * count
 
     def sender(self, index: int, cancelled: Callable[[], bool]) -> triton.InferenceResponseSender:
         """Request ``index``'s sender; ``cancelled``: the cancel board's check of it."""
@@ -70,6 +74,7 @@ class BatchSenders:
             self._gone.add(index)
         if final:
             with self._cond:
+                self._ended[index] = True
                 self._open -= 1
                 self._cond.notify_all()
 
@@ -85,6 +90,13 @@ class BatchSenders:
             return self._respond(number, None, final, failure)
         outputs = {t.name(): t.as_numpy() for t in response.output_tensors()}
         return self._respond(number, self._convert(outputs), final, None)
+
+    def still_open(self) -> tuple[int, ...]:
+        """The numbers of the requests whose final response has not been sent yet."""
+        with self._cond:
+            return tuple(
+                n for n, ended in zip(self._numbers, self._ended, strict=True) if not ended
+            )
 
     def wait(self) -> None:
         """Until every request of the batch had its final response."""

@@ -59,8 +59,8 @@ class TritonRunner(HandlerRunner):
         senders = BatchSenders(numbers, respond if self.decoupled else None, convert)
         split = self._requests(inputs, outputs, requests, cancelled, senders)
         responses = self._responses(self._execute(split), senders, len(split))
-        if responses is None:  # a decoupled model: it sent them all
-            return BatchResult()
+        if responses is None:  # a decoupled model: it sends them (maybe from its threads)
+            return BatchResult(still_open=senders.still_open())
         failed: list[RequestFailed] = []
         answered: list[dict[str, np.ndarray]] = []
         for index, response in enumerate(responses):
@@ -95,7 +95,7 @@ class TritonRunner(HandlerRunner):
                 triton.Tensor(name, array[offset:end] if self.batched else array)
                 for name, array in inputs.items()
             ]
-            check = functools.partial(cancelled, index)
+            check = Sticky(functools.partial(cancelled, index))
             request = triton.InferenceRequest.received(
                 self.context.model_name,
                 tensors,
@@ -138,9 +138,9 @@ class TritonRunner(HandlerRunner):
         responses its senders kept, once each request had its final one; None for a
         decoupled model, which sent them."""
         if returned is None:
-            senders.wait()
             if self.decoupled:
                 return None
+            senders.wait()
             missing = [i for i, response in enumerate(senders.kept) if response is None]
             if missing:
                 raise HandlerError(
@@ -163,6 +163,23 @@ class TritonRunner(HandlerRunner):
                 f"({count} here), got {got}"
             )
         return list(returned)
+
+
+class Sticky:
+    """A request's cancellation check that stays true once it was: the cancel board's cell
+    of a request whose responses go on after its batch is the next batch's too, and a later
+    batch's notice there must not make it look uncancelled again."""
+
+    __slots__ = ("_check", "_seen")
+
+    def __init__(self, check: Callable[[], bool]) -> None:
+        self._check = check
+        self._seen = False
+
+    def __call__(self) -> bool:
+        if not self._seen:
+            self._seen = self._check()
+        return self._seen
 
 
 def _triton_args(context: Context) -> dict[str, str]:

@@ -1,12 +1,13 @@
 """The worker process that runs one instance of a Python model (or of an isolated model's
 backend, when the init message names a ``loader``).
 
-    python -m inferplex.backends.python.worker CONNECTION_FD ARENA_FD [CANCEL_FD]
+    python -m inferplex.backends.python.worker CONNECTION_FD ARENA_FD CANCEL_FD OUTBOX_FD
 
 The server starts it with a socket (``multiprocessing.connection`` framing), the arena's
 file descriptor and, for a Python model, its cancel board's (``backends/worker/cancel.py``: how
-a running handler learns that a request's caller went away, without a message). The
-messages both ways are ``backends/worker/messages.py``'s; tensors stay in the arena.
+a running handler learns that a request's caller went away, without a message); for a
+decoupled model, an arena to write into of its own (``link.py``); -1 where there is none.
+The messages both ways are ``backends/worker/messages.py``'s; tensors stay in the arenas.
 
 It imports only numpy and the few modules of this package it needs (not the server, not the
 config models: the ``__init__`` of ``backends`` and ``backends/python`` import lazily for it),
@@ -19,9 +20,8 @@ import importlib
 import logging
 import signal
 import sys
-import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,29 +29,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from inferplex.backends.python import compat
+from inferplex.backends.python.link import Link, Mailbox
 from inferplex.backends.python.runner import HandlerRunner, find_class, load_module, make_runner
-from inferplex.backends.worker.arena import Arena, Header
+from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.backends.worker.messages import (
     BatchDone,
     BatchFailed,
-    Call,
-    CallAnswers,
-    Calls,
     Failure,
     Init,
     LoadFailed,
     MetricUpdates,
     Ready,
-    Response,
     RunBatch,
-    Sent,
     Stop,
-    StreamCancel,
-    StreamItem,
-    StreamNext,
-    StreamOpen,
-    StreamOpened,
     Wire,
 )
 from inferplex.errors import ErrorCode, InferplexError
@@ -114,108 +105,15 @@ def loader(init: dict[str, Any]) -> Callable[[dict[str, Any]], Loaded]:
     return found
 
 
-class Link:
-    """The worker's way back to the server while a request runs. A message carries one call
-    or several (an async handler's gathered ``async_exec``: the server runs them at once);
-    messages from several threads of one handler take turns: the pipe and the arena carry
-    one at a time."""
-
-    def __init__(self, connection: Wire, arena: Arena) -> None:
-        self._connection = connection
-        self._arena = arena
-        self._lock = threading.Lock()
-        self._base = -1  # first arena offset free for calls; -1 while no request runs
-
-    def begin(self, base: int) -> None:
-        """A request whose inputs end at arena offset ``base`` starts running."""
-        self._base = base
-
-    def end(self) -> None:
-        self._base = -1
-
-    def call_many(
-        self, calls: Sequence[bls.Call]
-    ) -> list[dict[str, np.ndarray] | bls.ModelCallError]:
-        with self._lock:
-            self._running()
-            sent = []
-            offset = self._base
-            for call in calls:
-                headers, offset = self._arena.write(call.inputs, offset)
-                sent.append(_call(call, headers))
-            self._connection.send(Calls(tuple(sent)))
-            answers: CallAnswers = self._connection.recv()
-            # copies: the next call reuses this part of the arena
-            return [
-                _call_error(answer.error)
-                if answer.error is not None
-                else self._arena.read(answer.outputs or [], copy=True)
-                for answer in answers.answers
-            ]
-
-    def open_stream(self, call: bls.Call) -> int:
-        with self._lock:
-            self._running()
-            headers = self._arena.write(call.inputs, self._base)[0]
-            self._connection.send(StreamOpen(_call(call, headers)))
-            opened: StreamOpened = self._connection.recv()
-            return opened.stream
-
-    def next_response(self, stream: int) -> bls.Streamed:
-        with self._lock:
-            self._running()
-            self._connection.send(StreamNext(stream))
-            item: StreamItem = self._connection.recv()
-            # a copy: the next message reuses this part of the arena
-            outputs = None if item.outputs is None else self._arena.read(item.outputs, copy=True)
-            error = None if item.error is None else _call_error(item.error)
-            return bls.Streamed(outputs, error, item.final)
-
-    def cancel_stream(self, stream: int) -> None:
-        with self._lock:
-            if self._base >= 0:  # else its batch ended, and the call with it
-                self._connection.send(StreamCancel(stream))
-
-    def _running(self) -> None:
-        if self._base < 0:
-            raise bls.ModelCallError(
-                "other models can be called only while the handler runs a request "
-                "(not in initialize or finalize)",
-                ErrorCode.UNAVAILABLE.value,
-            )
-
-    def respond(
-        self,
-        number: int,
-        outputs: dict[str, np.ndarray] | None,
-        final: bool,
-        error: Failure | None,
-    ) -> bool:
-        """Send one response of request ``number`` of the running batch (a decoupled
-        model's) and wait until the server has queued it for the client: whether the client
-        is still there."""
-        with self._lock:
-            if self._base < 0:
-                raise RuntimeError("responses can be sent only while their request runs")
-            headers = self._arena.write(outputs, self._base)[0] if outputs else None
-            self._connection.send(Response(number, headers, final, error))
-            sent: Sent = self._connection.recv()
-            return sent.alive
-
-
-def _call(call: bls.Call, inputs: list[Header]) -> Call:
-    return Call(call.model_name, call.version, inputs, list(call.outputs or ()), call.timeout)
-
-
-def _call_error(failure: Failure) -> bls.ModelCallError:
-    """A failed call as the handler sees it (a stopped call's code is Triton's
-    ``cancelled``)."""
-    code = bls.STOPPED if failure.stopped else failure.code.value
-    return bls.ModelCallError(failure.message, code)
-
-
-def serve(connection: Wire, arena: Arena, board: CancelBoard | None = None) -> int:
-    """The worker's life: initialise, then run batches until told to stop."""
+def serve(
+    connection: Wire,
+    arena: Arena,
+    board: CancelBoard | None = None,
+    outbox: Arena | None = None,
+) -> int:
+    """The worker's life: initialise, then run batches until told to stop. With ``outbox``
+    (a decoupled model's) a mailbox thread reads the pipe: threads the model started may
+    send responses between batches (``link.py``)."""
     init: Init = connection.recv()
     settings = init.settings
     configure_logging(*settings.get("log", LOG_DEFAULT))
@@ -227,20 +125,23 @@ def serve(connection: Wire, arena: Arena, board: CancelBoard | None = None) -> i
         traceback.print_exc()
         connection.send(LoadFailed(describe(exc, model_dir)))
         return 1
-    link = Link(connection, arena)
+    mailbox = None if outbox is None else Mailbox(connection)
+    link = Link(connection, arena, outbox, mailbox)
     bls.install(link)
     send_metrics(connection)
     connection.send(Ready())
     while True:
         try:
-            message = connection.recv()
+            message = connection.recv() if mailbox is None else mailbox.batches.get()
         except EOFError:  # the server is gone
             return 0
         match message:
             case RunBatch() as batch:
-                reply = run_batch(batch, runner, arena, board, link, model_dir)
+                reply = run_batch(batch, runner, arena, board, link, model_dir, outbox is not None)
             case Stop():
                 break
+            case None:  # the server is gone
+                return 0
             case other:
                 raise RuntimeError(f"unexpected message {type(other).__name__} between batches")
         send_metrics(connection)
@@ -256,13 +157,16 @@ def run_batch(
     board: CancelBoard | None,
     link: Link,
     model_dir: str,
+    overlaps: bool = False,
 ) -> BatchDone | BatchFailed:
-    """Run one batch; its answer."""
+    """Run one batch; its answer. ``overlaps``: the batch's requests may outlive it (a
+    decoupled model's threads), so its inputs are copied out of the arena, where the next
+    batch's go."""
     base = Arena.end(batch.inputs)
     link.begin(base)
     cancelled: Callable[[int], bool] = never
     try:
-        inputs = arena.read(batch.inputs, copy=False)
+        inputs = arena.read(batch.inputs, copy=overlaps)
         if not batch.requests:
             return BatchDone(arena.write(runner.run(inputs, batch.outputs), base)[0])
         # who asked for which rows: a handler may fail one request alone
@@ -270,7 +174,8 @@ def run_batch(
         if board is not None:
             cancelled = board.checker(batch.number)
         result = runner.run_requests(inputs, batch.outputs, batch.requests, cancelled, link.respond)
-        return BatchDone(arena.write(result.outputs, base)[0], tuple(result.failed))
+        outputs = arena.write(result.outputs, base)[0]
+        return BatchDone(outputs, tuple(result.failed), result.still_open)
     except InferplexError as exc:  # a clear message with its code (a bad input, say)
         return BatchFailed(Failure.of(exc))
     except Exception as exc:
@@ -297,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     connection = Wire(Connection(int(args[0])))
     arena = Arena(int(args[1]))
-    board = CancelBoard(int(args[2])) if len(args) > 2 else None
-    return serve(connection, arena, board)
+    # -1: none (a model without a cancel board; one whose worker writes into ``arena``)
+    board = CancelBoard(int(args[2])) if len(args) > 2 and int(args[2]) >= 0 else None
+    outbox = Arena(int(args[3])) if len(args) > 3 and int(args[3]) >= 0 else None
+    return serve(connection, arena, board, outbox)
 
 
 if __name__ == "__main__":

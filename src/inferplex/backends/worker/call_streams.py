@@ -95,7 +95,7 @@ class StreamedCalls:
         if self._caller is None:
             stream = UnsupportedError("this server gives handlers no access to other models")
         else:
-            request = call_request(self._worker.arena, call)
+            request = call_request(self._worker.outbox, call)
             try:
                 stream = self._caller.stream(request)
             except InferplexError as exc:

@@ -39,6 +39,7 @@ process.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, fields
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar, dataclass_transform
@@ -96,13 +97,16 @@ def unpack(wire: tuple[Any, ...]) -> Any:
 
 
 class Wire:
-    """A connection that carries messages (packed)."""
+    """A connection that carries messages (packed); several threads may send."""
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
+        self._lock = threading.Lock()
 
     def send(self, value: Any) -> None:
-        self.connection.send(pack(value))
+        wire = pack(value)
+        with self._lock:
+            self.connection.send(wire)
 
     def recv(self) -> Any:
         return unpack(self.connection.recv())
@@ -226,10 +230,13 @@ class RequestFailed:
 @message
 class BatchDone:
     """The batch ran: the outputs of the requests that did not fail (their rows in order)
-    and those that did."""
+    and those that did. ``open``: a decoupled model's requests (``RequestInfo.number``)
+    whose final response is still to come, from threads the model started (the next batch
+    may run meanwhile)."""
 
     outputs: list[Header]
     failed: tuple[RequestFailed, ...] = field(default=(), metadata={NESTED: True})
+    open: tuple[int, ...] = ()
 
 
 @message

@@ -34,6 +34,7 @@ from inferplex.backends.worker.messages import (
     RequestInfo,
     Response,
     RunBatch,
+    Sent,
     StreamCancel,
     StreamNext,
     StreamOpen,
@@ -86,17 +87,19 @@ class ProcessBackend(Backend):
         init: dict[str, Any],
         instance: InstanceSpec,
         cancel_slots: int = 0,
+        outbox: bool = False,
     ) -> None:
         """Start the worker with ``init`` (what ``backends/python/worker.py`` loads) and wait
         until it has loaded; ModelExecutionError with the reason if it cannot. With
-        ``cancel_slots`` the worker gets a cancel board for batches of that many requests."""
+        ``cancel_slots`` the worker gets a cancel board for batches of that many requests; with
+        ``outbox`` an arena of its own to write into (``WorkerProcess``)."""
         self._name = config.name
         self._caller: ModelCaller | None = instance.caller
         self._timeout = number_parameter(config, TIMEOUT_PARAMETER, 0.0)
         self._load_timeout = number_parameter(config, LOAD_TIMEOUT_PARAMETER, DEFAULT_LOAD_TIMEOUT)
         arena_size = int(number_parameter(config, ARENA_PARAMETER, DEFAULT_SIZE))
         env = worker_env(instance.intra_op_threads)
-        self._worker = WorkerProcess(init, env, arena_size, cancel_slots)
+        self._worker = WorkerProcess(init, env, arena_size, cancel_slots, outbox)
         #: the running batch's calls whose responses the handler reads as they come
         self._streams = StreamedCalls(self._worker, instance.caller)
         try:
@@ -147,13 +150,13 @@ class ProcessBackend(Backend):
         try:
             worker.send(RunBatch(headers, outputs, requests, number))
             while True:
-                match worker.receive(deadline):
+                match self._receive(deadline):
                     case BatchDone() as done:
                         return done
                     case BatchFailed(failure):
                         raise self._failure(failure)
                     case Response() as response:
-                        self._deliver(response)
+                        worker.send(Sent(self._deliver(response)))
                     case Calls(calls):
                         self._answer_calls(calls, base, deadline)
                     case StreamOpen() | StreamNext() | StreamCancel() as stream:
@@ -183,9 +186,13 @@ class ProcessBackend(Backend):
         finally:
             self._streams.end_batch()
 
-    def _deliver(self, response: Response) -> None:
-        """A response a decoupled model sent while its batch runs: only a backend serving
-        decoupled models (``decoupled``) takes them."""
+    def _receive(self, deadline: float | None) -> object:
+        """The worker's next message for the running batch."""
+        return self._worker.receive(deadline)
+
+    def _deliver(self, response: Response) -> bool:
+        """A response a decoupled model sent while its batch runs (only a backend serving
+        decoupled models takes them): whether its client is still there."""
         raise ModelExecutionError(f"model '{self._name}': {self.role} sent a response of its own")
 
     def _failure(self, failure: Failure) -> InferplexError:
@@ -199,7 +206,9 @@ class ProcessBackend(Backend):
         (an async handler's gathered ``async_exec``), their outputs written after all
         inputs."""
         started = [self._start_call(call, deadline) for call in calls]
-        offset = max(Arena.end(call.inputs, base) for call in calls)
+        offset = base
+        if self._worker.outbox is self._worker.arena:  # their inputs are there too
+            offset = max(Arena.end(call.inputs, base) for call in calls)
         answers: list[CallAnswer] = []
         for call, (future, until) in zip(calls, started, strict=True):
             answer, offset = self._finish_call(call.model, future, until, offset)
@@ -213,7 +222,7 @@ class ProcessBackend(Backend):
         until = call_deadline(call.timeout, deadline)
         if self._caller is None:
             return UnsupportedError("this server gives handlers no access to other models"), until
-        return self._caller.submit(call_request(self._worker.arena, call)), until
+        return self._caller.submit(call_request(self._worker.outbox, call)), until
 
     def _finish_call(
         self,

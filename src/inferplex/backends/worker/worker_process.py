@@ -55,19 +55,34 @@ def kill_all_workers() -> int:
 
 class WorkerProcess:
     """One worker process with its pipe, its arena and, with ``cancel_slots``, a cancel board
-    for batches of up to that many requests (``backends/worker/cancel.py``). The arena and the
-    board outlive restarts."""
+    for batches of up to that many requests (``backends/worker/cancel.py``). With ``outbox``
+    the worker writes into an arena of its own (``outbox``; else it is ``arena``): a decoupled
+    model's threads send responses while the server writes the next batch into ``arena``.
+    The arenas and the board outlive restarts."""
 
     def __init__(
-        self, init: dict[str, Any], env: dict[str, str], arena_size: int, cancel_slots: int = 0
+        self,
+        init: dict[str, Any],
+        env: dict[str, str],
+        arena_size: int,
+        cancel_slots: int = 0,
+        outbox: bool = False,
     ) -> None:
         self.arena = Arena.create(arena_size)
+        #: where the worker writes (its responses, the inputs of its calls)
+        self.outbox = Arena.create(arena_size) if outbox else self.arena
         self.board = CancelBoard.create(cancel_slots) if cancel_slots else None
         self._init = init
         self._env = env
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Wire | None = None
         self._ready = False
+
+    @property
+    def wire(self) -> Wire:
+        """The running worker's connection."""
+        assert self._connection is not None
+        return self._connection
 
     @property
     def pid(self) -> int | None:
@@ -77,13 +92,13 @@ class WorkerProcess:
     def start(self) -> None:
         """Start a worker and send it the model to load; ``wait_ready`` waits for it."""
         ours, theirs = socket.socketpair()
-        fds = [theirs.fileno(), self.arena.fd]
-        if self.board is not None:
-            fds.append(self.board.fd)
+        board = -1 if self.board is None else self.board.fd
+        outbox = -1 if self.outbox is self.arena else self.outbox.fd
+        fds = [theirs.fileno(), self.arena.fd, board, outbox]
         with theirs:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", WORKER_MODULE, *map(str, fds)],
-                pass_fds=fds,
+                pass_fds=[fd for fd in fds if fd >= 0],
                 env=self._env,
                 stdin=subprocess.DEVNULL,
             )
@@ -173,6 +188,8 @@ class WorkerProcess:
                 pass
         self.kill()
         self.arena.close()
+        if self.outbox is not self.arena:
+            self.outbox.close()
         if self.board is not None:
             self.board.close()
 
