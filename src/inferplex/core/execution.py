@@ -164,13 +164,13 @@ class VersionExecution:
     def cancel_gone(self) -> None:
         """Tell each running batch (and each whose requests still send) which of its
         requests lost their callers."""
-        self._sending = [job for job in self._sending if not _all_done(job[0])]
         for batch, _, _, cancellation in [*self._running.values(), *self._sending]:
             gone = [i for i, r in enumerate(batch.requests) if r.payload.future.done()]
             if gone:
                 assert cancellation is not None
                 # a few shared-memory stores for the Python backend: nothing here waits
                 cancellation.cancel(gone)
+        self._sending = [job for job in self._sending if not _all_done(job[0])]
 
     def _run(self, backend: Backend, job: _Job) -> _Result:
         """Runs in the instance's worker thread: concatenate, execute, split. Everything here
