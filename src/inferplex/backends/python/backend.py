@@ -26,8 +26,17 @@ from inferplex.backends.base import (
     RequestOutcome,
 )
 from inferplex.backends.python.completion import auto_complete
+from inferplex.backends.worker.call_streams import LinkEnd
 from inferplex.backends.worker.inbox import Inbox
-from inferplex.backends.worker.messages import BatchDone, RequestInfo, Response
+from inferplex.backends.worker.messages import (
+    BatchDone,
+    Calls,
+    RequestInfo,
+    Response,
+    StreamCancel,
+    StreamNext,
+    StreamOpen,
+)
 from inferplex.backends.worker.process_backend import ProcessBackend, sent_error
 from inferplex.config.model_config import ModelConfig
 from inferplex.errors import ConfigError, InferplexError, ModelExecutionError
@@ -150,16 +159,22 @@ class PythonBackend(ProcessBackend):
         return answers
 
     def _current_inbox(self) -> Inbox:
-        """The reader of the worker running now (a new one after a restart)."""
+        """The link reader of the worker running now (a new one after a restart)."""
         inbox = self._inbox
         if inbox is None or inbox.pid != self._worker.pid:
-            inbox = self._inbox = Inbox(self._worker, self._outcome, self._ended)
+            inbox = Inbox(
+                self._worker, self._outcome, self._answer, self._batch_deadline, self._ended
+            )
+            self._inbox = inbox
         return inbox
 
-    def _receive(self, deadline: float | None) -> object:
-        if self._overlaps:
-            return self._current_inbox().receive(deadline)
-        return super()._receive(deadline)
+    def _answer(self, message: object, end: LinkEnd) -> None:
+        """A call the handler makes while its batch runs (over the link's pipe)."""
+        match message:
+            case Calls(calls):
+                self._answer_calls(calls, end)
+            case StreamOpen() | StreamNext() | StreamCancel() as stream:
+                self._streams.handle(stream, end)
 
     def _outcome(self, response: Response) -> RequestOutcome | None:
         """A response's outputs (copied out of the worker's arena) or its error."""

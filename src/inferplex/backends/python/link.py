@@ -1,18 +1,17 @@
 """The worker's way back to the server (``Link``): what a handler's calls to other models
 (``inferplex.handler.bls``) and a decoupled model's responses go through.
 
-Each exchange is a message and the server's answer; threads of one handler take turns (the
-pipe and the worker's outgoing arena carry one exchange at a time). Most workers have one
-reader of the pipe, their main thread, between batches, and the thread that holds the turn
-while a batch runs. A decoupled model's worker (one with an ``outbox``, an arena of its own
-to write into) has threads that send responses after ``execute`` returned, while the next
-batch runs: there a reader thread (``Mailbox``) takes every message and hands batches to the
-main thread and answers to whoever holds the turn.
+Each exchange is a message and the server's answer, read by the thread that sent it;
+threads of one handler take turns (the pipe and the arena carry one exchange at a time).
+Most workers' links share the worker's pipe and arena: exchanges happen only while a batch
+runs, the link writing past the batch's inputs. A decoupled model's worker has threads that
+send responses after ``execute`` returned, while the next batch runs: its link has a pipe
+and an arena of its own (``WorkerProcess.exchange`` and ``outbox``), and writes there from
+the start.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Sequence
 
@@ -25,9 +24,7 @@ from inferplex.backends.worker.messages import (
     Calls,
     Failure,
     Response,
-    RunBatch,
     Sent,
-    Stop,
     StreamCancel,
     StreamItem,
     StreamNext,
@@ -39,42 +36,15 @@ from inferplex.errors import ErrorCode
 from inferplex.handler import bls
 
 
-class Mailbox:
-    """A decoupled model's worker: the thread that reads every message of the server."""
-
-    def __init__(self, wire: Wire) -> None:
-        self._wire = wire
-        #: batches and the stop, for the main thread (None: the server is gone)
-        self.batches: queue.SimpleQueue[RunBatch | Stop | None] = queue.SimpleQueue()
-        #: answers, for the thread holding the link's turn (None: the server is gone)
-        self.answers: queue.SimpleQueue[object] = queue.SimpleQueue()
-        threading.Thread(target=self._read, name="mailbox", daemon=True).start()
-
-    def _read(self) -> None:
-        try:
-            while True:
-                message = self._wire.recv()
-                if isinstance(message, RunBatch | Stop):
-                    self.batches.put(message)
-                else:
-                    self.answers.put(message)
-        except (EOFError, OSError):
-            self.batches.put(None)
-            self.answers.put(None)
-
-
 class Link:
     """The worker's way back to the server (see the module docstring)."""
 
-    def __init__(
-        self, wire: Wire, arena: Arena, outbox: Arena | None = None, mailbox: Mailbox | None = None
-    ) -> None:
+    def __init__(self, wire: Wire, arena: Arena, own: bool = False) -> None:
+        """``own``: the pipe and arena are the link's alone (a decoupled model's worker);
+        else the worker's, shared with its batches."""
         self._wire = wire
         self._arena = arena
-        #: where this side writes: the arena itself (after the running batch's inputs), or
-        #: the outbox of a decoupled model's worker (from its start)
-        self._outbox = outbox or arena
-        self._mailbox = mailbox
+        self._own = own
         self._lock = threading.Lock()
         self._base = -1  # first arena offset free for calls; -1 while no request runs
 
@@ -87,18 +57,12 @@ class Link:
 
     def _start(self) -> int:
         """Where this side writes now."""
-        return self._base if self._outbox is self._arena else 0
+        return 0 if self._own else self._base
 
     def _exchange(self, message: object) -> object:
         """Send ``message`` and wait for the server's answer (holding the turn)."""
         self._wire.send(message)
-        if self._mailbox is None:
-            return self._wire.recv()
-        answer = self._mailbox.answers.get()
-        if answer is None:
-            self._mailbox.answers.put(None)  # for the next one too
-            raise EOFError("the server is gone")
-        return answer
+        return self._wire.recv()
 
     def call_many(
         self, calls: Sequence[bls.Call]
@@ -108,7 +72,7 @@ class Link:
             sent = []
             offset = self._start()
             for call in calls:
-                headers, offset = self._outbox.write(call.inputs, offset)
+                headers, offset = self._arena.write(call.inputs, offset)
                 sent.append(_call(call, headers))
             answers = self._exchange(Calls(tuple(sent)))
             assert isinstance(answers, CallAnswers)
@@ -123,7 +87,7 @@ class Link:
     def open_stream(self, call: bls.Call) -> int:
         with self._lock:
             self._running()
-            headers = self._outbox.write(call.inputs, self._start())[0]
+            headers = self._arena.write(call.inputs, self._start())[0]
             opened = self._exchange(StreamOpen(_call(call, headers)))
             assert isinstance(opened, StreamOpened)
             return opened.stream
@@ -159,13 +123,13 @@ class Link:
         error: Failure | None,
     ) -> bool:
         """Send one response of request ``number`` (a decoupled model's) and wait until the
-        server has queued it for the client: whether the client is still there. A worker
-        with a mailbox takes responses at any time (from threads its batch left sending);
-        others only while the batch runs."""
+        server has queued it for the client: whether the client is still there. A link of
+        its own takes responses at any time (from threads a batch left sending); others
+        only while the batch runs."""
         with self._lock:
-            if self._base < 0 and self._mailbox is None:
+            if self._base < 0 and not self._own:
                 raise RuntimeError("responses can be sent only while their request runs")
-            headers = self._outbox.write(outputs, self._start())[0] if outputs else None
+            headers = self._arena.write(outputs, self._start())[0] if outputs else None
             sent = self._exchange(Response(number, headers, final, error))
             assert isinstance(sent, Sent)
             return sent.alive

@@ -1,12 +1,13 @@
 """The worker process that runs one instance of a Python model (or of an isolated model's
 backend, when the init message names a ``loader``).
 
-    python -m inferplex.backends.python.worker CONNECTION_FD ARENA_FD CANCEL_FD OUTBOX_FD
+    python -m inferplex.backends.python.worker CONNECTION ARENA CANCEL OUTBOX EXCHANGE
 
 The server starts it with a socket (``multiprocessing.connection`` framing), the arena's
 file descriptor and, for a Python model, its cancel board's (``backends/worker/cancel.py``: how
 a running handler learns that a request's caller went away, without a message); for a
-decoupled model, an arena to write into of its own (``link.py``); -1 where there is none.
+decoupled model, an arena and a socket of its link's own (``link.py``); -1 where there is
+none.
 The messages both ways are ``backends/worker/messages.py``'s; tensors stay in the arenas.
 
 It imports only numpy and the few modules of this package it needs (not the server, not the
@@ -29,7 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from inferplex.backends.python import compat
-from inferplex.backends.python.link import Link, Mailbox
+from inferplex.backends.python.link import Link
 from inferplex.backends.python.runner import HandlerRunner, find_class, load_module, make_runner
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
@@ -109,11 +110,11 @@ def serve(
     connection: Wire,
     arena: Arena,
     board: CancelBoard | None = None,
-    outbox: Arena | None = None,
+    link: Link | None = None,
 ) -> int:
-    """The worker's life: initialise, then run batches until told to stop. With ``outbox``
-    (a decoupled model's) a mailbox thread reads the pipe: threads the model started may
-    send responses between batches (``link.py``)."""
+    """The worker's life: initialise, then run batches until told to stop. ``link``: one of
+    its own (a decoupled model's: threads the model started may send responses between
+    batches, ``link.py``); else the link shares ``connection`` and ``arena``."""
     init: Init = connection.recv()
     settings = init.settings
     configure_logging(*settings.get("log", LOG_DEFAULT))
@@ -125,23 +126,21 @@ def serve(
         traceback.print_exc()
         connection.send(LoadFailed(describe(exc, model_dir)))
         return 1
-    mailbox = None if outbox is None else Mailbox(connection)
-    link = Link(connection, arena, outbox, mailbox)
+    overlaps = link is not None
+    link = link or Link(connection, arena)
     bls.install(link)
     send_metrics(connection)
     connection.send(Ready())
     while True:
         try:
-            message = connection.recv() if mailbox is None else mailbox.batches.get()
+            message = connection.recv()
         except EOFError:  # the server is gone
             return 0
         match message:
             case RunBatch() as batch:
-                reply = run_batch(batch, runner, arena, board, link, model_dir, outbox is not None)
+                reply = run_batch(batch, runner, arena, board, link, model_dir, overlaps)
             case Stop():
                 break
-            case None:  # the server is gone
-                return 0
             case other:
                 raise RuntimeError(f"unexpected message {type(other).__name__} between batches")
         send_metrics(connection)
@@ -202,10 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     connection = Wire(Connection(int(args[0])))
     arena = Arena(int(args[1]))
-    # -1: none (a model without a cancel board; one whose worker writes into ``arena``)
-    board = CancelBoard(int(args[2])) if len(args) > 2 and int(args[2]) >= 0 else None
-    outbox = Arena(int(args[3])) if len(args) > 3 and int(args[3]) >= 0 else None
-    return serve(connection, arena, board, outbox)
+    # -1: none (a model without a cancel board; a link that shares the pipe and arena)
+    board = CancelBoard(int(args[2])) if int(args[2]) >= 0 else None
+    link = None
+    if int(args[3]) >= 0:
+        link = Link(Wire(Connection(int(args[4]))), Arena(int(args[3])), own=True)
+    return serve(connection, arena, board, link)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import dataclass
 
 from inferplex.backends.base import CalledResponse, CallStopped, CallStream, ModelCaller
 from inferplex.backends.worker.arena import Arena
@@ -24,8 +25,8 @@ from inferplex.backends.worker.messages import (
     StreamOpen,
     StreamOpened,
     StreamRequest,
+    Wire,
 )
-from inferplex.backends.worker.worker_process import WorkerProcess
 from inferplex.datatypes import v2_datatype
 from inferplex.errors import ErrorCode, InferplexError, UnsupportedError
 from inferplex.types import InferenceRequest, RequestedOutput, Tensor
@@ -44,6 +45,18 @@ def call_request(arena: Arena, call: Call) -> InferenceRequest:
         model_version=call.version,
         outputs=[RequestedOutput(n) for n in call.outputs],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEnd:
+    """Where the server answers what the worker's link asks while a batch runs: the pipe and
+    the arena it came by, the first offset of that arena free for answers (past the running
+    batch's inputs, where the link shares the worker's arena) and the batch's deadline."""
+
+    wire: Wire
+    arena: Arena
+    base: int
+    deadline: float | None
 
 
 def call_deadline(timeout: float | None, deadline: float | None) -> float | None:
@@ -69,8 +82,7 @@ class StreamedCalls:
     """The streamed calls of the batch a worker runs; used by the instance's thread, except
     ``stop_all`` (any thread)."""
 
-    def __init__(self, worker: WorkerProcess, caller: ModelCaller | None) -> None:
-        self._worker = worker
+    def __init__(self, caller: ModelCaller | None) -> None:
         self._caller = caller
         self._numbers = itertools.count(1)
         self._open: dict[int, _Open] = {}
@@ -79,23 +91,23 @@ class StreamedCalls:
         # the batch's cancellation may stop its calls from the event loop
         self._lock = threading.Lock()
 
-    def handle(self, message: StreamRequest, base: int, deadline: float | None) -> None:
-        """Answer one message of the worker (``base``: the arena's free offset)."""
+    def handle(self, message: StreamRequest, end: LinkEnd) -> None:
+        """Answer one message of the worker."""
         match message:
             case StreamOpen(call):
-                self._worker.send(StreamOpened(self._start(call, deadline)))
+                end.wire.send(StreamOpened(self._start(call, end)))
             case StreamNext(stream):
-                self._worker.send(self._item(stream, base, deadline))
+                end.wire.send(self._item(stream, end))
             case StreamCancel(stream):
                 self._stop(stream)
 
-    def _start(self, call: Call, deadline: float | None) -> int:
-        until = call_deadline(call.timeout, deadline)
+    def _start(self, call: Call, end: LinkEnd) -> int:
+        until = call_deadline(call.timeout, end.deadline)
         stream: CallStream | InferplexError
         if self._caller is None:
             stream = UnsupportedError("this server gives handlers no access to other models")
         else:
-            request = call_request(self._worker.outbox, call)
+            request = call_request(end.arena, call)
             try:
                 stream = self._caller.stream(request)
             except InferplexError as exc:
@@ -105,7 +117,7 @@ class StreamedCalls:
             self._open[number] = _Open(stream, until)
         return number
 
-    def _item(self, number: int, base: int, deadline: float | None) -> StreamItem:
+    def _item(self, number: int, end: LinkEnd) -> StreamItem:
         with self._lock:
             call = self._open.get(number)
         if call is None:
@@ -121,7 +133,7 @@ class StreamedCalls:
                 self._open.pop(number, None)
         headers = None
         if response.outputs is not None:
-            headers = self._worker.arena.write(response.outputs, base)[0]
+            headers = end.arena.write(response.outputs, end.base)[0]
         error = response.error
         if error is None:
             return StreamItem(headers, None, response.final)

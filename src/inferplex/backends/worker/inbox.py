@@ -1,31 +1,30 @@
-"""The server's reader of a decoupled model's worker: a thread that reads everything the
-worker sends, for as long as it lives.
+"""The server's end of a decoupled model's worker link: a thread that reads the link's pipe
+(``WorkerProcess.exchange``) for as long as the worker lives.
 
 A decoupled model's ``execute`` may return while threads it started still send responses
 (Triton's decoupled examples do); the instance takes its next batch at once, as Triton's
-does. So responses arrive between batches and during later ones, and someone must read them
-whether or not a batch runs: this thread. It delivers each response itself (into its
-request's bounded response channel, then ``Sent`` back: a slow reader holds the sending
-thread back) and queues everything else for the instance's thread, which runs the batch
-(``receive``). When the worker dies, every request still open is answered with the error.
+does. So responses arrive between batches and during later ones, on a pipe of their own:
+this thread delivers each (into its request's bounded response channel, then ``Sent``
+back: a slow reader holds the sending thread back) and answers the worker's calls to other
+models, which come the same way while a batch runs. The batch itself (``RunBatch``,
+``BatchDone``) goes over the worker's main pipe, read by the instance's thread. When the
+worker dies, every request still open is answered with the error.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
-import time
 from collections.abc import Callable, Iterable
 
 from inferplex.backends.base import RequestOutcome, ResponseSink
-from inferplex.backends.worker.messages import MetricUpdates, Response, Sent
-from inferplex.backends.worker.model_metrics import MODEL_METRICS
-from inferplex.backends.worker.worker_process import WorkerGone, WorkerProcess, WorkerSilent
+from inferplex.backends.worker.call_streams import LinkEnd
+from inferplex.backends.worker.messages import Response, Sent
+from inferplex.backends.worker.worker_process import WorkerProcess
 from inferplex.errors import InferplexError
 
 
 class Inbox:
-    """The reader of one worker process (a restarted worker gets a new one), and the
+    """The link reader of one worker process (a restarted worker gets a new one), and the
     requests it holds open: those of the running batch and those whose final response is
     still to come after theirs ended."""
 
@@ -33,18 +32,22 @@ class Inbox:
         self,
         worker: WorkerProcess,
         outcome: Callable[[Response], RequestOutcome | None],
+        answer: Callable[[object, LinkEnd], None],
+        deadline: Callable[[], float | None],
         ended: Callable[[str], InferplexError],
     ) -> None:
-        """``outcome`` reads a response's outputs (or error); ``ended(why)`` is the error the
+        """``outcome`` reads a response's outputs (or error); ``answer`` answers a call's
+        message; ``deadline`` is the running batch's; ``ended(why)`` is the error the
         requests still open get when the worker's pipe closes."""
         self.pid = worker.pid
         self._worker = worker
-        self._wire = worker.wire  # this process's, not a replacement's
+        self._wire = worker.exchange  # this process's, not a replacement's
         self._outcome = outcome
+        self._answer = answer
+        self._deadline = deadline
         self._ended = ended
         self._open: dict[int, ResponseSink] = {}
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._read, name=f"inbox-{self.pid}", daemon=True)
         self._thread.start()
 
@@ -58,19 +61,6 @@ class Inbox:
         with self._lock:
             for number in numbers:
                 self._open.pop(number, None)
-
-    def receive(self, deadline: float | None) -> object:
-        """The worker's next message other than a response (for the running batch);
-        WorkerSilent at the deadline, WorkerGone if the worker died."""
-        try:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            message = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            raise WorkerSilent() from None
-        if isinstance(message, WorkerGone):
-            self._queue.put(message)  # and for whoever asks next
-            raise message
-        return message
 
     def _deliver(self, response: Response) -> bool:
         """Into the request's channel (waiting while its reader is that far behind): whether
@@ -88,15 +78,11 @@ class Inbox:
                 message = wire.recv()
                 if type(message) is Response:
                     wire.send(Sent(self._deliver(message)))
-                elif type(message) is MetricUpdates:
-                    MODEL_METRICS.apply(message.updates)
-                else:
-                    self._queue.put(message)
+                else:  # the link's arena holds only this exchange: answers go after it
+                    self._answer(message, LinkEnd(wire, self._worker.outbox, 0, self._deadline()))
         except (EOFError, OSError):
             pass
-        replaced = self._worker.pid != self.pid
-        why = "it was replaced" if replaced else self._worker.exit_status()
-        self._queue.put(WorkerGone(why))
+        why = "it was replaced" if self._worker.pid != self.pid else self._worker.exit_status()
         with self._lock:
             left, self._open = list(self._open.values()), {}
         error = self._ended(why)

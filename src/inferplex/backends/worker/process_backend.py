@@ -22,7 +22,12 @@ import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
 from inferplex.backends.worker.arena import DEFAULT_SIZE, Arena
-from inferplex.backends.worker.call_streams import StreamedCalls, call_deadline, call_request
+from inferplex.backends.worker.call_streams import (
+    LinkEnd,
+    StreamedCalls,
+    call_deadline,
+    call_request,
+)
 from inferplex.backends.worker.messages import (
     BatchDone,
     BatchFailed,
@@ -101,12 +106,17 @@ class ProcessBackend(Backend):
         env = worker_env(instance.intra_op_threads)
         self._worker = WorkerProcess(init, env, arena_size, cancel_slots, outbox)
         #: the running batch's calls whose responses the handler reads as they come
-        self._streams = StreamedCalls(self._worker, instance.caller)
+        self._streams = StreamedCalls(instance.caller)
+        self._deadline: float | None = None
         try:
             self._start()
         except BaseException:
             self._worker.stop()
             raise
+
+    def _batch_deadline(self) -> float | None:
+        """The running (or last) batch's deadline."""
+        return self._deadline
 
     @property
     def pid(self) -> int | None:
@@ -146,11 +156,13 @@ class ProcessBackend(Backend):
         worker = self._worker
         self._start()
         deadline = time.monotonic() + self._timeout if self._timeout else None
+        self._deadline = deadline
         headers, base = worker.arena.write(inputs)
+        end = LinkEnd(worker.wire, worker.arena, base, deadline)
         try:
             worker.send(RunBatch(headers, outputs, requests, number))
             while True:
-                match self._receive(deadline):
+                match worker.receive(deadline):
                     case BatchDone() as done:
                         return done
                     case BatchFailed(failure):
@@ -158,9 +170,9 @@ class ProcessBackend(Backend):
                     case Response() as response:
                         worker.send(Sent(self._deliver(response)))
                     case Calls(calls):
-                        self._answer_calls(calls, base, deadline)
+                        self._answer_calls(calls, end)
                     case StreamOpen() | StreamNext() | StreamCancel() as stream:
-                        self._streams.handle(stream, base, deadline)
+                        self._streams.handle(stream, end)
                     case other:
                         raise ModelExecutionError(
                             f"model '{self._name}': {self.role} sent an unknown message "
@@ -186,10 +198,6 @@ class ProcessBackend(Backend):
         finally:
             self._streams.end_batch()
 
-    def _receive(self, deadline: float | None) -> object:
-        """The worker's next message for the running batch."""
-        return self._worker.receive(deadline)
-
     def _deliver(self, response: Response) -> bool:
         """A response a decoupled model sent while its batch runs (only a backend serving
         decoupled models takes them): whether its client is still there."""
@@ -200,35 +208,33 @@ class ProcessBackend(Backend):
         text = f"model '{self._name}': {self.role} failed: {failure.message}"
         return sent_error(Failure(failure.code, text))
 
-    def _answer_calls(self, calls: tuple[Call, ...], base: int, deadline: float | None) -> None:
-        """Run the calls the worker makes to other served models (their inputs in the arena
-        from ``base``) and send back one answer each: the calls of one message run at once
-        (an async handler's gathered ``async_exec``), their outputs written after all
-        inputs."""
-        started = [self._start_call(call, deadline) for call in calls]
-        offset = base
-        if self._worker.outbox is self._worker.arena:  # their inputs are there too
-            offset = max(Arena.end(call.inputs, base) for call in calls)
+    def _answer_calls(self, calls: tuple[Call, ...], end: LinkEnd) -> None:
+        """Run the calls the worker makes to other served models and send back one answer
+        each: the calls of one message run at once (an async handler's gathered
+        ``async_exec``), their outputs written after all inputs."""
+        started = [self._start_call(call, end) for call in calls]
+        offset = max(Arena.end(call.inputs, end.base) for call in calls)
         answers: list[CallAnswer] = []
         for call, (future, until) in zip(calls, started, strict=True):
-            answer, offset = self._finish_call(call.model, future, until, offset)
+            answer, offset = self._finish_call(call.model, future, until, end.arena, offset)
             answers.append(answer)
-        self._worker.send(CallAnswers(tuple(answers)))
+        end.wire.send(CallAnswers(tuple(answers)))
 
     def _start_call(
-        self, call: Call, deadline: float | None
+        self, call: Call, end: LinkEnd
     ) -> tuple[Future[InferenceResponse] | InferplexError, float | None]:
         """Submit one call; its future (or why it could not start) and when it times out."""
-        until = call_deadline(call.timeout, deadline)
+        until = call_deadline(call.timeout, end.deadline)
         if self._caller is None:
             return UnsupportedError("this server gives handlers no access to other models"), until
-        return self._caller.submit(call_request(self._worker.outbox, call)), until
+        return self._caller.submit(call_request(end.arena, call)), until
 
     def _finish_call(
         self,
         model: str,
         future: Future[InferenceResponse] | InferplexError,
         until: float | None,
+        arena: Arena,
         offset: int,
     ) -> tuple[CallAnswer, int]:
         """Wait for one call; its answer for the worker (outputs written into the arena from
@@ -243,7 +249,7 @@ class ProcessBackend(Backend):
                 future.cancel()
                 raise
             results = {t.name: t.data for t in response.outputs}
-            headers, offset = self._worker.arena.write(results, offset)
+            headers, offset = arena.write(results, offset)
             return CallAnswer(headers), offset
         except InferplexError as exc:
             return CallAnswer(None, Failure.of(exc)), offset

@@ -56,9 +56,11 @@ def kill_all_workers() -> int:
 class WorkerProcess:
     """One worker process with its pipe, its arena and, with ``cancel_slots``, a cancel board
     for batches of up to that many requests (``backends/worker/cancel.py``). With ``outbox``
-    the worker writes into an arena of its own (``outbox``; else it is ``arena``): a decoupled
-    model's threads send responses while the server writes the next batch into ``arena``.
-    The arenas and the board outlive restarts."""
+    the worker's link (its calls to other models, a decoupled model's responses) has a pipe
+    (``exchange``) and an arena (``outbox``) of its own: a decoupled model's threads send
+    responses while the next batch runs, and the thread that sends reads the answer itself.
+    Else the link shares the worker's pipe and arena (no ``exchange``; ``outbox`` is
+    ``arena``). The arenas and the board outlive restarts."""
 
     def __init__(
         self,
@@ -76,6 +78,7 @@ class WorkerProcess:
         self._env = env
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Wire | None = None
+        self._exchange: Wire | None = None
         self._ready = False
 
     @property
@@ -83,6 +86,12 @@ class WorkerProcess:
         """The running worker's connection."""
         assert self._connection is not None
         return self._connection
+
+    @property
+    def exchange(self) -> Wire:
+        """The running worker's link pipe (``outbox``)."""
+        assert self._exchange is not None
+        return self._exchange
 
     @property
     def pid(self) -> int | None:
@@ -93,8 +102,12 @@ class WorkerProcess:
         """Start a worker and send it the model to load; ``wait_ready`` waits for it."""
         ours, theirs = socket.socketpair()
         board = -1 if self.board is None else self.board.fd
-        outbox = -1 if self.outbox is self.arena else self.outbox.fd
-        fds = [theirs.fileno(), self.arena.fd, board, outbox]
+        outbox = exchange = -1
+        link_ours = link_theirs = None
+        if self.outbox is not self.arena:
+            link_ours, link_theirs = socket.socketpair()
+            outbox, exchange = self.outbox.fd, link_theirs.fileno()
+        fds = [theirs.fileno(), self.arena.fd, board, outbox, exchange]
         with theirs:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", WORKER_MODULE, *map(str, fds)],
@@ -102,6 +115,9 @@ class WorkerProcess:
                 env=self._env,
                 stdin=subprocess.DEVNULL,
             )
+        if link_ours is not None and link_theirs is not None:
+            link_theirs.close()
+            self._exchange = Wire(Connection(link_ours.detach()))
         _RUNNING.add(self)
         self._connection = Wire(Connection(ours.detach()))
         self._connection.send(Init(self._init))
@@ -166,9 +182,10 @@ class WorkerProcess:
         if self._process is not None:
             self._process.kill()
             self._process.wait()
-        if self._connection is not None:
-            self._connection.close()
-        self._process = self._connection = None
+        for wire in (self._connection, self._exchange):
+            if wire is not None:
+                wire.close()
+        self._process = self._connection = self._exchange = None
         self._ready = False
         _RUNNING.discard(self)
 
