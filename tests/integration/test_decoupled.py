@@ -379,3 +379,50 @@ async def test_a_request_still_sending_gets_an_error_when_its_worker_dies(
     stream = await engine.stream(request("linger", IN=np.array([0], np.int32)))
     assert (await anext(aiter(stream))).response is not None
     stream.close()
+
+
+#: a decoupled model that calls square_int32 (a unary call with IN = 1, then a streamed one
+#: with its own IN) and sends each answer on as its own response: its calls and its
+#: responses share the worker's link pipe
+RELAY = """
+import numpy as np
+from inferplex.handler import triton as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+            one = pb_utils.Tensor("IN", np.array([1], np.int32))
+            answer = pb_utils.InferenceRequest("square_int32", [one], ["OUT"]).exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            sender.send(answer)
+            call = pb_utils.InferenceRequest("square_int32", [pb_utils.Tensor("IN", n)], ["OUT"])
+            for response in call.exec(decoupled=True):
+                if pb_utils.get_output_tensor_by_name(response, "OUT") is not None:
+                    sender.send(response)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+RELAY_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+async def test_a_decoupled_model_calls_other_models_between_its_responses(repo: Path) -> None:
+    decoupled.write_model(repo, "relay", RELAY, RELAY_CONFIG)
+    engine = build_engine(ServerConfig(model_repository=repo))
+    await engine.start()
+    try:
+        items = await read_all(engine, request("relay", IN=np.array([3], np.int32)))
+    finally:
+        await engine.stop()
+    assert [i.error for i in items] == [None] * len(items)
+    data = [i.response.outputs[0].data.tolist() for i in items if i.response]
+    assert data == [[1], [3], [3], [3]] and items[-1].final
