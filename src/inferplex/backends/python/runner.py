@@ -33,7 +33,7 @@ DEFAULT_CLASSES = ("TritonPythonModel", "Handler")
 __all__ = ["HandlerError", "HandlerRunner", "find_class", "load_module", "make_runner"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per batch, and a frozen __init__ costs µs
 class BatchResult:
     """A batch's answer: the outputs of the requests that did not fail (their rows in order)
     and those that failed. A decoupled model's requests answered through their senders have
