@@ -90,8 +90,8 @@ class PythonBackend(ProcessBackend):
         #: the worker's numbers of requests, which their responses carry
         self._request_numbers = itertools.count()
         # A decoupled model's threads may send responses after its execute returned, while
-        # the next batch runs (as in Triton): they write into an arena of their own, and a
-        # thread reads whatever the worker sends (its Inbox), batch or no batch.
+        # the next batch runs (as in Triton): its worker's link has a pipe and an arena of
+        # its own, and a thread (its Inbox) reads that pipe, batch or no batch.
         self._overlaps = config.model_transaction_policy.decoupled
         self._inbox: Inbox | None = None
         slots = max(1, config.max_batch_size)
@@ -107,7 +107,8 @@ class PythonBackend(ProcessBackend):
         """The batch with who asked for its rows: a Triton-style model gets one request each
         (with its id and parameters) and may fail one alone. Requests whose callers go away
         while it runs are marked on the worker's cancel board, where the handler's
-        ``is_cancelled()`` finds them."""
+        ``is_cancelled()`` finds them. A decoupled model's request whose responses go on
+        after the batch (threads the model started) is answered ``STILL_SENDING``."""
         infos = tuple(
             RequestInfo(next(self._request_numbers), r.id, r.parameters, r.rows) for r in requests
         )
@@ -175,9 +176,11 @@ class PythonBackend(ProcessBackend):
                 self._answer_calls(calls, end)
             case StreamOpen() | StreamNext() | StreamCancel() as stream:
                 self._streams.handle(stream, end)
+            case other:
+                raise RuntimeError(f"a worker's link sent an unknown {type(other).__name__}")
 
     def _outcome(self, response: Response) -> RequestOutcome | None:
-        """A response's outputs (copied out of the worker's arena) or its error."""
+        """A response's outputs (copied out of the link's arena) or its error."""
         if response.error is not None:
             return sent_error(response.error)
         if response.outputs:

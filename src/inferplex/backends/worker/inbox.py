@@ -13,6 +13,7 @@ worker dies, every request still open is answered with the error.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 
@@ -21,6 +22,8 @@ from inferplex.backends.worker.call_streams import LinkEnd
 from inferplex.backends.worker.messages import Response, Sent
 from inferplex.backends.worker.worker_process import WorkerProcess
 from inferplex.errors import InferplexError
+
+logger = logging.getLogger(__name__)
 
 
 class Inbox:
@@ -82,6 +85,8 @@ class Inbox:
                     self._answer(message, LinkEnd(wire, self._worker.outbox, 0, self._deadline()))
         except (EOFError, OSError):
             pass
+        except Exception:  # a protocol error: the requests it holds are failed all the same
+            logger.exception("worker %s: reading its link failed", self.pid)
         why = "it was replaced" if self._worker.pid != self.pid else self._worker.exit_status()
         with self._lock:
             left, self._open = list(self._open.values()), {}
