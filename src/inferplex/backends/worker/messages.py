@@ -40,7 +40,7 @@ process.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar, dataclass_transform
 
@@ -51,9 +51,11 @@ T = TypeVar("T")
 
 #: every message class, by its number on the wire
 _CLASSES: list[type] = []
-#: per class: its field names, and the fields that hold messages (name -> one or many)
+#: per class: its field names, and the fields that hold messages (index, one or many)
 _NAMES: dict[type, tuple[str, ...]] = {}
 _NESTED: dict[type, tuple[tuple[int, bool], ...]] = {}
+#: by number: the class, its field names and its nested fields (one look-up per message)
+_TABLE: list[tuple[type, tuple[str, ...], tuple[tuple[int, bool], ...]]] = []
 #: a field's metadata key: the field holds one message (False) or a sequence of them (True)
 NESTED = "nested"
 
@@ -63,36 +65,72 @@ def message(cls: type[T]) -> type[T]:
     """A frozen dataclass numbered for the wire. Its fields that hold messages say so with
     ``field(metadata={NESTED: many})``."""
     made = dataclass(frozen=True)(cls)
-    _CLASSES.append(made)
     own = fields(made)  # type: ignore[arg-type]
+    made.__init__ = _init(own)  # type: ignore[method-assign]
+    _CLASSES.append(made)
     _NAMES[made] = tuple(f.name for f in own)
     _NESTED[made] = tuple(
-        (i, f.metadata[NESTED]) for i, f in enumerate(own) if NESTED in f.metadata
+        (index, f.metadata[NESTED]) for index, f in enumerate(own) if NESTED in f.metadata
     )
     made._number = len(_CLASSES) - 1  # type: ignore[attr-defined]
+    _TABLE.append((made, _NAMES[made], _NESTED[made]))
     return made
+
+
+def _init(own: tuple[Field[Any], ...]) -> Any:
+    """An ``__init__`` that fills the instance's dict at once: a frozen dataclass's own sets
+    each field through ``object.__setattr__``, three times slower (1.4 µs for four fields),
+    and the server makes a few messages per request."""
+    names: dict[str, Any] = {"MISSING": MISSING}
+    params, lines = [], []
+    for f in own:
+        if f.default is not MISSING:
+            names[f"default_{f.name}"] = f.default
+            params.append(f"{f.name}=default_{f.name}")
+        elif f.default_factory is not MISSING:
+            names[f"factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=MISSING")
+            lines.append(f"    if {f.name} is MISSING: {f.name} = factory_{f.name}()")
+        else:
+            params.append(f.name)
+    values = ", ".join(f"{f.name!r}: {f.name}" for f in own)
+    source = "\n".join(
+        [
+            f"def __init__(self, {', '.join(params)}):",
+            *lines,
+            f"    self.__dict__.update({{{values}}})",
+        ]
+    )
+    exec(source, names)  # made of the class's own field names, as dataclasses' own code
+    return names["__init__"]
 
 
 def pack(value: Any) -> tuple[Any, ...]:
     """A message as a plain tuple: its class's number, then its fields."""
+    nested = _NESTED[type(value)]
+    if not nested:
+        return (value._number, *value.__dict__.values())
     values = list(value.__dict__.values())  # a dataclass's: in field order
-    for index, many in _NESTED[type(value)]:
+    for index, many in nested:
         inner = values[index]
-        if inner is not None:
-            values[index] = tuple(pack(v) for v in inner) if many else pack(inner)
+        if inner:
+            values[index] = tuple(map(pack, inner)) if many else pack(inner)
     return (value._number, *values)
 
 
 def unpack(wire: tuple[Any, ...]) -> Any:
     """The message ``pack`` made ``wire`` of (without running the class's ``__init__``)."""
-    cls = _CLASSES[wire[0]]
-    values = list(wire[1:])
-    for index, many in _NESTED[cls]:
-        inner = values[index]
-        if inner is not None:
-            values[index] = tuple(unpack(v) for v in inner) if many else unpack(inner)
+    cls, names, nested = _TABLE[wire[0]]
     made = object.__new__(cls)
-    made.__dict__.update(zip(_NAMES[cls], values, strict=True))
+    if not nested:
+        made.__dict__.update(zip(names, wire[1:], strict=False))
+        return made
+    values = list(wire[1:])
+    for index, many in nested:
+        inner = values[index]
+        if inner:
+            values[index] = tuple(map(unpack, inner)) if many else unpack(inner)
+    made.__dict__.update(zip(names, values, strict=False))
     return made
 
 

@@ -66,3 +66,14 @@ def test_on_the_wire_a_message_is_a_plain_tuple() -> None:
 def test_messages_are_frozen() -> None:
     with pytest.raises(AttributeError):
         m.Sent(True).alive = False  # type: ignore[misc]
+
+
+def test_defaults_and_default_factories_are_taken_as_declared() -> None:
+    """The messages' own ``__init__`` (which fills the dict at once) keeps the dataclass's
+    defaults, and a default factory makes a new value each time."""
+    batch = m.RunBatch(HEADERS, ["OUT"])
+    assert (batch.requests, batch.number) == ((), 0)
+    first, second = m.MetricUpdates(), m.MetricUpdates()
+    assert first.updates == [] and first.updates is not second.updates
+    with pytest.raises(TypeError):
+        m.Sent()  # type: ignore[call-arg]
