@@ -158,7 +158,6 @@ class ProcessBackend(Backend):
         deadline = time.monotonic() + self._timeout if self._timeout else None
         self._deadline = deadline
         headers, base = worker.arena.write(inputs)
-        end = LinkEnd(worker.wire, worker.arena, base, deadline)
         try:
             worker.send(RunBatch(headers, outputs, requests, number))
             while True:
@@ -169,9 +168,11 @@ class ProcessBackend(Backend):
                         raise self._failure(failure)
                     case Response() as response:
                         worker.send(Sent(self._deliver(response)))
-                    case Calls(calls):
+                    case Calls(calls):  # the link shares the worker's pipe and arena
+                        end = LinkEnd(worker.wire, worker.arena, base, deadline)
                         self._answer_calls(calls, end)
                     case StreamOpen() | StreamNext() | StreamCancel() as stream:
+                        end = LinkEnd(worker.wire, worker.arena, base, deadline)
                         self._streams.handle(stream, end)
                     case other:
                         raise ModelExecutionError(
