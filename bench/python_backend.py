@@ -35,7 +35,8 @@ from examples import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.onnxruntime import OnnxRuntimeBackend
 from inferplex.backends.python import PythonBackend
-from inferplex.backends.python.runner import find_class, load_module, make_runner
+from inferplex.backends.python.runner import find_class, load_module
+from inferplex.backends.python.styles import make_runner
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config

@@ -4,7 +4,7 @@
 * TorchServe style (``torchserve_runner.py``) — ``handle(data, context)`` (``BaseHandler``
   provides it) or at least ``inference``; see ``inferplex.handler.base``.
 
-``make_runner`` picks the runner for a handler. Either way the outputs are cast to the
+``styles.make_runner`` picks the runner for a handler. Either way the outputs are cast to the
 datatypes the model's config declares (``outputs.py``).
 """
 
@@ -30,7 +30,7 @@ from inferplex.handler.base import Context, never
 #: the classes looked for when the config names none (Triton's name first)
 DEFAULT_CLASSES = ("TritonPythonModel", "Handler")
 
-__all__ = ["HandlerError", "HandlerRunner", "find_class", "load_module", "make_runner"]
+__all__ = ["HandlerError", "HandlerRunner", "find_class", "load_module"]
 
 
 @dataclass(slots=True)  # not frozen: made per batch, and a frozen __init__ costs µs
@@ -85,17 +85,6 @@ class HandlerRunner(abc.ABC):
     def finalize(self) -> None:
         if callable(getattr(self.handler, "finalize", None)):
             self.handler.finalize()
-
-
-def make_runner(handler: Any, context: Context) -> HandlerRunner:
-    """The runner of ``handler``'s style (which initializes it)."""
-    # imported here: each style's module imports this one for the base class
-    from inferplex.backends.python.torchserve_runner import TorchServeRunner
-    from inferplex.backends.python.triton_runner import TritonRunner
-
-    if callable(getattr(handler, "execute", None)):
-        return TritonRunner(handler, context)
-    return TorchServeRunner(handler, context)
 
 
 class ModuleHandler:

@@ -31,7 +31,8 @@ import numpy as np
 
 from inferplex.backends.python import compat
 from inferplex.backends.python.link import Link
-from inferplex.backends.python.runner import HandlerRunner, find_class, load_module, make_runner
+from inferplex.backends.python.runner import HandlerRunner, find_class, load_module
+from inferplex.backends.python.styles import make_runner
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.backends.worker.messages import (

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferplex.backends.python.runner import HandlerError, find_class, make_runner
+from inferplex.backends.python.runner import HandlerError, find_class
+from inferplex.backends.python.styles import make_runner
 from inferplex.backends.worker.messages import Failure, RequestFailed, RequestInfo
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import BaseHandler, Context

@@ -15,7 +15,7 @@ import pytest
 
 from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec
 from inferplex.backends.python import PythonBackend
-from inferplex.backends.python.runner import make_runner
+from inferplex.backends.python.styles import make_runner
 from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.config.model_config import ModelConfig
 from inferplex.handler import BaseHandler
