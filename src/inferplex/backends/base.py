@@ -72,6 +72,23 @@ class CallStream(Protocol):
 RequestOutcome = dict[str, np.ndarray] | InferplexError
 
 
+class StillSending:
+    """What ``execute_requests`` answers for a decoupled model's request whose responses go
+    on after its batch ended (threads the model started still send them, as Triton's
+    decoupled models may): the request ends with the final response its sink gets, which
+    the backend sends whatever happens (an error if its worker dies)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "STILL_SENDING"
+
+
+STILL_SENDING = StillSending()
+#: what ``execute_requests`` answers for one request
+BatchOutcome = RequestOutcome | StillSending
+
+
 class ResponseSink(Protocol):
     """Where a decoupled model's backend sends one request's responses as they come, from
     the instance's thread (or a thread it waits for)."""
@@ -191,11 +208,11 @@ class Backend(abc.ABC):
         outputs: list[str],
         requests: list[BatchRequest],
         cancellation: Cancellation | None = None,
-    ) -> list[RequestOutcome]:
+    ) -> list[BatchOutcome]:
         """For a ``per_request`` backend: run one batch (``inputs`` hold the requests' rows in
-        order) and return each request's outputs, or the error that failed it alone. A
-        ``cancellable`` backend gets the batch's ``cancellation`` (others are called without
-        it)."""
+        order) and return each request's outputs, or the error that failed it alone, or (a
+        decoupled model's) ``STILL_SENDING``. A ``cancellable`` backend gets the batch's
+        ``cancellation`` (others are called without it)."""
         raise NotImplementedError(f"{type(self).__name__} does not take per-request batches")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends free on collection

@@ -20,6 +20,7 @@ import numpy as np
 
 from inferplex.backends.base import (
     Backend,
+    BatchOutcome,
     BatchRequest,
     Cancellation,
     InstanceSpec,
@@ -101,7 +102,7 @@ class LlmBackend(Backend):
         outputs: list[str],
         requests: list[BatchRequest],
         cancellation: Cancellation | None = None,
-    ) -> list[RequestOutcome]:
+    ) -> list[BatchOutcome]:
         """Generate for each request, sending its output to its sink as it comes; returns
         when all have ended."""
         outbox = Outbox()
