@@ -24,7 +24,6 @@ from inferplex.backends.base import (
     BatchRequest,
     Cancellation,
     InstanceSpec,
-    RequestOutcome,
 )
 from inferplex.backends.llm.admission import prepare
 from inferplex.backends.llm.generation import Generation
@@ -130,10 +129,10 @@ class LlmBackend(Backend):
 
     def _read(
         self, inputs: dict[str, np.ndarray], requests: list[BatchRequest], outbox: Outbox
-    ) -> tuple[list[RequestOutcome], dict[int, Reply], dict[int, Generation]]:
+    ) -> tuple[list[BatchOutcome], dict[int, Reply], dict[int, Generation]]:
         """Each request read and made ready for the engine, or the error that refuses it
         alone: (answers so far, the replies and generations of those ready, by index)."""
-        answers: list[RequestOutcome] = [{} for _ in requests]
+        answers: list[BatchOutcome] = [{} for _ in requests]
         replies: dict[int, Reply] = {}
         generations: dict[int, Generation] = {}
         offset = 0
