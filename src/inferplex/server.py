@@ -25,6 +25,7 @@ from inferplex.config.readers import use_config_name
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
 from inferplex.core.streaming import StreamedResponse
+from inferplex.dataplane import DataPlane
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InferplexError
 from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
@@ -33,7 +34,6 @@ from inferplex.lifecycle.exit_deadline import ExitDeadline
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.mesh.replica import Rebalancer, members
 from inferplex.metrics.app import MetricsApp, create_metrics_app
-from inferplex.protocol.dataplane import DataPlane
 from inferplex.repository.local import list_models
 from inferplex.repository.s3 import S3Repository
 from inferplex.resilience.guard import GuardDefaults, ModelGuards
@@ -290,7 +290,6 @@ class Server:
                 self.engine,
                 config,
                 guard=access.grpc_guard if access.enabled else None,
-                trace=self._tracing.wrap_grpc_model_infer if self._tracing is not None else None,
                 ssl_context=grpc_ssl_context(
                     config.tls_cert_file, config.tls_key_file, config.tls_client_ca
                 ),
@@ -335,14 +334,14 @@ class Server:
             config.server_name,
             self._span_exporter,
         )
+        self.plane.tracer = self._tracing.calls()  # every protocol's calls get their spans
 
     async def _serve_http(
         self, access: Access, sock: socket.socket, tls: ssl.SSLContext | None
     ) -> int:
         """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
         app = create_http_app(self.engine, self.config, access, self.plane, self._http_budget)
-        traced = self._tracing.wrap_http(app) if self._tracing is not None else app
-        return await self._serve_asgi(traced, sock, tls, app)
+        return await self._serve_asgi(app, sock, tls, app)
 
     async def _serve_asgi(
         self,

@@ -322,7 +322,7 @@ class GrpcServer:
         stream.context = state
         stream.head_size = 5  # the message's prefix: body_head_received sizes the rest
         if timeout:
-            seconds = _timeout_seconds(timeout)
+            seconds = timeout_seconds(timeout)
             if seconds is not None:
                 assert self._loop is not None
                 state.deadline = self._loop.call_later(
@@ -510,7 +510,7 @@ def _http_error(connection: Http2Connection, stream: Stream, status: bytes) -> N
     )
 
 
-def _timeout_seconds(value: bytes) -> float | None:
+def timeout_seconds(value: bytes) -> float | None:
     """A ``grpc-timeout`` value (up to 8 digits and a unit) in seconds; None if malformed."""
     unit = _TIMEOUT_UNITS.get(value[-1:])
     digits = value[:-1]
