@@ -34,8 +34,15 @@ grpcaio = pytest.importorskip("tritonclient.grpc.aio")
 #: client went away (writing "cancelled")
 FLOOD = """
 import json
+import os
 import numpy as np
 from inferplex.handler import triton as pb_utils
+
+def note(path, text):
+    # whole or not at all: a reader never sees the file emptied for the next count
+    with open(path + ".new", "w") as file:
+        file.write(text)
+    os.replace(path + ".new", path)
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -49,10 +56,10 @@ class TritonPythonModel:
             block = pb_utils.Tensor("OUT", np.zeros(size, np.uint8))
             for i in range(count):
                 if request.is_cancelled():
-                    open(self.progress, "w").write("cancelled")
+                    note(self.progress, "cancelled")
                     break
                 sender.send(pb_utils.InferenceResponse([block]))
-                open(self.progress, "w").write(str(i + 1))
+                note(self.progress, str(i + 1))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
