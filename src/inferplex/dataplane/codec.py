@@ -46,8 +46,8 @@ items of ``b"data: ...\\n\\n"``; the HTTP frontend sends the items as they come.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from inferplex.core.streaming import StreamedResponse
@@ -79,6 +79,10 @@ Head = TypeVar("Head", covariant=True)
 Item = TypeVar("Item", covariant=True)
 
 
+#: HTTP header fields as (lower-case name, value) pairs
+Headers = list[tuple[bytes, bytes]]
+
+
 @dataclass(slots=True)
 class CallMeta:
     """What a call brings besides its body, as its frontend read it from the transport."""
@@ -100,12 +104,11 @@ class CallMeta:
     header_length: int | None = None
     #: the trace the call continues (set only while tracing is on)
     trace: CallTrace | None = None
-    #: anything else a codec reads from its transport (a request header it maps)
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: the call's request headers (HTTP), for a codec that reads one of its own (None: the
+    #: frontend passes none, as for gRPC, whose codecs read only the message)
+    headers: Headers | None = None
 
 
-#: HTTP header fields as (lower-case name, value) pairs
-Headers = list[tuple[bytes, bytes]]
 #: what an HTTP codec answers a call with: status, body, headers (no content-length)
 HttpReply = tuple[int, bytes, Headers]
 

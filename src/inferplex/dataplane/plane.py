@@ -212,8 +212,17 @@ class DataPlane:
         return await self.classes.classify(request, response)
 
     async def _infer(self, codec: Codec[A], body: Body, meta: CallMeta) -> A:
-        charge = None
-        request = self._decoded_here(codec, body, meta)
+        charge = request = None
+        if codec.work(body, meta) <= OFFLOAD_BYTES:  # _decoded_here, inline: the hot path
+            regions = meta.regions
+            try:
+                request = codec.decode(
+                    body, meta, None if regions is None else regions.on_loop, None
+                )
+            except ReadOffLoop:  # a large tensor in shared memory: read in a worker thread
+                pass
+            else:
+                self._admit(request)
         try:
             if request is None:
                 charge = self.charge()

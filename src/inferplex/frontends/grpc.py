@@ -182,10 +182,14 @@ class GrpcFrontend:
         it). Its deadline (``grpc-timeout``) is the server's: it cancels the call, and the
         data plane's cancellation tells the model."""
         plane = self._plane
-        meta = CallMeta(
-            regions=self.engine.shared_memory.owned_by(call.identity),  # the caller's
-            routing_key=plane.routing_value(call.metadata()) if plane.routing_metadata else None,
-            trace=call_trace(call) if TRACING.enabled else None,
+        meta = CallMeta(  # positional: the hot path
+            "",
+            "",
+            self.engine.shared_memory.owned_by(call.identity),  # the caller's regions
+            plane.routing_value(call.metadata()) if plane.routing_metadata else None,
+            None,  # the server enforces the call's deadline
+            None,
+            call_trace(call) if TRACING.enabled else None,
         )
         return plane.infer(GRPC, request, meta)
 

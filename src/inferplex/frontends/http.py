@@ -36,6 +36,7 @@ comes from the one table in ``protocol/v2/errors.py``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -154,6 +155,9 @@ class HttpApp(ManagementRoutes):
         # an HTTP header whose value becomes the request parameter routing_key (sticky routes)
         self._routing_header = self._plane.routing_header
         self._generation = Generate(engine, self._plane)
+        #: ``POST .../infer``: the data plane's call with the REST codec, given (body, meta);
+        #: a partial, so no frame of the frontend's runs around the data plane's coroutine
+        self._infer = functools.partial(self._plane.infer, REST)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI 3 (uvicorn, the tracing wrapper): the body comes through ``receive``."""
@@ -253,7 +257,11 @@ class HttpApp(ManagementRoutes):
                 method, path, raw_path, headers
             )
             if endpoint.method == "POST":
-                body, header_length, accept, inflated = await self._body(endpoint, headers, body)
+                limit, flag, json_limit = self._caps.get(endpoint) or self._body_caps(endpoint)
+                header_length, coding, accept = body_headers(headers, limit, flag)
+                if coding is not None or not isinstance(body, bytes | memoryview):
+                    body, inflated = await self._read(body, coding, limit, flag)
+                _check_size(body, limit, flag, json_limit if header_length is None else 0)
             else:
                 refuse_body(path, endpoint, headers, body)
                 body, header_length, accept = b"", None, None
@@ -268,6 +276,7 @@ class HttpApp(ManagementRoutes):
                 None,
                 None if header_length is None else parse_header_length(header_length),
                 trace,
+                headers,
             )
             reply: AnyReply = await handler(body, meta)
             if accept is not None and endpoint.handler == "_infer":
@@ -285,27 +294,18 @@ class HttpApp(ManagementRoutes):
             if inflated is not None:  # answered: its bytes leave the server's budget
                 inflated.release()
 
-    async def _body(
-        self, endpoint: Endpoint, headers: Headers, body: Body | Receive
-    ) -> tuple[Body, bytes | None, bytes | None, Inflated | None]:
-        """A POST's body, read if it comes through ``receive``, within its endpoint's limit
-        and inflated if compressed (the inflated bytes charged until answered); its raw
-        Inference-Header-Content-Length and Accept-Encoding."""
-        limit, flag, json_limit = self._caps.get(endpoint) or self._body_caps(endpoint)
-        header_length, coding, accept = body_headers(headers, limit, flag)
+    async def _read(
+        self, body: Body | Receive, coding: bytes | None, limit: int, flag: str
+    ) -> tuple[Body, Inflated | None]:
+        """A POST's body, read if it comes through ``receive``, within its endpoint's
+        ``limit``, and inflated if compressed (the inflated bytes charged until answered)."""
         if not isinstance(body, bytes | memoryview):
             body = await receive_body(body, limit, flag)
-        elif len(body) > limit:
-            raise too_large(f"{len(body)} bytes", limit, flag)
-        inflated = None
-        if coding is not None:  # admitted: inflated within the endpoint's limit
-            inflated = await inflate_body(body, coding, limit, flag, self._budget)
-            body = inflated.data
-        if json_limit and header_length is None and len(body) > json_limit:
-            if inflated is not None:
-                inflated.release()
-            raise json_too_large(len(body), json_limit)
-        return body, header_length, accept, inflated
+        if coding is None:
+            return body, None
+        _check_size(body, limit, flag, 0)
+        inflated = await inflate_body(body, coding, limit, flag, self._budget)
+        return inflated.data, inflated
 
     def _body_caps(self, endpoint: Endpoint) -> tuple[int, str, int]:
         """The most body bytes ``endpoint`` takes, the setting that says so, and the most
@@ -330,10 +330,6 @@ class HttpApp(ManagementRoutes):
         return route
 
     # -- inference calls, the data plane's: (body, meta) ---------------------------------------
-    def _infer(self, body: Body, meta: CallMeta) -> Awaitable[Reply]:
-        # the data plane's coroutine itself: no frame of the frontend's around it
-        return self._plane.infer(REST, body, meta)
-
     async def _generate(self, body: Body, meta: CallMeta) -> AnyReply:
         """Triton's generate extension (frontends/http_generate.py)."""
         return await self._generation.generate(body, meta)
@@ -420,6 +416,15 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def _check_size(body: Body, limit: int, flag: str, json_limit: int) -> None:
+    """A body within its endpoint's ``limit``, and all-JSON one within ``json_limit`` (0:
+    not checked)."""
+    if len(body) > limit:
+        raise too_large(f"{len(body)} bytes", limit, flag)
+    if json_limit and len(body) > json_limit:
+        raise json_too_large(len(body), json_limit)
 
 
 def _header(headers: Headers, name: bytes) -> str | None:
