@@ -5,7 +5,6 @@ ModelStreamInfer, a decoupled model's circuit breaker through a stream, and a st
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.protocol.v2 import generated as pb
 from tests.support.h2client import H2Client, grpc_frame
+from tests.support.streams import Collected
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
@@ -116,19 +116,6 @@ def add_sub_inputs(values: np.ndarray) -> list[Any]:
     return inputs
 
 
-class Collected:
-    """What a tritonclient stream callback received."""
-
-    def __init__(self) -> None:
-        self.items: queue.Queue[tuple[Any, Any]] = queue.Queue()
-
-    def callback(self, result: Any, error: Any) -> None:
-        self.items.put((result, error))
-
-    def take(self) -> tuple[Any, Any]:
-        return self.items.get(timeout=30)
-
-
 def test_generate_honours_the_routing_header(server: RunningServer) -> None:
     """A sticky route answers every /generate request with one key from the same target,
     as /infer does: the header is the request's routing key."""
@@ -157,7 +144,7 @@ def test_stream_answers_an_output_asked_as_its_top_classes(server: RunningServer
         client.async_stream_infer(
             "add_sub", add_sub_inputs(values), outputs=classes, request_id="c3"
         )
-        result, error = received.take()
+        ((result, error),) = received.take(1)
         client.stop_stream()
     assert error is None, error
     expected = [b"18.000000:1", b"16.000000:7", b"14.000000:3"]
@@ -179,7 +166,7 @@ def test_a_failing_decoupled_model_opens_its_breaker_through_a_stream(
             tensor = grpcclient.InferInput("IN", [1], "INT32")
             tensor.set_data_from_numpy(np.array([number], np.int32))
             client.async_stream_infer("broken", [tensor], request_id=str(number))
-            _, error = received.take()
+            ((_, error),) = received.take(1)
             assert error is not None
             messages.append(error.message())
         client.stop_stream()

@@ -78,6 +78,13 @@ def post(server: Server, body: object, **headers: str) -> requests.Response:
     return requests.post(url, json=body, headers=headers, timeout=10)
 
 
+def grpc_inputs() -> list[grpcclient.InferInput]:
+    inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
+    return inputs
+
+
 def test_tracing_is_off_by_default(repository: Path) -> None:
     # first: the traced server below switches tracing on for the whole process
     with Server(config(repository, 0.0)) as server:
@@ -198,9 +205,7 @@ def test_grpc_model_infer_gets_the_same_spans(traced: tuple[Server, InMemorySpan
     server, exporter = traced
     trace_id = "5bf92f3577b34da6a3ce929d0e0e4737"
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
+    inputs = grpc_inputs()
     client.infer(
         "add_sub",
         inputs,
@@ -236,9 +241,7 @@ def test_a_stream_request_gets_its_span_in_the_callers_trace(
         answered.set()
 
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
+    inputs = grpc_inputs()
     client.start_stream(callback, headers={"traceparent": f"00-{trace_id}-{PARENT_ID}-01"})
     client.async_stream_infer("add_sub", inputs, request_id="s-1")
     assert answered.wait(10) and errors == [None]

@@ -323,5 +323,19 @@ class TracedCall:
             code = None
         else:  # anything but the protocol's errors is the server's
             code = error.code if isinstance(error, InferplexError) else ErrorCode.INTERNAL
-        message = None if error is None else f"{type(error).__name__}: {error}"
+        # the span is in error where the server failed (HTTP's 5xx), not where it refused
+        message = None
+        if error is not None and code in _SERVER_ERRORS:
+            message = f"{type(error).__name__}: {error}"
         self._span.end((label.status_key, label.status(code)), message)
+
+
+#: the errors that are the server's, not the caller's (HTTP answers them 5xx)
+_SERVER_ERRORS = frozenset(
+    (
+        ErrorCode.INTERNAL,
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.DEADLINE_EXCEEDED,
+        ErrorCode.UNIMPLEMENTED,
+    )
+)
