@@ -34,8 +34,8 @@ import psutil
 from bench.loadgen import Measurement, measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from examples import modelgen
-from inferplex.benchtool import arrays
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool import arrays
 
 HOST = "127.0.0.1"
 SERVERS = ("uvicorn", "builtin")

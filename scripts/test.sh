@@ -2,7 +2,7 @@
 # Sets everything up on a fresh machine and runs the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh "test,examples,dev,deploy,torch"
+scripts/bootstrap.sh "test,examples,dev,deploy,torch,llm"
 scripts/system_packages.sh
 .venv/bin/ruff check src tests examples bench scripts
 .venv/bin/ruff format --check src tests examples bench scripts

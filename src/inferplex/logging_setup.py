@@ -3,7 +3,7 @@ ISO 8601 in UTC) or one JSON object per line, to stderr or appended to a file.
 
 JSON lines carry ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message`` and every
 field a call passes with ``extra=`` (for model state changes: ``model``, ``state``,
-``versions``, ``reason``), so a log pipeline can filter on them without parsing text.
+``previous``, ``reason``), so a log pipeline can filter on them without parsing text.
 Nothing is logged per request at INFO: request-level detail goes to traces and metrics.
 """
 

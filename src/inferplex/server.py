@@ -40,6 +40,7 @@ from inferplex.resilience.guard import GuardDefaults, ModelGuards
 from inferplex.routing.table import RouteTable
 from inferplex.security.access import Access, Surface
 from inferplex.security.encryption import load_key, use_key
+from inferplex.security.restricted import Restrictions
 from inferplex.security.tls import grpc_ssl_context, server_ssl_context
 from inferplex.security.tokens import TokenAuth
 from inferplex.shm import SharedMemoryRegistry
@@ -271,13 +272,20 @@ class Server:
             if management_sock is not None:
                 management = f"{scheme}://{address(management_sock)}"
             surface: Surface = "inference" if management_sock else "all"
+            restricted = Restrictions.of(config.http_restricted_api)
             self.http_port = await self._serve_http(
-                Access(auth, surface=surface, elsewhere=management), http_sock, tls
+                Access(auth, surface=surface, elsewhere=management, restrictions=restricted),
+                http_sock,
+                tls,
             )
             if management_sock is not None:
                 elsewhere = f"{scheme}://{address(http_sock)}"
                 self.management_port = await self._serve_http(
-                    Access(auth, surface="management", elsewhere=elsewhere), management_sock, tls
+                    Access(
+                        auth, surface="management", elsewhere=elsewhere, restrictions=restricted
+                    ),
+                    management_sock,
+                    tls,
                 )
         grpc_sock = sockets.get("gRPC")
         if grpc_sock is not None:
@@ -285,6 +293,7 @@ class Server:
                 auth,
                 surface="inference" if management else "all",
                 elsewhere=f"the HTTP management listener {management}",
+                restrictions=Restrictions.of(config.grpc_restricted_protocol, grpc=True),
             )
             self._grpc = GrpcFrontend(
                 self.engine,

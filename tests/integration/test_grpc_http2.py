@@ -33,11 +33,11 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hpack import Encoder
 
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.protocol.v2 import generated as pb
 from inferplex.security.tls import grpc_ssl_context
 from inferplex.transport.grpc_server import GrpcServer, Method
 from inferplex.transport.sockets import bind
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.certs import Certificates, make_certificates
 from tests.support.h2client import (
     DATA,

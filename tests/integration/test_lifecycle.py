@@ -235,7 +235,9 @@ async def test_unknown_and_broken_models(tmp_path: Path) -> None:
         state, reason = index(engine)[("broken", "")]
         assert state == "UNAVAILABLE" and reason
         # recorded although the read failed: poll mode tries it again only when it changes
-        assert engine.registry.entry("broken").fingerprint == fingerprint(tmp_path / "broken")
+        assert engine.lifecycle.records.record("broken").fingerprint == fingerprint(
+            tmp_path / "broken"
+        )
 
 
 # -- warm-up ------------------------------------------------------------------------------------
@@ -363,10 +365,11 @@ async def test_load_on_demand_and_idle_unload(tmp_path: Path) -> None:
             await engine.infer(add_sub_request("broken"))
 
 
-async def test_on_demand_wait_is_bounded_and_the_index_shows_loading(tmp_path: Path) -> None:
-    path = modelgen.slow(tmp_path, seconds=0.5)
+def slow_with_warmup(repo: Path, seconds: float) -> None:
+    """The model "slow" with one warm-up run: its load takes as long as one run."""
+    path = modelgen.slow(repo, seconds=seconds)
     config = modelgen.model_config(path, max_batch_size=8)
-    config["model_warmup"] = [  # the load takes as long as one run of the model
+    config["model_warmup"] = [
         {
             "name": "one",
             "batch_size": 1,
@@ -378,7 +381,11 @@ async def test_on_demand_wait_is_bounded_and_the_index_shows_loading(tmp_path: P
             ],
         }
     ]
-    write_config(tmp_path / "slow", config)
+    write_config(repo / "slow", config)
+
+
+async def test_on_demand_wait_is_bounded_and_the_index_shows_loading(tmp_path: Path) -> None:
+    slow_with_warmup(tmp_path, 0.5)
     settings = {
         "model_control_mode": "explicit",
         "load_on_demand": True,
@@ -393,6 +400,23 @@ async def test_on_demand_wait_is_bounded_and_the_index_shows_loading(tmp_path: P
         await eventually(lambda: index(engine).get(("slow", "1")) == ("READY", ""))
         response = await engine.infer(request)
         assert response.model_version == "1"
+
+
+async def test_a_cancelled_first_load_leaves_the_model_unavailable_and_loadable(
+    tmp_path: Path,
+) -> None:
+    """A load whose caller is cancelled mid-way (here in its warm-up) does not leave the
+    model LOADING for good: it is UNAVAILABLE saying why, and the next load loads it."""
+    slow_with_warmup(tmp_path, 0.3)
+    async with running(tmp_path, model_control_mode="explicit") as engine:
+        load = asyncio.get_running_loop().create_task(engine.load_model("slow", {}))
+        await eventually(lambda: index(engine)[("slow", "")] == ("LOADING", ""))
+        load.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await load
+        assert index(engine)[("slow", "")] == ("UNAVAILABLE", "the load was cancelled")
+        await engine.load_model("slow", {})
+        assert index(engine)[("slow", "1")] == ("READY", "")
 
 
 # -- pacing -------------------------------------------------------------------------------------

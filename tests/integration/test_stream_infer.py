@@ -19,9 +19,9 @@ import pytest
 
 from examples import modelgen
 from examples.modelgen import decoupled
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.perf_analyzer import run_perf_analyzer
 from tests.support.polling import wait_for
 from tests.support.streams import Collected

@@ -15,9 +15,9 @@ import requests
 
 from examples import modelgen
 from examples.modelgen import decoupled
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.h2client import H2Client, grpc_frame
 from tests.support.streams import Collected
 

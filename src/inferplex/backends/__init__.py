@@ -30,13 +30,14 @@ def __getattr__(name: str) -> Any:
 def available_backends() -> list[type[Backend]]:
     from inferplex.backends.cascade import CascadeBackend, SizeRoutingBackend
     from inferplex.backends.ensemble import EnsembleBackend
+    from inferplex.backends.llm import LlmBackend  # imports torch only when loading
     from inferplex.backends.onnxruntime import OnnxRuntimeBackend
     from inferplex.backends.python import PythonBackend
     from inferplex.backends.pytorch import PyTorchBackend  # imports torch only when loading
     from inferplex.backends.remote import RemoteBackend
 
     found: list[type[Backend]] = [OnnxRuntimeBackend, PyTorchBackend, PythonBackend]
-    found += [EnsembleBackend, CascadeBackend, SizeRoutingBackend, RemoteBackend]
+    found += [EnsembleBackend, CascadeBackend, SizeRoutingBackend, RemoteBackend, LlmBackend]
     found += _plugin_backends()
     return found
 

@@ -1,5 +1,5 @@
 """tritonserver flags that mean something only together: the log levels, gRPC's TLS files,
-the two cache flags, the trace settings and the restricted APIs. Each flag's value is kept
+the two cache flags and the trace settings. Each flag's value is kept
 under a ``_`` key by its :class:`~inferplex.cli.triton_spec.TritonFlag`; ``combine`` turns
 them into ServerConfig settings, lines for the log, or a refusal."""
 
@@ -10,15 +10,9 @@ from typing import Any
 import click
 
 from inferplex.cli import triton_values
-from inferplex.cli.triton_spec import Refused
 
 #: Triton's trace rate when none is given: one request in 1000
 _TRITON_TRACE_RATE = 1000
-_SCOPES = (
-    "inferplex restricts APIs with bearer tokens in two scopes (--inference-token: "
-    "inference, metadata, model config, statistics, index; --management-token: load and "
-    "unload, shared memory, trace and log settings; docs/security.md)"
-)
 
 
 def combine(settings: dict[str, Any], notes: list[str]) -> None:
@@ -35,8 +29,6 @@ def combine(settings: dict[str, Any], notes: list[str]) -> None:
             )
         settings["cache_size"] = parts["_response_cache_bytes"]
     _trace(parts, settings, notes)
-    _http_restricted(parts, settings, notes)
-    _grpc_restricted(parts, settings, notes)
 
 
 def _log_levels(parts: dict[str, Any], settings: dict[str, Any], notes: list[str]) -> None:
@@ -138,45 +130,3 @@ def _trace_settings(parts: dict[str, Any]) -> dict[str, dict[str, str]]:
             )
         found[mode.lower()][key] = value
     return found
-
-
-def _http_restricted(parts: dict[str, Any], settings: dict[str, Any], notes: list[str]) -> None:
-    """--http-restricted-api maps onto the tokens where it says exactly what they do."""
-    values = parts.get("_http_restricted", ())
-    if not values:
-        return
-    groups = triton_values.restrictions("--http-restricted-api", values)
-    token = triton_values.bearer_token(groups)
-    if token is None:
-        raise Refused(
-            f"tritonserver's --http-restricted-api ({'; '.join(values)}) cannot be honoured, "
-            "and ignoring it would leave those APIs open: "
-            f"{_SCOPES}. A restriction maps onto them only as one token for every API but "
-            "health: --http-restricted-api=metadata,inference,shared-memory,model-config,"
-            "model-repository,statistics,trace,logging:Authorization=Bearer <token>. "
-            "Use --inference-token and --management-token instead"
-        )
-    settings["inference_token"] = settings["management_token"] = token
-    notes.append(
-        "--http-restricted-api: every API but health needs 'Authorization: Bearer <token>' "
-        "(--inference-token and --management-token), on the gRPC port too"
-    )
-
-
-def _grpc_restricted(parts: dict[str, Any], settings: dict[str, Any], notes: list[str]) -> None:
-    """--grpc-restricted-protocol: Triton checks a header of the user's choosing, prefixed
-    ``triton-grpc-protocol-``, which no inferplex token is read from."""
-    values = parts.get("_grpc_restricted", ())
-    if not values:
-        return
-    triton_values.restrictions("--grpc-restricted-protocol", values)
-    if settings.get("enable_grpc") is False:
-        notes.append("--grpc-restricted-protocol: no effect: --allow-grpc=false")
-        return
-    raise Refused(
-        f"tritonserver's --grpc-restricted-protocol ({'; '.join(values)}) cannot be "
-        "honoured, and ignoring it would leave those APIs open to any gRPC client: Triton "
-        "checks the metadata key triton-grpc-protocol-<key>, inferplex checks "
-        f"'authorization: Bearer <token>'; {_SCOPES}. Use --inference-token and "
-        "--management-token instead"
-    )

@@ -4,7 +4,8 @@ unchanged.
 Many of Triton's flags are inferplex's own already, with the same names and meanings
 (``--model-repository=DIR``, ``--http-port``, ``--grpc-port``, ``--metrics-port``,
 ``--model-control-mode``, ``--load-model``, ``--repository-poll-secs``, ``--log-file``,
-``--model-config-name``; ``--log-format`` takes Triton's ``default`` and ``ISO8601`` too):
+``--model-config-name``, ``--http-restricted-api``, ``--grpc-restricted-protocol``;
+``--log-format`` takes Triton's ``default`` and ``ISO8601`` too):
 click reads ``--flag=value`` and ``--flag value`` alike. The others are in
 :data:`~inferplex.cli.triton_table.FLAGS`: each sets ServerConfig fields, is accepted without
 effect (the reason logged at start and shown in ``--help``), or stops the start where

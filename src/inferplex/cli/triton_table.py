@@ -157,14 +157,6 @@ FLAGS = (
         "--max-json-request-bytes: an inference request's JSON (/infer, /generate) above it "
         "gets 413 in Triton's words; Triton's default is 64 MiB, inferplex's 16 MiB",
     ),
-    TritonFlag(
-        "--http-restricted-api",
-        "repeated",
-        lambda values: {"_http_restricted": values},
-        "<apis>:<key>=<value>: honoured as --inference-token and --management-token when it "
-        "puts every API but health behind 'Authorization=Bearer <token>'; any other "
-        "restriction stops the start (ignoring it would leave those APIs open)",
-    ),
     # -- gRPC -------------------------------------------------------------------------------
     no_effect("--grpc-infer-thread-count", "int", _THREADS + "gRPC thread pool"),
     no_effect(
@@ -255,14 +247,6 @@ FLAGS = (
         "int",
         lambda ms: {"http2_max_connection_age_grace_s": max(ms, 0) / _SECONDS},
         "milliseconds: --http2-max-connection-age-grace-s",
-    ),
-    TritonFlag(
-        "--grpc-restricted-protocol",
-        "repeated",
-        lambda values: {"_grpc_restricted": values},
-        "stops the start (unless --allow-grpc=false): Triton checks the metadata key "
-        "triton-grpc-protocol-<key>, which inferplex's tokens are not read from, and ignoring "
-        "it would leave those APIs open",
     ),
     # -- SageMaker and Vertex AI ------------------------------------------------------------
     no_effect("--allow-sagemaker", "bool", "inferplex has no SageMaker endpoint"),

@@ -1,10 +1,9 @@
 """The values of tritonserver's compound flags, read as Triton reads them
-(``<name>,<setting>=<value>``, ``<apis>:<key>=<value>``, ``<resource>:<count>[:<device>]``)
+(``<name>,<setting>=<value>``, ``<resource>:<count>[:<device>]``)
 into what inferplex does with them. A malformed value stops the start, as it stops Triton's."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -82,61 +81,6 @@ def rate_limit_resources(values: Iterable[str]) -> Effect:
         else:
             counts[parts[0]] = count
     return Effect({"rate_limit_resources": counts}, tuple(notes))
-
-
-#: Triton's restricted API categories (restricted_features.h) and the inferplex scope of
-#: each (security/scopes.py): model-repository spans both (its index is read-only)
-CATEGORIES = (
-    "health",
-    "metadata",
-    "inference",
-    "shared-memory",
-    "model-config",
-    "model-repository",
-    "statistics",
-    "trace",
-    "logging",
-)
-_BEARER = re.compile(r"bearer\s+(\S+)", re.IGNORECASE)
-
-
-def restrictions(flag: str, values: Iterable[str]) -> list[tuple[frozenset[str], str, str]]:
-    """``<apis>:<key>=<value>`` -> (the categories, the header's name, its value), each
-    category in one group at most (as Triton checks)."""
-    groups: list[tuple[frozenset[str], str, str]] = []
-    seen: set[str] = set()
-    for text in values:
-        apis, key, value = split_setting(flag, text, first=":")
-        categories = frozenset(api.strip() for api in apis.split(","))
-        for category in categories:
-            if category not in CATEGORIES:
-                raise click.UsageError(
-                    f"tritonserver's {flag}: unknown API '{category}' (one of "
-                    f"{', '.join(CATEGORIES)})"
-                )
-            if category in seen:
-                raise click.UsageError(
-                    f"tritonserver's {flag}: '{category}' is in more than one group"
-                )
-        seen |= categories
-        groups.append((categories, key, value))
-    return groups
-
-
-def bearer_token(groups: list[tuple[frozenset[str], str, str]]) -> str | None:
-    """The one token the groups ask for, where they say exactly what inferplex's tokens do:
-    every API but health behind ``Authorization: Bearer <token>``; else None."""
-    restricted = frozenset().union(*(categories for categories, _, _ in groups))
-    if restricted != frozenset(CATEGORIES) - {"health"}:
-        return None
-    tokens = {_token(key, value) for _, key, value in groups}
-    token = tokens.pop() if len(tokens) == 1 else None
-    return token
-
-
-def _token(key: str, value: str) -> str | None:
-    match = _BEARER.fullmatch(value.strip())
-    return match.group(1) if key.lower() == "authorization" and match else None
 
 
 def metrics_config(values: Iterable[str]) -> Effect:

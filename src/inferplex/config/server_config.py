@@ -23,11 +23,13 @@ from pydantic import (
     FilePath,
     NonNegativeInt,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from inferplex.config.restricted_apis import parse_groups
 from inferplex.config.s3_url import S3Location, default_cache_dir, is_s3_url
 from inferplex.config.token_files import read_token_files
 from inferplex.errors import ConfigError
@@ -227,6 +229,18 @@ class ServerConfig(BaseSettings):
     )
     management_host: str | None = Field(
         default=None, description="address of the management listener (default: --host)"
+    )
+    http_restricted_api: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="tritonserver's restricted APIs on HTTP: <apis>:<key>=<value> (apis "
+        "comma-separated: health, metadata, inference, shared-memory, model-config, "
+        "model-repository, statistics, trace, logging) answer only calls with the header "
+        "<key>: <value>, besides the tokens; in the environment a JSON list",
+    )
+    grpc_restricted_protocol: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="as --http-restricted-api, on gRPC: the metadata key is "
+        "triton-grpc-protocol-<key>, as tritonserver's",
     )
     tls_cert_file: FilePath | None = Field(
         default=None, description="PEM certificate: HTTPS + gRPC TLS"
@@ -670,6 +684,15 @@ class ServerConfig(BaseSettings):
         if value.lstrip().startswith("["):
             return json.loads(value)
         return tuple(filter(None, (name.strip() for name in value.split(","))))
+
+    @field_validator("http_restricted_api", "grpc_restricted_protocol", mode="before")
+    @classmethod
+    def _restricted_groups(cls, value: Any, info: ValidationInfo) -> Any:
+        """One string (environment: a JSON list) or several; each a well-formed group."""
+        if isinstance(value, str):
+            value = json.loads(value) if value.lstrip().startswith("[") else [value]
+        parse_groups("--" + (info.field_name or "").replace("_", "-"), value)
+        return tuple(value)
 
     @field_validator("mesh_replicas", mode="before")
     @classmethod

@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from inferplex.backends.base import (
     ResponseSink,
 )
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.batcher import Batch, PendingRequest
+from inferplex.core.batch import Batch, PendingRequest
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.instance import ModelInstance
 from inferplex.core.stats import ModelStats
@@ -56,14 +56,29 @@ class Payload:
     sink: ResponseSink | None = None  # only for a decoupled model's: where responses go
 
 
-#: one batch handed to an instance: (batch, scheduler ticket or None for a composite model,
-#: the instance running it, what a cancellable backend is told of its requests' callers
-#: going away or None)
-_Job = tuple[Batch, "Ticket | None", ModelInstance, Cancellation | None]
-#: what the worker hands back: (outputs per request in batch order, began, prepared, executed,
-#: ended ns). ``began`` ends each request's queue time; the others bound the compute phases.
-#: (a per-request backend's requests may each have failed alone: an error in place of outputs)
-_Result = tuple[list[RequestOutcome], int, int, int, int]
+class _Job(NamedTuple):
+    """One batch handed to an instance."""
+
+    batch: Batch
+    ticket: Ticket | None
+    """the scheduler's; None for a composite model"""
+    instance: ModelInstance
+    """the instance running it"""
+    cancellation: Cancellation | None
+    """what a cancellable backend is told of its requests' callers going away; else None"""
+
+
+class _Result(NamedTuple):
+    """What the worker hands back. ``began`` ends each request's queue time; the other
+    times (ns) bound the compute phases."""
+
+    outputs: list[RequestOutcome]
+    """per request, in batch order (a per-request backend's requests may each have failed
+    alone: an error in place of outputs)"""
+    began: int
+    prepared: int
+    executed: int
+    ended: int
 
 
 class VersionExecution:
@@ -142,10 +157,10 @@ class VersionExecution:
             instance = self.instances[batch.lane]
             self.idle.remove(instance)
         if self._cancellable:
-            job: _Job = (batch, ticket, instance, Cancellation())
+            job = _Job(batch, ticket, instance, Cancellation())
             self._running[instance] = job
         else:
-            job = (batch, ticket, instance, None)
+            job = _Job(batch, ticket, instance, None)
         if self._runs_inline(batch.rows):
             instance.run_inline(job)
         else:
@@ -159,18 +174,18 @@ class VersionExecution:
 
     def cancel_gone(self) -> None:
         """Tell each running batch which of its requests lost their callers."""
-        for batch, _, _, cancellation in self._running.values():
-            gone = [i for i, r in enumerate(batch.requests) if r.payload.future.done()]
+        for job in self._running.values():
+            gone = [i for i, r in enumerate(job.batch.requests) if r.payload.future.done()]
             if gone:
-                assert cancellation is not None
+                assert job.cancellation is not None
                 # a few shared-memory stores for the Python backend: nothing here waits
-                cancellation.cancel(gone)
+                job.cancellation.cancel(gone)
 
     def _run(self, backend: Backend, job: _Job) -> _Result:
         """Runs in the instance's worker thread: concatenate, execute, split. Everything here
         holds the GIL the event loop needs, so it does no more than it must."""
         began = _now_ns()
-        batch = job[0]
+        batch = job.batch
         requests = batch.requests
         first: Payload = requests[0].payload
         single = len(requests) == 1
@@ -191,8 +206,8 @@ class VersionExecution:
         try:
             if self.per_request:
                 infos = _batch_requests(requests)
-                if job[3] is not None:
-                    answers = backend.execute_requests(feeds, wanted, infos, job[3])
+                if job.cancellation is not None:
+                    answers = backend.execute_requests(feeds, wanted, infos, job.cancellation)
                 else:
                     answers = backend.execute_requests(feeds, wanted, infos)
             else:
@@ -205,10 +220,10 @@ class VersionExecution:
             ) from exc
         executed = _now_ns()
         if self.per_request:
-            return self._answers(answers, batch), began, prepared, executed, _now_ns()
+            return _Result(self._answers(answers, batch), began, prepared, executed, _now_ns())
         self._bytes_elements(results)
         outputs = [results] if single else self._split(results, batch, wanted, alike)
-        return cast(list[RequestOutcome], outputs), began, prepared, executed, _now_ns()
+        return _Result(cast(list[RequestOutcome], outputs), began, prepared, executed, _now_ns())
 
     def _bytes_elements(self, results: Outputs) -> None:
         for name in self._bytes_outputs:

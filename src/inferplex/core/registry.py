@@ -1,17 +1,21 @@
-"""ModelRegistry: the models known to the server, their served versions, states and routing.
+"""ModelRegistry: the models known to the server, what each serves, how it shows, and routing.
 
-The registry is the table the data path reads (``route``); what is loaded, reloaded and
-unloaded is decided in ``inferplex.lifecycle``, which changes an entry's served versions
-with :meth:`ModelRegistry.publish` — one assignment on the event loop, so a request sees
-either the old set of versions or the new one, never a mix.
+The registry is the table the data path reads (``route``). It owns what is served — each
+model's served versions, its default version, the config as last read, and its state and
+reason as the serving side shows them (:class:`ModelStatus`) — and changes them only in
+:meth:`ModelRegistry.publish`: one call on the event loop, so a request sees the old served
+set and status or the new ones, never a mix. What is loaded, reloaded and unloaded, and why,
+is decided in ``inferplex.lifecycle``, which keeps its own record of each model (files,
+footprints, locks, the load plan) and publishes every state change here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from inferplex.config.model_config import ModelConfig
@@ -48,14 +52,32 @@ class Step(NamedTuple):
     rows: int
 
 
+#: no version failed its last load
+NO_FAILURES: Mapping[int, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    """How a model shows to the serving side (the index, readiness, errors): published as a
+    whole by the lifecycle with each state change."""
+
+    state: ModelState = ModelState.UNAVAILABLE
+    #: why it is in that state ("" while it serves normally)
+    reason: str = "not loaded"
+    #: versions that failed their last load, with the reason (rows of the index)
+    failed: Mapping[int, str] = field(default_factory=lambda: NO_FAILURES)
+    #: the last load of this model, with nothing served, failed (until it loads or unloads)
+    load_failed: bool = False
+
+
 @dataclass(eq=False)
 class ModelEntry:
-    """One model name: its config (once read), its served versions and what the lifecycle
-    keeps about it (fingerprints for change detection, memory footprint, use)."""
+    """One model name as it is served. Written only by :meth:`ModelRegistry.publish` (and
+    ``route``, which notes the time of each use); the lifecycle keeps the rest."""
 
     name: str
-    state: ModelState = ModelState.UNAVAILABLE
-    reason: str = "not loaded"
+    status: ModelStatus = ModelStatus()
+    #: the model's config as last read (also while no version serves, for ``/config``)
     config: ModelConfig | None = None
     #: the versions that serve requests; replaced as a whole by ``ModelRegistry.publish``
     versions: dict[int, ModelVersion] = field(default_factory=dict)
@@ -63,37 +85,19 @@ class ModelEntry:
     default: ModelVersion | None = None
     #: the version an operator chose for unversioned requests; None = the highest
     default_version: int | None = None
-    #: versions that failed to load, with the reason (shown in the index)
-    failed: dict[int, str] = field(default_factory=dict)
-    #: the last load of this model, with nothing served, failed (until it loads or unloads)
-    load_failed: bool = False
-    #: the lifecycle's load plan of the served versions (a ``lifecycle.planning.ModelPlan``;
-    #: the core only keeps it, so it stays below the lifecycle)
-    plan: Any = None
-    #: fingerprint of each served version's files, and of the whole model folder
-    version_fingerprints: dict[int, str] = field(default_factory=dict)
-    fingerprint: str = ""
-    #: measured bytes of each served version
-    footprints: dict[int, int] = field(default_factory=dict)
-    #: each version's last measured bytes with its files' fingerprint then, kept across
-    #: unloads and evictions: the estimate of its next load while its files are the same
-    measured: dict[int, tuple[str, int]] = field(default_factory=dict)
-    pinned: bool = False
-    #: monotonic time of the last routed request (or of the load)
-    last_used: float = 0.0
-    #: instances per version set at run time (None: as the config says)
-    instance_count: int | None = None
-    #: serialises loads, reloads and unloads of this model
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: counts loads, so the versions alive at once have distinct scheduler keys
-    generation: int = 0
     #: the models an ensemble or a cascade calls; it serves only while each of them does
     #: (set by ``ModelRegistry.publish`` from the served config)
     steps: tuple[Step, ...] = ()
+    #: monotonic time of the last routed request (or of the first load)
+    last_used: float = 0.0
 
     @property
-    def footprint(self) -> int:
-        return sum(self.footprints.values())
+    def state(self) -> ModelState:
+        return self.status.state
+
+    @property
+    def reason(self) -> str:
+        return self.status.reason
 
     @property
     def in_flight(self) -> int:
@@ -125,9 +129,28 @@ class ModelRegistry:
             del self._entries[name]
             self.status.fire()
 
-    def publish(self, entry: ModelEntry, versions: dict[int, ModelVersion]) -> None:
-        """Make ``versions`` the served set of ``entry`` at once (the atomic switch)."""
+    def publish(
+        self,
+        entry: ModelEntry,
+        status: ModelStatus,
+        versions: dict[int, ModelVersion] | None = None,
+        config: ModelConfig | None = None,
+    ) -> None:
+        """Show ``entry`` with ``status`` and, where given, make ``versions`` its served set
+        and ``config`` its config — at once (the atomic switch). The lifecycle calls it with
+        each state change (``lifecycle/records.py``), and with the config of a model that
+        starts loading."""
+        if config is not None:
+            entry.config = config
+        if versions is not None:
+            self._serve(entry, versions)
+        entry.status = status
         ACTIVITY.count += 1
+        self.status.fire()
+
+    def _serve(self, entry: ModelEntry, versions: dict[int, ModelVersion]) -> None:
+        if versions and not entry.versions:  # a model that starts to serve counts as used
+            entry.last_used = _monotonic()
         if entry.default_version is not None and entry.default_version not in versions:
             entry.default_version = None
         entry.versions = versions
@@ -137,7 +160,6 @@ class ModelRegistry:
             else None
         )
         entry.steps = _steps(entry.default.config) if entry.default else ()
-        self.status.fire()
 
     def set_default_version(self, name: str, version: str) -> None:
         """Route unversioned requests to ``version`` (a served one); "" = the highest."""
@@ -152,7 +174,7 @@ class ModelRegistry:
                     f"{_listing(entry)}"
                 )
             entry.default_version = number
-        self.publish(entry, entry.versions)
+        self.publish(entry, entry.status, entry.versions)
 
     # -- lookups --------------------------------------------------------------------------
     def get(self, name: str) -> ModelEntry | None:
@@ -197,10 +219,10 @@ class ModelRegistry:
         one version): tritonserver's strict readiness. Models never loaded, or unloaded,
         do not count."""
         return not any(
-            entry.state in (ModelState.LOADING, ModelState.UNLOADING)
-            or entry.load_failed
-            or entry.failed
-            for entry in self._entries.values()
+            status.state in (ModelState.LOADING, ModelState.UNLOADING)
+            or status.load_failed
+            or status.failed
+            for status in (entry.status for entry in self._entries.values())
         )
 
     def _check_steps(self, entry: ModelEntry, path: tuple[str, ...]) -> None:
@@ -253,14 +275,20 @@ class ModelRegistry:
             raise ModelNotReadyError(_not_ready(entry))
         return entry.config
 
-    def snapshot(self) -> tuple[ModelSnapshot, ...]:
-        """Every model with its state and served versions, for observers (metrics)."""
+    def snapshot(
+        self, footprints: Mapping[str, Mapping[int, int]] = MappingProxyType({})
+    ) -> tuple[ModelSnapshot, ...]:
+        """Every model with its state and served versions, for observers (metrics);
+        ``footprints``: each model's measured bytes per version, where the lifecycle has them."""
         return tuple(
             ModelSnapshot(
                 entry.name,
                 entry.state.value,
                 entry.reason,
-                tuple(_version_snapshot(entry, number) for number in sorted(entry.versions)),
+                tuple(
+                    _version_snapshot(entry, number, footprints.get(entry.name, {}))
+                    for number in sorted(entry.versions)
+                ),
             )
             for entry in self.entries()
         )
@@ -271,7 +299,8 @@ class ModelRegistry:
         rows: list[dict[str, Any]] = []
         for entry in self.entries():
             versions: dict[int, tuple[str, str]] = {
-                v: (ModelState.UNAVAILABLE.value, reason) for v, reason in entry.failed.items()
+                v: (ModelState.UNAVAILABLE.value, reason)
+                for v, reason in entry.status.failed.items()
             }
             served = self._serving_state(entry)
             for v in entry.versions:
@@ -310,7 +339,9 @@ def scheduling_policy(config: ModelConfig) -> ModelPolicy:
     )
 
 
-def _version_snapshot(entry: ModelEntry, number: int) -> VersionSnapshot:
+def _version_snapshot(
+    entry: ModelEntry, number: int, footprints: Mapping[int, int]
+) -> VersionSnapshot:
     version = entry.versions[number]
     return VersionSnapshot(
         version.version_str,
@@ -318,7 +349,7 @@ def _version_snapshot(entry: ModelEntry, number: int) -> VersionSnapshot:
         version.queue.pending_requests,
         len(version.instances),
         version.in_flight,
-        entry.footprints.get(number),
+        footprints.get(number),
     )
 
 

@@ -40,11 +40,22 @@ class ModelSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class TransitionCount:
+    """How many times models went from one state to another (the lifecycle counts them)."""
+
+    source: str
+    target: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class EngineSnapshot:
     server_name: str
     ready: bool
     #: in name order
     models: tuple[ModelSnapshot, ...]
+    #: the models' state changes since the start, by (from, to) state
+    transitions: tuple[TransitionCount, ...] = ()
 
     def served(self) -> Iterator[tuple[ModelSnapshot, VersionSnapshot]]:
         """Every served version with its model, in name and version order."""

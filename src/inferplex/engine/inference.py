@@ -217,7 +217,13 @@ class InferenceEngine:
     def snapshot(self) -> EngineSnapshot:
         """The models, their states and served versions with their counters, for the
         metrics port and the dashboard (read on the event loop, never per request)."""
-        return EngineSnapshot(self.config.server_name, self.ready(), self.registry.snapshot())
+        lifecycle = self.lifecycle
+        return EngineSnapshot(
+            self.config.server_name,
+            self.ready(),
+            self.registry.snapshot(lifecycle.footprints()),
+            lifecycle.transitions(),
+        )
 
     def activity(self) -> int | None:
         """A count that moves whenever what ``snapshot`` shows may have changed; None while

@@ -217,8 +217,7 @@ class HttpApp(ManagementRoutes):
             )
         if self._access is None:
             return route, ANONYMOUS
-        authorization = _header(headers, b"authorization")
-        return route, self._access.check(endpoint.scope, authorization, path)
+        return route, self._access.http_check(endpoint.scope, endpoint.api, headers, path)
 
     def refusal(self, request: HttpRequest) -> tuple[int, bytes, Headers] | None:
         """The answer to a request (its header block complete, its body not yet read) that

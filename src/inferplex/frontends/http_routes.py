@@ -42,12 +42,14 @@ class Endpoint:
     """One endpoint: its HTTP method, the name of the ``HttpApp`` method that answers it, the
     scope that guards it, and whether it takes a large body (inference, loads: up to
     ``--max-request-bytes``); another POST endpoint takes a small one
-    (``--max-small-request-bytes``), a GET endpoint none."""
+    (``--max-small-request-bytes``), a GET endpoint none. ``api``: its category among
+    Triton's restricted APIs (security/restricted.py), None for none."""
 
     method: str
     handler: str
     scope: Scope
     large_body: bool = False
+    api: str | None = None
 
 
 class ResolvedRoute(NamedTuple):
@@ -56,12 +58,45 @@ class ResolvedRoute(NamedTuple):
     version: str
 
 
+#: the category of each handler's endpoint among Triton's restricted APIs (Triton's own
+#: endpoints as Triton files them; inferplex's model-control ones with the repository's)
+_APIS: dict[str, str] = {
+    **dict.fromkeys(("_live", "_ready", "_model_ready"), "health"),
+    **dict.fromkeys(("_server_metadata", "_model_metadata", "_route_listing"), "metadata"),
+    **dict.fromkeys(("_infer", "_generate", "_generate_stream"), "inference"),
+    "_model_config": "model-config",
+    **dict.fromkeys(("_model_stats", "_route_stats"), "statistics"),
+    **dict.fromkeys(
+        (
+            "_repository_index",
+            "_model_load",
+            "_model_unload",
+            "_model_instances",
+            "_model_default_version",
+            "_repository_memory",
+        ),
+        "model-repository",
+    ),
+    **dict.fromkeys(
+        (
+            "_shm_register",
+            "_shm_unregister",
+            "_shm_status",
+            "_cuda_shm_register",
+            "_cuda_shm_unregister",
+            "_cuda_shm_status",
+        ),
+        "shared-memory",
+    ),
+}
+
+
 def _get(handler: str, scope: Scope = _INFERENCE) -> Endpoint:
-    return Endpoint("GET", handler, scope)
+    return Endpoint("GET", handler, scope, api=_APIS[handler])
 
 
 def _post(handler: str, scope: Scope = _INFERENCE, large_body: bool = False) -> Endpoint:
-    return Endpoint("POST", handler, scope, large_body)
+    return Endpoint("POST", handler, scope, large_body, _APIS[handler])
 
 
 #: the last path segment of a model route (/v2/models/{m}[/versions/{v}]/{action})

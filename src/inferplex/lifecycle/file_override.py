@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from inferplex.config.paths import relative_problem
-from inferplex.errors import InvalidInputError, load_failed
+from inferplex.errors import InferplexError, InvalidInputError, load_failed
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ FILE_PREFIX = "file:"
 #: the name of the temporary folders (``<tmp>/inferplex-override-XXXX/<model>/...``)
 FOLDER_PREFIX = "inferplex-override-"
 _EXPECTED = "expected file:<version>/<file>, e.g. file:1/model.onnx"
+#: the longest name of one file or folder (Linux's NAME_MAX), in bytes
+NAME_MAX = 255
 
 
 def is_file_parameter(key: str) -> bool:
@@ -71,6 +73,13 @@ def _relative_path(key: str) -> PurePosixPath:
 
     if not raw:
         raise bad("no path after 'file:'")
+    if any(len(part.encode()) > NAME_MAX for part in raw.split("/")):
+        # Triton's answer, which its model-control clients check: the file cannot be made
+        # in the model's folder, so the folder cannot be read ("polled"); an internal error
+        raise InferplexError(
+            f"failed to poll from model repository: load parameter '{key[:64]}...': a file "
+            f"or folder name is longer than {NAME_MAX} bytes; {_EXPECTED}"
+        )
     problem = relative_problem(raw, "the model folder")
     if problem is not None:
         raise bad(f"the path {problem}")

@@ -29,7 +29,8 @@ from inferplex.config.server_config import ServerConfig
 from inferplex.core.cache import ResponseCache
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.model import ModelVersion
-from inferplex.core.registry import ModelEntry, ModelRegistry
+from inferplex.core.registry import ModelRegistry
+from inferplex.core.snapshot import TransitionCount
 from inferplex.errors import (
     ConfigError,
     InferplexError,
@@ -44,7 +45,8 @@ from inferplex.lifecycle.gpu_memory import GpuMemory, open_probe
 from inferplex.lifecycle.loader import ModelLoader
 from inferplex.lifecycle.memory import rss_bytes
 from inferplex.lifecycle.poller import RepositoryPoller, Snapshot, diff
-from inferplex.lifecycle.room import pinned_by_config
+from inferplex.lifecycle.records import ModelRecord
+from inferplex.lifecycle.room import is_pinned
 from inferplex.mesh.replica import owned_models
 from inferplex.repository.local import list_models, scan_repository
 
@@ -78,6 +80,7 @@ class LifecycleManager:
             process_memory_limit=int(config.process_memory_limit),
             max_instances=config.max_model_instances,
         )
+        self.records = self.loader.records
         self.poller: RepositoryPoller | None = None
         #: called (blocking, in a thread) before each repository scan: a remote repository
         #: syncs its local copy here
@@ -102,7 +105,7 @@ class LifecycleManager:
         repository = self.loader.repository
         names = [p.name for p in await asyncio.to_thread(list_models, repository)]
         for name in names:
-            self.registry.add(name)
+            self.records.add(name)
         wanted = names
         if config.model_control_mode == "explicit":
             wanted = names if "*" in config.load_model else list(config.load_model)
@@ -156,7 +159,7 @@ class LifecycleManager:
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        await self.loader.unload_all(drain_timeout)
+        await self.loader.unloader.unload_all(drain_timeout)
 
     # -- poll mode ----------------------------------------------------------------------------
     async def apply_snapshot(self, on_disk: Snapshot) -> None:
@@ -164,9 +167,9 @@ class LifecycleManager:
         # a model loaded from file overrides alone is not the repository's to remove
         overrides = self.loader.overrides
         known = {
-            e.name: e.fingerprint
-            for e in self.registry.entries()
-            if e.name in on_disk or overrides.source(e.name) is None
+            r.name: r.fingerprint
+            for r in self.records.all()
+            if r.name in on_disk or overrides.source(r.name) is None
         }
         changes = diff(on_disk, known)
         if changes:
@@ -182,7 +185,7 @@ class LifecycleManager:
             except InferplexError as exc:
                 logger.error("poll: model '%s' not (re)loaded: %s", name, exc.message)
         for name in changes.removed:
-            await self.loader.unload(name, "removed from the repository", forget=True)
+            await self.loader.unloader.unload(name, "removed from the repository", forget=True)
 
     # -- the management API -------------------------------------------------------------------
     async def load(self, name: str, parameters: Mapping[str, Any]) -> None:
@@ -224,7 +227,7 @@ class LifecycleManager:
                 "stay loaded",
                 name,
             )
-        await self.loader.unload(name)
+        await self.loader.unloader.unload(name)
 
     async def _load_parameters(
         self, name: str, parameters: Mapping[str, Any]
@@ -273,7 +276,7 @@ class LifecycleManager:
             )
 
     async def set_instance_count(self, name: str, count: Any) -> None:
-        await self.loader.set_instance_count(name, count)
+        await self.loader.scaler.set_instance_count(name, count)
 
     def set_default_version(self, name: str, version: Any) -> None:
         if version is None:
@@ -290,15 +293,15 @@ class LifecycleManager:
         now = time.monotonic()
         models = [
             {
-                "name": e.name,
-                "bytes": e.footprint,
-                "versions": {str(v): n for v, n in sorted(e.footprints.items())},
-                "pinned": e.pinned or pinned_by_config(e.config),
-                "in_flight": e.in_flight,
-                "idle_secs": round(now - e.last_used, 3),
+                "name": r.name,
+                "bytes": r.footprint,
+                "versions": {str(v): n for v, n in sorted(r.footprints.items())},
+                "pinned": is_pinned(r),
+                "in_flight": r.entry.in_flight,
+                "idle_secs": round(now - r.entry.last_used, 3),
             }
-            for e in self.registry.entries()
-            if e.footprints
+            for r in self.records.all()
+            if r.footprints
         ]
         return {
             "limit": self.loader.budgets.memory_limit,
@@ -309,17 +312,25 @@ class LifecycleManager:
             "gpus": self.loader.gpu.report(),
         }
 
+    def footprints(self) -> dict[str, dict[int, int]]:
+        """Each loaded model's measured bytes per version (for the metrics snapshot)."""
+        return {r.name: r.footprints for r in self.records.all() if r.footprints}
+
+    def transitions(self) -> tuple[TransitionCount, ...]:
+        """The models' state changes so far, by (from, to) state."""
+        return self.records.counts()
+
     # -- on demand and idle -------------------------------------------------------------------
     async def load_for_request(self, name: str, version: str) -> ModelVersion:
         """``load_on_demand``: load a known model a request needs, waiting a bounded time;
         then route the request. Loads for one model are shared by its waiting requests."""
-        entry = self.registry.get(name)
-        if entry is None:
+        record = self.records.get(name)
+        if record is None:
             model_dir = self.loader.model_dir(name)
             if not await asyncio.to_thread(model_dir.is_dir):
                 raise unknown_model(name)
-            entry = self.registry.add(name)
-        if not entry.versions:
+            record = self.records.add(name)
+        if not record.entry.versions:
             task = self._on_demand.get(name)
             if task is None:
                 # requests wait for this load: it is not paced (pacing.py)
@@ -358,20 +369,23 @@ class LifecycleManager:
         while True:
             await asyncio.sleep(period)  # the sweep period, not a wait for state
             now = time.monotonic()
-            for entry in self.registry.entries():
-                if _idle(entry, now, limit):
+            for record in self.records.all():
+                if _idle(record, now, limit):
                     try:
-                        await self.loader.unload(entry.name, f"unloaded after {limit:g} s idle")
+                        await self.loader.unloader.unload(
+                            record.name, f"unloaded after {limit:g} s idle"
+                        )
                     except InferplexError as exc:
-                        logger.warning("idle unload of '%s' failed: %s", entry.name, exc)
+                        logger.warning("idle unload of '%s' failed: %s", record.name, exc)
 
 
-def _idle(entry: ModelEntry, now: float, limit: float) -> bool:
+def _idle(record: ModelRecord, now: float, limit: float) -> bool:
+    entry = record.entry
     return (
         bool(entry.versions)
         and not entry.in_flight
-        and not entry.lock.locked()
-        and not (entry.pinned or pinned_by_config(entry.config))
+        and not record.lock.locked()
+        and not is_pinned(record)
         and now - entry.last_used > limit
     )
 

@@ -5,6 +5,7 @@ thread, one trip per model, or per chunk of models at start)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.paths import name_problem
@@ -13,12 +14,33 @@ from inferplex.lifecycle.warmup import warmup_requests
 from inferplex.repository.local import digest, list_files
 from inferplex.types import InferenceRequest
 
-#: per version: its files' fingerprint and their size on disk
-Facts = dict[int, tuple[str, int]]
+
+class VersionFacts(NamedTuple):
+    """One version's files: their fingerprint and their size on disk."""
+
+    fingerprint: str
+    size: int
+
+
+#: per version, its files
+Facts = dict[int, VersionFacts]
 Warmup = list[InferenceRequest]
-Read = tuple[ModelPlan, Facts, Warmup]
-#: what :func:`read_model` returns: the folder's fingerprint, and the read or why it failed
-ReadAhead = tuple[str, Read | Exception]
+
+
+class Read(NamedTuple):
+    """What a load reads of a model."""
+
+    plan: ModelPlan
+    facts: Facts
+    warmup: Warmup
+
+
+class ReadAhead(NamedTuple):
+    """What :func:`read_model` returns: the folder's fingerprint, and the read or why it
+    failed."""
+
+    fingerprint: str
+    read: Read | Exception
 
 
 def read_many(
@@ -59,10 +81,12 @@ def read_model(
         plan = plan_model(
             model_dir, intra_op_threads, override, auto_complete, in_model_dir, max_instances
         )
-        facts = {}
+        facts: Facts = {}
         for version, path in plan.version_files.items():
             files = [f for f in in_model_dir if f.path.is_relative_to(path.parent)]
-            facts[version] = (digest(files, model_dir), sum(f.size for f in files))
-        return folder_fingerprint, (plan, facts, warmup_requests(plan.config, model_dir))
+            facts[version] = VersionFacts(digest(files, model_dir), sum(f.size for f in files))
+        return ReadAhead(
+            folder_fingerprint, Read(plan, facts, warmup_requests(plan.config, model_dir))
+        )
     except Exception as exc:  # raised on the loop, after the fingerprint is recorded
-        return folder_fingerprint, exc
+        return ReadAhead(folder_fingerprint, exc)

@@ -14,17 +14,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.registry import ModelEntry, ModelRegistry
 from inferplex.lifecycle.background import BackgroundWork
 from inferplex.lifecycle.gpu_memory import GpuMemory
 from inferplex.lifecycle.memory import Resident, choose_evictions, rss_bytes
+from inferplex.lifecycle.records import ModelRecord, ModelRecords
 
 #: a model parameter (config ``parameters``) that keeps the model from being evicted
 PINNED_PARAMETER = "pinned"
 PROCESS_BUDGET = "--process-memory-limit"
 
 #: unloads a model (its lock held by the caller) with the given reason
-Evict = Callable[[ModelEntry, str], Awaitable[None]]
+Evict = Callable[[ModelRecord, str], Awaitable[None]]
 
 
 class MemoryBudgets:
@@ -32,14 +32,14 @@ class MemoryBudgets:
 
     def __init__(
         self,
-        registry: ModelRegistry,
+        records: ModelRecords,
         background: BackgroundWork,
         evict: Evict,
         memory_limit: int = 0,
         process_memory_limit: int = 0,
         gpu: GpuMemory | None = None,
     ) -> None:
-        self.registry = registry
+        self.records = records
         self.memory_limit = memory_limit
         #: the whole server's RSS, its own memory included (--process-memory-limit)
         self.process_memory_limit = process_memory_limit
@@ -50,7 +50,7 @@ class MemoryBudgets:
 
     async def make_room(
         self,
-        entry: ModelEntry,
+        record: ModelRecord,
         needed: int,
         gpu_needed: Mapping[int, int] | None = None,
         transient: int = 0,
@@ -60,33 +60,33 @@ class MemoryBudgets:
         the memory limit and ``gpu_needed`` (GPU -> bytes) into each GPU's limit, and
         ``needed`` plus ``transient`` (what the load holds only while it runs) into the
         process limit; InsufficientMemoryError, with nothing evicted, when even that cannot
-        make room. ``after_load``: ``entry`` has just loaded (needing nothing more), and the
+        make room. ``after_load``: ``record`` has just loaded (needing nothing more), and the
         budgets are checked against what it measured."""
         if not self.memory_limit and not self.process_memory_limit and not self.gpu.active:
             return  # no budget: nothing to weigh (the residents are a walk over every model)
         while True:
-            residents = self._residents(entry, after_load)
+            residents = self._residents(record, after_load)
             choices = []
             if self.memory_limit:
                 victims = choose_evictions(
-                    self.memory_limit, needed, residents, entry.name, after_load=after_load
+                    self.memory_limit, needed, residents, record.name, after_load=after_load
                 )
                 choices.append((victims, "--memory-limit"))
             if self.process_memory_limit:
                 victims = await self._process_evictions(
-                    entry, needed + transient, residents, after_load
+                    record, needed + transient, residents, after_load
                 )
                 choices.append((victims, PROCESS_BUDGET))
-            choices.append(self.gpu.evictions(gpu_needed or {}, residents, entry.name))
+            choices.append(self.gpu.evictions(gpu_needed or {}, residents, record.name))
             victims, budget = next(((v, b) for v, b in choices if v), ([], ""))
             if not victims:
                 return
-            victim = self.registry.entry(victims[0].name)
+            victim = self.records.record(victims[0].name)
             async with victim.lock:  # free: only unlocked models are evictable
-                await self._evict(victim, f"evicted to make room for '{entry.name}' ({budget})")
+                await self._evict(victim, f"evicted to make room for '{record.name}' ({budget})")
 
     async def _process_evictions(
-        self, entry: ModelEntry, needed: int, residents: list[Resident], after_load: bool
+        self, record: ModelRecord, needed: int, residents: list[Resident], after_load: bool
     ) -> list[Resident]:
         """The idle models to unload so that the server's RSS plus ``needed`` fits into the
         process limit, each counted as its footprint (make_room reads the RSS again after
@@ -99,28 +99,34 @@ class MemoryBudgets:
             self.process_memory_limit,
             needed,
             [*residents, server],
-            entry.name,
+            record.name,
             PROCESS_BUDGET,
             after_load,
         )
 
-    def _residents(self, loading: ModelEntry, after_load: bool) -> list[Resident]:
+    def _residents(self, loading: ModelRecord, after_load: bool) -> list[Resident]:
         residents = []
-        for e in self.registry.entries():
-            if not e.footprints:
+        for r in self.records.all():
+            if not r.footprints:
                 continue
             why = ""
-            if e is loading:
+            if r is loading:
                 # before a load its footprints are the versions serving now (a reload)
                 why = "just loaded" if after_load else "serving while it reloads"
-            elif e.pinned or pinned_by_config(e.config):
+            elif is_pinned(r):
                 why = "pinned"
-            elif e.in_flight:
+            elif r.entry.in_flight:
                 why = "requests in flight"
-            elif e.lock.locked():
+            elif r.lock.locked():
                 why = "loading or unloading"
-            residents.append(Resident(e.name, e.footprint, e.last_used, not why, why))
+            residents.append(Resident(r.name, r.footprint, r.entry.last_used, not why, why))
         return residents
+
+
+def is_pinned(record: ModelRecord) -> bool:
+    """Whether the model is kept from eviction and idle unloading: by a load request's
+    ``pinned`` or by its config."""
+    return record.pinned or pinned_by_config(record.entry.config)
 
 
 def pinned_by_config(config: ModelConfig | None) -> bool:

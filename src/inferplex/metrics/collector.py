@@ -69,6 +69,17 @@ def _batch_sizes(stats: ModelStats) -> HistogramValue:
     return HistogramValue(BATCH_SIZE_BOUNDS, counts, float(total))
 
 
+def _transition_family(snapshot: EngineSnapshot) -> Family:
+    transitions = Family(
+        "inferplex_model_state_transitions",
+        "counter",
+        "Model state changes since the start, by the state left and the state entered",
+    )
+    for change in snapshot.transitions:
+        transitions.add({"from": change.source, "to": change.target}, change.count)
+    return transitions
+
+
 class Collector:
     """Builds every family on demand; one per server (it owns the GPU probe)."""
 
@@ -94,6 +105,7 @@ class Collector:
         return [
             *self._model_families(snapshot),
             *self._server_families(snapshot),
+            _transition_family(snapshot),
             *listener_families(self.listeners),
             *http2_families(self.http2),
             *self._gpu_families(),

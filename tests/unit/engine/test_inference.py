@@ -11,7 +11,7 @@ import pytest
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
-from inferplex.core.registry import ModelRegistry, ModelState
+from inferplex.core.registry import ModelRegistry, ModelState, ModelStatus
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import ModelNotFoundError
 from inferplex.types import InferenceRequest, InferenceResponse
@@ -57,8 +57,7 @@ class FakeLifecycle:
     def publish(self, name: str) -> FakeVersion:
         entry = self.registry.add(name)
         served = FakeVersion(name)
-        self.registry.publish(entry, {1: cast(Any, served)})
-        entry.state = ModelState.READY
+        self.registry.publish(entry, ModelStatus(ModelState.READY, ""), {1: cast(Any, served)})
         return served
 
 
@@ -139,7 +138,7 @@ async def test_start_serve_and_stop_through_the_collaborators(tmp_path: Path) ->
     response = await engine.infer(InferenceRequest("a", [], id="r1"))
     assert (response.model_name, response.id) == ("a", "r1")
     assert engine.model_ready("a") and engine.repository_index() == [
-        {"name": "a", "version": "1", "state": "READY", "reason": "not loaded"}
+        {"name": "a", "version": "1", "state": "READY", "reason": ""}
     ]
     assert engine.model_statistics("a") == [
         {"name": "a", "version": "1", "circuit_breaker": {"state": "closed"}}
@@ -170,17 +169,19 @@ async def test_strict_readiness_needs_every_model_asked_for_ready(tmp_path: Path
     engine.registry.add("never_asked")  # in the index, never loaded: does not count
     assert engine.ready()
     for state in (ModelState.LOADING, ModelState.UNLOADING):
-        entry.state = state
+        engine.registry.publish(entry, ModelStatus(state, ""))
         assert not engine.ready()
-    entry.state, entry.load_failed = ModelState.UNAVAILABLE, True  # its load failed
+    failed = ModelStatus(ModelState.UNAVAILABLE, "bad", load_failed=True)  # its load failed
+    engine.registry.publish(entry, failed)
     assert not engine.ready()
-    entry.load_failed, entry.failed = False, {2: "version 2: bad file"}  # one version failed
+    one = ModelStatus(ModelState.READY, "", failed={2: "version 2: bad file"})  # one failed
+    engine.registry.publish(entry, one)
     assert not engine.ready()
-    entry.failed = {}  # unloaded
+    engine.registry.publish(entry, ModelStatus(ModelState.UNAVAILABLE, "unloaded"))
     assert engine.ready()
     lenient, _, _ = build(tmp_path)
     await lenient.start()
-    failed = lenient.registry.get("a")
-    assert failed is not None
-    failed.load_failed = True
+    entry = lenient.registry.get("a")
+    assert entry is not None
+    lenient.registry.publish(entry, failed)
     assert lenient.ready() and lenient.server_metadata()["name"] == "inferplex"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from inferplex.errors import InvalidInputError, ModelLoadError
+from inferplex.errors import ErrorCode, InferplexError, InvalidInputError, ModelLoadError
 from inferplex.lifecycle.file_override import (
     FOLDER_PREFIX,
     OverrideFolders,
@@ -135,3 +135,11 @@ def test_only_override_folders_are_ever_removed(tmp_path: Path) -> None:
 def test_a_folder_that_cannot_be_written_fails_the_load() -> None:
     with pytest.raises(ModelLoadError, match="load failed for model 'm': cannot write its files"):
         OverrideFolders().write("m", {PurePosixPath("1/" + "x" * 300): ONNX})  # name too long
+
+
+@pytest.mark.parametrize("key", ["file:" + "A" * 256, "file:1/" + "b" * 256])
+def test_a_name_longer_than_name_max_gets_tritons_answer(key: str) -> None:
+    # Triton's model-control clients check the code (INTERNAL) and the words
+    with pytest.raises(InferplexError, match="failed to poll from model repository") as refused:
+        override_files({"config": "{}", key: b"a"})
+    assert refused.value.code is ErrorCode.INTERNAL

@@ -219,19 +219,20 @@ async def test_the_loader_evicts_for_the_gpu_and_says_why(tmp_path: Path) -> Non
     probe = Probe()
     gpu = GpuMemory({0: 1000}, probe)
     loader = ModelLoader(registry, tmp_path, memory_limit=10_000, gpu_memory=gpu)
+    records = loader.records
     for name, last_used in (("old", 1.0), ("recent", 2.0)):
-        entry = registry.add(name)
-        entry.footprints, entry.last_used = {1: 100}, last_used
+        record = records.add(name)
+        record.footprints, record.entry.last_used = {1: 100}, last_used
         load(gpu, probe, name, 1, {0: 400})
-    new = registry.add("new")
+    new = records.add("new")
     await loader.budgets.make_room(new, 100, {0: 300})
-    old = registry.entry("old")
-    assert old.reason == "evicted to make room for 'new' (--gpu-memory-limit, GPU 0)"
+    reason = "evicted to make room for 'new' (--gpu-memory-limit, GPU 0)"
+    assert records.record("old").reason == registry.entry("old").reason == reason
     assert gpu.footprint("old", 0) == 0 and gpu.footprint("recent", 0) == 400
-    registry.entry("recent").pinned = True
+    records.record("recent").pinned = True
     with pytest.raises(InsufficientMemoryError, match="GPU 0"):
         await loader.budgets.make_room(new, 100, {0: 700})
-    assert registry.entry("recent").footprints  # nothing evicted
+    assert records.record("recent").footprints  # nothing evicted
 
 
 def test_the_flag_and_its_environment_variable(tmp_path: Path) -> None:

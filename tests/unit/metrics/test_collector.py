@@ -10,7 +10,12 @@ import time
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferplex.core.snapshot import EngineSnapshot, ModelSnapshot, VersionSnapshot
+from inferplex.core.snapshot import (
+    EngineSnapshot,
+    ModelSnapshot,
+    TransitionCount,
+    VersionSnapshot,
+)
 from inferplex.core.stats import ModelStats
 from inferplex.engine.inference import InferenceEngine
 from inferplex.metrics.collector import Collector
@@ -121,6 +126,7 @@ def test_families_come_from_the_snapshot_alone() -> None:
             ModelSnapshot("a", "READY", "", (served,)),
             ModelSnapshot("b", "UNAVAILABLE", "failed", ()),
         ),
+        (TransitionCount("LOADING", "READY", 1), TransitionCount("UNAVAILABLE", "LOADING", 2)),
     )
     collector = Collector(lambda: snapshot)
     samples = scrape(collector)
@@ -134,4 +140,22 @@ def test_families_come_from_the_snapshot_alone() -> None:
     assert samples[("inferplex_model_ready", a)] == 1
     assert samples[("inferplex_model_ready", (("model", "b"), ("version", "")))] == 0
     assert samples[("inferplex_model_state", (("model", "b"), ("state", "UNAVAILABLE")))] == 1
+    transitions = "inferplex_model_state_transitions"
+    assert samples[(transitions, (("from", "UNAVAILABLE"), ("to", "LOADING")))] == 2
+    assert samples[(transitions, (("from", "LOADING"), ("to", "READY")))] == 1
     collector.close()
+
+
+async def test_state_transitions_are_counted_from_the_engine(engine: InferenceEngine) -> None:
+    samples = scrape(Collector(engine.snapshot))
+    counted = {
+        (dict(labels)["from"], dict(labels)["to"]): value
+        for (name, labels), value in samples.items()
+        if name == "inferplex_model_state_transitions"
+    }
+    # add_sub loaded, broken failed to
+    assert counted == {
+        ("UNAVAILABLE", "LOADING"): 2,
+        ("LOADING", "READY"): 1,
+        ("LOADING", "UNAVAILABLE"): 1,
+    }
