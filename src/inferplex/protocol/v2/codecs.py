@@ -20,7 +20,7 @@ from inferplex.dataplane.offload import OFFLOAD_BYTES
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.protocol.v2 import grpc_codec, rest
 from inferplex.protocol.v2.errors import GRPC_STATUS, HTTP_STATUS
-from inferplex.protocol.v2.grpc_codec import varint
+from inferplex.protocol.v2.protowire import varint
 from inferplex.protocol.v2.rest_encode import encode_infer_response
 from inferplex.shm.registry import Regions
 from inferplex.types import InferenceRequest, InferenceResponse

@@ -37,6 +37,7 @@ from inferplex.errors import InvalidInputError
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.grpc_contents import decode_typed
 from inferplex.protocol.v2.layouts import LayoutCache
+from inferplex.protocol.v2.protowire import RAW_INPUT_TAG, raw_inputs_start, varint
 from inferplex.security.charges import BYTES_ELEMENT_COST, charge, charged
 from inferplex.shm.registry import REGION, Regions
 from inferplex.types import (
@@ -271,7 +272,6 @@ def tensor_bytes(tensor: Tensor) -> bytes:
 # check, and a response whose outputs have names, datatypes and shapes seen before skips
 # building the message. Anything else takes the full path.
 
-_RAW_INPUT_TAG = 0x3A  # ModelInferRequest.raw_input_contents: field 7, length-delimited
 _RAW_OUTPUT_TAG = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, length-delimited
 _LAYOUTS_KEPT = 256
 #: top-level fields looked at for the raw entries' start when a message is charged
@@ -297,7 +297,7 @@ def decode_infer_request_bytes(
     # what comes before the raw entries (typed contents: each repeated element a 16-byte
     # slot in protobuf's arena, from 2 bytes on the wire) up to 8 times its size
     if charged():
-        start = _raw_inputs_start(view, _SCANNED_FIELDS)
+        start = raw_inputs_start(view, _SCANNED_FIELDS)
         typed = len(view) if start is None else start
         charge(2 * len(view) + 6 * typed, "the request message of %d bytes", len(view))
     try:
@@ -392,7 +392,7 @@ class _RequestLayout:
         #: per input: the raw field's tag and length, then what its tensor needs
         self.inputs = [
             (
-                bytes((_RAW_INPUT_TAG,)) + varint(t.data.nbytes),
+                bytes((RAW_INPUT_TAG,)) + varint(t.data.nbytes),
                 t.data.nbytes,
                 t.name,
                 t.datatype,
@@ -459,7 +459,7 @@ def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
         return
     if any(REGION in out.parameters for out in request.outputs):
         return
-    start = _raw_inputs_start(data)
+    start = raw_inputs_start(data)
     if start is None:
         return
     layout = _RequestLayout(data[:start].tobytes(), request)
@@ -467,45 +467,3 @@ def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
         return
     seen = _REQUEST_LAYOUTS.get(len(data), ())
     _REQUEST_LAYOUTS.keep(len(data), (*seen[1 - _LAYOUTS_PER_LENGTH :], layout))
-
-
-def _raw_inputs_start(data: memoryview, fields: int = -1) -> int | None:
-    """Where the raw_input_contents of a serialised ModelInferRequest begin; None unless
-    they come last, after length-delimited fields 1 to 6 only (and, ``fields`` >= 0, within
-    that many fields before them)."""
-    end = len(data)
-    start = None
-    pos = 0
-    while pos < end:
-        if fields == 0 and start is None:
-            return None
-        fields -= 1
-        tag = data[pos]
-        if tag == _RAW_INPUT_TAG:
-            if start is None:
-                start = pos
-        elif start is not None or tag & 7 != 2 or tag > _RAW_INPUT_TAG:
-            return None  # after the raw contents, not length-delimited, or not fields 1-6
-        pos += 1
-        length = shift = 0
-        while True:  # the field's length, a varint
-            if pos >= end:
-                return None
-            byte = data[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-        pos += length
-    return start if pos == end else None
-
-
-def varint(value: int) -> bytes:
-    """A protobuf varint."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
