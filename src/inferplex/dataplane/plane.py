@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from inferplex.core.streaming import Responses, StreamedResponse
@@ -37,13 +38,14 @@ from inferplex.dataplane.classification import ClassifiedOutputs
 from inferplex.dataplane.codec import Body, CallMeta, Codec, SpanLabel, StreamCodec
 from inferplex.dataplane.local import LOCAL, LOCAL_STREAM
 from inferplex.dataplane.offload import OFFLOAD_BYTES, small_response
+from inferplex.dataplane.spans import TracedCall
 from inferplex.dataplane.streams import Failed, Streamed, deadline_error
-from inferplex.errors import ErrorCode, InferplexError
+from inferplex.errors import InferplexError
 from inferplex.routing.config import DEFAULT_STICKY_PARAMETER as ROUTING_KEY
 from inferplex.security.charges import Budget, Charge, charging
 from inferplex.security.limits import RequestLimits
 from inferplex.shm.registry import ReadOffLoop, SharedMemoryRegistry
-from inferplex.tracing.context import CURRENT, CallSpan, CallTracer
+from inferplex.tracing.context import CallTracer
 from inferplex.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -81,6 +83,7 @@ class DataPlane:
     __slots__ = (
         "_admit",
         "_call",
+        "_folders",
         "budget",
         "checks",
         "classes",
@@ -112,6 +115,7 @@ class DataPlane:
         #: tensor is decoded: the limits, then the model's checks
         self.checks: CheckFactory = declared_checks(limits, engine)
         self.classes = Classes(engine, folders)
+        self._folders = folders
         #: opens the calls' server spans while tracing is on (the composition root sets it)
         self.tracer: CallTracer | None = None
         key = routing_header.strip().lower()
@@ -164,7 +168,9 @@ class DataPlane:
             if traced is not None:
                 traced.end(exc)
             raise
-        streamed = Streamed(self, request, responses, encoder, charge, traced, meta.deadline)
+        streamed = Streamed(
+            self.classes, request, responses, encoder, charge, traced, meta.deadline
+        )
         try:
             await streamed.open()
         finally:
@@ -186,6 +192,11 @@ class DataPlane:
         """A new charge for a large request's decoding (None when nothing is charged);
         its owner releases it when the request ends."""
         return None if self.budget is None else Charge(self.budget)
+
+    def folder(self, model: str) -> Path | None:
+        """The folder of a model's files (its tokenizer and chat template, for the OpenAI
+        API), if known."""
+        return self._folders(model) if self._folders is not None else None
 
     def route(self, request: InferenceRequest, routing_key: str) -> None:
         """``routing_key``, the value of the routing header (or gRPC metadata key), becomes
@@ -297,45 +308,3 @@ class DataPlane:
         # a request built in Python comes with no token: the anonymous principal's regions
         registry = self.engine.shared_memory
         return None if registry is None else registry.owned_by(None)
-
-
-class TracedCall:
-    """A call's open span: its record is the current task's (the model version notes its
-    queue and batch times in it) until ``detach``; ``end`` closes it with the call's status."""
-
-    __slots__ = ("_label", "_span", "_token")
-
-    def __init__(self, span: CallSpan, label: SpanLabel) -> None:
-        self._span = span
-        self._label = label
-        self._token: Any = CURRENT.set(span.record)
-
-    def detach(self) -> None:
-        """The current task no longer serves the call (a stream's items are read elsewhere)."""
-        if self._token is not None:
-            CURRENT.reset(self._token)
-            self._token = None
-
-    def end(self, error: BaseException | None) -> None:
-        self.detach()
-        label = self._label
-        if error is None:
-            code = None
-        else:  # anything but the protocol's errors is the server's
-            code = error.code if isinstance(error, InferplexError) else ErrorCode.INTERNAL
-        # the span is in error where the server failed (HTTP's 5xx), not where it refused
-        message = None
-        if error is not None and code in _SERVER_ERRORS:
-            message = f"{type(error).__name__}: {error}"
-        self._span.end((label.status_key, label.status(code)), message)
-
-
-#: the errors that are the server's, not the caller's (HTTP answers them 5xx)
-_SERVER_ERRORS = frozenset(
-    (
-        ErrorCode.INTERNAL,
-        ErrorCode.UNAVAILABLE,
-        ErrorCode.DEADLINE_EXCEEDED,
-        ErrorCode.UNIMPLEMENTED,
-    )
-)

@@ -7,18 +7,17 @@ ends its span."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from inferplex.core.streaming import Responses, StreamedResponse
+from inferplex.dataplane.classes import Classes
 from inferplex.dataplane.classification import ClassifiedOutputs
 from inferplex.dataplane.codec import ItemEncoder
 from inferplex.dataplane.offload import small_response
+from inferplex.dataplane.spans import TracedCall
 from inferplex.errors import DeadlineExceededError, InferplexError
 from inferplex.security.charges import Charge
 from inferplex.types import InferenceRequest
-
-if TYPE_CHECKING:
-    from inferplex.dataplane.plane import DataPlane, TracedCall
 
 __all__ = ["Failed", "Streamed", "deadline_error"]
 
@@ -64,6 +63,7 @@ class Streamed(Generic[H, I]):
 
     __slots__ = (
         "_charge",
+        "_classes",
         "_classified",
         "_deadline",
         "_done",
@@ -71,7 +71,6 @@ class Streamed(Generic[H, I]):
         "_ended",
         "_error",
         "_first",
-        "_plane",
         "_responses",
         "_traced",
         "head",
@@ -80,7 +79,7 @@ class Streamed(Generic[H, I]):
 
     def __init__(
         self,
-        plane: DataPlane,
+        classes: Classes,
         request: InferenceRequest,
         responses: Responses,
         encoder: ItemEncoder[H, I],
@@ -88,7 +87,7 @@ class Streamed(Generic[H, I]):
         traced: TracedCall | None,
         deadline: float | None,
     ) -> None:
-        self._plane = plane
+        self._classes = classes
         self.request = request
         self._responses = responses
         self._encoder = encoder
@@ -153,7 +152,7 @@ class Streamed(Generic[H, I]):
             except TimeoutError:
                 raise deadline_error(self.request.model_name) from None
         if self._classified and item.response is not None:
-            response = await self._plane.classes.classify(self.request, item.response)
+            response = await self._classes.classify(self.request, item.response)
             item = StreamedResponse(response, item.error, item.final)
         return item
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +27,10 @@ from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
 from inferplex.tracing.context import TRACING
 from inferplex.transport.connections import ConnectionGate
 from inferplex.transport.grpc_server import Call, GrpcServer, Guard, Handler, Method
-from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http2_limits import Http2Counters
 from inferplex.transport.http_limits import ByteBudget
-from inferplex.transport.interface import GrpcServing
+from inferplex.transport.interface import GrpcServerFactory, GrpcServing
+from inferplex.transport.listener import ListenerSpec
 from inferplex.transport.sockets import address, bind
 
 if TYPE_CHECKING:
@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Unary = Callable[[Any], Awaitable[Any]]
-#: builds a server of a method table with a guard (--grpc-server)
-ServerFactory = Callable[[dict[str, Method], Guard | None], GrpcServing]
 
 
 class GrpcFrontend:
@@ -53,36 +51,28 @@ class GrpcFrontend:
         config: ServerConfig,
         *,
         guard: Guard | None = None,
-        ssl_context: ssl.SSLContext | None = None,
+        spec: ListenerSpec | None = None,
         budget: ByteBudget | None = None,
-        server: ServerFactory | None = None,
+        server: GrpcServerFactory = GrpcServer,
         plane: DataPlane | None = None,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``guard`` sees every call first (security); ``ssl_context`` turns on TLS;
-        ``budget`` bounds request bytes buffered server-wide (the one the HTTP listeners
-        share; default: one of max_buffered_bytes); ``server`` builds the server of the
-        method table and guard instead of the built-in one (the reference twin:
-        transport/grpcio_server.py); inference goes through ``plane`` (default: one of its
-        own for ``engine`` and ``config``); ``gate`` counts the connections of every
-        listener (default: none of its own)."""
+        """``guard`` sees every call first (security); ``spec``: the listener's TLS and
+        limits (default: ``config``'s); ``budget`` bounds request bytes buffered server-wide
+        (the one the HTTP listeners share; default: one of max_buffered_bytes); ``server``
+        builds the server of the method table (default: the built-in one;
+        ``--grpc-server``: transport/servers.py); inference goes through ``plane`` (default:
+        one of its own for ``engine`` and ``config``); ``gate`` counts the connections of
+        every listener (default: none of its own)."""
         self.engine = engine
         self.config = config
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._stream = StreamInfer(self._plane, engine.shared_memory, config.stream_max_requests)
-        self._server: GrpcServing
-        if server is not None:
-            self._server = server(self._methods(), guard)
-            return
-        self._server = GrpcServer(
+        self._server: GrpcServing = server(
             self._methods(),
-            max_message_bytes=config.max_grpc_message_bytes,
-            max_small_message_bytes=config.max_small_request_bytes,
-            max_header_bytes=config.max_header_bytes,
+            spec if spec is not None else ListenerSpec.from_config(config),
             guard=guard,
-            ssl_context=ssl_context,
-            limits=http2_limits(config),
             budget=budget if budget is not None else ByteBudget(config.max_buffered_bytes),
             gate=gate,
         )
@@ -264,23 +254,3 @@ def _without_call(rpc: Unary) -> Handler:
         return await rpc(request)
 
     return handler
-
-
-def http2_limits(config: ServerConfig) -> Http2Limits:
-    """The gRPC port's HTTP/2 limits, from the ``http2_*`` settings."""
-    return Http2Limits(
-        max_concurrent_streams=config.http2_max_concurrent_streams,
-        max_header_frames=config.http2_max_header_frames,
-        max_resets=config.http2_max_resets,
-        resets_per_s=config.http2_resets_per_s,
-        max_control_frames=config.http2_max_control_frames,
-        control_frames_per_s=config.http2_control_frames_per_s,
-        preface_timeout_s=config.http2_preface_timeout_s,
-        idle_timeout_s=config.http2_idle_timeout_s,
-        keepalive_s=config.http2_keepalive_s,
-        keepalive_timeout_s=config.http2_keepalive_timeout_s,
-        max_connection_age_s=config.http2_max_connection_age_s,
-        max_connection_age_grace_s=config.http2_max_connection_age_grace_s,
-        send_timeout_s=config.http2_send_timeout_s,
-        connection_buffer_bytes=config.http2_connection_buffer_bytes,
-    )

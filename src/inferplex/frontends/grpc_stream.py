@@ -31,7 +31,7 @@ from inferplex.errors import DeadlineExceededError, InferplexError
 from inferplex.protocol.v2.codecs import GRPC_STREAM, stream_error
 from inferplex.shm import SharedMemoryRegistry
 from inferplex.tracing.context import TRACING, CallTrace
-from inferplex.transport.grpc_server import timeout_seconds
+from inferplex.transport.grpc_call import timeout_seconds
 
 #: encoded responses waiting for the transport to take them (a slow reader fills it)
 QUEUED_RESPONSES = 8

@@ -28,14 +28,15 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     GET  /v2/systemsharedmemory[/region/{r}]/status      one region, or all
     POST /v2/cudasharedmemory/region/{r}/register   501: not supported (docs/shared_memory.md)
     GET|POST /v2/cudasharedmemory[/region/{r}]/status|unregister: none registered
+    GET  /v1/models[/{id}], POST /v1/completions | /v1/chat/completions | /v1/embeddings
+                                                 the OpenAI-compatible API (http_openai.py)
 
-Every error body is ``{"error": "<message>"}``; the status of an :class:`InferplexError`
-comes from the one table in ``protocol/v2/errors.py``.
+Every error body is ``{"error": "<message>"}`` (under /v1/, OpenAI's error object); the
+status of an :class:`InferplexError` comes from the one table in ``protocol/v2/errors.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -63,8 +64,10 @@ from inferplex.frontends.http_body import (
 )
 from inferplex.frontends.http_generate import Generate
 from inferplex.frontends.http_management import ManagementRoutes
+from inferplex.frontends.http_openai import OpenAI
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
 from inferplex.frontends.management_json import ManagementBodies
+from inferplex.protocol.openai.errors import OPENAI_PREFIX, error_reply, route_error_body
 from inferplex.protocol.v2.codecs import REST
 from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import parse_header_length
@@ -73,7 +76,7 @@ from inferplex.security.tokens import ANONYMOUS, Principal
 from inferplex.tracing.context import TRACING
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.inflate import Inflated
-from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
+from inferplex.transport.interface import HttpRequest, StreamedBody
 
 __all__ = ["HttpApp", "create_http_app"]
 
@@ -86,9 +89,7 @@ Body = bytes | memoryview
 Reply = tuple[int, bytes, Headers]
 #: what an endpoint answers: a whole body, or one streamed as it comes (generate_stream)
 AnyReply = tuple[int, bytes | StreamedBody, Headers]
-Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _JSON: Headers = [(b"content-type", b"application/json")]
 _EMPTY_OK: Reply = (200, b"", [])
@@ -102,7 +103,8 @@ def create_http_app(
     plane: DataPlane | None = None,
     budget: ByteBudget | None = None,
 ) -> HttpApp:
-    """The ASGI 3 application serving the V2 REST protocol for ``engine``; ``access`` (the
+    """The application serving the V2 REST protocol for ``engine`` (``transport.interface.
+    NativeApp``; uvicorn reaches it through ``transport.asgi.AsgiAdapter``); ``access`` (the
     listener's surface and tokens) decides who may call which endpoint; inference goes
     through ``plane`` (default: one of its own for ``engine`` and ``config``); inflated
     request bodies are charged to ``budget`` (the server's; default: one of
@@ -111,12 +113,12 @@ def create_http_app(
 
 
 class HttpApp(ManagementRoutes):
-    """ASGI 3 callable: answers ``http`` and ``lifespan`` scopes.
+    """The V2 REST app, as every HTTP server calls it (``transport.interface.NativeApp``).
 
     Every request is first *admitted* (:meth:`admit`): its path resolved to a route, the
     method checked, and the caller's access checked against that route's scope. The built-in
-    HTTP server admits a request with a body as soon as its headers are complete
-    (:meth:`refusal`), so nothing is read from a client that may not send it.
+    HTTP server (and the ASGI adapter) admits a request with a body as soon as its headers
+    are complete (:meth:`refusal`), so nothing is read from a client that may not send it.
     """
 
     def __init__(
@@ -158,35 +160,11 @@ class HttpApp(ManagementRoutes):
         #: ``POST .../infer``: the data plane's call with the REST codec, given (body, meta);
         #: a partial, so no frame of the frontend's runs around the data plane's coroutine
         self._infer = functools.partial(self._plane.infer, REST)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """ASGI 3 (uvicorn, the tracing wrapper): the body comes through ``receive``."""
-        kind = scope["type"]
-        if kind == "http":
-            reply = await self._serve(
-                scope["method"],
-                scope["path"],
-                scope.get("raw_path"),
-                scope["headers"],
-                scope.get(ADMITTED_KEY),
-                receive,
-            )
-            if reply is None:
-                return  # the client went away before its body was whole
-            status, payload, headers = reply
-            if isinstance(payload, StreamedBody):
-                await _send_streamed(status, headers, payload, receive, send)
-                return
-            headers = [*headers, (b"content-length", str(len(payload)).encode())]
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": payload})
-        elif kind == "lifespan":
-            await _lifespan(receive, send)
-        # any other scope (websocket) is refused by returning: the server closes it
+        self._openai = OpenAI(engine, self._plane, config)
 
     async def respond(self, request: HttpRequest) -> AnyReply:
-        """The built-in server's way in (no ASGI messages): a request complete with its body,
-        answered with (status, body, headers other than content-length)."""
+        """A request complete with its body, answered with (status, body, headers other than
+        content-length)."""
         reply = await self._serve(
             request.method,
             request.path,
@@ -235,7 +213,7 @@ class HttpApp(ManagementRoutes):
             request.body_limit, request.body_limit_flag = limit, flag
             request.admitted = admitted
         except (InferplexError, RouteError) as exc:
-            return _error_reply(exc)
+            return _error_reply(exc, request.path)
         return None
 
     async def _serve(
@@ -282,7 +260,8 @@ class HttpApp(ManagementRoutes):
                 reply = await compressed(reply, accept)
             return reply if trace is None else traced(reply, trace)
         except (InferplexError, RouteError) as exc:
-            return _error_reply(exc) if trace is None else traced(_error_reply(exc), trace)
+            reply = _error_reply(exc, path)
+            return reply if trace is None else traced(reply, trace)
         except Disconnected:
             return None
         except Exception as exc:
@@ -336,6 +315,22 @@ class HttpApp(ManagementRoutes):
     async def _generate_stream(self, body: Body, meta: CallMeta) -> AnyReply:
         return await self._generation.generate_stream(body, meta)
 
+    # -- the OpenAI-compatible API (frontends/http_openai.py, docs/openai.md) -----------------
+    async def _openai_models(self, *_: Any) -> AnyReply:
+        return await self._openai.models()
+
+    async def _openai_model(self, model: str, *_: Any) -> AnyReply:
+        return await self._openai.model(model)
+
+    async def _openai_completions(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.completions(body)
+
+    async def _openai_chat(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.chat(body)
+
+    async def _openai_embeddings(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.embeddings(body)
+
     # -- the other handlers: (model, version, body, raw Inference-Header-Content-Length,
     # -- principal)
     async def _live(self, *_: Any) -> Reply:
@@ -374,49 +369,6 @@ _ROUTES_KEPT = 1024
 _CALLS = frozenset({"_infer", "_generate", "_generate_stream"})
 
 
-async def _send_streamed(
-    status: int, headers: Headers, body: StreamedBody, receive: Receive, send: Send
-) -> None:
-    """An ASGI response sent as its body comes (the server's ``send`` waits while the client
-    is behind); a client that goes away (``http.disconnect``) stops it, and the producer is
-    closed."""
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    watcher = asyncio.ensure_future(_disconnect(receive))
-    chunks = body.chunks
-    try:
-        while True:
-            step = asyncio.ensure_future(anext(chunks, None))
-            await asyncio.wait((step, watcher), return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():  # the client went away
-                step.cancel()
-                return
-            chunk = step.result()
-            if chunk is None:
-                break
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    finally:
-        watcher.cancel()
-        await chunks.aclose()
-
-
-async def _disconnect(receive: Receive) -> None:
-    """Until the client goes away (its body was read whole before)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    """Acknowledge start-up and shut-down: the composition root owns the engine's lifecycle."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 def _check_size(body: Body, limit: int, flag: str, json_limit: int) -> None:
     """A body within its endpoint's ``limit``, and all-JSON one within ``json_limit`` (0:
     not checked)."""
@@ -441,11 +393,16 @@ def _error(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
-def _error_reply(exc: InferplexError | RouteError) -> Reply:
-    """The answer to a refused request: ``{"error": ...}`` with the error's status."""
+def _error_reply(exc: InferplexError | RouteError, path: str = "") -> Reply:
+    """The answer to a refused request: ``{"error": ...}`` with the error's status (under
+    /v1/, OpenAI's error object)."""
+    openai = path.startswith(OPENAI_PREFIX)
     if isinstance(exc, RouteError):
-        return exc.status, _error(exc.message), [*_JSON, *exc.headers]
+        body = route_error_body(exc.status, exc.message) if openai else _error(exc.message)
+        return exc.status, body, [*_JSON, *exc.headers]
     headers = _JSON
     if isinstance(exc, UnauthenticatedError):
         headers = [*_JSON, (b"www-authenticate", b"Bearer")]
+    if openai:
+        return (*error_reply(exc), headers)
     return HTTP_STATUS[exc.code], _error(exc.message), headers

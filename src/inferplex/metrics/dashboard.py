@@ -8,8 +8,10 @@ from importlib import resources
 from typing import Any
 
 from inferplex.core.snapshot import EngineSnapshot
+from inferplex.metrics.generation import generation_data
 from inferplex.metrics.process import GpuReading
 from inferplex.metrics.sampler import Sampler, VersionPoint
+from inferplex.protocol.openai.stats import GENERATION
 
 #: dashboard file name -> content type
 STATIC_FILES = {
@@ -81,4 +83,9 @@ def dashboard_data(
                 "versions": versions,
             }
         )
-    return {"time": times, "server": server, "models": models}
+    return {
+        "time": times,
+        "server": server,
+        "models": models,
+        "generation": generation_data(GENERATION),
+    }

@@ -15,7 +15,7 @@ import pytest
 
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.grpc_codec import decode_infer_request_bytes
-from inferplex.transport.grpc_server import timeout_seconds
+from inferplex.transport.grpc_call import timeout_seconds
 from inferplex.transport.grpc_stream import percent_encode
 from inferplex.transport.http2 import (
     CONNECTION_WINDOW,

@@ -16,7 +16,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import inferplex
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.backends.worker.model_metrics import MODEL_METRICS
@@ -223,7 +222,7 @@ def worker_env(threads: int) -> dict[str, str]:
     memory (``MALLOC_TUNABLES``), unless the environment says otherwise."""
     env = {name: value for name, value in os.environ.items() if _inherited(name)}
     env.update({name: os.environ[name] for name in _extra if name in os.environ})
-    source = str(Path(inferplex.__file__).resolve().parent.parent)
+    source = str(Path(__file__).resolve().parents[3])  # the folder inferplex/ is in
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
