@@ -24,6 +24,7 @@ from inferplex.config.readers import use_config_name
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
 from inferplex.core.streaming import StreamedResponse
+from inferplex.dataplane import DataPlane
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InferplexError
 from inferplex.frontends.grpc import GrpcFrontend
@@ -32,7 +33,6 @@ from inferplex.lifecycle.exit_deadline import ExitDeadline
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.mesh.replica import Rebalancer, members
 from inferplex.metrics.app import MetricsApp, create_metrics_app
-from inferplex.protocol.dataplane import DataPlane
 from inferplex.repository.local import list_models
 from inferplex.repository.s3 import S3Repository
 from inferplex.resilience.guard import GuardDefaults, ModelGuards
@@ -42,7 +42,6 @@ from inferplex.security.encryption import load_key, use_key
 from inferplex.security.restricted import Restrictions
 from inferplex.security.tokens import TokenAuth
 from inferplex.shm import SharedMemoryRegistry
-from inferplex.transport.asgi import AsgiAdapter
 from inferplex.transport.connections import ConnectionGate
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.interface import HttpServing, NativeApp
@@ -231,7 +230,6 @@ class Server:
                 self.engine,
                 config,
                 guard=access.grpc_guard if access.enabled else None,
-                trace=self._tracing.wrap_grpc_model_infer if self._tracing is not None else None,
                 spec=self.listener,
                 server=GRPC_SERVERS[config.grpc_server],
                 budget=self._http_budget,  # one bound on buffered request bytes for both
@@ -272,14 +270,12 @@ class Server:
             config.server_name,
             self._span_exporter,
         )
+        self.plane.tracer = self._tracing.calls()  # every protocol's calls get their spans
 
     async def _serve_http(self, access: Access, sock: socket.socket) -> int:
         """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
         app = create_http_app(self.engine, self.config, access, self.plane, self._http_budget)
-        traced = None
-        if self._tracing is not None:  # an ASGI middleware around the app
-            traced = self._tracing.wrap_http(AsgiAdapter(app, self.listener.max_body_bytes))
-        return await self._serve_app(app, sock, traced)
+        return await self._serve_app(app, sock)
 
     async def _serve_app(self, app: NativeApp, sock: socket.socket, asgi: Any = None) -> int:
         """Serve ``app`` on ``sock`` with the ``--http-server`` chosen; ``asgi``, an ASGI

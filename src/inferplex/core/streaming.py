@@ -24,7 +24,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from inferplex.backends.base import RequestOutcome
 from inferplex.datatypes import to_bytes_elements
@@ -245,5 +245,12 @@ class SingleResponse:
         self._answer = None
 
 
-#: what ``InferenceEngine.stream`` hands a frontend
-Responses = ResponseStream | SingleResponse
+class Responses(Protocol):
+    """What ``InferenceEngine.stream`` hands a frontend: a :class:`ResponseStream`, a
+    :class:`SingleResponse`, or one of them behind the model's circuit breaker."""
+
+    def __aiter__(self) -> Responses: ...
+
+    async def __anext__(self) -> StreamedResponse: ...
+
+    def close(self) -> None: ...

@@ -18,15 +18,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from inferplex.config.model_config import ModelConfig
+from inferplex.dataplane import OFFLOAD_BYTES, DataPlane
 from inferplex.errors import InferplexError, unknown_model
-from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.openai import encode
 from inferplex.protocol.openai.embeddings import embedding_answer, plan_embedding, read_embedding
 from inferplex.protocol.openai.errors import error_reply
 from inferplex.protocol.openai.generation import Run, prepare
 from inferplex.protocol.openai.requests import Generation, read_chat, read_completion
 from inferplex.protocol.openai.text_model import TextModel, read_text_model
-from inferplex.protocol.v2.offload import OFFLOAD_BYTES
 from inferplex.transport.interface import StreamedBody
 
 if TYPE_CHECKING:
@@ -85,9 +84,8 @@ class OpenAI:
             config = self._engine.model_config(request.model)
             texts = await self._text_model(request.model, config)
             plan = await _decoded(body, plan_embedding, request, config, texts)
-            for model_request in plan.requests:
-                self._plane.admit(model_request)
-            responses = await asyncio.gather(*(self._plane.infer(r) for r in plan.requests))
+            # requests built here, in Python: through the data plane's door for them
+            responses = await asyncio.gather(*(self._plane.infer_local(r) for r in plan.requests))
             return _json(embedding_answer(plan, list(responses), request.model))
         except InferplexError as exc:
             return _error(exc)
@@ -99,10 +97,8 @@ class OpenAI:
             config = self._engine.model_config(request.model)
             texts = await self._text_model(request.model, config)
             prepared = await _decoded(body, prepare, request, config, texts, request.model)
-            for model_request in prepared.requests:
-                self._plane.admit(model_request)
             run = Run(prepared, started)
-            await run.open(self._plane.stream)
+            await run.open(self._plane.stream_local)
             if not request.stream:
                 return _json(await run.whole())
             first = await run.first()

@@ -10,7 +10,7 @@ line ``index`` of the output's ``label_filename`` (in the model's folder), left 
 is none. Only numeric outputs of a fixed size can be classified (not BOOL, FP16 or BYTES, as
 in Triton).
 
-Pure functions: the data plane (``protocol/dataplane.py``) decides when to call them.
+Pure functions: the data plane (``dataplane/classes.py``) decides when to call them.
 """
 
 from __future__ import annotations

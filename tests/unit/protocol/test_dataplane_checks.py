@@ -18,10 +18,10 @@ import pytest
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.streaming import SingleResponse
+from inferplex.dataplane import ROUTING_KEY, CallMeta, DataPlane, checks, classes
+from inferplex.dataplane.classification import ClassifiedOutputs
+from inferplex.dataplane.local import LOCAL
 from inferplex.errors import InferplexError, InvalidInputError, PayloadTooLargeError
-from inferplex.protocol import dataplane
-from inferplex.protocol.classification import ClassifiedOutputs
-from inferplex.protocol.dataplane import ROUTING_KEY, DataPlane
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec, rest
 from inferplex.security.limits import RequestLimits
@@ -221,19 +221,19 @@ def test_from_config_takes_the_limits_and_routing_header() -> None:
     assert built.routing_header == b"x-user" and built.routing_metadata == "x-user"
 
 
-def test_admit_runs_the_limits() -> None:
+async def test_admission_runs_the_limits() -> None:
     with pytest.raises(PayloadTooLargeError, match="'X' has 8 elements"):
-        plane(elements=4).admit(request((2, 4)))
+        await plane(elements=4).infer_local(request((2, 4)))
     texts = np.array([b"short", b"far too long"], dtype=object)
     with pytest.raises(PayloadTooLargeError, match="element of 12 bytes"):
-        plane().admit(InferenceRequest("m", [Tensor("S", "BYTES", (2,), texts)]))
+        await plane().infer_local(InferenceRequest("m", [Tensor("S", "BYTES", (2,), texts)]))
 
 
-async def test_infer_is_the_engines_own_method() -> None:
+async def test_an_ordinary_call_is_one_coroutine() -> None:
     door = plane()
-    assert door.infer == door.engine.infer  # no call of the plane's on the hot path
-    answer = door.infer(request())
-    assert asyncio.iscoroutine(answer)
+    answer = door.infer(LOCAL, request(), CallMeta())
+    # the hot path: the coroutine that does the work, no wrapper awaiting it
+    assert asyncio.iscoroutine(answer) and answer.cr_code.co_name == "_infer"
     assert (await answer).model_name == "m"
 
 
@@ -279,15 +279,15 @@ async def test_in_process_requests_get_the_checks_of_a_decoded_one() -> None:
 
 def test_every_refusal_is_an_inferplex_error() -> None:
     errors = [
-        dataplane.unknown_datatype("X", ["list"]),
-        dataplane.negative_dims("X", (-1,)),
-        dataplane.raw_size_error("X", "here", 3, "FP64", (1,)),
+        checks.unknown_datatype("X", ["list"]),
+        checks.negative_dims("X", (-1,)),
+        checks.raw_size_error("X", "here", 3, "FP64", (1,)),
     ]
     assert all(isinstance(e, InferplexError) for e in errors)
     with pytest.raises(InvalidInputError, match="unknown datatype"):
-        dataplane.input_dtype("X", {"not": "hashable"})
-    assert dataplane.input_dtype("X", "INT8") == np.dtype(np.int8)
-    dataplane.check_dims("X", ())
+        checks.input_dtype("X", {"not": "hashable"})
+    assert checks.input_dtype("X", "INT8") == np.dtype(np.int8)
+    checks.check_dims("X", ())
 
 
 # -- the classification extension, once for every protocol ----------------------------------
@@ -299,7 +299,7 @@ async def test_classify_answers_the_top_classes_with_their_labels(tmp_path: Path
     door = DataPlane(engine, RequestLimits(100, 10), folders={"m": tmp_path}.get)
     asked = request()
     asked.outputs = ClassifiedOutputs([RequestedOutput("SCORES", {"classification": 2})])
-    response = await door.classify(asked, await door.infer(asked))
+    response = await door.classify(asked, await door.engine.infer(asked))
     scores, passed = response.outputs
     assert (scores.name, scores.datatype, scores.shape) == ("SCORES", "BYTES", (2, 2))
     # label 2 is an empty line: left out, as Triton leaves out a label it has not
@@ -309,7 +309,7 @@ async def test_classify_answers_the_top_classes_with_their_labels(tmp_path: Path
     ]
     assert passed.name == "X" and passed.datatype == "FP32"  # not asked for: as it was
     (tmp_path / "labels.txt").write_text("changed\n")
-    again = await door.classify(asked, await door.infer(asked))
+    again = await door.classify(asked, await door.engine.infer(asked))
     assert again.outputs[0].data[0, 0] == b"3.300000:1:pear"  # read once per configuration
 
 
@@ -321,7 +321,7 @@ async def test_labels_that_cannot_be_read_leave_the_classes_without_them(
     )
     asked = request()
     asked.outputs = ClassifiedOutputs([RequestedOutput("SCORES", {"classification": 1})])
-    response = await door.classify(asked, await door.infer(asked))
+    response = await door.classify(asked, await door.engine.infer(asked))
     assert response.outputs[0].data.tolist() == [[b"3.300000:1"], [b"7.000000:2"]]
     assert "labels of 'SCORES' not read" in caplog.text
 
@@ -333,17 +333,17 @@ async def test_a_large_output_is_classified_off_the_event_loop(
     door = plane()
     loop_thread = threading.get_ident()
     where: list[bool] = []
-    classify = dataplane.classify
+    classify = classes.classify
 
     def watched(*args: Any) -> Tensor:
         where.append(threading.get_ident() == loop_thread)
         return classify(*args)
 
-    monkeypatch.setattr(dataplane, "classify", watched)
+    monkeypatch.setattr(classes, "classify", watched)
     if large:  # one element more than is classified on the loop
-        monkeypatch.setattr(dataplane, "INLINE_CLASSIFY_ELEMENTS", SCORES.size - 1)
+        monkeypatch.setattr(classes, "INLINE_CLASSIFY_ELEMENTS", SCORES.size - 1)
     asked = request()
     asked.outputs = ClassifiedOutputs([RequestedOutput("SCORES", {"classification": 1})])
-    response = await door.classify(asked, await door.infer(asked))
+    response = await door.classify(asked, await door.engine.infer(asked))
     assert response.outputs[0].data.tolist() == [[b"3.300000:1"], [b"7.000000:2"]]
     assert where == [not large]
