@@ -16,7 +16,7 @@ what each field is:
 
 Values are checked once, later, by :class:`~inferplex.config.model_config.ModelConfig`: the
 same checks with the same messages as a ``config.yaml`` gets. A name the schema does not have
-(a typo) is kept as written, for readers.py to list as an unknown field rather than fail the
+(a typo) is kept as written, for section_reader.py to list as an unknown field rather than fail the
 load. Both are why this is not ``text_format.Parse`` into a ModelConfig message: protobuf stops
 at the first unknown field, and proto3 cannot tell a field written as its zero value from one
 left out (``max_batch_size: 0`` says "never batch"; leaving it out lets auto-complete choose).
