@@ -16,6 +16,7 @@ from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import InferplexError
 
 if TYPE_CHECKING:
+    from inferplex.backends.llm.stats import GenerationStats
     from inferplex.types import InferenceRequest, InferenceResponse
 
 
@@ -200,6 +201,11 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends free on collection
         """Release the model's resources."""
+
+    def generation_stats(self) -> GenerationStats | None:
+        """A generative engine's state and totals (the LLM metrics, docs/llm.md); None for a
+        backend without one. Read on the event loop at a scrape, never per request."""
+        return None
 
     @classmethod
     def gpu_available(cls) -> bool:
