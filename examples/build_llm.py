@@ -74,7 +74,13 @@ def build_llm(
     """The version folder of a new model ``out/name`` (see the module docstring);
     ``intermediate``: a Llama's MLP width (0: twice ``hidden``)."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedModel,
+    )
 
     tokenizer = train_tokenizer(vocab)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")  # type: ignore[attr-defined]
@@ -94,7 +100,7 @@ def build_llm(
             # wider than the default 0.02: peaked logits, so greedy choices are clear-cut
             initializer_range=0.2,
         )
-        model = LlamaForCausalLM(config)
+        model: PreTrainedModel = LlamaForCausalLM(config)
     elif family == "gpt2":
         gpt2 = GPT2Config(
             vocab_size=vocab,
