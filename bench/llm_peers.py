@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -57,12 +58,16 @@ def aiperf_load(
         "--isl", str(isl), "--isl-stddev", "0",
         "--osl", str(round(mean)), "--osl-stddev", str(round(spread)),
         "--random-seed", "1",
-        "--extra-inputs", f"min_tokens:{round(mean)}" if not spread else "ignore_eos:true",
+        # every request generates the max_tokens aiperf draws for it
+        "--extra-inputs", "ignore_eos:true", *([f"min_tokens:{round(mean)}"] if not spread else []),
         "--use-server-token-count", "--ui", "none", "--no-server-metrics",
         "--artifact-dir", str(out),
     ]  # fmt: skip
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    found = json.loads((out / "profile_export_aiperf.json").read_text())
+    try:
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        found = json.loads((out / "profile_export_aiperf.json").read_text())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
     def stat(name: str, key: str) -> float:
         return float(found[name][key])
