@@ -57,8 +57,8 @@ from bench.serving import (
     write_results,
 )
 from examples import modelgen
-from inferplex.benchtool import arrays
-from inferplex.benchtool.launch import HOST
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.launch import HOST
 
 PROTOCOLS = ("http-binary", "grpc")
 MODES = ("batched", "unbatched")

@@ -40,9 +40,9 @@ from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets
 from bench.serving import machine_state, reference, serve, write_results
 from examples import modelgen
-from inferplex.benchtool import arrays
-from inferplex.benchtool.launch import HOST
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.launch import HOST
 
 LIGHT, HEAVY, CASCADE = "digits_light", "digits_heavy", "digits_cascade"
 MODELS = (LIGHT, HEAVY, CASCADE)

@@ -26,7 +26,7 @@ from h2.connection import H2Connection
 from h2.events import StreamEnded, StreamReset
 
 from examples import modelgen
-from inferplex.benchtool.launch import HOST, start_server
+from inferplex_tools.benchtool.launch import HOST, start_server
 
 BOMB = gzip.compress(bytes(250 << 20), 9)
 PATHS = ("/inference.GRPCInferenceService/ServerLive", "/grpc.health.v1.Health/Check")

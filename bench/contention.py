@@ -32,8 +32,8 @@ from bench.serving import (
     write_model,
 )
 from examples import modelgen
-from inferplex.benchtool import arrays
-from inferplex.benchtool.launch import HOST
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.launch import HOST
 
 
 @dataclass(frozen=True)

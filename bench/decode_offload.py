@@ -11,7 +11,7 @@ free meanwhile), next to the median round trip of ``asyncio.to_thread`` on a fun
 does nothing (``hop``). A body is worth a thread once decoding it inline costs at least a hop:
 below that, the hop is slower than the work and the loop gains almost nothing. The last line
 gives the smallest size where every kind that does work per byte costs at least one hop, and
-``OFFLOAD_BYTES`` (protocol/v2/offload.py), the threshold the server uses. Fixed-size binary
+``OFFLOAD_BYTES`` (dataplane/offload.py), the threshold the server uses. Fixed-size binary
 tensors over REST are views of the body (no work at any size) and are left out.
 """
 
@@ -29,10 +29,10 @@ import numpy as np
 import orjson
 import uvloop
 
+from inferplex.dataplane.offload import OFFLOAD_BYTES
 from inferplex.datatypes import serialize_bytes
 from inferplex.protocol.v2 import generated as pb
-from inferplex.protocol.v2 import grpc_codec, rest
-from inferplex.protocol.v2.offload import OFFLOAD_BYTES
+from inferplex.protocol.v2 import grpc_codec, rest, rest_encode
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 #: name -> builds (function, args) whose call decodes or encodes a body of about n bytes
@@ -104,7 +104,7 @@ def _response(datatype: str, data: np.ndarray) -> tuple[InferenceResponse, Infer
 
 def _encode_json_fp32(n: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     data = np.random.default_rng(0).random(max(1, n // 4)).astype(np.float32)
-    return rest.encode_infer_response, _response("FP32", data)
+    return rest_encode.encode_infer_response, _response("FP32", data)
 
 
 def _encode_bytes(n: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:

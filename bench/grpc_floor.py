@@ -37,10 +37,10 @@ from bench.overhead import (
     run_rounds,
     served_case,
 )
-from inferplex.benchtool import arrays
-from inferplex.benchtool.launch import HOST, RunningServer, free_port, start_server
 from inferplex.protocol.v2 import grpc_codec
 from inferplex.types import InferenceResponse, Tensor
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.launch import HOST, RunningServer, free_port, start_server
 
 SERVICE = "inference.GRPCInferenceService"
 

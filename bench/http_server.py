@@ -34,8 +34,8 @@ import psutil
 from bench.loadgen import Measurement, measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from examples import modelgen
-from inferplex.benchtool import arrays
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool import arrays
 
 HOST = "127.0.0.1"
 SERVERS = ("uvicorn", "builtin")
@@ -48,20 +48,28 @@ async def _serve(kind: str, repo: Path, sock: socket.socket) -> None:
     from inferplex.frontends.http import create_http_app
     from inferplex.server import build_engine
     from inferplex.transport.http_server import HttpServer
+    from inferplex.transport.listener import ListenerSpec
 
     config = ServerConfig(model_repository=repo, log_level="warning")
     engine = build_engine(config)
     await engine.start()
     app = create_http_app(engine, config)
     if kind == "builtin":
-        server = HttpServer(app, max_body_bytes=config.max_request_bytes)
+        server = HttpServer(app, ListenerSpec.from_config(config))
         await server.start(sock)
         print("ready", flush=True)
         await asyncio.Event().wait()
     import uvicorn
 
+    from inferplex.transport.asgi import AsgiAdapter
+
     settings = uvicorn.Config(
-        app, loop="none", http="httptools", lifespan="off", log_level="warning", access_log=False
+        AsgiAdapter(app, config.max_request_bytes),
+        loop="none",
+        http="httptools",
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
     )
     print("ready", flush=True)
     await uvicorn.Server(settings).serve(sockets=[sock])

@@ -50,9 +50,9 @@ from bench.overhead import (
 )
 from bench.serving import machine_state, write_results
 from examples import modelgen
-from inferplex.benchtool import arrays
-from inferplex.benchtool.launch import HOST, RunningServer
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.launch import HOST, RunningServer
 
 MIB = 1 << 20
 ISOLATED = {"key": "isolation", "value": {"string_value": "process"}}

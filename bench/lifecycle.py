@@ -60,11 +60,11 @@ from bench.outputs import add_results_option
 from bench.report import Target, check_targets, number
 from bench.serving import machine_state, write_results
 from examples import modelgen
-from inferplex.benchtool import arrays
-from inferplex.benchtool.clients import HttpConnection
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.clients import HttpConnection
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 ROOT = Path(__file__).resolve().parent.parent
 #: the poll period of part 2: the time to serving is bound by it

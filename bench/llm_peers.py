@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from bench.llm_client import Job, LoadResult, Target
-from inferplex.benchtool.launch import free_port
+from inferplex_tools.benchtool.launch import free_port
 
 HOST = "127.0.0.1"
 

@@ -231,7 +231,7 @@ def main() -> None:
 def _start_inferplex(
     args: argparse.Namespace, repository: Path
 ) -> tuple[Target, Callable[[], int], PeakRss]:
-    from inferplex.benchtool.launch import start_server
+    from inferplex_tools.benchtool.launch import start_server
 
     server = start_server(repository, args.work / "inferplex.log", deadline=300)
     target = Target(INFERPLEX, f"http://{server.http_url}", MODEL)

@@ -29,8 +29,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from inferplex.benchtool.clients import MODEL_INFER, HttpConnection
-from inferplex.benchtool.grpc_wire import GrpcConnection
+from inferplex_tools.benchtool.clients import MODEL_INFER, HttpConnection
+from inferplex_tools.benchtool.grpc_wire import GrpcConnection
 
 #: One request: sends it and returns what is needed to check the answer.
 Call = Callable[[], Awaitable[Any]]

@@ -45,9 +45,9 @@ from bench.loadgen import Call, Measurement, measure, open_http
 from bench.overhead import Timing, add_round_options, round_options
 from bench.report import Target, check_targets, number
 from examples import modelgen
-from inferplex.benchtool import arrays
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import to_pbtxt
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 #: the in-process reference, run in a fresh interpreter so its figures are its own
 INPROCESS = """

@@ -26,8 +26,8 @@ import numpy as np
 import requests
 
 from examples.modelgen import identity
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 MiB = 1 << 20
 

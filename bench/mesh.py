@@ -59,10 +59,10 @@ from bench.mesh_cluster import (
 from bench.mesh_scaling import ScalingMesh
 from bench.overhead import Timing, add_round_options, round_options
 from examples import modelgen
-from inferplex.benchtool.cluster import Nginx, start_nginx, start_replica
-from inferplex.benchtool.launch import RunningServer
 from inferplex.config.writers import write_config
 from inferplex.mesh.ring import Ring
+from inferplex_tools.benchtool.cluster import Nginx, start_nginx, start_replica
+from inferplex_tools.benchtool.launch import RunningServer
 
 
 def make_mlp(repo: Path, name: str) -> Path:

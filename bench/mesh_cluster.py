@@ -25,18 +25,18 @@ import psutil
 import requests
 import uvloop
 
-from inferplex.benchtool import arrays
-from inferplex.benchtool.clients import (
+from inferplex.mesh.nginx import MODEL_HEADER, Backend, Listen, render
+from inferplex.mesh.ring import Ring, copies_by_model
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.clients import (
     ConnectionClosed,
     HttpConnection,
     RequestFailed,
     grpc_infer,
 )
-from inferplex.benchtool.cluster import Nginx, nginx_binary, start_replica
-from inferplex.benchtool.launch import HOST, RunningServer, free_port, poll_ready
-from inferplex.benchtool.payloads import header_value
-from inferplex.mesh.nginx import MODEL_HEADER, Backend, Listen, render
-from inferplex.mesh.ring import Ring, copies_by_model
+from inferplex_tools.benchtool.cluster import Nginx, nginx_binary, start_replica
+from inferplex_tools.benchtool.launch import HOST, RunningServer, free_port, poll_ready
+from inferplex_tools.benchtool.payloads import header_value
 
 REPLICAS = ("r0", "r1", "r2")
 #: One ONNX Runtime thread per replica: the replicas share the machine's cores. glibc's mmap

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from bench.mesh_cluster import REPLICA_ENV, MeshLoad, Workload, build_models, loaded_models
 from examples import modelgen
-from inferplex.benchtool.cluster import Nginx, nginx_binary, start_replica
-from inferplex.benchtool.launch import HOST, RunningServer, free_port, poll_ready
 from inferplex.mesh.ring import Ring
+from inferplex_tools.benchtool.cluster import Nginx, nginx_binary, start_replica
+from inferplex_tools.benchtool.launch import HOST, RunningServer, free_port, poll_ready
 
 DEADLINE = 60.0
 #: the replicas' loopback addresses, which are also their ring names

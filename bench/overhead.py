@@ -54,11 +54,11 @@ from bench.outputs import add_results_option, result_path
 from bench.report import ADD_SUB_CASES, report
 from examples import modelgen
 from inferplex.backends.onnxruntime import SPINNING_PARAMETER, session_options
-from inferplex.benchtool import arrays
-from inferplex.benchtool.clients import grpc_infer
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.lifecycle.planning import INTRA_OP_PARAMETER
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.clients import grpc_infer
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 CNN_CONCURRENCY = 4
 #: small_cnn's served modes (bench/report.py CNN_MODES): protocol and model

@@ -41,8 +41,8 @@ from bench.serving import (
 )
 from examples import modelgen
 from examples.build_models import CAMERA_STEPS, build_camera_pipeline, write_ensemble
-from inferplex.benchtool import arrays
-from inferplex.benchtool.launch import HOST
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.launch import HOST
 
 PIPELINE = "camera_pipeline"
 FACE_BRANCH = "face_branch"

@@ -35,7 +35,8 @@ from examples import modelgen
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.onnxruntime import OnnxRuntimeBackend
 from inferplex.backends.python import PythonBackend
-from inferplex.backends.python.runner import Runner, find_class, load_module
+from inferplex.backends.python.runner import find_class, load_module
+from inferplex.backends.python.styles import make_runner
 from inferplex.config.model_config import ModelConfig
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
@@ -123,7 +124,7 @@ async def run(args: argparse.Namespace) -> None:
             config = python_config(dims)
             context = Context(config.name, "1", str(repo), config.to_triton_dict(), "bench")
             handler = find_class(load_module(repo / config.name / "1" / "model.py"), "")()
-            runner = Runner(handler, context)
+            runner = make_runner(handler, context)
             worker = PythonBackend(repo / config.name / "1" / "model.py", config, InstanceSpec())
             onnx = OnnxRuntimeBackend(
                 repo / f"add_sub_{dims}" / "1" / "model.onnx",

@@ -4,10 +4,10 @@
     python -m bench.quantize --quick          # fewer, shorter rounds; smaller evaluation sets
     python -m bench.quantize --models digits_cnn,mlp --work /tmp/quantize   # reuse built models
 
-Four models, each optimised by the real optimiser (``inferplex.optimize.api.optimize``, default
-promotion rule), which builds the variant(s), then times them interleaved with the FP32 parent
-in one run (speedup: the median of per-round paired ratios) and compares their outputs on an
-evaluation set:
+Four models, each optimised by the real optimiser
+(``inferplex_tools.optimize.api.optimize``, default promotion rule), which builds the
+variant(s), then times them interleaved with the FP32 parent in one run (speedup: the median
+of per-round paired ratios) and compares their outputs on an evaluation set:
 
 - ``minilm``: the MiniLM sentence embedder (examples/export_minilm.py), dynamic INT8; 128
   sentences, batch 1 and 32; cosine similarity to the FP32 embeddings.
@@ -38,7 +38,7 @@ from bench.outputs import add_results_option
 from bench.report import Target, check_targets
 from bench.serving import machine_state, write_results
 from examples import modelgen
-from inferplex.optimize.api import OptimizeOptions, optimize
+from inferplex_tools.optimize.api import OptimizeOptions, optimize
 
 MODELS = ("minilm", "resnet18", "digits_cnn", "mlp")
 

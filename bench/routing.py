@@ -32,10 +32,10 @@ from bench.overhead import Timing, add_round_options, round_options
 from bench.serving import Served, latency_figures, machine_state, serve, write_results
 from examples import modelgen
 from inferplex import InferenceRequest, ServerConfig, Tensor
-from inferplex.benchtool import arrays
-from inferplex.benchtool.launch import HOST
 from inferplex.config.writers import write_config
 from inferplex.server import build_engine
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.launch import HOST
 
 DIRECT = "add_sub"
 CASES = (DIRECT, "add_sub_guarded", "split", "shadowed")

@@ -40,9 +40,9 @@ from bench.overhead import (
     inprocess_session,
     round_options,
 )
-from inferplex.benchtool import arrays
-from inferplex.benchtool.cluster import Nginx, start_nginx, start_replica
-from inferplex.benchtool.launch import RunningServer
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.cluster import Nginx, start_nginx, start_replica
+from inferplex_tools.benchtool.launch import RunningServer
 
 TOPOLOGIES = ("direct-1", "nginx-1", "nginx-3")
 PROTOCOLS = ("http-binary", "grpc")

@@ -2,8 +2,8 @@
 
 - :class:`Layout` and :func:`write_model`: how a model is served (batch size, dynamic
   batching, instances, intra-op threads, scheduling), written as its ``config.pbtxt``.
-- :func:`serve`: the real server as a subprocess (``inferplex.benchtool.launch``), with its CPU
-  clock and its statistics (:class:`Served`); on leaving, every model's failed-request count
+- :func:`serve`: the real server as a subprocess (``inferplex_tools.benchtool.launch``), with its
+  CPU clock and its statistics (:class:`Served`); on leaving, every model's failed-request count
   must still be 0, so a server that answers errors cannot look fast.
 - :class:`StatsProbe`: the ``server_cpu`` hook of :func:`bench.loadgen.measure`, which is
   called exactly at the two edges of the measured window; it also takes the models'
@@ -36,10 +36,10 @@ from bench.loadgen import Measurement, measure_open
 from bench.outputs import result_path
 from bench.overhead import Timing, inprocess_session
 from examples import modelgen
-from inferplex.benchtool import arrays
-from inferplex.benchtool.clients import HttpPool
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.clients import HttpPool
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 Check = Callable[[dict[str, np.ndarray]], None]
 

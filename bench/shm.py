@@ -42,8 +42,8 @@ import tritonclient.utils.shared_memory as shm
 
 from bench.outputs import add_results_option, result_path
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 SHAPE = [3, 1024 * 1024]  # 3x1024x1024 FP32
 MODEL = "identity_fp32"

@@ -32,8 +32,8 @@ import grpc
 import numpy as np
 
 from examples.modelgen import decoupled
-from inferplex.benchtool.launch import start_server
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import start_server
 
 SERVICE = "/inference.GRPCInferenceService/"
 MODEL = "square_int32"

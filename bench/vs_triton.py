@@ -43,9 +43,9 @@ from bench.peers.models import MODELS, Built, build, sample_inputs, shape_option
 from bench.peers.perf_analyzer import Figures, Server, Settings
 from bench.report import Target, check_targets, number
 from bench.serving import machine_state, output_check, reference, write_results
-from inferplex.benchtool import arrays
-from inferplex.benchtool.clients import HttpPool
-from inferplex.benchtool.launch import HOST, start_server
+from inferplex_tools.benchtool import arrays
+from inferplex_tools.benchtool.clients import HttpPool
+from inferplex_tools.benchtool.launch import HOST, start_server
 
 INFERPLEX, TRITON = "inferplex", "triton"
 FIGURES = ("rate", "p50_ms", "p99_ms", "server_cpu_us", "client_cpu_us")

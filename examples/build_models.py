@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from examples import modelgen
+from examples.modelgen.embedder import sentence_encoder
+from examples.modelgen.llm import mock_llm
 from inferplex.config.writers import write_config
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "models"
@@ -50,6 +52,11 @@ def build(out: Path) -> None:
     _configure(path, "pbtxt", max_batch_size=8)
 
     build_camera_pipeline(out)
+
+    # the OpenAI-compatible API (docs/openai.md): a Triton-style decoupled LLM with its
+    # tokenizer and chat template, and a sentence encoder for /v1/embeddings
+    print(f"  {mock_llm(out).name}: decoupled Python LLM (text_input -> text_output)")
+    print(f"  {sentence_encoder(out).name}: sentence encoder marked openai_embedding")
 
 
 #: The camera-frame pipeline's stand-in models: (builder, keyword arguments). Fixed random

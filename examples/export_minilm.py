@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +125,12 @@ def export_minilm(repo: Path, name: str = "minilm", version: int = 1) -> Path:
             dynamo=False,
         )
     config = modelgen.model_config(path, max_batch_size=32, dynamic_batching=True)
+    # served by /v1/embeddings too (docs/openai.md): the output marked, the tokenizer beside
+    config["parameters"] = {"openai_embedding": {"string_value": "embedding"}}
     write_config(repo / name, config)
+    for tokenizer_file in ("tokenizer.json", "tokenizer_config.json"):
+        if (_source() / tokenizer_file).is_file():
+            shutil.copyfile(_source() / tokenizer_file, repo / name / tokenizer_file)
     return path
 
 

@@ -37,6 +37,7 @@ with atheris.instrument_imports(include=["inferplex.transport"]):
     from inferplex.transport.http_cycle import Request
     from inferplex.transport.http_limits import ByteBudget, Http1Limits
     from inferplex.transport.http_server import HttpServer
+    from inferplex.transport.listener import ListenerSpec
 
 _READ = 1 << 16  # the server's read buffer: one read is at most this
 _SEEDS = (
@@ -161,10 +162,16 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def admit(request: Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
-    if request.path.startswith("/deny"):
-        return 403, b'{"error": "no"}', [(b"www-authenticate", b"Bearer")]
-    return None
+class Denying:
+    """Refuses /deny before its body is read; the ASGI ``app`` answers the rest."""
+
+    def refusal(self, request: Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
+        if request.path.startswith("/deny"):
+            return 403, b'{"error": "no"}', [(b"www-authenticate", b"Bearer")]
+        return None
+
+    async def respond(self, request: Request) -> Any:
+        raise AssertionError("the ASGI app answers")
 
 
 class Run:
@@ -184,11 +191,11 @@ class Run:
             send_timeout_s=1.0,
         )
         self.server = HttpServer(
-            app,
-            max_body_bytes=self.max_body,
-            max_header_bytes=self.max_header,
-            admit=admit if (options >> 7) & 1 else None,
-            limits=limits,
+            Denying() if (options >> 7) & 1 else None,
+            ListenerSpec(
+                max_body_bytes=self.max_body, max_header_bytes=self.max_header, http1=limits
+            ),
+            asgi=app,
             budget=budget,
         )
         self.server.loop = loop

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from examples import modelgen  # noqa: E402
 from examples.modelgen.sequences import simple_sequence  # noqa: E402
-from inferplex.benchtool.launch import start_server  # noqa: E402
+from inferplex_tools.benchtool.launch import start_server  # noqa: E402
 
 HTTP, GRPC, METRICS = 8000, 8001, 8002
 #: how the servers start: as Triton's examples expect one started (models loaded and

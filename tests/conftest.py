@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferplex.benchtool.launch import RunningServer, start_server
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.repository import build_test_repository
 
 #: The body size limit the `server` fixture runs with (tests of 413 rely on it).

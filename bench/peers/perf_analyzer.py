@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.isolation import tree_cpu
 from bench.peers.triton import INSTALL, PEERS
-from inferplex.benchtool import BenchError
+from inferplex_tools.benchtool import BenchError
 
 #: the wrapper install.sh writes (it sets the library paths the binary needs)
 BINARY = PEERS / "bin" / "perf_analyzer"

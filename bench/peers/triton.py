@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.peers.models import BUILDERS, Built, Model, build
-from inferplex.benchtool.launch import (
+from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import (
     HOST,
     LOG_TAIL,
     Listening,
@@ -34,7 +35,6 @@ from inferplex.benchtool.launch import (
     poll_ready,
     stop_process,
 )
-from inferplex.config.writers import write_config
 
 #: where install.sh puts everything (its PEERS)
 PEERS = Path(os.environ.get("INFERPLEX_PEERS", "/tmp/inferplex-peers"))

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import signal
 import socket
-import ssl
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -25,15 +24,15 @@ from inferplex.config.readers import use_config_name
 from inferplex.config.server_config import ServerConfig
 from inferplex.core.registry import ModelRegistry
 from inferplex.core.streaming import StreamedResponse
+from inferplex.dataplane import DataPlane
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InferplexError
-from inferplex.frontends.grpc import GrpcFrontend, ServerFactory
-from inferplex.frontends.http import HttpApp, create_http_app
+from inferplex.frontends.grpc import GrpcFrontend
+from inferplex.frontends.http import create_http_app
 from inferplex.lifecycle.exit_deadline import ExitDeadline
 from inferplex.lifecycle.manager import LifecycleManager
 from inferplex.mesh.replica import Rebalancer, members
 from inferplex.metrics.app import MetricsApp, create_metrics_app
-from inferplex.protocol.dataplane import DataPlane
 from inferplex.repository.local import list_models
 from inferplex.repository.s3 import S3Repository
 from inferplex.resilience.guard import GuardDefaults, ModelGuards
@@ -41,16 +40,14 @@ from inferplex.routing.table import RouteTable
 from inferplex.security.access import Access, Surface
 from inferplex.security.encryption import load_key, use_key
 from inferplex.security.restricted import Restrictions
-from inferplex.security.tls import grpc_ssl_context, server_ssl_context
 from inferplex.security.tokens import TokenAuth
 from inferplex.shm import SharedMemoryRegistry
-from inferplex.transport.connections import ConnectionGate, connection_caps
-from inferplex.transport.grpc_server import Method
-from inferplex.transport.grpcio_server import GrpcioServer, server_credentials
-from inferplex.transport.http_server import ByteBudget, Http1Limits, HttpServer
-from inferplex.transport.interface import Guard
+from inferplex.transport.connections import ConnectionGate
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.interface import HttpServing, NativeApp
+from inferplex.transport.listener import ListenerSpec
+from inferplex.transport.servers import GRPC_SERVERS, HTTP_SERVERS
 from inferplex.transport.sockets import address, bind
-from inferplex.transport.uvicorn_http import UvicornHttpServer
 from inferplex.types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger(__name__)
@@ -116,63 +113,6 @@ def build_engine(config: ServerConfig) -> InferenceEngine:
     )
 
 
-def reference_grpc_server(
-    config: ServerConfig, budget: ByteBudget | None = None, gate: ConnectionGate | None = None
-) -> ServerFactory:
-    """What builds the reference gRPC server (grpc.aio, ``--grpc-server grpcio``) of a
-    GrpcFrontend's method table, with the limits of ``config``; inflated messages are
-    charged to ``budget`` (the server's); ``gate``: the caps on connections (grpc-core
-    counts its own, server-wide only)."""
-    credentials = None
-    if config.tls_cert_file is not None and config.tls_key_file is not None:
-        credentials = server_credentials(
-            config.tls_cert_file, config.tls_key_file, config.tls_client_ca
-        )
-    # the http2_* bounds grpc-core has a setting for (the others it keeps its own way);
-    # its connection cap is server-wide only (grpc-core has none per peer) and counts the
-    # gRPC port alone, beside the gate that counts the other listeners
-    options = {
-        "grpc.max_concurrent_streams": config.http2_max_concurrent_streams,
-        "grpc.max_allowed_incoming_connections": gate.max_connections
-        if gate is not None
-        else connection_caps(config.max_connections, config.max_connections_per_peer)[0],
-        # a client's PINGs: at most one per 5 minutes without calls, two strikes, then GOAWAY
-        # ENHANCE_YOUR_CALM; and the server's own keepalive PINGs without data: two at most
-        # (grpc-core's defaults, set here so they are ours, not a library version's)
-        "grpc.keepalive_permit_without_calls": 0,
-        "grpc.http2.min_ping_interval_without_data_ms": 300_000,
-        "grpc.http2.max_ping_strikes": 2,
-        "grpc.http2.max_pings_without_data": 2,
-    }
-    for option, seconds in (
-        ("grpc.server_handshake_timeout_ms", config.http2_preface_timeout_s),
-        ("grpc.max_connection_idle_ms", config.http2_idle_timeout_s),
-        ("grpc.keepalive_time_ms", config.http2_keepalive_s),
-        ("grpc.max_connection_age_ms", config.http2_max_connection_age_s),
-    ):
-        if seconds > 0:  # 0: no limit, grpc-core's default
-            options[option] = int(seconds * 1000)
-    if config.http2_keepalive_s > 0:
-        options["grpc.keepalive_timeout_ms"] = int(config.http2_keepalive_timeout_s * 1000)
-    if config.http2_max_connection_age_s > 0 and config.http2_max_connection_age_grace_s > 0:
-        grace = config.http2_max_connection_age_grace_s
-        options["grpc.max_connection_age_grace_ms"] = int(grace * 1000)
-
-    def serve(methods: dict[str, Method], guard: Guard | None) -> GrpcioServer:
-        return GrpcioServer(
-            methods,
-            max_message_bytes=config.max_grpc_message_bytes,
-            max_small_message_bytes=config.max_small_request_bytes,
-            max_header_bytes=config.max_header_bytes,
-            guard=guard,
-            credentials=credentials,
-            options=options,
-            budget=budget,
-        )
-
-    return serve
-
-
 class Server:
     """An inferplex server: the engine plus HTTP, gRPC and metrics endpoints."""
 
@@ -185,7 +125,9 @@ class Server:
         self.engine = build_engine(config)
         #: request bytes held by all HTTP and gRPC listeners together, and large requests'
         #: decoding (security/charges.py)
-        self._http_budget = ByteBudget(config.max_buffered_bytes)
+        #: every listener's addresses, TLS and limits, read from ``config`` once
+        self.listener = ListenerSpec.from_config(config)
+        self._http_budget = ByteBudget(self.listener.max_buffered_bytes)
         #: the one door to the engine for inference, over REST, gRPC and ``infer``
         self.plane = DataPlane.from_config(
             self.engine, config, model_folders(self.engine), self._http_budget
@@ -194,10 +136,10 @@ class Server:
         self.grpc_port = 0
         self.metrics_port = 0
         self.management_port = 0
-        self._http_servers: list[HttpServer | UvicornHttpServer] = []
+        self._http_servers: list[HttpServing] = []
         #: connections of every listener, server-wide and per client address
         self._gate = ConnectionGate(
-            *connection_caps(config.max_connections, config.max_connections_per_peer)
+            self.listener.max_connections, self.listener.max_connections_per_peer
         )
         self._grpc: GrpcFrontend | None = None
         self._metrics: MetricsApp | None = None
@@ -238,15 +180,7 @@ class Server:
 
     def _bind(self) -> dict[str, socket.socket]:
         """The sockets of the enabled endpoints by name, bound, not yet listening."""
-        config = self.config
-        wanted = {
-            "HTTP": (config.host, config.http_port) if config.enable_http else None,
-            "management": (config.management_host or config.host, config.management_port)
-            if config.enable_http and config.management_port is not None
-            else None,
-            "gRPC": (config.host, config.grpc_port) if config.enable_grpc else None,
-            "metrics": (config.host, config.metrics_port) if config.enable_metrics else None,
-        }
+        wanted = self.listener.addresses.wanted()
         sockets: dict[str, socket.socket] = {}
         try:
             for what, where in wanted.items():
@@ -263,8 +197,7 @@ class Server:
         config = self.config
         self._start_tracing()
         auth = TokenAuth(_secret(config.inference_token), _secret(config.management_token))
-        tls = server_ssl_context(config.tls_cert_file, config.tls_key_file, config.tls_client_ca)
-        scheme = "https" if tls else "http"
+        scheme = "https" if self.listener.tls is not None else "http"
         management = ""  # where the management API listens when it has its own port
         http_sock = sockets.get("HTTP")
         if http_sock is not None:
@@ -276,7 +209,6 @@ class Server:
             self.http_port = await self._serve_http(
                 Access(auth, surface=surface, elsewhere=management, restrictions=restricted),
                 http_sock,
-                tls,
             )
             if management_sock is not None:
                 elsewhere = f"{scheme}://{address(http_sock)}"
@@ -285,7 +217,6 @@ class Server:
                         auth, surface="management", elsewhere=elsewhere, restrictions=restricted
                     ),
                     management_sock,
-                    tls,
                 )
         grpc_sock = sockets.get("gRPC")
         if grpc_sock is not None:
@@ -299,13 +230,8 @@ class Server:
                 self.engine,
                 config,
                 guard=access.grpc_guard if access.enabled else None,
-                trace=self._tracing.wrap_grpc_model_infer if self._tracing is not None else None,
-                ssl_context=grpc_ssl_context(
-                    config.tls_cert_file, config.tls_key_file, config.tls_client_ca
-                ),
-                server=reference_grpc_server(config, self._http_budget, self._gate)
-                if config.grpc_server == "grpcio"
-                else None,
+                spec=self.listener,
+                server=GRPC_SERVERS[config.grpc_server],
                 budget=self._http_budget,  # one bound on buffered request bytes for both
                 plane=self.plane,
                 gate=self._gate,
@@ -322,7 +248,7 @@ class Server:
                 gpu_metrics=self.config.gpu_metrics,
             )
             self._metrics.sampler.start(asyncio.get_running_loop())
-            self.metrics_port = await self._serve_asgi(self._metrics, metrics_sock)
+            self.metrics_port = await self._serve_app(self._metrics, metrics_sock)
 
     def _start_tracing(self) -> None:
         """Switch OpenTelemetry tracing on when the config asks for it (the optional
@@ -344,58 +270,19 @@ class Server:
             config.server_name,
             self._span_exporter,
         )
+        self.plane.tracer = self._tracing.calls()  # every protocol's calls get their spans
 
-    async def _serve_http(
-        self, access: Access, sock: socket.socket, tls: ssl.SSLContext | None
-    ) -> int:
+    async def _serve_http(self, access: Access, sock: socket.socket) -> int:
         """Serve the V2 REST app on ``sock`` with the listener's ``access`` rules."""
         app = create_http_app(self.engine, self.config, access, self.plane, self._http_budget)
-        traced = self._tracing.wrap_http(app) if self._tracing is not None else app
-        return await self._serve_asgi(traced, sock, tls, app)
+        return await self._serve_app(app, sock)
 
-    async def _serve_asgi(
-        self,
-        app: Any,
-        sock: socket.socket,
-        tls: ssl.SSLContext | None = None,
-        v2: HttpApp | None = None,
-    ) -> int:
-        """Serve an ASGI ``app``; ``v2``, the V2 app inside it, admits requests with a body
-        before the body is read."""
-        config = self.config
-        server: HttpServer | UvicornHttpServer
-        if config.http_server == "uvicorn":  # the reference twin (transport/uvicorn_http.py)
-            server = UvicornHttpServer(
-                app,
-                max_header_bytes=config.max_header_bytes,
-                ssl_context=tls,
-                keep_alive_s=config.http_keep_alive_s,
-                budget=self._http_budget,
-                header_timeout_s=config.http_header_timeout_s,
-                gate=self._gate,
-            )
-            await server.start(sock)
-            self._http_servers.append(server)
-            return int(sock.getsockname()[1])
-        server = HttpServer(
-            app,
-            max_body_bytes=config.max_request_bytes,
-            max_header_bytes=config.max_header_bytes,
-            ssl_context=tls,
-            admit=v2.refusal if v2 is not None else None,
-            # the V2 app unwrapped (tracing off) is answered without ASGI messages
-            respond=v2.respond if v2 is not None and v2 is app else None,
-            limits=Http1Limits(
-                header_timeout_s=config.http_header_timeout_s,
-                body_timeout_s=config.http_body_timeout_s,
-                body_min_rate=config.http_body_min_rate,
-                connection_buffer_bytes=config.http_connection_buffer_bytes,
-                keep_alive_s=config.http_keep_alive_s,
-                send_timeout_s=config.http_send_timeout_s,
-            ),
-            budget=self._http_budget,
-            gate=self._gate,
-        )
+    async def _serve_app(self, app: NativeApp, sock: socket.socket, asgi: Any = None) -> int:
+        """Serve ``app`` on ``sock`` with the ``--http-server`` chosen; ``asgi``, an ASGI
+        middleware around it, answers instead (the app still admits requests before their
+        body is read)."""
+        build = HTTP_SERVERS[self.config.http_server]
+        server = build(app, self.listener, asgi=asgi, budget=self._http_budget, gate=self._gate)
         await server.start(sock)
         self._http_servers.append(server)
         return int(sock.getsockname()[1])

@@ -22,9 +22,9 @@ import pytest
 import requests
 from h2.errors import ErrorCodes
 
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.protocol.v2 import generated as pb
 from inferplex.transport.http2_limits import Http2Limits
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support import h2client
 from tests.support.h2raw import (
     CONTINUATION,

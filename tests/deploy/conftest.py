@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferplex.benchtool.cluster import nginx_binary
+from inferplex_tools.benchtool.cluster import nginx_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 

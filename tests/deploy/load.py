@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 import uvloop
 
-from inferplex.benchtool.arrays import (
+from inferplex_tools.benchtool.arrays import (
     BadResponse,
     check_outputs,
     decode_grpc_response,
@@ -28,8 +28,8 @@ from inferplex.benchtool.arrays import (
     http_binary_request,
     http_json_request,
 )
-from inferplex.benchtool.clients import HttpConnection, grpc_infer
-from inferplex.benchtool.payloads import header_value
+from inferplex_tools.benchtool.clients import HttpConnection, grpc_infer
+from inferplex_tools.benchtool.payloads import header_value
 
 _A = np.arange(16, dtype=np.float32).reshape(1, 16)
 _B = np.full((1, 16), 2.0, dtype=np.float32)

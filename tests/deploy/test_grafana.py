@@ -15,7 +15,7 @@ from typing import Any
 import requests
 import yaml
 
-from inferplex.benchtool.launch import RunningServer
+from inferplex_tools.benchtool.launch import RunningServer
 from tests.support.prometheus import binary, query, running_prometheus, wait_for_series
 
 GRAFANA = Path(__file__).resolve().parents[2] / "deploy" / "grafana"

@@ -21,9 +21,9 @@ pytest.importorskip(
     "kubernetes_validate", reason="needs the deploy extra: pip install -e .[deploy]"
 )
 
-from inferplex.benchtool.launch import RunningServer
 from inferplex.config.server_config import ServerConfig
 from inferplex.server import Server
+from inferplex_tools.benchtool.launch import RunningServer
 from tests.deploy.schemas import KUBERNETES_VERSIONS, validate
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inferplex.benchtool.cluster import TEMPLATE, render
+from inferplex_tools.benchtool.cluster import TEMPLATE, render
 
 VALUES = {"PREFIX": "/srv/lb", "HTTP_LISTEN": "0.0.0.0:8000", "GRPC_LISTEN": "0.0.0.0:8001"}
 BACKENDS = {

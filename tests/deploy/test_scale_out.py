@@ -33,9 +33,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from examples import modelgen
-from inferplex.benchtool.cluster import Nginx, start_nginx, start_replica
-from inferplex.benchtool.launch import RunningServer
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.cluster import Nginx, start_nginx, start_replica
+from inferplex_tools.benchtool.launch import RunningServer
 from tests.deploy.load import Failure, Load
 
 pytestmark = pytest.mark.scale_out

@@ -18,16 +18,16 @@ import pytest
 from click.testing import CliRunner, Result
 
 from examples import modelgen
-from inferplex.benchtool.compat import CompatLog
-from inferplex.benchtool.control import HttpApi
-from inferplex.benchtool.gate import watch
-from inferplex.benchtool.launch import Launched, Ports, RunningServer, free_port, launch
-from inferplex.benchtool.sweep import BenchOptions
 from inferplex.cli.main import main
 from inferplex.config.readers import read_model_config
 from inferplex.config.writers import write_config
 from inferplex.datatypes import V2_DATATYPES
-from inferplex.tuner import runner
+from inferplex_tools.benchtool.compat import CompatLog
+from inferplex_tools.benchtool.control import HttpApi
+from inferplex_tools.benchtool.gate import watch
+from inferplex_tools.benchtool.launch import Launched, Ports, RunningServer, free_port, launch
+from inferplex_tools.benchtool.sweep import BenchOptions
+from inferplex_tools.tuner import runner
 
 IDENTITIES = ",".join(f"identity_{d.lower()}" for d in sorted(V2_DATATYPES))
 #: the shortest measurement: no warm-up, one window of 0.1 s
@@ -39,8 +39,7 @@ def distinct_free_ports() -> Ports:
     ports: set[int] = set()
     while len(ports) < 3:
         ports.add(free_port())
-    http, grpc, metrics = sorted(ports)
-    return http, grpc, metrics
+    return Ports(*sorted(ports))
 
 
 def invoke(*args: str) -> Result:

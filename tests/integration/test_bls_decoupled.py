@@ -22,7 +22,7 @@ import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import np_to_triton_dtype
 
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 TIMEOUT = 20.0
 

@@ -13,8 +13,8 @@ import pytest
 import requests
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 COOLDOWN_S = 2.0
 

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import requests
 
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 #: how long a test waits for a handler to start and to see its cancellation (generous: the
 #: handlers poll every 10 ms)

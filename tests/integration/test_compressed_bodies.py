@@ -24,7 +24,7 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 from tests.conftest import TWINS
 from tests.integration.test_event_loop_free import HealthPoller
 from tests.support.h2client import INFER, LIVE, H2Client, grpc_frame

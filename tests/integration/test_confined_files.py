@@ -22,8 +22,8 @@ import pytest
 import requests
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 httpclient = pytest.importorskip("tritonclient.http")

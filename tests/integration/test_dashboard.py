@@ -17,7 +17,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from inferplex.benchtool.launch import RunningServer
+from inferplex_tools.benchtool.launch import RunningServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import requests
 
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.server_config import ServerConfig
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
 from inferplex.server import Server
 from inferplex.types import InferenceRequest, RequestedOutput, Tensor
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.integration.test_routing import build_repository
 
 httpclient = pytest.importorskip("tritonclient.http")

@@ -267,12 +267,6 @@ def test_the_in_process_api_streams_a_decoupled_model(repo: Path) -> None:
         server.stop_thread()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 31, not done yet: a decoupled Python instance takes its next batch only "
-    "once every request of the last one had its final flag (runner.py: BatchSenders.wait), "
-    "where Triton's takes it as soon as execute returns",
-)
 async def test_the_next_batch_runs_while_the_last_ones_threads_still_send(
     engine: InferenceEngine,
 ) -> None:
@@ -304,3 +298,131 @@ async def test_the_next_batch_runs_while_the_last_ones_threads_still_send(
 
 async def read_all_of(items: AsyncIterator[StreamedResponse]) -> list[StreamedResponse]:
     return [item async for item in items]
+
+
+#: per request, a thread that sends one response, then (IN = 0) waits without sending until
+#: the request is cancelled, writing "cancelled" to the file PROGRESS names, or (IN = 1)
+#: ends the worker process; execute returns at once
+LINGER = """
+import json, os, threading, time
+import numpy as np
+from inferplex.handler import triton as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.progress = json.loads(args["model_config"])["parameters"]["progress"]["string_value"]
+
+    def execute(self, requests):
+        for request in requests:
+            mode = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            threading.Thread(target=self._linger, args=(request, mode), daemon=True).start()
+        return None
+
+    def _linger(self, request, mode):
+        sender = request.get_response_sender()
+        out = pb_utils.Tensor("OUT", np.array([mode], np.int32))
+        sender.send(pb_utils.InferenceResponse([out]))
+        if mode == 1:
+            os._exit(3)
+        deadline = time.monotonic() + 20
+        while not request.is_cancelled() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if request.is_cancelled():
+            open(self.progress, "w").write("cancelled")
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+
+LINGER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+parameters [ {{ key: "progress" value {{ string_value: "{progress}" }} }} ]
+"""
+
+
+@pytest.fixture
+async def linger(repo: Path) -> AsyncIterator[tuple[InferenceEngine, Path]]:
+    progress = repo / "linger.progress"
+    decoupled.write_model(repo, "linger", LINGER, LINGER_CONFIG.format(progress=progress))
+    engine = build_engine(ServerConfig(model_repository=repo, stream_queue_responses=BOUND))
+    await engine.start()
+    yield engine, progress
+    await engine.stop()
+
+
+async def test_a_request_still_sending_after_its_batch_sees_its_reader_go_away(
+    linger: tuple[InferenceEngine, Path],
+) -> None:
+    """The model's thread sends nothing more (so no send fails to tell it); the request's
+    batch ended long ago; its reader's going away reaches ``request.is_cancelled()``."""
+    engine, progress = linger
+    stream = await engine.stream(request("linger", IN=np.array([0], np.int32)))
+    first = await anext(aiter(stream))
+    assert first.response is not None and not first.final
+    await asyncio.sleep(0.1)  # its execute returned: the instance is free
+    stream.close()
+    await wait_for_text(progress, "cancelled")
+
+
+async def test_a_request_still_sending_gets_an_error_when_its_worker_dies(
+    linger: tuple[InferenceEngine, Path],
+) -> None:
+    engine, _ = linger
+    items = await read_all(engine, request("linger", IN=np.array([1], np.int32)))
+    assert items[0].response is not None
+    assert items[-1].final and items[-1].error is not None
+    assert "worker process ended" in items[-1].error.message
+    # the instance's worker is replaced: the model serves on
+    stream = await engine.stream(request("linger", IN=np.array([0], np.int32)))
+    assert (await anext(aiter(stream))).response is not None
+    stream.close()
+
+
+#: a decoupled model that calls square_int32 (a unary call with IN = 1, then a streamed one
+#: with its own IN) and sends each answer on as its own response: its calls and its
+#: responses share the worker's link pipe
+RELAY = """
+import numpy as np
+from inferplex.handler import triton as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+            one = pb_utils.Tensor("IN", np.array([1], np.int32))
+            answer = pb_utils.InferenceRequest("square_int32", [one], ["OUT"]).exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            sender.send(answer)
+            call = pb_utils.InferenceRequest("square_int32", [pb_utils.Tensor("IN", n)], ["OUT"])
+            for response in call.exec(decoupled=True):
+                if pb_utils.get_output_tensor_by_name(response, "OUT") is not None:
+                    sender.send(response)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+RELAY_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
+async def test_a_decoupled_model_calls_other_models_between_its_responses(repo: Path) -> None:
+    decoupled.write_model(repo, "relay", RELAY, RELAY_CONFIG)
+    engine = build_engine(ServerConfig(model_repository=repo))
+    await engine.start()
+    try:
+        items = await read_all(engine, request("relay", IN=np.array([3], np.int32)))
+    finally:
+        await engine.stop()
+    assert [i.error for i in items] == [None] * len(items)
+    data = [i.response.outputs[0].data.tolist() for i in items if i.response]
+    assert data == [[1], [3], [3], [3]] and items[-1].final

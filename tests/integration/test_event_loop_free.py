@@ -22,9 +22,9 @@ import orjson
 import pytest
 
 from examples import modelgen
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 #: seconds a health check may take while the large request runs. On the two-core machine of
 #: these tests, the unfixed server took 2.8-3.3 s (BYTES) and 2.0 s (JSON); the fixed one

@@ -19,8 +19,8 @@ import requests
 
 from examples import modelgen
 from examples.modelgen import decoupled
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.polling import wait_for
 
 #: TorchServe style, decoupled: yields ``count`` text outputs of ``size`` characters, writing

@@ -32,8 +32,8 @@ from inferplex.errors import (
 )
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.protocol.v2 import generated as pb
-from inferplex.server import reference_grpc_server
 from inferplex.shm import SharedMemoryRegistry
+from inferplex.transport.servers import GRPC_SERVERS
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -335,8 +335,7 @@ def stub_frontend(
 ) -> GrpcFrontend:
     """A frontend on the built-in server, or on its reference twin ("grpcio")."""
     config = ServerConfig(model_repository=repository, **{"grpc_port": 0, **settings})
-    twin = reference_grpc_server(config) if grpc_server == "grpcio" else None
-    return GrpcFrontend(engine, config, server=twin)  # type: ignore[arg-type]
+    return GrpcFrontend(engine, config, server=GRPC_SERVERS[grpc_server])
 
 
 @pytest.fixture(params=["builtin", "grpcio"])

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from inferplex.benchtool.launch import RunningServer, start_server
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 health_pb2 = pytest.importorskip("grpc_health.v1.health_pb2")
 health_pb2_grpc = pytest.importorskip("grpc_health.v1.health_pb2_grpc")

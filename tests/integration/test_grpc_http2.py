@@ -16,7 +16,6 @@ import asyncio
 import gzip
 import hashlib
 import signal
-import ssl
 import struct
 import threading
 from collections.abc import Iterator
@@ -33,11 +32,11 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hpack import Encoder
 
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.protocol.v2 import generated as pb
-from inferplex.security.tls import grpc_ssl_context
 from inferplex.transport.grpc_server import GrpcServer, Method
+from inferplex.transport.listener import GrpcLimits, ListenerSpec, TlsFiles
 from inferplex.transport.sockets import bind
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.certs import Certificates, make_certificates
 from tests.support.h2client import (
     DATA,
@@ -357,10 +356,11 @@ async def _digest(message: Any, call: Any) -> bytes:
 
 
 @contextmanager
-def _serving(loop_kind: str, context: ssl.SSLContext | None) -> Iterator[int]:
+def _serving(loop_kind: str, context: TlsFiles | None) -> Iterator[int]:
     loop = uvloop.new_event_loop() if loop_kind == "uvloop" else asyncio.new_event_loop()
     methods = {ECHO: Method(_digest, lambda message: message, lambda answer: answer)}
-    grpc_server = GrpcServer(methods, max_message_bytes=32 << 20, ssl_context=context)
+    spec = ListenerSpec(tls=context, grpc=GrpcLimits(max_message_bytes=32 << 20))
+    grpc_server = GrpcServer(methods, spec)
     port = loop.run_until_complete(grpc_server.start(bind("127.0.0.1", 0, "gRPC")))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -394,7 +394,7 @@ def test_large_messages_from_grpcio(loop_kind: str, tls: bool, certificates: Cer
     one above the limit is refused from its prefix, and the connection goes on."""
     context = None
     if tls:
-        context = grpc_ssl_context(certificates.server_cert, certificates.server_key, None)
+        context = TlsFiles(certificates.server_cert, certificates.server_key)
     rng = np.random.default_rng(9)
     messages = [rng.bytes(size) for size in (0, 1, 4, 5, 1000, 6 << 20, 3 << 20, 5 << 20, 1 << 20)]
     with _serving(loop_kind, context) as port:

@@ -22,8 +22,8 @@ import pytest
 import requests
 
 from examples.modelgen.decoupled import write_model
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.lifecycle.exit_deadline import EXIT_STATUS
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.lifecycle import add_model, add_sub_config, wait_until
 
 #: the cap the servers here run with

@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.lifecycle import add_model, wait_until
 
 grpcclient = pytest.importorskip("tritonclient.grpc")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from examples.modelgen import add_sub
-from inferplex.benchtool.launch import start_server
+from inferplex_tools.benchtool.launch import start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 httpclient = pytest.importorskip("tritonclient.http")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import requests
 
-from inferplex.benchtool.launch import RunningServer, start_server
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.lifecycle import (
     add_model,
     add_sub_config,

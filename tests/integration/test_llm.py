@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 import tritonclient.grpc as grpcclient  # noqa: E402
 
-from inferplex.benchtool.launch import RunningServer, start_server  # noqa: E402
+from inferplex_tools.benchtool.launch import RunningServer, start_server  # noqa: E402
 from tests.support.llm_models import tiny_llm_repository  # noqa: E402
 
 PROMPT = "The server loads models from a repository"

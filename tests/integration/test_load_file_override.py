@@ -21,13 +21,13 @@ import pytest
 import requests
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
 from inferplex.lifecycle.file_override import FOLDER_PREFIX
 from inferplex.server import build_engine
 from inferplex.types import InferenceRequest, Tensor
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 httpclient = pytest.importorskip("tritonclient.http")

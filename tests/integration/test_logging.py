@@ -11,8 +11,8 @@ import pytest
 import tritonclient.http as httpclient
 
 from examples import modelgen
-from inferplex.benchtool.launch import start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import start_server
 
 
 @pytest.fixture(scope="module")

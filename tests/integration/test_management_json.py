@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from examples import modelgen
-from inferplex.benchtool.launch import HOST, RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import HOST, RunningServer, start_server
 
 #: the caps the server runs with here: small, so that the bodies are small too
 MANAGEMENT_CAP = 32 * 1024

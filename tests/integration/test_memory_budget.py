@@ -25,8 +25,8 @@ import pytest
 import requests
 
 from examples.modelgen import identity
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.conftest import TWINS
 
 MiB = 1 << 20

@@ -27,7 +27,7 @@ from bench.mesh_cluster import (
     loaded_models,
 )
 from examples import modelgen
-from inferplex.benchtool.cluster import nginx_binary
+from inferplex_tools.benchtool.cluster import nginx_binary
 
 MODELS = 30
 #: a model with two owners (its config's mesh_copies)

@@ -21,8 +21,8 @@ import pytest
 
 from bench.mesh_cluster import add_sub_workload
 from bench.mesh_scaling import ScalingMesh
-from inferplex.benchtool.cluster import nginx_binary
 from inferplex.mesh.ring import Ring
+from inferplex_tools.benchtool.cluster import nginx_binary
 from tests.integration.test_mesh import _successes
 
 MODELS = 24

@@ -9,7 +9,7 @@ import requests
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 
-from inferplex.benchtool.launch import RunningServer
+from inferplex_tools.benchtool.launch import RunningServer
 
 
 def scrape(server: RunningServer) -> dict[tuple[str, str, str], float]:

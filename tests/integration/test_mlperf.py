@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.cli.main import main
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 pytest.importorskip("mlperf_loadgen")
 

@@ -23,8 +23,8 @@ import pytest
 
 from examples import modelgen
 from inferplex.backends.ort_providers import FALLBACK_PARAMETER, OPENVINO
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 pytestmark = pytest.mark.skipif(
     OPENVINO not in ort.get_available_providers(),

@@ -17,8 +17,8 @@ import requests
 
 from examples import modelgen
 from examples.modelgen import onnxfile
-from inferplex.benchtool.launch import start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import start_server
 
 IMAGE = 16
 QUICK = ["--rounds", "2", "--round-seconds", "0.02", "--batch-size", "8", "--threads", "1"]

@@ -16,8 +16,8 @@ import pytest
 
 from examples import modelgen
 from examples.modelgen import sequences
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.perf_analyzer import run_perf_analyzer
 
 

@@ -16,11 +16,11 @@ import tritonclient.http as httpclient
 from examples import modelgen
 from examples.build_models import build_camera_pipeline
 from inferplex import InferenceRequest, RequestedOutput, ServerConfig, Tensor
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import InvalidInputError, ModelNotReadyError
 from inferplex.server import build_engine
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 #: A (16) and B (16): step 1 add_sub makes sum and diff, step 2 add_sub makes sum + diff = 2A
 #: from them, while step 3 doubles B independently of both.

@@ -10,7 +10,7 @@ import pytest
 import requests
 import tritonclient.http as httpclient
 
-from inferplex.benchtool.launch import RunningServer
+from inferplex_tools.benchtool.launch import RunningServer
 from tests.support.prometheus import query, running_prometheus, wait_for_series
 
 

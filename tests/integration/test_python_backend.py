@@ -16,10 +16,10 @@ import pytest
 from examples import modelgen
 from examples.build_models import digits_reader
 from inferplex import InferenceRequest, ServerConfig, Tensor
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.errors import ModelExecutionError
 from inferplex.server import build_engine
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")

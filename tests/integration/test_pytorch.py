@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
-from inferplex.benchtool.launch import RunningServer, start_server  # noqa: E402
+from inferplex_tools.benchtool.launch import RunningServer, start_server  # noqa: E402
 from tests.support import torch_models as tm  # noqa: E402
 
 PAIR = (torch.zeros(2, 4), torch.zeros(2, 4))

@@ -18,8 +18,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 ROUTING = """
 routes:

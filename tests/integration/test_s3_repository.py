@@ -15,11 +15,11 @@ from moto.server import ThreadedMotoServer
 
 from examples import modelgen
 from inferplex import ServerConfig
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError
 from inferplex.repository.s3 import MANIFEST, S3Repository
 from inferplex.server import build_engine
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",

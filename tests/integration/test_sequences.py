@@ -20,7 +20,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from examples.modelgen import sequences
-from inferplex.benchtool.launch import RunningServer, start_server
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 #: what Triton's simple_*_sequence_* clients send after a first value (0 or 100 or 20)
 VALUES = [11, 7, 5, 3, 2, 0, 1]

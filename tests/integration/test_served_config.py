@@ -11,8 +11,8 @@ import pytest
 from google.protobuf import json_format, message_factory, text_format
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.pbtxt import model_config_schema
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")

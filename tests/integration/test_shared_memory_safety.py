@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.conftest import TWINS
 
 httpclient = pytest.importorskip("tritonclient.http")

@@ -8,7 +8,6 @@ requests in flight per stream, and ``perf_analyzer --streaming``. No timing is a
 from __future__ import annotations
 
 import json
-import queue
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,11 +19,12 @@ import pytest
 
 from examples import modelgen
 from examples.modelgen import decoupled
-from inferplex.benchtool.launch import RunningServer, start_server
 from inferplex.config.writers import write_config
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 from tests.support.perf_analyzer import run_perf_analyzer
 from tests.support.polling import wait_for
+from tests.support.streams import Collected
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 grpcaio = pytest.importorskip("tritonclient.grpc.aio")
@@ -34,8 +34,15 @@ grpcaio = pytest.importorskip("tritonclient.grpc.aio")
 #: client went away (writing "cancelled")
 FLOOD = """
 import json
+import os
 import numpy as np
 from inferplex.handler import triton as pb_utils
+
+def note(path, text):
+    # whole or not at all: a reader never sees the file emptied for the next count
+    with open(path + ".new", "w") as file:
+        file.write(text)
+    os.replace(path + ".new", path)
 
 class TritonPythonModel:
     def initialize(self, args):
@@ -49,10 +56,10 @@ class TritonPythonModel:
             block = pb_utils.Tensor("OUT", np.zeros(size, np.uint8))
             for i in range(count):
                 if request.is_cancelled():
-                    open(self.progress, "w").write("cancelled")
+                    note(self.progress, "cancelled")
                     break
                 sender.send(pb_utils.InferenceResponse([block]))
-                open(self.progress, "w").write(str(i + 1))
+                note(self.progress, str(i + 1))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 """
@@ -142,19 +149,6 @@ def in_tensor(values: list[int], name: str = "IN", datatype: str = "INT32") -> A
     tensor = grpcclient.InferInput(name, [len(values)], datatype)
     tensor.set_data_from_numpy(np.array(values, np.int32 if datatype == "INT32" else np.uint32))
     return tensor
-
-
-class Collected:
-    """What a tritonclient stream callback received."""
-
-    def __init__(self) -> None:
-        self.items: queue.Queue[tuple[Any, Any]] = queue.Queue()
-
-    def callback(self, result: Any, error: Any) -> None:
-        self.items.put((result, error))
-
-    def take(self, count: int) -> list[tuple[Any, Any]]:
-        return [self.items.get(timeout=30) for _ in range(count)]
 
 
 def test_square_answers_each_request_of_the_stream_as_tritons_client_expects(

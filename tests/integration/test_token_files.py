@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from examples.modelgen.decoupled import write_model
-from inferplex.benchtool.launch import RunningServer, start_server
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 INFERENCE = "inference-token-from-file"
 MANAGEMENT = "management-token-from-file"

@@ -78,6 +78,13 @@ def post(server: Server, body: object, **headers: str) -> requests.Response:
     return requests.post(url, json=body, headers=headers, timeout=10)
 
 
+def grpc_inputs() -> list[grpcclient.InferInput]:
+    inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
+    return inputs
+
+
 def test_tracing_is_off_by_default(repository: Path) -> None:
     # first: the traced server below switches tracing on for the whole process
     with Server(config(repository, 0.0)) as server:
@@ -198,9 +205,7 @@ def test_grpc_model_infer_gets_the_same_spans(traced: tuple[Server, InMemorySpan
     server, exporter = traced
     trace_id = "5bf92f3577b34da6a3ce929d0e0e4737"
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
-    for tensor in inputs:
-        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.float32))
+    inputs = grpc_inputs()
     client.infer(
         "add_sub",
         inputs,
@@ -219,3 +224,50 @@ def test_grpc_model_infer_gets_the_same_spans(traced: tuple[Server, InMemorySpan
     assert root.attributes["inferplex.request_id"] == "g-1"
     assert root.attributes["inferplex.model.name"] == "add_sub"
     assert root.attributes["rpc.system"] == "grpc"
+
+
+def test_a_stream_request_gets_its_span_in_the_callers_trace(
+    traced: tuple[Server, InMemorySpanExporter],
+) -> None:
+    """ModelStreamInfer: a server span per request of the stream, with the same phases as
+    ModelInfer's, in the trace its call's metadata names."""
+    server, exporter = traced
+    trace_id = "6bf92f3577b34da6a3ce929d0e0e4738"
+    answered = threading.Event()
+    errors: list[object] = []
+
+    def callback(result: object, error: object) -> None:
+        errors.append(error)
+        answered.set()
+
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    inputs = grpc_inputs()
+    client.start_stream(callback, headers={"traceparent": f"00-{trace_id}-{PARENT_ID}-01"})
+    client.async_stream_infer("add_sub", inputs, request_id="s-1")
+    assert answered.wait(10) and errors == [None]
+    client.stop_stream()
+    client.close()
+    spans = spans_of(exporter, int(trace_id, 16), 5)
+    by_name = {span.name: span for span in spans}
+    assert set(by_name) == {"ModelStreamInfer", "receive", "queue", "execute", "response"}
+    root = by_name["ModelStreamInfer"]
+    assert root.kind is SpanKind.SERVER
+    assert root.parent is not None and root.parent.span_id == int(PARENT_ID, 16)
+    assert root.attributes is not None
+    assert root.attributes["inferplex.request_id"] == "s-1"
+    assert root.attributes["rpc.method"] == "ModelStreamInfer"
+    assert root.attributes["rpc.grpc.status_code"] == 0
+
+
+def test_generate_gets_a_span_too(traced: tuple[Server, InMemorySpanExporter]) -> None:
+    server, exporter = traced
+    url = f"http://127.0.0.1:{server.http_port}/v2/models/add_sub/generate"
+    body = {"id": "gen-1", "INPUT0": [1.0] * 16, "INPUT1": [1.0] * 16}
+    response = requests.post(url, json=body, timeout=10)
+    assert response.status_code == 200, response.text
+    trace_id = int(response.headers["traceparent"].split("-")[1], 16)
+    (root,) = (s for s in spans_of(exporter, trace_id, 5) if s.parent is None)
+    assert root.name == "POST /v2/models/add_sub/generate"
+    assert root.attributes is not None
+    assert root.attributes["inferplex.request_id"] == "gen-1"
+    assert root.attributes["http.response.status_code"] == 200

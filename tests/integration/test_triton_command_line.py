@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from examples import modelgen
-from inferplex.benchtool.launch import HOST, RunningServer, free_port, wait_ready
 from inferplex.config.writers import write_config
+from inferplex_tools.benchtool.launch import HOST, RunningServer, free_port, wait_ready
 from tests.support.repository import BROKEN_CONFIG
 
 httpclient = pytest.importorskip("tritonclient.http")

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import requests
 
-from inferplex.benchtool.launch import RunningServer, start_server
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 MOCK_LLM_CONFIG = """
 backend: "python"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import requests
 
-from inferplex.benchtool.launch import RunningServer, start_server
+from inferplex_tools.benchtool.launch import RunningServer, start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from examples import modelgen
-from inferplex.benchtool.launch import RunningServer, free_port
 from inferplex.config.writers import to_pbtxt, write_config
+from inferplex_tools.benchtool.launch import RunningServer, free_port
 from tests.support.repository import BROKEN_CONFIG
 
 httpclient = pytest.importorskip("tritonclient.http")

@@ -32,9 +32,9 @@ from h2.events import (
 )
 from h2.settings import SettingCodes
 
-from inferplex.benchtool.launch import HOST
 from inferplex.config.server_config import ServerConfig
 from inferplex.protocol.v2 import generated as pb
+from inferplex_tools.benchtool.launch import HOST
 
 #: Seconds any one wait for the server may take before the test fails.
 TIMEOUT = 10.0

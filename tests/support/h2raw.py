@@ -20,6 +20,7 @@ import uvloop
 
 from inferplex.transport.grpc_server import GrpcServer, Method
 from inferplex.transport.http2_limits import Http2Limits
+from inferplex.transport.listener import GrpcLimits, ListenerSpec
 from inferplex.transport.sockets import bind
 
 HOST = "127.0.0.1"
@@ -246,7 +247,7 @@ class Served:
 
 
 @contextlib.contextmanager
-def serving(limits: Http2Limits | None = None, **options: Any) -> Iterator[Served]:
+def serving(limits: Http2Limits | None = None) -> Iterator[Served]:
     """The built-in server with three methods: LIVE answers at once, SLOW waits (up to a
     minute: until cancelled, in the tests), ECHO returns the message."""
     loop = uvloop.new_event_loop()
@@ -276,8 +277,8 @@ def serving(limits: Http2Limits | None = None, **options: Any) -> Iterator[Serve
         SLOW: Method(slow, raw, raw),
         ECHO: Method(echo, raw, raw),
     }
-    options.setdefault("max_message_bytes", 32 << 20)
-    server = GrpcServer(methods, limits=limits, **options)
+    spec = ListenerSpec(http2=limits or Http2Limits(), grpc=GrpcLimits(max_message_bytes=32 << 20))
+    server = GrpcServer(methods, spec)
     port = loop.run_until_complete(server.start(bind(HOST, 0, "gRPC")))
     holder["served"] = served = Served(port, server, loop)
     thread = threading.Thread(target=loop.run_forever, daemon=True)

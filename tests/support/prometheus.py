@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import requests
 
-from inferplex.benchtool.launch import HOST, free_port
+from inferplex_tools.benchtool.launch import HOST, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

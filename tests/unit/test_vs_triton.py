@@ -13,7 +13,7 @@ from bench.peers.perf_analyzer import QUICK, Figures, Settings, command, parse_c
 from bench.peers.triton import MODEL_PY, triton_repository
 from bench.report import check_targets
 from bench.vs_triton import CASES, TARGETS, Case, chosen_cases, medians
-from inferplex.benchtool import BenchError
+from inferplex_tools.benchtool import BenchError
 
 #: what perf_analyzer 2.51 wrote with -f for add_sub at concurrency 1 (latencies in µs)
 CSV = (

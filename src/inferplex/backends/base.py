@@ -16,7 +16,7 @@ from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import InferplexError
 
 if TYPE_CHECKING:
-    from inferplex.backends.llm.stats import GenerationStats
+    from inferplex.backends.engine_stats import EngineStats
     from inferplex.types import InferenceRequest, InferenceResponse
 
 
@@ -71,6 +71,23 @@ class CallStream(Protocol):
 
 #: what ``execute_requests`` answers for one request: its outputs, or why it failed
 RequestOutcome = dict[str, np.ndarray] | InferplexError
+
+
+class StillSending:
+    """What ``execute_requests`` answers for a decoupled model's request whose responses go
+    on after its batch ended (threads the model started still send them, as Triton's
+    decoupled models may): the request ends with the final response its sink gets, which
+    the backend sends whatever happens (an error if its worker dies)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "STILL_SENDING"
+
+
+STILL_SENDING = StillSending()
+#: what ``execute_requests`` answers for one request
+BatchOutcome = RequestOutcome | StillSending
 
 
 class ResponseSink(Protocol):
@@ -192,17 +209,17 @@ class Backend(abc.ABC):
         outputs: list[str],
         requests: list[BatchRequest],
         cancellation: Cancellation | None = None,
-    ) -> list[RequestOutcome]:
+    ) -> list[BatchOutcome]:
         """For a ``per_request`` backend: run one batch (``inputs`` hold the requests' rows in
-        order) and return each request's outputs, or the error that failed it alone. A
-        ``cancellable`` backend gets the batch's ``cancellation`` (others are called without
-        it)."""
+        order) and return each request's outputs, or the error that failed it alone, or (a
+        decoupled model's) ``STILL_SENDING``. A ``cancellable`` backend gets the batch's
+        ``cancellation`` (others are called without it)."""
         raise NotImplementedError(f"{type(self).__name__} does not take per-request batches")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends free on collection
         """Release the model's resources."""
 
-    def generation_stats(self) -> GenerationStats | None:
+    def engine_stats(self) -> EngineStats | None:
         """A generative engine's state and totals (the LLM metrics, docs/llm.md); None for a
         backend without one. Read on the event loop at a scrape, never per request."""
         return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from typing import NamedTuple
 
 from inferplex.backends.base import InstanceSpec
 from inferplex.config.model_config import ModelConfig
@@ -99,9 +100,14 @@ def _fallback(config: ModelConfig) -> bool:
     return value == "true"
 
 
-#: an accelerator as asked for: its name, provider, provider options, and where the config
-#: names it
-_Declared = tuple[str, str, dict[str, str], str]
+class _Declared(NamedTuple):
+    """An accelerator as asked for."""
+
+    name: str
+    provider: str
+    options: dict[str, str]
+    where: str
+    """where the config names it, for errors"""
 
 
 def _declared(
@@ -124,7 +130,7 @@ def _declared(
             if provider == TENSORRT
             else dict(accelerator.parameters)
         )
-        declared.append((accelerator.name, provider, options, where))
+        declared.append(_Declared(accelerator.name, provider, options, where))
     return declared
 
 

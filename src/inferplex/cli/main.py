@@ -12,19 +12,16 @@ import uvloop
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from inferplex.benchtool.command import bench as bench_command
 from inferplex.cli.mesh import mesh as mesh_command
 from inferplex.cli.options import server_options
+from inferplex.cli.tools import ToolsGroup
 from inferplex.cli.triton_flags import take_triton_flags, triton_options
 from inferplex.config.server_config import ServerConfig
-from inferplex.heatmap.command import heatmap as heatmap_command
 from inferplex.logging_setup import configure_logging
-from inferplex.optimize.command import optimize as optimize_command
-from inferplex.tuner.command import tune as tune_command
 from inferplex.version import __version__
 
 
-@click.group()
+@click.group(cls=ToolsGroup)
 @click.version_option(__version__, prog_name="inferplex")
 def main() -> None:
     """inferplex: a multi-model inference server (KServe V2 over HTTP and gRPC)."""
@@ -129,11 +126,7 @@ def encrypt(
     click.echo(f"encrypted {source} -> {target}")
 
 
-# Benchmarking and tuning tools: their modules import nothing heavy until they run.
-main.add_command(bench_command, "bench")
-main.add_command(tune_command, "tune")
-main.add_command(heatmap_command, "heatmap")
-main.add_command(optimize_command, "optimize")
+# the tools' commands (bench, tune, optimize, heatmap) come from ToolsGroup, imported when named
 main.add_command(mesh_command, "mesh")
 
 

@@ -357,6 +357,19 @@ class ServerConfig(BaseSettings):
         "slot; a start past it is answered 503 / UNAVAILABLE (each waiting sequence holds its "
         "requests and its state until it runs or idles out)",
     )
+    # -- the OpenAI-compatible API (docs/openai.md, docs/security.md) ----------------------------
+    openai_max_choices: int = Field(
+        default=16,
+        ge=1,
+        description="choices one OpenAI chat or completion request may ask for ('n'); each is "
+        "one request to the model. Above it: 400 naming 'n'",
+    )
+    openai_max_embedding_inputs: int = Field(
+        default=2048,
+        ge=1,
+        description="inputs one /v1/embeddings request may hold (OpenAI's own cap); above it: "
+        "400 naming 'input'",
+    )
     # -- HTTP/2 (the gRPC port) bounds on what one client holds (docs/security.md) ----------
     http2_max_concurrent_streams: int = Field(
         default=1024,

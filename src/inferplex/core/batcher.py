@@ -45,14 +45,8 @@ Rules, as in Triton's dynamic batcher unless marked (ours):
   deadline``; a waiting batch closes (DEADLINE) when ``now + estimate(rows) >= deadline -
   deadline_margin`` for its earliest deadline. Without an estimate the execution time counts as 0.
 - ``preserve_ordering`` is the driver's concern (response order); this policy ignores it.
-- Learned queue delay (ours, ``learn_delay``): the delay is a maximum (Triton: "the maximum
-  time a request will be delayed to wait for additional requests"), and where waiting does
-  not gather requests it only adds latency — one request at a time waits the whole delay
-  for nobody. So each closed batch counts whether it held more than one request (an
-  exponential average); once ``LEARN_AFTER`` batches say that almost none did (below
-  ``SKIP_BELOW``), batches close without waiting, except one in ``PROBE_EVERY``, which waits
-  to see whether traffic has grown. A batch of several requests, waited for or not, brings
-  the waiting back.
+- Learned queue delay (ours, ``learn_delay``): while waiting the delay gathers nothing, batches
+  close without it (``core/learned_delay.py``).
 
 Cost: ``submit`` is O(1); ``next_batch`` is O(rows taken) when the batch is a queue prefix, and
 O(queue) at worst (skipped shape keys, levels with timeouts).
@@ -60,14 +54,15 @@ O(queue) at worst (skipped shape keys, levels with timeouts).
 
 from __future__ import annotations
 
-import enum
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
-from inferplex.config.model_config import DynamicBatching, QueuePolicy
+from inferplex.config.model_config import DynamicBatching
+from inferplex.core.batch import Batch, CloseReason, PendingRequest
+from inferplex.core.learned_delay import DelayLearner
+from inferplex.core.levels import Level, build_levels
 from inferplex.errors import ConfigError, DeadlineExceededError, ServerBusyError
 
 #: rows -> predicted execution seconds of a batch of that many rows; None while unmeasured
@@ -75,105 +70,36 @@ Estimate = Callable[[int], float | None]
 
 _NO_KEY = object()  # marks "no head request yet"; a shape key may legitimately be None
 
-#: learned queue delay: batches seen before the delay may be skipped
-LEARN_AFTER = 16
-#: ... the share of batches of several requests below which it is skipped
-SKIP_BELOW = 0.05
-#: ... and one batch in this many still waits the delay while it is skipped
-PROBE_EVERY = 16
-_GAIN_WEIGHT = 0.1  # of the latest batch in the average
 
+class Plan(NamedTuple):
+    """The batch being formed, and whether it closes now."""
 
-class CloseReason(enum.StrEnum):
-    """Why a batch closed; counted per model for the statistics."""
-
-    FULL = "full"
-    PREFERRED = "preferred"
-    DELAY = "delay"
-    DEADLINE = "deadline"
-    IDLE = "idle"
-
-
-@dataclass(slots=True, eq=False)
-class PendingRequest:
-    """One queued request as the policy sees it. Compared and hashed by identity."""
-
+    candidates: list[PendingRequest]
+    """the requests it may take, in batch order"""
+    cut: int
+    """how many of them (a prefix) close now"""
     rows: int
-    """size of the batch dimension this request carries (>= 1)"""
-    shape_key: Hashable
-    """only requests with equal keys share a batch (their non-batch dims)"""
-    arrival: float
-    """``now`` at submit; the queue delay and the timeout count from here"""
-    priority: int = 0
-    """V2 request parameter ``priority``; 0 = the config's default level"""
-    timeout_us: int = 0
-    """V2 request parameter ``timeout`` in microseconds; 0 = none"""
-    payload: Any = None
-    """opaque to the policy: the driver's future, arrays, ..."""
-    seq: int = -1
-    """set by the policy: arrival order"""
-    level: int = 0
-    """set by the policy: the resolved priority level (0 when the model has no levels)"""
-    deadline: float | None = None
-    """set by the policy: absolute deadline, or None"""
-    delayed: bool = False
-    """set by the policy: timed out at a DELAY level and moved behind the others"""
-    lane: int = 0
-    """the instance lane it must run on, for a queue of lanes (``core.lanes``); else unused"""
+    """the rows of that prefix"""
+    reason: CloseReason | None
+    """why it closes now; None: it waits"""
+    close_at: float
+    """when it closes if it waits (``now`` when it closes now)"""
 
 
-#: the batch being formed: (candidates, how many close now, their rows, reason or None if it
-#: should wait, time at which it will close if it waits)
-_Plan = tuple[list[PendingRequest], int, int, CloseReason | None, float]
+class _Gathered(NamedTuple):
+    """One pass over the queues: what a batch may take."""
 
-
-@dataclass(slots=True)
-class Batch:
-    """Requests to run together; rows are concatenated in the order of ``requests``."""
-
-    requests: list[PendingRequest]
+    taken: list[PendingRequest]
     rows: int
-    reason: CloseReason
-    lane: int = -1
-    """the instance it must run on, set by a queue of lanes (``core.lanes``); -1: any"""
-
-
-class _Level:
-    """The queue of one priority level: requests in time (``live``) and timed-out ones that a
-    DELAY policy moved behind them (``delayed``)."""
-
-    __slots__ = (
-        "allow_override",
-        "delayed",
-        "live",
-        "max_size",
-        "number",
-        "reject",
-        "timed",
-        "timeout_us",
-    )
-
-    def __init__(self, number: int, policy: QueuePolicy) -> None:
-        self.number = number
-        self.reject = policy.timeout_action == "REJECT"
-        self.timeout_us = policy.default_timeout_microseconds
-        self.allow_override = policy.allow_timeout_override
-        self.max_size = policy.max_queue_size
-        self.live: deque[PendingRequest] = deque()
-        self.delayed: deque[PendingRequest] = deque()
-        self.timed = 0  # requests in ``live`` with a deadline: 0 lets the scans skip the level
-
-    def take_expired(self, now: float) -> list[PendingRequest]:
-        """Remove and return the live requests whose deadline has come, in queue order."""
-        if not self.timed:
-            return []
-        expired = [r for r in self.live if r.deadline is not None and r.deadline <= now]
-        if expired:
-            kept = [r for r in self.live if r.deadline is None or r.deadline > now]
-            self.live.clear()
-            self.live.extend(kept)
-            self.timed -= len(expired)
-        return expired
+    best_cut: int
+    """the longest prefix of ``taken`` whose rows are a preferred size (0: none)"""
+    best_rows: int
+    oldest: float
+    """the earliest arrival among ``taken``"""
+    earliest_deadline: float
+    """the earliest deadline among ``taken`` at REJECT levels (inf: none)"""
+    full: bool
+    """the next compatible request does not fit, or ``rows`` reached the limit"""
 
 
 class DynamicBatcher:
@@ -191,7 +117,7 @@ class DynamicBatcher:
     ) -> None:
         """``estimate`` may be set later through the attribute of that name.
         ``deadline_margin`` (seconds) covers the driver's wake-up and concatenation time.
-        ``learn_delay``: skip the queue delay while it gathers nothing (module docstring)."""
+        ``learn_delay``: skip the queue delay while it gathers nothing (``DelayLearner``)."""
         if max_batch_size < 1:
             raise ConfigError(f"model '{model}': dynamic batching needs max_batch_size >= 1")
         for size in config.preferred_batch_size:
@@ -207,15 +133,15 @@ class DynamicBatcher:
         self._preferred = frozenset(config.preferred_batch_size)
         self._delay = config.max_queue_delay_microseconds * 1e-6
         self._margin = deadline_margin
-        self._levels = _build_levels(config)
+        self._levels = build_levels(config)
         self._n_levels = config.priority_levels
         self._default_level = config.default_priority_level or config.priority_levels
         # (queue, reject) in the order batches are formed: by level, live before delayed
         self._queues = [(q, lv.reject) for lv in self._levels for q in (lv.live, lv.delayed)]
         # One level, no queue delay, no preferred sizes (``dynamic_batching { }``): while no
         # queued request has a deadline, a batch is due whenever an instance is idle and is a
-        # plain scan of the queue; ``next_wakeup`` and ``_plan`` take that short way.
-        self._plain: _Level | None = None
+        # plain scan of the queue; ``next_wakeup`` and ``next_batch`` take that short way.
+        self._plain: Level | None = None
         self._max_rows = max_batch_size  # the batch limit now: adaptive batching may lower it
         self._update_plain()
         self._seq = 0
@@ -223,11 +149,9 @@ class DynamicBatcher:
         self._pending_rows = 0
         # the last plan and its ``now``: the driver asks next_wakeup, then next_batch, at the
         # same moment; any change to the queues drops it
-        self._memo: tuple[float, _Plan] | None = None
-        self._learn = learn_delay
-        self._batched = 1.0  # average of "the batch held several requests"
-        self._seen = 0  # batches counted, up to LEARN_AFTER
-        self._since_probe = 0  # batches closed without the delay since one waited it
+        self._memo: Plan | None = None
+        self._memo_now = 0.0
+        self._learner = DelayLearner() if learn_delay else None
 
     def set_limits(self, max_rows: int, delay_s: float) -> None:
         """Adaptive batching: close batches at ``max_rows`` (a larger request still runs, alone)
@@ -298,16 +222,22 @@ class DynamicBatcher:
         when no instance is idle: nothing could run it)."""
         if not instance_idle or not self._pending:
             return None
-        self._demote(now)
-        taken, cut, rows, reason, _ = self._planned(now)
-        if reason is None:
-            return None
-        requests = taken if cut == len(taken) else taken[:cut]
-        self._remove(requests, rows)
-        self.close_reasons[reason] += 1
-        if self._learn and self._delay:
-            self._count(len(requests) > 1, reason is CloseReason.IDLE)
-        return Batch(requests, rows, reason)
+        plain = self._plain
+        if plain is not None and not plain.timed and not plain.delayed:
+            batch = self._plain_batch(plain.live)
+        else:
+            self._demote(now)
+            plan = self._planned(now)
+            if plan.reason is None:
+                return None
+            taken, cut = plan.candidates, plan.cut
+            batch = Batch(taken if cut == len(taken) else taken[:cut], plan.rows, plan.reason)
+        self._remove(batch.requests, batch.rows)
+        self.close_reasons[batch.reason] += 1
+        if self._learner is not None and self._delay:
+            self._learner.count(len(batch.requests) > 1, batch.reason is CloseReason.IDLE)
+            self._memo = None
+        return batch
 
     def next_wakeup(self, now: float, instance_idle: bool = True) -> float | None:
         """The absolute time at which the policy next has something to do: a request's deadline
@@ -328,8 +258,8 @@ class DynamicBatcher:
                     if r.deadline is not None and r.deadline < wake:
                         wake = r.deadline
         if instance_idle:
-            _, _, _, reason, close_at = self._planned(now)
-            wake = min(wake, now if reason is not None else close_at)
+            plan = self._planned(now)
+            wake = min(wake, now if plan.reason is not None else plan.close_at)
         return None if wake == math.inf else wake
 
     def expire(self, now: float) -> list[PendingRequest]:
@@ -384,7 +314,7 @@ class DynamicBatcher:
         self._memo = None
         return out
 
-    def _level_for(self, priority: int) -> _Level:
+    def _level_for(self, priority: int) -> Level:
         if not self._n_levels:
             return self._levels[0]
         if not 1 <= priority <= self._n_levels:
@@ -417,104 +347,91 @@ class DynamicBatcher:
                     level.delayed.extend(expired)
                     self._memo = None
 
-    def _planned(self, now: float) -> _Plan:
+    def _planned(self, now: float) -> Plan:
         """``_plan(now)``, made once for both questions the driver asks at one moment."""
         memo = self._memo
-        if memo is not None and memo[0] == now:
-            return memo[1]
+        if memo is not None and self._memo_now == now:
+            return memo
         plan = self._plan(now)
-        reason = plan[3]
         # a plan that waits or closes for a deadline read the execution estimate, which can
         # change while the queues do not: only the others are kept
-        keep = reason is not None and reason is not CloseReason.DEADLINE
-        self._memo = (now, plan) if keep else None
+        if plan.reason is not None and plan.reason is not CloseReason.DEADLINE:
+            self._memo, self._memo_now = plan, now
+        else:
+            self._memo = None
         return plan
 
-    # the rules of batch formation in one pass over the candidates, run for every batch: a
-    # split costs a call per batch on the hot path (issue 19's C901 pass left it whole)
-    def _plan(self, now: float) -> _Plan:  # noqa: C901
-        """The batch being formed: (candidates, how many close now, their rows, reason or None
-        if it should wait, time at which it will close if it waits)."""
-        plain = self._plain
-        if plain is not None and not plain.timed and not plain.delayed:
-            return self._plain_plan(plain.live, now)
+    def _plan(self, now: float) -> Plan:
+        """The batch being formed (``_gather``), whether it closes now and why, else when."""
+        taken, rows, best_cut, best_rows, oldest, earliest, full = self._gather(now)
+        if not taken:
+            return Plan(taken, 0, 0, None, math.inf)
+        delay = 0.0 if self.delay_skipped else self._delay
+        due = oldest + delay
+        if best_cut and not (delay and now >= due):
+            reason = CloseReason.FULL if best_rows >= self._max_rows else CloseReason.PREFERRED
+            return Plan(taken, best_cut, best_rows, reason, now)
+        if full:
+            return Plan(taken, len(taken), rows, CloseReason.FULL, now)
+        if not delay:
+            return Plan(taken, len(taken), rows, CloseReason.IDLE, now)
+        if now >= due:
+            return Plan(taken, len(taken), rows, CloseReason.DELAY, now)
+        if earliest < math.inf:
+            # close in time for the earliest deadline of a request at a REJECT level
+            close_at = earliest - self._margin - self._estimate(rows)
+            if now >= close_at:
+                return Plan(taken, len(taken), rows, CloseReason.DEADLINE, now)
+            due = min(due, close_at)
+        return Plan(taken, len(taken), rows, None, due)
+
+    def _head_key(self, now: float) -> Hashable:
+        """The shape key of the head request (the first one not expired), or ``_NO_KEY``."""
+        for queue, reject in self._queues:
+            for r in queue:
+                if not (reject and r.deadline is not None and r.deadline <= now):
+                    return r.shape_key
+        return _NO_KEY
+
+    def _gather(self, now: float) -> _Gathered:
+        """The requests the batch may take, in batch order: those of the head's shape key
+        that fit, skipping the others (they keep their place) and the expired ones (``expire``
+        answers them)."""
+        key = self._head_key(now)
         max_rows = self._max_rows
         preferred = self._preferred
         taken: list[PendingRequest] = []
         rows = best_cut = best_rows = 0
-        key: Hashable = _NO_KEY
-        oldest = earliest_deadline = math.inf
-        full = False
+        oldest = earliest = math.inf
         for queue, reject in self._queues:
             for r in queue:
-                deadline = r.deadline
-                if reject and deadline is not None and deadline <= now:
-                    continue  # expired: expire() answers it, it must not run
-                if key is _NO_KEY:
-                    key = r.shape_key
-                elif r.shape_key != key:
+                deadline = r.deadline if reject else None  # only REJECT deadlines bind here
+                if r.shape_key != key or (deadline is not None and deadline <= now):
                     continue
                 if rows + r.rows > max_rows and taken:
-                    full = True  # keep arrival order: never let a smaller request jump it
-                    break
+                    # keep arrival order: never let a smaller request jump it
+                    return _Gathered(taken, rows, best_cut, best_rows, oldest, earliest, True)
                 taken.append(r)
                 rows += r.rows
                 if r.arrival < oldest:
                     oldest = r.arrival
-                if reject and deadline is not None and deadline < earliest_deadline:
-                    earliest_deadline = deadline
+                if deadline is not None and deadline < earliest:
+                    earliest = deadline
                 if rows in preferred:
                     best_cut, best_rows = len(taken), rows
                 if rows >= max_rows:
-                    full = True
-                    break
-            if full:
-                break
-        if not taken:
-            return taken, 0, 0, None, math.inf
-        count = len(taken)
-        delay = 0.0 if self._skipping() else self._delay
-        due = oldest + delay
-        if best_cut and not (delay and now >= due):
-            reason = CloseReason.FULL if best_rows >= max_rows else CloseReason.PREFERRED
-            return taken, best_cut, best_rows, reason, now
-        if full:
-            return taken, count, rows, CloseReason.FULL, now
-        if not delay:
-            return taken, count, rows, CloseReason.IDLE, now
-        if now >= due:
-            return taken, count, rows, CloseReason.DELAY, now
-        if earliest_deadline < math.inf:
-            close_at = earliest_deadline - self._margin - self._estimate(rows)
-            if now >= close_at:
-                return taken, count, rows, CloseReason.DEADLINE, now
-            due = min(due, close_at)
-        return taken, count, rows, None, due
+                    return _Gathered(taken, rows, best_cut, best_rows, oldest, earliest, True)
+        return _Gathered(taken, rows, best_cut, best_rows, oldest, earliest, False)
 
     @property
     def delay_skipped(self) -> bool:
         """Whether batches close without the queue delay now (learned: it gathers nothing)."""
-        return self._skipping()
+        return self._learner is not None and self._learner.skipping()
 
-    def _skipping(self) -> bool:
-        return (
-            self._learn
-            and self._seen >= LEARN_AFTER
-            and self._batched < SKIP_BELOW
-            and self._since_probe < PROBE_EVERY - 1
-        )
-
-    def _count(self, several: bool, skipped: bool) -> None:
-        """A batch closed: learn whether batches gather several requests."""
-        self._batched += _GAIN_WEIGHT * (float(several) - self._batched)
-        if self._seen < LEARN_AFTER:
-            self._seen += 1
-        self._since_probe = self._since_probe + 1 if skipped else 0
-        self._memo = None
-
-    def _plain_plan(self, queue: deque[PendingRequest], now: float) -> _Plan:
-        """``_plan`` for a plain batcher (see ``_plain``) whose queue has no deadlines: the
-        compatible requests from the head on that fit, closing now (FULL or IDLE)."""
+    def _plain_batch(self, queue: deque[PendingRequest]) -> Batch:
+        """The batch of a plain batcher (see ``_plain``) whose queue has no deadlines, without
+        planning: the compatible requests from the head on that fit, closing now (FULL or
+        IDLE)."""
         max_rows = self._max_rows
         taken: list[PendingRequest] = []
         rows = 0
@@ -523,20 +440,21 @@ class DynamicBatcher:
             if r.shape_key != key:
                 continue
             if rows + r.rows > max_rows and taken:
-                return taken, len(taken), rows, CloseReason.FULL, now
+                return Batch(taken, rows, CloseReason.FULL)
             taken.append(r)
             rows += r.rows
             if rows >= max_rows:
-                return taken, len(taken), rows, CloseReason.FULL, now
-        return taken, len(taken), rows, CloseReason.IDLE, now
+                return Batch(taken, rows, CloseReason.FULL)
+        return Batch(taken, rows, CloseReason.IDLE)
 
     def _remove(self, requests: list[PendingRequest], rows: int) -> None:
         """Take a closed batch's requests out of their queues, keeping everyone else's order."""
         # a batch is usually a prefix of its queues (pop from the front); a skipped request
         # in front (other shape key) forces one rebuild of that queue
         leftover: dict[int, tuple[deque[PendingRequest], set[PendingRequest]]] = {}
+        levels, leveled = self._levels, bool(self._n_levels)
         for r in requests:
-            level = self._levels[r.level - 1 if self._n_levels else 0]
+            level = levels[r.level - 1 if leveled else 0]
             queue = level.delayed if r.delayed else level.live
             if queue[0] is r:
                 queue.popleft()
@@ -551,13 +469,3 @@ class DynamicBatcher:
         self._pending -= len(requests)
         self._pending_rows -= rows
         self._memo = None
-
-
-def _build_levels(config: DynamicBatching) -> list[_Level]:
-    """The levels' queues; DynamicBatching has already checked the levels are in range."""
-    default = config.default_queue_policy or QueuePolicy()
-    n = config.priority_levels
-    if not n:
-        # Triton: without priority levels only the default policy applies
-        return [_Level(0, default)]
-    return [_Level(i, config.priority_queue_policy.get(i, default)) for i in range(1, n + 1)]

@@ -22,7 +22,8 @@ from contextvars import ContextVar
 from typing import Protocol
 
 from inferplex.core.alarm import Alarm
-from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
+from inferplex.core.batch import Batch, PendingRequest
+from inferplex.core.batcher import DynamicBatcher
 from inferplex.core.fifo import FifoQueue
 from inferplex.core.lanes import LaneQueue
 from inferplex.core.scheduler import ModelPolicy, Scheduler, Ticket

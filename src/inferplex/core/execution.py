@@ -12,19 +12,20 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
 from inferplex.backends.base import (
     Backend,
+    BatchOutcome,
     BatchRequest,
     Cancellation,
-    RequestOutcome,
     ResponseSink,
+    StillSending,
 )
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.batcher import Batch, PendingRequest
+from inferplex.core.batch import Batch, PendingRequest
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.instance import ModelInstance
 from inferplex.core.stats import ModelStats
@@ -56,14 +57,29 @@ class Payload:
     sink: ResponseSink | None = None  # only for a decoupled model's: where responses go
 
 
-#: one batch handed to an instance: (batch, scheduler ticket or None for a composite model,
-#: the instance running it, what a cancellable backend is told of its requests' callers
-#: going away or None)
-_Job = tuple[Batch, "Ticket | None", ModelInstance, Cancellation | None]
-#: what the worker hands back: (outputs per request in batch order, began, prepared, executed,
-#: ended ns). ``began`` ends each request's queue time; the others bound the compute phases.
-#: (a per-request backend's requests may each have failed alone: an error in place of outputs)
-_Result = tuple[list[RequestOutcome], int, int, int, int]
+class _Job(NamedTuple):
+    """One batch handed to an instance."""
+
+    batch: Batch
+    ticket: Ticket | None
+    """the scheduler's; None for a composite model"""
+    instance: ModelInstance
+    """the instance running it"""
+    cancellation: Cancellation | None
+    """what a cancellable backend is told of its requests' callers going away; else None"""
+
+
+class _Result(NamedTuple):
+    """What the worker hands back. ``began`` ends each request's queue time; the other
+    times (ns) bound the compute phases."""
+
+    outputs: list[BatchOutcome]
+    """per request, in batch order (a per-request backend's requests may each have failed
+    alone, and a decoupled one's may still be sending: an outcome in place of outputs)"""
+    began: int
+    prepared: int
+    executed: int
+    ended: int
 
 
 class VersionExecution:
@@ -115,6 +131,9 @@ class VersionExecution:
         self._cancellable = self.per_request and all(b.cancellable for b in backends)
         #: the cancellable batches running now, by instance
         self._running: dict[ModelInstance, _Job] = {}
+        #: cancellable batches that ended with requests still sending responses (a decoupled
+        #: model's threads): their callers' going away is passed on too
+        self._sending: list[_Job] = []
         self._output_order = [t.name for t in config.output]
         if config.sequence_batching is not None:  # its state outputs are asked for too
             self._output_order += sorted(config.sequence_batching.state_outputs)
@@ -142,10 +161,10 @@ class VersionExecution:
             instance = self.instances[batch.lane]
             self.idle.remove(instance)
         if self._cancellable:
-            job: _Job = (batch, ticket, instance, Cancellation())
+            job = _Job(batch, ticket, instance, Cancellation())
             self._running[instance] = job
         else:
-            job = (batch, ticket, instance, None)
+            job = _Job(batch, ticket, instance, None)
         if self._runs_inline(batch.rows):
             instance.run_inline(job)
         else:
@@ -158,19 +177,21 @@ class VersionExecution:
         return estimate is not None and estimate <= self._dispatcher.inline_execution_s
 
     def cancel_gone(self) -> None:
-        """Tell each running batch which of its requests lost their callers."""
-        for batch, _, _, cancellation in self._running.values():
-            gone = [i for i, r in enumerate(batch.requests) if r.payload.future.done()]
+        """Tell each running batch (and each whose requests still send) which of its
+        requests lost their callers."""
+        for job in [*self._running.values(), *self._sending]:
+            gone = [i for i, r in enumerate(job.batch.requests) if r.payload.future.done()]
             if gone:
-                assert cancellation is not None
+                assert job.cancellation is not None
                 # a few shared-memory stores for the Python backend: nothing here waits
-                cancellation.cancel(gone)
+                job.cancellation.cancel(gone)
+        self._sending = [job for job in self._sending if not _all_done(job.batch)]
 
     def _run(self, backend: Backend, job: _Job) -> _Result:
         """Runs in the instance's worker thread: concatenate, execute, split. Everything here
         holds the GIL the event loop needs, so it does no more than it must."""
         began = _now_ns()
-        batch = job[0]
+        batch = job.batch
         requests = batch.requests
         first: Payload = requests[0].payload
         single = len(requests) == 1
@@ -191,8 +212,8 @@ class VersionExecution:
         try:
             if self.per_request:
                 infos = _batch_requests(requests)
-                if job[3] is not None:
-                    answers = backend.execute_requests(feeds, wanted, infos, job[3])
+                if job.cancellation is not None:
+                    answers = backend.execute_requests(feeds, wanted, infos, job.cancellation)
                 else:
                     answers = backend.execute_requests(feeds, wanted, infos)
             else:
@@ -205,10 +226,10 @@ class VersionExecution:
             ) from exc
         executed = _now_ns()
         if self.per_request:
-            return self._answers(answers, batch), began, prepared, executed, _now_ns()
+            return _Result(self._answers(answers, batch), began, prepared, executed, _now_ns())
         self._bytes_elements(results)
         outputs = [results] if single else self._split(results, batch, wanted, alike)
-        return cast(list[RequestOutcome], outputs), began, prepared, executed, _now_ns()
+        return _Result(cast(list[BatchOutcome], outputs), began, prepared, executed, _now_ns())
 
     def _bytes_elements(self, results: Outputs) -> None:
         for name in self._bytes_outputs:
@@ -216,17 +237,17 @@ class VersionExecution:
             if array is not None:
                 results[name] = to_bytes_elements(array)
 
-    def _answers(self, answers: list[RequestOutcome], batch: Batch) -> list[RequestOutcome]:
+    def _answers(self, answers: list[BatchOutcome], batch: Batch) -> list[BatchOutcome]:
         """A per-request backend's answers, each with the outputs its request asked for."""
         if len(answers) != len(batch.requests):
             raise ModelExecutionError(
                 f"model '{self.config.name}' answered {len(answers)} of the "
                 f"{len(batch.requests)} requests of a batch"
             )
-        kept: list[RequestOutcome] = []
+        kept: list[BatchOutcome] = []
         for request, answer in zip(batch.requests, answers, strict=True):
             # a decoupled model's request was answered through its sink
-            if not isinstance(answer, InferplexError) and request.payload.sink is None:
+            if isinstance(answer, dict) and request.payload.sink is None:
                 self._bytes_elements(answer)
                 answer = {name: answer[name] for name in request.payload.outputs}
             kept.append(answer)
@@ -284,6 +305,9 @@ class VersionExecution:
         if TRACING.enabled:
             _trace(batch, instance, result)
         if self._ordered or self.per_request:
+            if cancellation is not None and any(type(a) is StillSending for a in outputs):
+                self._sending = [j for j in self._sending if not _all_done(j.batch)]
+                self._sending.append(job)
             self._answer_each(requests, outputs)
             return
         for request, answer in zip(requests, outputs, strict=True):
@@ -298,9 +322,14 @@ class VersionExecution:
         for request in requests:
             self.answer(request, None, error)
 
-    def _answer_each(self, requests: list[PendingRequest], outputs: list[RequestOutcome]) -> None:
-        """In order (preserve_ordering), or each alone (a per-request backend's errors)."""
+    def _answer_each(self, requests: list[PendingRequest], outputs: list[BatchOutcome]) -> None:
+        """In order (preserve_ordering), or each alone (a per-request backend's errors). A
+        request still sending is answered by its stream's final response (core.model)."""
         for request, answer in zip(requests, outputs, strict=True):
+            if isinstance(answer, StillSending):
+                if self._ordered:  # its place in line passes; its stream's end answers it
+                    self._release(request.seq, _nothing)
+                continue
             if isinstance(answer, InferplexError):  # a per-request backend failed it alone
                 self.answer(request, None, answer)
             else:
@@ -322,7 +351,12 @@ class VersionExecution:
         if not self._ordered:
             resolve()
             return
-        self._held[request.seq] = resolve
+        self._release(request.seq, resolve)
+
+    def _release(self, seq: int, resolve: Callable[[], None]) -> None:
+        """preserve_ordering: ``resolve`` the answer of request number ``seq`` once every
+        earlier one is."""
+        self._held[seq] = resolve
         while self._next_seq in self._held:
             self._held.pop(self._next_seq)()
             self._next_seq += 1
@@ -375,6 +409,14 @@ def _trace(batch: Batch, instance: ModelInstance, result: _Result) -> None:
             trace.batch(
                 began, prepared, executed, ended, batch.rows, len(batch.requests), instance.label
             )
+
+
+def _nothing() -> None:
+    pass
+
+
+def _all_done(batch: Batch) -> bool:
+    return all(r.payload.future.done() for r in batch.requests)
 
 
 def _batch_requests(requests: list[PendingRequest]) -> list[BatchRequest]:

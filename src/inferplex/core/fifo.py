@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 
-from inferplex.core.batcher import Batch, CloseReason, PendingRequest
+from inferplex.core.batch import Batch, CloseReason, PendingRequest
 
 
 class FifoQueue:

@@ -15,7 +15,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from inferplex.core.batcher import Batch, CloseReason, DynamicBatcher, PendingRequest
+from inferplex.core.batch import Batch, CloseReason, PendingRequest
+from inferplex.core.batcher import DynamicBatcher
 from inferplex.core.fifo import FifoQueue
 
 Lane = DynamicBatcher | FifoQueue

@@ -196,10 +196,15 @@ class ModelVersion:
         future.add_done_callback(functools.partial(self._stream_ended, channel, start))
 
         def closed(finished: bool) -> None:
-            if not finished and not future.done():  # the reader went away: so does the request
-                future.cancel()
-                self._stats.cancelled += 1
-                self._withdraw_cancelled()
+            if future.done():
+                return
+            if finished:  # its final response was read: the request is over (its batch may
+                # have ended before, the model's threads sending on: STILL_SENDING)
+                future.set_result({})
+                return
+            future.cancel()  # the reader went away: so does the request
+            self._stats.cancelled += 1
+            self._withdraw_cancelled()
 
         respond = functools.partial(self._response, request.id, names)
         return ResponseStream(channel, respond, closed)
@@ -207,7 +212,8 @@ class ModelVersion:
     def _stream_ended(
         self, channel: ResponseChannel, start: int, future: asyncio.Future[Outputs]
     ) -> None:
-        """A decoupled request's batch ended: the model holds it no more."""
+        """A decoupled request ended (its batch, or its final response was read): the model
+        holds it no more."""
         error = None if future.cancelled() else future.exception()
         if error is not None and not isinstance(error, InferplexError):
             error = ModelExecutionError(f"model '{self.config.name}' failed: {error}")

@@ -20,7 +20,8 @@ import numpy as np
 from inferplex.backends.base import ResponseSink
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.adaptive import AdaptiveBatching
-from inferplex.core.batcher import Batch, DynamicBatcher, PendingRequest
+from inferplex.core.batch import Batch, PendingRequest
+from inferplex.core.batcher import DynamicBatcher
 from inferplex.core.dispatcher import STEP_PRECEDENCE
 from inferplex.core.estimator import ExecutionEstimator
 from inferplex.core.execution import Outputs, Payload, VersionExecution

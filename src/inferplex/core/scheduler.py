@@ -85,111 +85,24 @@ turns of 1 (0 counts as 1); remaining ties go by key. Every decision is determin
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from itertools import repeat
 from operator import attrgetter
 from typing import Literal
 
 from inferplex.core.adaptive import SloGuard
+from inferplex.core.model_share import ADJUST_INTERVAL_S, AIM, WELL_UNDER, ModelPolicy, ModelState
+from inferplex.core.resources import ResourcePool, needs_of
 from inferplex.errors import ConfigError
+
+# ModelPolicy is what ``register`` takes: it is imported from here with the scheduler
+__all__ = ["POLICIES", "ModelPolicy", "Policy", "Scheduler", "Ticket"]
 
 Policy = Literal["round_robin", "priority", "adaptive"]
 POLICIES: tuple[Policy, ...] = ("round_robin", "priority", "adaptive")
 
-#: adaptive: latencies kept per model, by count and by age (seconds)
-LATENCY_WINDOW = 256
-LATENCY_HORIZON_S = 5.0
-#: adaptive: seconds between two weight adjustments of one model
-ADJUST_INTERVAL_S = 0.05
-#: adaptive: the p99 the policy steers to, as a fraction of the target (headroom for the lag)
-AIM = 0.9
-#: adaptive: effective weight x RAISE while above the aim, bounded by MAX_BOOST x base
-RAISE = 1.25
-MAX_BOOST = 16.0
-#: adaptive: below WELL_UNDER x target the boost decays by DECAY per adjustment, down to 1
-WELL_UNDER = 0.7
-DECAY = 0.9
 #: smoothing of each model's execution-time estimate (the charge at start)
 COST_SMOOTHING = 0.2
-
-
-@dataclass(frozen=True)
-class ModelPolicy:
-    """How one registered model takes part in scheduling (from its config)."""
-
-    weight: float = 1.0
-    """``priority`` / ``adaptive``: relative share of compute time; larger = more important."""
-    slo_p99_ms: float | None = None
-    """``adaptive``: latency target for the p99 of the model's requests, in milliseconds."""
-    resources: Mapping[str, int] = field(default_factory=dict)
-    """Rate-limiter tokens one execution of the model holds while it runs."""
-    resource_priority: int = 0
-    """Triton's ``rate_limiter.priority``: among tied candidates, 2 gets half the turns of 1."""
-
-
-class _ModelState:
-    """Accounting for one registered model."""
-
-    __slots__ = (
-        "boost",
-        "compute_s",
-        "est_cost",
-        "executions",
-        "key",
-        "last_adjust",
-        "last_arrival",
-        "latencies",
-        "latency_times",
-        "missing",
-        "needs",
-        "policy",
-        "priority",
-        "ratio",
-        "running",
-        "seen",
-        "targeted",
-        "turns",
-        "vtime",
-        "weight",
-    )
-
-    def __init__(self, key: str, policy: ModelPolicy, needs: tuple[tuple[str, int], ...]) -> None:
-        self.key = key
-        self.vtime = 0.0
-        self.running = 0
-        self.executions = 0
-        self.compute_s = 0.0
-        self.est_cost: float | None = None
-        self.seen = -1  # the pick() epoch in which the model was last a candidate
-        self.last_arrival = -math.inf
-        self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.latency_times: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.boost = 1.0  # adaptive: effective weight / base weight
-        self.missing = False  # adaptive: p99 above the aim at the last adjustment
-        self.ratio = 0.0  # adaptive: p99 / target at the last adjustment
-        self.last_adjust = -math.inf
-        self.configure(policy, needs)
-
-    def configure(self, policy: ModelPolicy, needs: tuple[tuple[str, int], ...]) -> None:
-        self.policy = policy
-        self.needs = needs  # (resource, count) with count > 0, sorted by name
-        self.priority = max(policy.resource_priority, 1)  # Triton treats 0 as 1
-        self.targeted = policy.slo_p99_ms is not None
-        self.turns = self.executions * self.priority  # Triton's tie-break: smaller goes first
-        self.set_boost(self.boost)
-
-    def set_boost(self, boost: float) -> None:
-        self.boost = boost
-        self.weight = self.policy.weight * boost  # effective weight, read on every pick
-
-    def p99(self) -> float | None:
-        """Nearest-rank p99 of the latencies in the window, in seconds."""
-        if not self.latencies:
-            return None
-        ordered = sorted(self.latencies)
-        return ordered[math.ceil(0.99 * len(ordered)) - 1]
 
 
 class Ticket:
@@ -207,7 +120,7 @@ class Ticket:
     )
 
     def __init__(
-        self, state: _ModelState, started_at: float, charge: float, estimate: float, pace: float
+        self, state: ModelState, started_at: float, charge: float, estimate: float, pace: float
     ) -> None:
         self.key = state.key
         self.started_at = started_at
@@ -239,26 +152,20 @@ class Scheduler:
             raise ValueError(f"slots must be a positive integer, got {slots!r}")
         if reserve_window < 0:
             raise ValueError(f"reserve_window must be >= 0 seconds, got {reserve_window!r}")
-        explicit = dict(resources or {})
-        for name, count in explicit.items():
-            if not isinstance(count, int) or count < 0:
-                raise ValueError(f"resource {name!r} needs a count >= 0, got {count!r}")
+        self._resources = ResourcePool(resources)
         self._policy = policy
         self._fair = policy != "round_robin"
         self._adaptive = policy == "adaptive"
         self._slots = slots
         self._reserve_window = reserve_window
-        self._explicit = explicit
-        self._totals: dict[str, int] = dict(explicit)
-        self._used: dict[str, int] = {}
-        self._models: dict[str, _ModelState] = {}
-        self._recent: dict[str, _ModelState] = {}  # models with a noted arrival, pruned in pick
+        self._models: dict[str, ModelState] = {}
+        self._recent: dict[str, ModelState] = {}  # models with a noted arrival, pruned in pick
         #: every model has the same weight and none a latency target: no model is ever below
         #: the reservation's bar, so no pick needs it (nor a walk over the recent models)
         self._one_weight = True
         self._weights: Counter[float] = Counter()  # registered models per configured weight
         self._targeted = 0  # registered models with a latency target
-        self._busy: set[_ModelState] = set()  # models with executions running
+        self._busy: set[ModelState] = set()  # models with executions running
         self._tickets: set[Ticket] = set()
         self._running = 0
         self._epoch = 0
@@ -286,7 +193,7 @@ class Scheduler:
     @property
     def resource_totals(self) -> dict[str, int]:
         """The total of each resource: explicit, or the largest amount a model asks for."""
-        return dict(self._totals)
+        return self._resources.totals
 
     @property
     def untargeted_share(self) -> float:
@@ -296,7 +203,7 @@ class Scheduler:
 
     def free_resources(self) -> dict[str, int]:
         """Tokens of each resource not held by a running execution."""
-        return {name: total - self._used.get(name, 0) for name, total in self._totals.items()}
+        return self._resources.free()
 
     def register(self, key: str, policy: ModelPolicy) -> None:
         """Add a model, or replace the policy of a registered one (its accounting is kept)."""
@@ -309,21 +216,12 @@ class Scheduler:
             raise ConfigError(
                 f"model {key!r}: rate_limiter priority must be >= 0, got {policy.resource_priority}"
             )
-        for name, count in policy.resources.items():
-            if not isinstance(count, int) or count < 0:
-                raise ConfigError(f"model {key!r}: resource {name!r} count must be >= 0: {count!r}")
-            total = self._explicit.get(name)
-            if total is not None and count > total:
-                raise ConfigError(
-                    f"model {key!r} needs {count} of resource {name!r} but the server has only "
-                    f"{total}, so it could never run; raise the resource's count or lower the "
-                    "model's rate_limiter requirement"
-                )
-        needs = tuple(sorted((name, count) for name, count in policy.resources.items() if count))
+        self._resources.check(key, policy.resources)
+        needs = needs_of(policy.resources)
         state = self._models.get(key)
         had_needs = False
         if state is None:
-            state = self._models[key] = _ModelState(key, policy, needs)
+            state = self._models[key] = ModelState(key, policy, needs)
         else:
             self._count_out(state)
             had_needs = bool(state.needs)
@@ -332,7 +230,7 @@ class Scheduler:
             state.configure(policy, needs)
         self._count_in(state)
         if needs or had_needs:  # (a walk over every model: not for the many without)
-            self._update_totals()
+            self._recount()
 
     def unregister(self, key: str) -> None:
         """Remove a model. Its running executions still hold their slots until finished."""
@@ -343,7 +241,7 @@ class Scheduler:
         if self._last_started == key:
             self._last_started = None
         if state.needs:
-            self._update_totals()
+            self._recount()
 
     def note_arrival(self, key: str, now: float) -> None:
         """Record that a request for ``key`` arrived (activity for the slot reservation)."""
@@ -372,8 +270,8 @@ class Scheduler:
         """
         previous, epoch = self._epoch, self._epoch + 1
         self._epoch = epoch
-        states: list[_ModelState] = []
-        fresh: list[_ModelState] = []
+        states: list[ModelState] = []
+        fresh: list[ModelState] = []
         active_min = math.inf  # over candidates that were already active
         models = self._models
         for key in candidates:
@@ -399,13 +297,16 @@ class Scheduler:
                 continue
             # a model with rate-limiter resources waits while they are taken, and one that
             # cannot have them holds them back from those after it
-            if state.needs and (held := self._held_back(state.needs, reserved)) is not None:
+            if (
+                state.needs
+                and (held := self._resources.held_back(state.needs, reserved)) is not None
+            ):
                 reserved = held
                 continue
             return state.key
         return None
 
-    def _order(self, states: list[_ModelState]) -> None:
+    def _order(self, states: list[ModelState]) -> None:
         """Sort candidates into the order they are offered a slot: fair (virtual time, then
         Triton's tie-break) or round robin after the model started last."""
         if self._fair:
@@ -414,33 +315,20 @@ class Scheduler:
             last = self._last_started
             states.sort(key=lambda s: (last is not None and s.key <= last, s.key))
 
-    def _held_back(
-        self, needs: tuple[tuple[str, int], ...], reserved: set[str] | None
-    ) -> set[str] | None:
-        """None when a model needing ``needs`` may start now; else the resources held back
-        for it and the models before it (``reserved``, extended when they do not fit)."""
-        if reserved and any(name in reserved for name, _ in needs):
-            return reserved
-        if self._fits(needs):
-            return None
-        held = reserved if reserved is not None else set()
-        held.update(name for name, _ in needs)
-        return held
-
     def start(self, key: str, now: float) -> Ticket:
         """Take a slot and the model's resources for one batch execution."""
         state = self._models.get(key) or self._state(key)
         if self._running >= self._slots:
             raise RuntimeError(f"cannot start {key!r}: all {self._slots} slots are running")
         needs = state.needs
-        if needs and not self._fits(needs):
+        if needs and not self._resources.fits(needs):
             raise RuntimeError(
                 f"cannot start {key!r}: it needs {dict(needs)}, free {self.free_resources()}"
             )
         if self._fair and state.running == 0 and state.seen != self._epoch:
             state.vtime = max(state.vtime, self._vfloor)  # started without being picked
-        for name, count in needs:
-            self._used[name] = self._used.get(name, 0) + count
+        if needs:
+            self._resources.take(needs)
         estimate = state.est_cost or 0.0
         charge = estimate / state.weight
         state.vtime += charge
@@ -473,27 +361,15 @@ class Scheduler:
         estimate = state.est_cost
         state.est_cost = cost if estimate is None else estimate + COST_SMOOTHING * (cost - estimate)
         if ticket._needs:
-            for name, count in ticket._needs:
-                self._used[name] -= count
+            self._resources.give_back(ticket._needs)
         state.running -= 1
         self._running -= 1
         if state.running == 0:
             self._busy.discard(state)
             state.seen = self._epoch  # active until now: a candidate at the next pick is not fresh
-        if latencies_s:
-            state.latencies.extend(latencies_s)
-            state.latency_times.extend(repeat(now, len(latencies_s)))
-        horizon = now - LATENCY_HORIZON_S
-        times = state.latency_times
-        while times and times[0] < horizon:
-            times.popleft()
-            state.latencies.popleft()
-        if (
-            self._adaptive
-            and state.policy.slo_p99_ms is not None
-            and now - state.last_adjust >= ADJUST_INTERVAL_S
-        ):
-            self._adapt(state, now, state.policy.slo_p99_ms / 1000.0)
+        state.record(now, latencies_s)
+        if self._adaptive and state.due_to_steer(now):
+            self._adapt(state, now)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """Per model, for statistics: ``share`` (of all compute seconds used so far),
@@ -517,26 +393,21 @@ class Scheduler:
             }
         return result
 
-    def _state(self, key: str) -> _ModelState:
+    def _state(self, key: str) -> ModelState:
         try:
             return self._models[key]
         except KeyError:
             raise KeyError(f"model {key!r} is not registered with the scheduler") from None
 
-    def _update_totals(self) -> None:
-        totals = dict(self._explicit)
-        for state in self._models.values():
-            for name, count in state.needs:
-                if name not in self._explicit:
-                    totals[name] = max(totals.get(name, 0), count)
-        self._totals = totals
+    def _recount(self) -> None:
+        self._resources.recount(state.needs for state in self._models.values())
 
-    def _count_in(self, state: _ModelState) -> None:
+    def _count_in(self, state: ModelState) -> None:
         self._weights[state.policy.weight] += 1
         self._targeted += state.targeted
         self._one_weight = len(self._weights) <= 1 and not self._targeted
 
-    def _count_out(self, state: _ModelState) -> None:
+    def _count_out(self, state: ModelState) -> None:
         weight = state.policy.weight
         self._weights[weight] -= 1
         if not self._weights[weight]:
@@ -544,11 +415,7 @@ class Scheduler:
         self._targeted -= state.targeted
         self._one_weight = len(self._weights) <= 1 and not self._targeted
 
-    def _fits(self, needs: tuple[tuple[str, int], ...]) -> bool:
-        totals, used = self._totals, self._used
-        return all(count <= totals.get(name, 0) - used.get(name, 0) for name, count in needs)
-
-    def _advance_floor(self, active_min: float, fresh: list[_ModelState]) -> None:
+    def _advance_floor(self, active_min: float, fresh: list[ModelState]) -> None:
         """Raise the virtual-time floor to the active models' minimum; lift fresh ones to it
         (round robin keeps no virtual time)."""
         if not self._fair:
@@ -586,7 +453,7 @@ class Scheduler:
                 del self._recent[key]
         return bar
 
-    def _waits(self, state: _ModelState, bar: float, now: float) -> bool:
+    def _waits(self, state: ModelState, bar: float, now: float) -> bool:
         """Whether a candidate is held back: by the slot reservation (below ``bar``, with the
         slots it leaves taken) or by the SLO guard's pacing (noting when it may start)."""
         if state.weight < bar and not state.missing and self._room_below(bar) == 0:
@@ -604,7 +471,7 @@ class Scheduler:
             return None
         return guard
 
-    def _active_targets(self, now: float) -> list[_ModelState]:
+    def _active_targets(self, now: float) -> list[ModelState]:
         """The models with a latency target that had a request within the reserve window."""
         horizon = now - self._reserve_window
         return [s for s in self._recent.values() if s.targeted and s.last_arrival >= horizon]
@@ -614,18 +481,11 @@ class Scheduler:
         below = sum(s.running for s in self._busy if s.weight < bar and not s.missing)
         return max(self._slots - 1 - below, 0)
 
-    def _adapt(self, state: _ModelState, now: float, target: float) -> None:
-        """Steer the model's boost by its p99 against ``target`` (seconds)."""
-        p99 = state.p99()
-        if p99 is None:
+    def _adapt(self, state: ModelState, now: float) -> None:
+        """Steer the model's boost by its p99, and the SLO guard by the worst p99 / target of
+        the active models with a target."""
+        if not state.steer(now):
             return
-        state.last_adjust = now
-        state.ratio = p99 / target
-        state.missing = state.ratio > AIM
-        if state.missing:
-            state.set_boost(min(state.boost * RAISE, MAX_BOOST))
-        elif state.ratio < WELL_UNDER:
-            state.set_boost(max(state.boost * DECAY, 1.0))
         if self._guard is not None and now - self._steered >= ADJUST_INTERVAL_S:
             self._steered = now
             worst = max([state.ratio, *(s.ratio for s in self._active_targets(now))])

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from inferplex.config.model_config import ModelConfig
-from inferplex.core.batcher import Batch, PendingRequest
+from inferplex.core.batch import Batch, PendingRequest
 from inferplex.core.dispatcher import Dispatcher
 from inferplex.core.fifo import FifoQueue
 from inferplex.core.registry import scheduling_policy

@@ -24,7 +24,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from inferplex.backends.base import RequestOutcome
 from inferplex.datatypes import to_bytes_elements
@@ -46,8 +46,12 @@ class StreamedResponse:
     final: bool = True
 
 
-#: what the sender puts in: (outputs or an error or None, final)
-_Item = tuple[RequestOutcome | None, bool]
+class _Item(NamedTuple):
+    """What the sender puts in."""
+
+    outcome: RequestOutcome | None
+    """outputs, or an error, or None (a final flag alone)"""
+    final: bool
 
 
 class ResponseChannel:
@@ -98,7 +102,7 @@ class ResponseChannel:
                 self._cond.wait()
             if self._closed:
                 return False
-            self._items.append((outcome, final))
+            self._items.append(_Item(outcome, final))
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
             self._loop.call_soon_threadsafe(_wake, waiter)
@@ -241,5 +245,12 @@ class SingleResponse:
         self._answer = None
 
 
-#: what ``InferenceEngine.stream`` hands a frontend
-Responses = ResponseStream | SingleResponse
+class Responses(Protocol):
+    """What ``InferenceEngine.stream`` hands a frontend: a :class:`ResponseStream`, a
+    :class:`SingleResponse`, or one of them behind the model's circuit breaker."""
+
+    def __aiter__(self) -> Responses: ...
+
+    async def __anext__(self) -> StreamedResponse: ...
+
+    def close(self) -> None: ...

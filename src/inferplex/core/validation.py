@@ -174,29 +174,16 @@ class RequestValidator:
 
     def check_declared(self, name: str, datatype: str, shape: tuple[int, ...]) -> None:
         """The checks of ``feeds`` that need only what a request declares of one input (its
-        name, datatype and shape): frontends run them before decoding a large tensor, so a
-        body whose tensors the model would refuse costs no decoding."""
+        name, datatype and shape), with their errors: frontends run them before decoding a
+        large tensor, so a body whose tensors the model would refuse costs no decoding."""
         spec = self._inputs.get(name)
-        if spec is None:
-            raise InvalidInputError(
-                f"unknown input '{name}' for model '{self._config.name}', expected "
-                f"{self._names(self._inputs)}"
-            )
-        if datatype != spec.datatype:
-            raise InvalidInputError(
-                f"input '{name}' has datatype {datatype}, model '{self._config.name}' expects "
-                f"{spec.datatype}"
-            )
-        if self._batched:
-            if not shape or not _dims_match(shape[1:], spec.dims):
-                raise self._shape_error(name, shape, spec.spec)
-            if shape[0] < 1 or shape[0] > self._max_batch_size:
-                raise InvalidInputError(
-                    f"input '{name}' has batch size {shape[0]}, model '{self._config.name}' "
-                    f"accepts 1 to max_batch_size {self._max_batch_size}"
-                )
-        elif not _dims_match(shape, spec.dims):
+        if spec is None or datatype != spec.datatype:
+            raise self._input_error(name, datatype, spec, ())
+        dims = shape[1:] if self._batched else shape
+        if (self._batched and not shape) or not _dims_match(dims, spec.dims):
             raise self._shape_error(name, shape, spec.spec)
+        if self._batched and not 1 <= shape[0] <= self._max_batch_size:
+            raise self._rows_error(name, shape[0], -1)
 
     def shape_key(self, feeds: dict[str, np.ndarray]) -> Hashable:
         """What decides which requests of a batched model may share a batch: the names and

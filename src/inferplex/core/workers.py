@@ -15,12 +15,16 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 logger = logging.getLogger(__name__)
 
-#: one job for a pool thread: the function and its argument
-Job = tuple[Callable[[Any], None], Any]
+
+class Job(NamedTuple):
+    """One job for a pool thread: ``run(argument)``."""
+
+    run: Callable[[Any], None]
+    argument: Any
 
 
 class WorkerPool:
@@ -50,7 +54,7 @@ class WorkerPool:
                 )
                 self._threads.append(thread)
                 thread.start()
-        self._queue.put((run, job))
+        self._queue.put(Job(run, job))
 
     def _work(self) -> None:
         get, lock = self._queue.get, self._lock

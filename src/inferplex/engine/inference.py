@@ -40,7 +40,7 @@ from inferplex.version import __version__
 #: system_shared_memory is listed only where the server allows it (--allow-shared-memory).
 EXTENSIONS = (
     "binary_tensor_data",
-    "classification",  # answered by the data plane (protocol/dataplane.py)
+    "classification",  # answered by the data plane (dataplane/classes.py)
     "model_configuration",
     "model_repository",
     "statistics",
@@ -291,8 +291,12 @@ class InferenceEngine:
         model cannot take."""
         if self.routes.get(request.model_name) is None:
             served = await self._served(request)
-            if served.decoupled:
-                return served.stream(request, self.config.stream_queue_responses)
+            if served.decoupled:  # behind its breaker, as ``serve`` is
+                bound = self.config.stream_queue_responses
+                guard = self.guards.get(served.config)
+                if guard is None:
+                    return served.stream(request, bound)
+                return guard.stream(served, request, bound)
         return SingleResponse(functools.partial(self.infer, request))
 
     async def _served(self, request: InferenceRequest) -> ModelVersion:

@@ -2,7 +2,8 @@
 (transport/grpc_server.py), on the event loop the HTTP server runs on.
 
 Each method's message classes come from the service descriptor (ModelInfer: the codec reads
-and writes its wire format itself). Every RPC is translate -> engine -> translate; errors go
+and writes its wire format itself). ModelInfer and ModelStreamInfer are codecs on the data plane
+(``protocol/v2/codecs.py``); every other RPC is translate -> engine -> translate; errors go
 through THE table in protocol/v2/errors.py.
 """
 
@@ -10,26 +11,26 @@ from __future__ import annotations
 
 import logging
 import socket
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import message_factory
 
+from inferplex.dataplane import CallMeta, DataPlane
 from inferplex.errors import UnsupportedError
 from inferplex.frontends.grpc_services import health_methods, reflection_methods
-from inferplex.frontends.grpc_stream import StreamInfer
-from inferplex.protocol.classification import ClassifiedOutputs
-from inferplex.protocol.dataplane import DataPlane
+from inferplex.frontends.grpc_stream import StreamInfer, call_trace
 from inferplex.protocol.v2 import generated as pb
-from inferplex.protocol.v2 import grpc_codec as codec
-from inferplex.protocol.v2 import offload
+from inferplex.protocol.v2 import grpc_messages as codec
+from inferplex.protocol.v2.codecs import GRPC
 from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
+from inferplex.tracing.context import TRACING
 from inferplex.transport.connections import ConnectionGate
 from inferplex.transport.grpc_server import Call, GrpcServer, Guard, Handler, Method
-from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http2_limits import Http2Counters
 from inferplex.transport.http_limits import ByteBudget
-from inferplex.transport.interface import GrpcServing
+from inferplex.transport.interface import GrpcServerFactory, GrpcServing
+from inferplex.transport.listener import ListenerSpec
 from inferplex.transport.sockets import address, bind
 
 if TYPE_CHECKING:
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Unary = Callable[[Any], Awaitable[Any]]
-#: builds a server of a method table with a guard (--grpc-server)
-ServerFactory = Callable[[dict[str, Method], Guard | None], GrpcServing]
 
 
 class GrpcFrontend:
@@ -52,37 +51,28 @@ class GrpcFrontend:
         config: ServerConfig,
         *,
         guard: Guard | None = None,
-        trace: Callable[[Handler], Handler] | None = None,
-        ssl_context: ssl.SSLContext | None = None,
+        spec: ListenerSpec | None = None,
         budget: ByteBudget | None = None,
-        server: ServerFactory | None = None,
+        server: GrpcServerFactory = GrpcServer,
         plane: DataPlane | None = None,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``guard`` sees every call first (security); ``trace`` wraps ModelInfer (tracing);
-        ``ssl_context`` turns on TLS; ``budget`` bounds request bytes buffered server-wide
+        """``guard`` sees every call first (security); ``spec``: the listener's TLS and
+        limits (default: ``config``'s); ``budget`` bounds request bytes buffered server-wide
         (the one the HTTP listeners share; default: one of max_buffered_bytes); ``server``
-        builds the server of the method table and guard instead of the built-in one (the
-        reference twin: transport/grpcio_server.py); inference goes through ``plane``
-        (default: one of its own for ``engine`` and ``config``); ``gate`` counts the
-        connections of every listener (default: none of its own)."""
+        builds the server of the method table (default: the built-in one;
+        ``--grpc-server``: transport/servers.py); inference goes through ``plane`` (default:
+        one of its own for ``engine`` and ``config``); ``gate`` counts the connections of
+        every listener (default: none of its own)."""
         self.engine = engine
         self.config = config
         # the one door to the engine for inference (limits, shared memory, routing key)
         self._plane = plane if plane is not None else DataPlane.from_config(engine, config)
         self._stream = StreamInfer(self._plane, engine.shared_memory, config.stream_max_requests)
-        self._server: GrpcServing
-        if server is not None:
-            self._server = server(self._methods(trace), guard)
-            return
-        self._server = GrpcServer(
-            self._methods(trace),
-            max_message_bytes=config.max_grpc_message_bytes,
-            max_small_message_bytes=config.max_small_request_bytes,
-            max_header_bytes=config.max_header_bytes,
+        self._server: GrpcServing = server(
+            self._methods(),
+            spec if spec is not None else ListenerSpec.from_config(config),
             guard=guard,
-            ssl_context=ssl_context,
-            limits=http2_limits(config),
             budget=budget if budget is not None else ByteBudget(config.max_buffered_bytes),
             gate=gate,
         )
@@ -107,7 +97,7 @@ class GrpcFrontend:
         return self._server.counters
 
     # -- wiring -------------------------------------------------------------------------
-    def _methods(self, trace: Callable[[Handler], Handler] | None) -> dict[str, Method]:
+    def _methods(self) -> dict[str, Method]:
         unary: dict[str, Unary] = {
             "ServerLive": self._server_live,
             "ServerReady": self._server_ready,
@@ -133,8 +123,7 @@ class GrpcFrontend:
         for method in pb.SERVICE.methods:
             path = f"/{pb.SERVICE_NAME}/{method.name}"
             if method.name == "ModelInfer":  # the codec reads and writes its wire format
-                handler = trace(self._model_infer) if trace is not None else self._model_infer
-                methods[path] = Method(handler, _raw, _raw, large=True)
+                methods[path] = Method(self._model_infer, _raw, _raw, large=True)
             elif method.name == "ModelStreamInfer":  # the same codec, once per message
                 methods[path] = Method(self._stream.serve, _raw, _raw, streaming=True, large=True)
             else:
@@ -178,31 +167,21 @@ class GrpcFrontend:
             self.engine.model_metadata(request.name, request.version)
         )
 
-    async def _model_infer(self, request: bytes, call: Call) -> bytes:
+    def _model_infer(self, request: bytes, call: Call) -> Awaitable[bytes]:
+        """ModelInfer: the data plane's coroutine itself (no frame of the frontend's around
+        it). Its deadline (``grpc-timeout``) is the server's: it cancels the call, and the
+        data plane's cancellation tells the model."""
         plane = self._plane
-        shm = self.engine.shared_memory.owned_by(call.identity)  # the caller's regions
-        # a large message is decoded (and its response encoded) in a worker thread, what its
-        # decoding allocates charged to the server's byte budget until it is answered
-        charge = None
-        decoded = offload.decode_grpc_here(request, shm, plane)
-        try:
-            if decoded is None:
-                charge = plane.charge()
-                decoded = await offload.decode_grpc(request, shm, plane, charge)
-            if plane.routing_metadata:  # the metadata key named like the routing header
-                key = plane.routing_value(call.metadata())
-                if key is not None:
-                    plane.route(decoded, key)
-            response = await plane.infer(decoded)
-            if type(decoded.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
-                response = await plane.classify(decoded, response)
-            encoded = offload.encode_grpc_here(response, decoded, shm)
-            if encoded is None:
-                encoded = await offload.encode_grpc(response, decoded, shm)
-        finally:
-            if charge is not None:
-                charge.release()
-        return encoded
+        meta = CallMeta(  # positional: the hot path
+            "",
+            "",
+            self.engine.shared_memory.owned_by(call.identity),  # the caller's regions
+            plane.routing_value(call.metadata()) if plane.routing_metadata else None,
+            None,  # the server enforces the call's deadline
+            None,
+            call_trace(call) if TRACING.enabled else None,
+        )
+        return plane.infer(GRPC, request, meta)
 
     # -- system shared memory (docs/shared_memory.md): the caller's own regions ---------------
     async def _shm_status(self, request: Any, call: Call) -> Any:
@@ -275,23 +254,3 @@ def _without_call(rpc: Unary) -> Handler:
         return await rpc(request)
 
     return handler
-
-
-def http2_limits(config: ServerConfig) -> Http2Limits:
-    """The gRPC port's HTTP/2 limits, from the ``http2_*`` settings."""
-    return Http2Limits(
-        max_concurrent_streams=config.http2_max_concurrent_streams,
-        max_header_frames=config.http2_max_header_frames,
-        max_resets=config.http2_max_resets,
-        resets_per_s=config.http2_resets_per_s,
-        max_control_frames=config.http2_max_control_frames,
-        control_frames_per_s=config.http2_control_frames_per_s,
-        preface_timeout_s=config.http2_preface_timeout_s,
-        idle_timeout_s=config.http2_idle_timeout_s,
-        keepalive_s=config.http2_keepalive_s,
-        keepalive_timeout_s=config.http2_keepalive_timeout_s,
-        max_connection_age_s=config.http2_max_connection_age_s,
-        max_connection_age_grace_s=config.http2_max_connection_age_grace_s,
-        send_timeout_s=config.http2_send_timeout_s,
-        connection_buffer_bytes=config.http2_connection_buffer_bytes,
-    )

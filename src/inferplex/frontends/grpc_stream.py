@@ -4,10 +4,13 @@ Triton serves it (docs/streaming.md).
 
 The requests of one stream run at once, up to ``--stream-max-requests`` of them; past that
 the stream's messages are not read until one ends, so HTTP/2 flow control holds the client
-back. Each response carries its request's id; an error goes in the stream as the message's
-``error_message`` (the stream stays open). A request with the parameter
-``triton_enable_empty_final_response`` gets ``triton_final_response`` on each response and
-an empty final one, as Triton marks the end of a decoupled request. Responses wait in a
+back. Each request is one ``DataPlane.stream`` call with the stream codec
+(``protocol/v2/codecs.py``): its responses carry its id, an error goes in the stream as the
+message's ``error_message`` (the stream stays open), classification, circuit breakers and
+tracing (a span per request) are as for ModelInfer. The call's ``grpc-timeout`` is its
+deadline, as for a unary call: when it passes the call ends with DEADLINE_EXCEEDED (its
+status, as gRPC servers and Triton end it) and every request still running is cancelled in
+its model. Responses wait in a
 small queue for the transport: when the client reads slowly the queue fills, the requests'
 response streams stop being read, and their models are held back (``ResponseChannel``).
 When the call ends (the client cancels, resets or goes away) every request still running
@@ -17,22 +20,19 @@ is cancelled in its model, a slice per turn of the event loop (core/cancelling.p
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from inferplex.core.cancelling import cancel_in_slices
-from inferplex.core.streaming import StreamedResponse
-from inferplex.errors import InferplexError
-from inferplex.protocol.dataplane import DataPlane
-from inferplex.protocol.v2 import offload
-from inferplex.protocol.v2.grpc_codec import varint
-from inferplex.shm import Regions, SharedMemoryRegistry
-from inferplex.types import InferenceRequest, InferenceResponse
+from inferplex.dataplane import CallMeta, DataPlane, Streamed
+from inferplex.dataplane.streams import deadline_error
+from inferplex.errors import DeadlineExceededError, InferplexError
+from inferplex.protocol.v2.codecs import GRPC_STREAM, stream_error
+from inferplex.shm import SharedMemoryRegistry
+from inferplex.tracing.context import TRACING, CallTrace
+from inferplex.transport.grpc_call import timeout_seconds
 
-#: the request parameter asking for an empty final response, and the response parameter
-#: that marks the final one (Triton's names)
-EMPTY_FINAL = "triton_enable_empty_final_response"
-FINAL_RESPONSE = "triton_final_response"
 #: encoded responses waiting for the transport to take them (a slow reader fills it)
 QUEUED_RESPONSES = 8
 
@@ -47,12 +47,24 @@ class StreamInfer:
 
     async def serve(self, requests: AsyncIterator[Any], call: Any) -> AsyncIterator[bytes]:
         """The call: its request messages (ModelInferRequest bytes) in, the
-        ModelStreamInferResponse messages out, as they are ready."""
+        ModelStreamInferResponse messages out, as they are ready; at its deadline it ends
+        with DEADLINE_EXCEEDED, what still runs cancelled."""
+        deadline = call_deadline(call)
         out: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(QUEUED_RESPONSES)
-        calls = _Calls(self, out, call, self._max_requests)
+        calls = _Calls(self, out, call, self._max_requests, deadline)
         reader = asyncio.get_running_loop().create_task(calls.read(requests))
         try:
-            while (item := await out.get()) is not None:
+            while True:
+                if deadline is None:
+                    item = await out.get()
+                else:
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            item = await out.get()
+                    except TimeoutError:
+                        raise deadline_error("") from None
+                if item is None:
+                    break
                 if isinstance(item, BaseException):
                     raise item
                 yield item
@@ -60,64 +72,69 @@ class StreamInfer:
             reader.cancel()
             await calls.cancel()
 
-    async def answer(self, message: Any, call: Any, out: asyncio.Queue[Any]) -> None:
-        """One request of the stream: decode, stream its responses into ``out``."""
+    async def answer(
+        self, message: Any, call: Any, out: asyncio.Queue[Any], deadline: float | None
+    ) -> None:
+        """One request of the stream: its responses into ``out`` as the data plane streams
+        them; an error as the stream's message, but the call's deadline, which ends it."""
         plane = self._plane
-        shm = self._shm.owned_by(call.identity)  # the caller's regions
-        request: InferenceRequest | None = None
-        charge = None  # a large message's decoding, charged until its responses are out
+        meta = CallMeta(
+            regions=self._shm.owned_by(call.identity),  # the caller's regions
+            routing_key=plane.routing_value(call.metadata()) if plane.routing_metadata else None,
+            deadline=deadline,
+            trace=call_trace(call) if TRACING.enabled else None,
+        )
+        streamed: Streamed[None, bytes] | None = None
         try:
-            request = offload.decode_grpc_here(message, shm, plane)
-            if request is None:
-                charge = plane.charge()
-                request = await offload.decode_grpc(message, shm, plane, charge)
-            if plane.routing_metadata:
-                key = plane.routing_value(call.metadata())
-                if key is not None:
-                    plane.route(request, key)
-            marked = bool(request.parameters.get(EMPTY_FINAL))
-            responses = await plane.stream(request)
-            try:
-                async for item in responses:
-                    encoded = await self._encode(item, request, marked, shm)
-                    if encoded is not None:
-                        await out.put(encoded)
-            finally:
-                responses.close()
+            streamed = await plane.stream(GRPC_STREAM, message, meta)
+            async for encoded in streamed:
+                await out.put(encoded)
+        except DeadlineExceededError as exc:
+            if deadline is not None and asyncio.get_running_loop().time() >= deadline:
+                await out.put(exc)  # the call's own: it ends the call
+            else:
+                await out.put(stream_error(exc, None if streamed is None else streamed.request))
         except InferplexError as exc:
-            await out.put(_error(exc, request))
+            await out.put(stream_error(exc, None if streamed is None else streamed.request))
         finally:
-            if charge is not None:
-                charge.release()
+            if streamed is not None:
+                streamed.close()
 
-    async def _encode(
-        self, item: StreamedResponse, request: InferenceRequest, marked: bool, shm: Regions
-    ) -> bytes | None:
-        """The ModelStreamInferResponse of one streamed response (None: a final flag alone
-        that the client did not ask to see)."""
-        if item.error is not None:
-            return _error(item.error, request)
-        response = item.response
-        if response is None:
-            if not (marked and item.final):
-                return None
-            response = InferenceResponse(request.model_name, request.model_version, [])
-        response.id = request.id
-        if marked:
-            response.parameters = {**response.parameters, FINAL_RESPONSE: item.final}
-        encoded = offload.encode_grpc_here(response, request, shm)
-        if encoded is None:
-            encoded = await offload.encode_grpc(response, request, shm)
-        return _field(2, encoded)
+
+def call_deadline(call: Any) -> float | None:
+    """The event loop's time at which a call's ``grpc-timeout`` passes (None: it has none,
+    or the server enforces it itself and keeps it from the metadata, as grpcio does)."""
+    for key, value in call.metadata():
+        if key == "grpc-timeout" and isinstance(value, str):
+            seconds = timeout_seconds(value.encode("latin-1"))
+            if seconds is not None:
+                return asyncio.get_running_loop().time() + seconds
+    return None
+
+
+def call_trace(call: Any) -> CallTrace:
+    """The trace context a gRPC call came with (its W3C metadata), read while tracing is on."""
+    carrier = {
+        key: value
+        for key, value in call.metadata()
+        if key in ("traceparent", "tracestate") and isinstance(value, str)
+    }
+    return CallTrace(carrier, time.perf_counter_ns())
 
 
 class _Calls:
     """The requests of one stream while they run (at most ``max_requests``)."""
 
     def __init__(
-        self, infer: StreamInfer, out: asyncio.Queue[Any], call: Any, max_requests: int
+        self,
+        infer: StreamInfer,
+        out: asyncio.Queue[Any],
+        call: Any,
+        max_requests: int,
+        deadline: float | None,
     ) -> None:
         self._infer = infer
+        self._deadline = deadline
         self._out = out
         self._call = call
         self._slots = asyncio.Semaphore(max_requests)
@@ -143,7 +160,7 @@ class _Calls:
 
     async def _one(self, message: Any) -> None:
         try:
-            await self._infer.answer(message, self._call, self._out)
+            await self._infer.answer(message, self._call, self._out, self._deadline)
         finally:
             self._slots.release()
 
@@ -162,21 +179,3 @@ class _Calls:
         self._all_ended = asyncio.get_running_loop().create_future()
         cancel_in_slices(list(self._running))
         await self._all_ended
-
-
-def _error(error: InferplexError, request: InferenceRequest | None) -> bytes:
-    """A ModelStreamInferResponse with ``error_message``, and the request's id and model in
-    its ``infer_response`` where the request was decoded."""
-    message = _field(1, error.message.encode())
-    if request is None:
-        return message
-    # ModelInferResponse: model_name = 1, model_version = 2, id = 3
-    head = _field(1, request.model_name.encode()) + _field(2, request.model_version.encode())
-    return message + _field(2, head + _field(3, request.id.encode()))
-
-
-def _field(number: int, value: bytes) -> bytes:
-    """A length-delimited protobuf field (wire type 2)."""
-    if not value:
-        return b""
-    return varint(number << 3 | 2) + varint(len(value)) + value

@@ -28,14 +28,16 @@ Endpoints (model routes also under ``/v2/models/{m}/versions/{v}/...``)::
     GET  /v2/systemsharedmemory[/region/{r}]/status      one region, or all
     POST /v2/cudasharedmemory/region/{r}/register   501: not supported (docs/shared_memory.md)
     GET|POST /v2/cudasharedmemory[/region/{r}]/status|unregister: none registered
+    GET  /v1/models[/{id}], POST /v1/completions | /v1/chat/completions | /v1/embeddings
+                                                 the OpenAI-compatible API (http_openai.py)
 
-Every error body is ``{"error": "<message>"}``; the status of an :class:`InferplexError`
-comes from the one table in ``protocol/v2/errors.py``.
+Every error body is ``{"error": "<message>"}`` (under /v1/, OpenAI's error object); the
+status of an :class:`InferplexError` comes from the one table in ``protocol/v2/errors.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,13 +45,13 @@ from typing import Any
 import orjson
 
 from inferplex.config.server_config import ServerConfig
+from inferplex.dataplane import CallMeta, DataPlane
 from inferplex.engine.inference import InferenceEngine
 from inferplex.errors import (
     InferplexError,
-    InvalidInputError,
     UnauthenticatedError,
-    UnsupportedError,
 )
+from inferplex.frontends.http_answers import call_trace, compressed, traced
 from inferplex.frontends.http_body import (
     Disconnected,
     body_headers,
@@ -61,20 +63,20 @@ from inferplex.frontends.http_body import (
     too_large,
 )
 from inferplex.frontends.http_generate import Generate
+from inferplex.frontends.http_management import ManagementRoutes
+from inferplex.frontends.http_openai import OpenAI
 from inferplex.frontends.http_routes import Endpoint, RouteError, resolve
-from inferplex.frontends.management_json import ManagementBodies, load_parameters
-from inferplex.protocol.classification import ClassifiedOutputs
-from inferplex.protocol.dataplane import DataPlane
-from inferplex.protocol.v2 import offload
+from inferplex.frontends.management_json import ManagementBodies
+from inferplex.protocol.openai.errors import OPENAI_PREFIX, error_reply, route_error_body
+from inferplex.protocol.v2.codecs import REST
 from inferplex.protocol.v2.errors import HTTP_STATUS
 from inferplex.protocol.v2.rest import parse_header_length
 from inferplex.security.access import Access
 from inferplex.security.tokens import ANONYMOUS, Principal
-from inferplex.shm import CUDA_UNSUPPORTED, cuda_status
-from inferplex.transport.compression import accepted, compress
+from inferplex.tracing.context import TRACING
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.inflate import Inflated
-from inferplex.transport.interface import ADMITTED_KEY, HttpRequest, StreamedBody
+from inferplex.transport.interface import HttpRequest, StreamedBody
 
 __all__ = ["HttpApp", "create_http_app"]
 
@@ -87,9 +89,7 @@ Body = bytes | memoryview
 Reply = tuple[int, bytes, Headers]
 #: what an endpoint answers: a whole body, or one streamed as it comes (generate_stream)
 AnyReply = tuple[int, bytes | StreamedBody, Headers]
-Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _JSON: Headers = [(b"content-type", b"application/json")]
 _EMPTY_OK: Reply = (200, b"", [])
@@ -103,7 +103,8 @@ def create_http_app(
     plane: DataPlane | None = None,
     budget: ByteBudget | None = None,
 ) -> HttpApp:
-    """The ASGI 3 application serving the V2 REST protocol for ``engine``; ``access`` (the
+    """The application serving the V2 REST protocol for ``engine`` (``transport.interface.
+    NativeApp``; uvicorn reaches it through ``transport.asgi.AsgiAdapter``); ``access`` (the
     listener's surface and tokens) decides who may call which endpoint; inference goes
     through ``plane`` (default: one of its own for ``engine`` and ``config``); inflated
     request bodies are charged to ``budget`` (the server's; default: one of
@@ -111,13 +112,13 @@ def create_http_app(
     return HttpApp(engine, config, access, plane, budget)
 
 
-class HttpApp:
-    """ASGI 3 callable: answers ``http`` and ``lifespan`` scopes.
+class HttpApp(ManagementRoutes):
+    """The V2 REST app, as every HTTP server calls it (``transport.interface.NativeApp``).
 
     Every request is first *admitted* (:meth:`admit`): its path resolved to a route, the
     method checked, and the caller's access checked against that route's scope. The built-in
-    HTTP server admits a request with a body as soon as its headers are complete
-    (:meth:`refusal`), so nothing is read from a client that may not send it.
+    HTTP server (and the ASGI adapter) admits a request with a body as soon as its headers
+    are complete (:meth:`refusal`), so nothing is read from a client that may not send it.
     """
 
     def __init__(
@@ -156,35 +157,14 @@ class HttpApp:
         # an HTTP header whose value becomes the request parameter routing_key (sticky routes)
         self._routing_header = self._plane.routing_header
         self._generation = Generate(engine, self._plane)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """ASGI 3 (uvicorn, the tracing wrapper): the body comes through ``receive``."""
-        kind = scope["type"]
-        if kind == "http":
-            reply = await self._serve(
-                scope["method"],
-                scope["path"],
-                scope.get("raw_path"),
-                scope["headers"],
-                scope.get(ADMITTED_KEY),
-                receive,
-            )
-            if reply is None:
-                return  # the client went away before its body was whole
-            status, payload, headers = reply
-            if isinstance(payload, StreamedBody):
-                await _send_streamed(status, headers, payload, receive, send)
-                return
-            headers = [*headers, (b"content-length", str(len(payload)).encode())]
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": payload})
-        elif kind == "lifespan":
-            await _lifespan(receive, send)
-        # any other scope (websocket) is refused by returning: the server closes it
+        #: ``POST .../infer``: the data plane's call with the REST codec, given (body, meta);
+        #: a partial, so no frame of the frontend's runs around the data plane's coroutine
+        self._infer = functools.partial(self._plane.infer, REST)
+        self._openai = OpenAI(engine, self._plane, config)
 
     async def respond(self, request: HttpRequest) -> AnyReply:
-        """The built-in server's way in (no ASGI messages): a request complete with its body,
-        answered with (status, body, headers other than content-length)."""
+        """A request complete with its body, answered with (status, body, headers other than
+        content-length)."""
         reply = await self._serve(
             request.method,
             request.path,
@@ -233,11 +213,10 @@ class HttpApp:
             request.body_limit, request.body_limit_flag = limit, flag
             request.admitted = admitted
         except (InferplexError, RouteError) as exc:
-            return _error_reply(exc)
+            return _error_reply(exc, request.path)
         return None
 
-    # every request passes here: a split costs a call on the hot path
-    async def _serve(  # noqa: C901
+    async def _serve(
         self,
         method: str,
         path: str,
@@ -248,42 +227,41 @@ class HttpApp:
     ) -> AnyReply | None:
         """The answer to one request whose body is ``body``, or comes through it (ASGI's
         ``receive``); None when the client went away before its body was whole."""
+        trace = call_trace(headers) if TRACING.enabled else None
         inflated: Inflated | None = None
         try:
             (endpoint, handler, model, version), principal = admitted or self.admit(
                 method, path, raw_path, headers
             )
-            is_infer = endpoint.handler == "_infer"
             if endpoint.method == "POST":
                 limit, flag, json_limit = self._caps.get(endpoint) or self._body_caps(endpoint)
                 header_length, coding, accept = body_headers(headers, limit, flag)
-                if not isinstance(body, bytes | memoryview):
-                    body = await receive_body(body, limit, flag)
-                elif len(body) > limit:
-                    raise too_large(f"{len(body)} bytes", limit, flag)
-                if coding is not None:  # admitted: inflated within the endpoint's limit
-                    inflated = await inflate_body(body, coding, limit, flag, self._budget)
-                    body = inflated.data
-                if json_limit and header_length is None and len(body) > json_limit:
-                    raise json_too_large(len(body), json_limit)
+                if coding is not None or not isinstance(body, bytes | memoryview):
+                    body, inflated = await self._read(body, coding, limit, flag)
+                _check_size(body, limit, flag, json_limit if header_length is None else 0)
             else:
                 refuse_body(path, endpoint, headers, body)
                 body, header_length, accept = b"", None, None
-            if self._routing_header and is_infer:
-                key = _header(headers, self._routing_header)
-                reply: AnyReply = await self._infer(
-                    model, version, body, header_length, principal, key
-                )
-            else:
-                reply = await handler(model, version, body, header_length, principal)
-            if accept is not None and is_infer:
-                status, payload, reply_headers = reply
-                assert isinstance(payload, bytes)  # an inference answer is whole
-                payload, reply_headers = await _compressed(payload, reply_headers, accept)
-                reply = status, payload, reply_headers
-            return reply
+            if endpoint.handler not in _CALLS:
+                return await handler(model, version, body, header_length, principal)
+            # an inference call: the data plane's, the transport mapped to (body, meta)
+            meta = CallMeta(
+                model,
+                version,
+                self._engine.shared_memory.owned_by(principal),  # the caller's regions
+                _header(headers, self._routing_header) if self._routing_header else None,
+                None,
+                None if header_length is None else parse_header_length(header_length),
+                trace,
+                headers,
+            )
+            reply: AnyReply = await handler(body, meta)
+            if accept is not None and endpoint.handler == "_infer":
+                reply = await compressed(reply, accept)
+            return reply if trace is None else traced(reply, trace)
         except (InferplexError, RouteError) as exc:
-            return _error_reply(exc)
+            reply = _error_reply(exc, path)
+            return reply if trace is None else traced(reply, trace)
         except Disconnected:
             return None
         except Exception as exc:
@@ -293,6 +271,19 @@ class HttpApp:
         finally:
             if inflated is not None:  # answered: its bytes leave the server's budget
                 inflated.release()
+
+    async def _read(
+        self, body: Body | Receive, coding: bytes | None, limit: int, flag: str
+    ) -> tuple[Body, Inflated | None]:
+        """A POST's body, read if it comes through ``receive``, within its endpoint's
+        ``limit``, and inflated if compressed (the inflated bytes charged until answered)."""
+        if not isinstance(body, bytes | memoryview):
+            body = await receive_body(body, limit, flag)
+        if coding is None:
+            return body, None
+        _check_size(body, limit, flag, 0)
+        inflated = await inflate_body(body, coding, limit, flag, self._budget)
+        return inflated.data, inflated
 
     def _body_caps(self, endpoint: Endpoint) -> tuple[int, str, int]:
         """The most body bytes ``endpoint`` takes, the setting that says so, and the most
@@ -316,59 +307,32 @@ class HttpApp:
             self._routes[path] = route
         return route
 
-    # -- handlers: (model, version, body, raw Inference-Header-Content-Length, principal) ----
-    async def _infer(
-        self,
-        model: str,
-        version: str,
-        body: Body,
-        header_length: bytes | None,
-        principal: Principal = ANONYMOUS,
-        routing_key: str | None = None,
-    ) -> Reply:
-        length = None if header_length is None else parse_header_length(header_length)
-        plane = self._plane
-        shm = self._engine.shared_memory.owned_by(principal)  # the caller's regions
-        # a large body is decoded (and its response encoded) in a worker thread, what its
-        # decoding allocates charged to the server's byte budget until it is answered
-        charge = None
-        request = offload.decode_rest_here(body, length, model, version, shm, plane)
-        try:
-            if request is None:
-                charge = plane.charge()
-                request = await offload.decode_rest(
-                    body, length, model, version, shm, plane, charge
-                )
-            if routing_key is not None:
-                plane.route(request, routing_key)
-            response = await plane.infer(request)
-            if type(request.outputs) is ClassifiedOutputs:  # the type says it: no pass over them
-                response = await plane.classify(request, response)
-            encoded = offload.encode_rest_here(response, request, shm)
-            if encoded is None:
-                encoded = await offload.encode_rest(response, request, shm)
-        finally:
-            if charge is not None:
-                charge.release()
-        payload, json_length = encoded
-        if json_length is None:
-            return 200, payload, _JSON
-        return (
-            200,
-            payload,
-            [
-                (b"content-type", b"application/octet-stream"),
-                (b"inference-header-content-length", str(json_length).encode()),
-            ],
-        )
+    # -- inference calls, the data plane's: (body, meta) ---------------------------------------
+    async def _generate(self, body: Body, meta: CallMeta) -> AnyReply:
+        """Triton's generate extension (frontends/http_generate.py)."""
+        return await self._generation.generate(body, meta)
 
-    # -- Triton's generate extension (frontends/http_generate.py) ----------------------------
-    async def _generate(self, model: str, version: str, body: Body, *_: Any) -> AnyReply:
-        return await self._generation.generate(model, version, body)
+    async def _generate_stream(self, body: Body, meta: CallMeta) -> AnyReply:
+        return await self._generation.generate_stream(body, meta)
 
-    async def _generate_stream(self, model: str, version: str, body: Body, *_: Any) -> AnyReply:
-        return await self._generation.generate_stream(model, version, body)
+    # -- the OpenAI-compatible API (frontends/http_openai.py, docs/openai.md) -----------------
+    async def _openai_models(self, *_: Any) -> AnyReply:
+        return await self._openai.models()
 
+    async def _openai_model(self, model: str, *_: Any) -> AnyReply:
+        return await self._openai.model(model)
+
+    async def _openai_completions(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.completions(body)
+
+    async def _openai_chat(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.chat(body)
+
+    async def _openai_embeddings(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
+        return await self._openai.embeddings(body)
+
+    # -- the other handlers: (model, version, body, raw Inference-Header-Content-Length,
+    # -- principal)
     async def _live(self, *_: Any) -> Reply:
         return _EMPTY_OK if self._engine.live() else _EMPTY_UNAVAILABLE
 
@@ -390,86 +354,10 @@ class HttpApp:
     async def _model_stats(self, model: str, version: str, *_: Any) -> Reply:
         return _json({"model_stats": self._engine.model_statistics(model, version)})
 
-    async def _repository_index(self, _model: str, _version: str, body: Body, *_: Any) -> Reply:
-        ready_only = (await self._bodies.json(body, "index")).get("ready", False)
-        if not isinstance(ready_only, bool):
-            raise InvalidInputError("index request field 'ready' must be true or false")
-        return _json(self._engine.repository_index(ready_only))
 
-    async def _model_load(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        parameters = load_parameters(await self._bodies.json(body, "load"), "load")
-        await self._engine.load_model(model, parameters)
-        return _EMPTY_OK
-
-    async def _model_unload(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        parameters = load_parameters(await self._bodies.json(body, "unload"), "unload")
-        await self._engine.unload_model(model, parameters)
-        return _EMPTY_OK
-
-    async def _model_instances(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = await self._bodies.json(body, "instances")
-        if "count" not in options:
-            raise InvalidInputError('the instances request needs "count", e.g. {"count": 2}')
-        await self._engine.set_instance_count(model, options["count"])
-        return _EMPTY_OK
-
-    async def _model_default_version(self, model: str, _version: str, body: Body, *_: Any) -> Reply:
-        options = await self._bodies.json(body, "default_version")
-        if "version" not in options:
-            raise InvalidInputError(
-                'the default_version request needs "version", e.g. {"version": "2"}'
-            )
-        self._engine.set_default_version(model, options["version"])
-        return _EMPTY_OK
-
-    async def _repository_memory(self, *_: Any) -> Reply:
-        return _json(self._engine.memory())
-
-    async def _route_listing(self, *_: Any) -> Reply:
-        return _json(self._engine.route_listing())
-
-    async def _route_stats(self, route: str, *_: Any) -> Reply:
-        return _json(self._engine.route_statistics(route))
-
-    # -- system shared memory (docs/shared_memory.md): the region name comes as ``model``;
-    # -- each acts on the caller's own regions
-    async def _shm_register(
-        self, region: str, _version: str, body: Body, _length: Any, principal: Principal
-    ) -> Reply:
-        options = await self._bodies.json(body, "register")
-        unknown = set(options) - {"key", "offset", "byte_size"}
-        if unknown or type(options.get("key")) is not str or "byte_size" not in options:
-            raise InvalidInputError(
-                'the register request must be {"key": "/object", "offset": 0, "byte_size": N}'
-                f" (offset optional), got {sorted(options)}"
-            )
-        self._engine.shared_memory.owned_by(principal).register(
-            region, options["key"], options.get("offset", 0), options["byte_size"]
-        )
-        return _EMPTY_OK
-
-    async def _shm_unregister(
-        self, region: str, _version: str, _body: Body, _length: Any, principal: Principal
-    ) -> Reply:
-        self._engine.shared_memory.owned_by(principal).unregister(region)
-        return _EMPTY_OK
-
-    async def _shm_status(
-        self, region: str, _version: str, _body: Body, _length: Any, principal: Principal
-    ) -> Reply:
-        return _json(self._engine.shared_memory.owned_by(principal).status(region))
-
-    async def _cuda_shm_register(self, *_: Any) -> Reply:
-        raise UnsupportedError(CUDA_UNSUPPORTED)
-
-    async def _cuda_shm_status(self, region: str, *_: Any) -> Reply:
-        return _json(cuda_status(region))
-
-    async def _cuda_shm_unregister(self, *_: Any) -> Reply:
-        return _EMPTY_OK  # nothing can have been registered
-
-
-Handler = Callable[[str, str, Body, bytes | None, Principal], Awaitable[AnyReply]]
+#: a handler: (model, version, body, raw header length, principal), or an inference call's
+#: (body, meta)
+Handler = Callable[..., Awaitable[AnyReply]]
 #: an admitted request's endpoint, the bound handler, the model (or region) and version
 Route = tuple[Endpoint, Handler, str, str]
 #: a route and who asks for it (the principal its token makes it)
@@ -477,69 +365,17 @@ Admitted = tuple[Route, Principal]
 
 #: how many resolved paths an app remembers
 _ROUTES_KEPT = 1024
+#: the handlers of inference calls: the data plane's, given (body, meta)
+_CALLS = frozenset({"_infer", "_generate", "_generate_stream"})
 
 
-#: responses compressed on the event loop up to this size; larger ones in a thread
-_INLINE_CODING_BYTES = 64 << 10
-
-
-async def _off_loop(function: Callable[..., bytes], data: Body, *args: Any) -> bytes:
-    """``function(data, *args)``: a large response in a thread, so the loop goes on serving."""
-    if len(data) <= _INLINE_CODING_BYTES:
-        return function(data, *args)
-    return await asyncio.to_thread(function, data, *args)
-
-
-async def _compressed(payload: bytes, headers: Headers, accept: bytes) -> tuple[bytes, Headers]:
-    """An inference response compressed as its request's ``Accept-Encoding`` asks (as
-    Triton does; Inference-Header-Content-Length still counts the uncompressed JSON)."""
-    coding = accepted(accept)
-    if coding is None:
-        return payload, headers
-    return await _off_loop(compress, payload, coding), [*headers, (b"content-encoding", coding)]
-
-
-async def _send_streamed(
-    status: int, headers: Headers, body: StreamedBody, receive: Receive, send: Send
-) -> None:
-    """An ASGI response sent as its body comes (the server's ``send`` waits while the client
-    is behind); a client that goes away (``http.disconnect``) stops it, and the producer is
-    closed."""
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    watcher = asyncio.ensure_future(_disconnect(receive))
-    chunks = body.chunks
-    try:
-        while True:
-            step = asyncio.ensure_future(anext(chunks, None))
-            await asyncio.wait((step, watcher), return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():  # the client went away
-                step.cancel()
-                return
-            chunk = step.result()
-            if chunk is None:
-                break
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    finally:
-        watcher.cancel()
-        await chunks.aclose()
-
-
-async def _disconnect(receive: Receive) -> None:
-    """Until the client goes away (its body was read whole before)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    """Acknowledge start-up and shut-down: the composition root owns the engine's lifecycle."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+def _check_size(body: Body, limit: int, flag: str, json_limit: int) -> None:
+    """A body within its endpoint's ``limit``, and all-JSON one within ``json_limit`` (0:
+    not checked)."""
+    if len(body) > limit:
+        raise too_large(f"{len(body)} bytes", limit, flag)
+    if json_limit and len(body) > json_limit:
+        raise json_too_large(len(body), json_limit)
 
 
 def _header(headers: Headers, name: bytes) -> str | None:
@@ -557,11 +393,16 @@ def _error(message: str) -> bytes:
     return orjson.dumps({"error": message})
 
 
-def _error_reply(exc: InferplexError | RouteError) -> Reply:
-    """The answer to a refused request: ``{"error": ...}`` with the error's status."""
+def _error_reply(exc: InferplexError | RouteError, path: str = "") -> Reply:
+    """The answer to a refused request: ``{"error": ...}`` with the error's status (under
+    /v1/, OpenAI's error object)."""
+    openai = path.startswith(OPENAI_PREFIX)
     if isinstance(exc, RouteError):
-        return exc.status, _error(exc.message), [*_JSON, *exc.headers]
+        body = route_error_body(exc.status, exc.message) if openai else _error(exc.message)
+        return exc.status, body, [*_JSON, *exc.headers]
     headers = _JSON
     if isinstance(exc, UnauthenticatedError):
         headers = [*_JSON, (b"www-authenticate", b"Bearer")]
+    if openai:
+        return (*error_reply(exc), headers)
     return HTTP_STATUS[exc.code], _error(exc.message), headers

@@ -38,7 +38,7 @@ class Disconnected(Exception):
 
 
 # one pass over the headers of every request with a body
-def body_headers(  # noqa: C901
+def body_headers(
     headers: Headers, limit: int, flag: str, json_limit: int = 0
 ) -> tuple[bytes | None, bytes | None, bytes | None]:
     """The raw ``Inference-Header-Content-Length``, the ``Content-Encoding`` (None for
@@ -49,31 +49,43 @@ def body_headers(  # noqa: C901
     length = 0
     for key, value in headers:
         if key == b"content-length":
-            if not value.isdigit():
-                raise InvalidInputError(
-                    f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
-                )
-            length = int(value)
-            if length > limit:
-                raise too_large(f"Content-Length {length}", limit, flag)
+            length = _content_length(value, limit, flag)
         elif key == b"inference-header-content-length":
             header_length = value
             if json_limit and value.isdigit() and int(value) > json_limit:
                 raise json_too_large(int(value), json_limit)
         elif key == b"content-encoding":
-            coding = value.strip().lower()
-            if coding == b"identity":
-                coding = None
-            elif coding not in CODINGS:
-                raise UnsupportedError(
-                    f"Content-Encoding {value.decode(errors='replace')} is not supported: "
-                    "send the request body as gzip, deflate or uncompressed"
-                )
+            coding = _coding(value)
         elif key == b"accept-encoding":
             accept = value
     if json_limit and length > json_limit and header_length is None and coding is None:
         raise json_too_large(length, json_limit)
     return header_length, coding, accept
+
+
+def _content_length(value: bytes, limit: int, flag: str) -> int:
+    """A Content-Length value, at most ``limit``."""
+    if not value.isdigit():
+        raise InvalidInputError(
+            f"header Content-Length is not a number: '{value.decode(errors='replace')}'"
+        )
+    length = int(value)
+    if length > limit:
+        raise too_large(f"Content-Length {length}", limit, flag)
+    return length
+
+
+def _coding(value: bytes) -> bytes | None:
+    """A Content-Encoding the server inflates (None: identity)."""
+    coding = value.strip().lower()
+    if coding == b"identity":
+        return None
+    if coding not in CODINGS:
+        raise UnsupportedError(
+            f"Content-Encoding {value.decode(errors='replace')} is not supported: "
+            "send the request body as gzip, deflate or uncompressed"
+        )
+    return coding
 
 
 def json_too_large(size: int, limit: int) -> PayloadTooLargeError:

@@ -1,4 +1,5 @@
-"""The V2 REST route table: which path runs which handler, with which method, in which scope.
+"""The V2 REST route table (and the OpenAI-compatible API's, under /v1): which path runs which
+handler, with which method, in which scope.
 
 A path is matched only in its canonical form. Anything a client could use to make two
 spellings of one path — repeated or trailing slashes, ``.`` / ``..`` segments, an encoded
@@ -63,7 +64,17 @@ class ResolvedRoute(NamedTuple):
 _APIS: dict[str, str] = {
     **dict.fromkeys(("_live", "_ready", "_model_ready"), "health"),
     **dict.fromkeys(("_server_metadata", "_model_metadata", "_route_listing"), "metadata"),
-    **dict.fromkeys(("_infer", "_generate", "_generate_stream"), "inference"),
+    **dict.fromkeys(
+        (
+            "_infer",
+            "_generate",
+            "_generate_stream",
+            "_openai_completions",
+            "_openai_chat",
+            "_openai_embeddings",
+        ),
+        "inference",
+    ),
     "_model_config": "model-config",
     **dict.fromkeys(("_model_stats", "_route_stats"), "statistics"),
     **dict.fromkeys(
@@ -74,6 +85,9 @@ _APIS: dict[str, str] = {
             "_model_instances",
             "_model_default_version",
             "_repository_memory",
+            # as Triton's OpenAI frontend files /v1/models
+            "_openai_models",
+            "_openai_model",
         ),
         "model-repository",
     ),
@@ -150,6 +164,16 @@ _REPOSITORY_ACTIONS: dict[str, Endpoint] = {
 
 _ROUTE_STATS = _get("_route_stats")
 
+#: the OpenAI-compatible API (docs/openai.md), by its path segments after "v1"; its bodies
+#: are capped as /infer's
+_OPENAI: dict[tuple[str, ...], Endpoint] = {
+    ("models",): _get("_openai_models"),
+    ("completions",): _post("_openai_completions", large_body=True),
+    ("chat", "completions"): _post("_openai_chat", large_body=True),
+    ("embeddings",): _post("_openai_embeddings", large_body=True),
+}
+_OPENAI_MODEL = _get("_openai_model")
+
 #: percent-encodings that would let one path be spelled two ways: '/' and '\'
 _ENCODED_SEPARATORS = (b"%2f", b"%5c")
 
@@ -161,7 +185,7 @@ def resolve(path: str, raw_path: bytes | None = None) -> ResolvedRoute:
     parts = path[1:].split("/")
     count = len(parts)
     if parts[0] != "v2":
-        raise RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
+        return _openai_route(path, parts)
     # the hot path first: /v2/models/{m}[/versions/{v}]/{action}
     if count >= 4 and parts[1] == "models":
         model = parts[2]
@@ -180,6 +204,19 @@ def resolve(path: str, raw_path: bytes | None = None) -> ResolvedRoute:
         if route is not None:
             return route
     raise RouteError(404, f"no endpoint at {path}; V2 endpoints are under /v2")
+
+
+def _openai_route(path: str, parts: list[str]) -> ResolvedRoute:
+    """The route of a path outside /v2: the OpenAI API's under /v1, if it is one."""
+    if parts[0] == "v1":
+        found = _OPENAI.get(tuple(parts[1:]))
+        if found is not None:
+            return ResolvedRoute(found, "", "")
+        if len(parts) == 3 and parts[1] == "models":
+            return ResolvedRoute(_OPENAI_MODEL, parts[2], "")
+    raise RouteError(
+        404, f"no endpoint at {path}; V2 endpoints are under /v2, the OpenAI API's under /v1"
+    )
 
 
 def _other_route(parts: list[str]) -> ResolvedRoute | None:

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from inferplex.config.server_config import ServerConfig
+from inferplex.dataplane.offload import OFFLOAD_BYTES
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
-from inferplex.protocol.v2.offload import OFFLOAD_BYTES
 from inferplex.protocol.v2.rest import gc_paused
 
 __all__ = ["ManagementBodies", "load_parameters"]

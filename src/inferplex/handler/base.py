@@ -94,9 +94,13 @@ class Context:
             ]
         return 0 <= index < len(rows) and self._cancelled(rows[index])
 
-    def _begin_batch(self, request_rows: Sequence[int], cancelled: Callable[[int], bool]) -> None:
-        """The worker starts a batch: each request's rows, and the check of a request."""
-        self._request_rows = request_rows
+    def begin_batch(
+        self, requests: Sequence[tuple[str, int]], cancelled: Callable[[int], bool] = never
+    ) -> None:
+        """The worker starts a batch: the (id, rows) of each of its requests in order, and
+        the check of whether a request (by its index) was cancelled."""
+        self.request_ids = dict(enumerate(i for i, rows in requests for _ in range(rows)))
+        self._request_rows = [rows for _, rows in requests]
         self._cancelled = cancelled
         self._row_requests = None
 

@@ -21,12 +21,19 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
+from inferplex.errors import ErrorCode
+
+#: the code of the response a stopped streamed call ends with (``CallResponses.cancel``:
+#: Triton's TritonError.CANCELLED)
+STOPPED = "cancelled"
+
 
 class ModelCallError(Exception):
     """A call to another served model failed. ``code`` is the server's error code (e.g.
-    ``not_found``, ``invalid_argument``, ``deadline_exceeded``)."""
+    ``not_found``, ``invalid_argument``, ``deadline_exceeded``; ``cancelled`` for a
+    streamed call that was stopped)."""
 
-    def __init__(self, message: str, code: str = "internal") -> None:
+    def __init__(self, message: str, code: str = ErrorCode.INTERNAL.value) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -90,7 +97,7 @@ def _caller() -> Caller:
     if _link is None:
         raise ModelCallError(
             "inferplex.handler.infer works inside a model served by inferplex's python backend",
-            "unavailable",
+            ErrorCode.UNAVAILABLE.value,
         )
     return _link
 

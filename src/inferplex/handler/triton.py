@@ -107,7 +107,7 @@ _FROM_SERVER_CODE = {
     ErrorCode.INVALID_ARGUMENT.value: TritonError.INVALID_ARG,
     ErrorCode.UNAVAILABLE.value: TritonError.UNAVAILABLE,
     ErrorCode.UNIMPLEMENTED.value: TritonError.UNSUPPORTED,
-    "cancelled": TritonError.CANCELLED,  # a BLS call stopped with cancel()
+    bls.STOPPED: TritonError.CANCELLED,  # a BLS call stopped with cancel()
 }
 
 
@@ -239,9 +239,31 @@ class InferenceRequest:
         self._timeout_us = timeout
         self._id = request_id
         self._parameters = json.loads(parameters) if isinstance(parameters, str) else parameters
-        #: set by the worker on the requests a model gets in ``execute``
+        #: set on the requests a model gets in ``execute`` (``received``)
         self._cancelled: Callable[[], bool] | None = None
         self._sender: InferenceResponseSender | None = None
+
+    @classmethod
+    def received(
+        cls,
+        model_name: str,
+        inputs: Sequence[Tensor],
+        requested_output_names: Sequence[str],
+        request_id: str,
+        parameters: dict[str, Any],
+        sender: InferenceResponseSender,
+        cancelled: Callable[[], bool] | None,
+    ) -> InferenceRequest:
+        """A request as ``execute`` gets it (the worker makes these): with the sender of its
+        responses and the check of whether its client went away (None: nothing can cancel
+        it)."""
+        request = cls(
+            model_name, inputs, requested_output_names, request_id=request_id,
+            parameters=parameters,
+        )  # fmt: skip
+        request._sender = sender
+        request._cancelled = cancelled
+        return request
 
     def is_cancelled(self) -> bool:
         """Whether the client of this request went away while the model runs it (a closed

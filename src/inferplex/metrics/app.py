@@ -24,7 +24,8 @@ _JSON = b"application/json"
 
 
 class MetricsApp:
-    """ASGI 3 callable of the metrics port. Start the sampler with the server's loop."""
+    """The app of the metrics port: native (``transport.interface.NativeApp``, as the servers
+    call it) and ASGI 3. Start the sampler with the server's loop."""
 
     def __init__(
         self,
@@ -39,6 +40,15 @@ class MetricsApp:
         self.sampler = sampler or Sampler(snapshot, activity=activity)
         self.collector = Collector(snapshot, self.sampler, listeners, http2, gpu_metrics)
         self._static = load_static()
+
+    def refusal(self, request: Any) -> None:
+        """Nothing is refused before its body (``transport.interface.NativeApp``)."""
+        return None
+
+    async def respond(self, request: Any) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        """The answer to a request (``transport.interface.NativeApp``)."""
+        status, body, content_type = self._answer(request.method, request.path)
+        return status, body, [(b"content-type", content_type), (b"cache-control", b"no-store")]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -16,6 +16,7 @@ from inferplex.core.snapshot import EngineSnapshot
 from inferplex.core.stats import Histogram, ModelStats
 from inferplex.lifecycle.memory import rss_bytes as process_tree_rss_bytes
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
+from inferplex.metrics.generation import generation_families
 from inferplex.metrics.http2 import Http2Counts, http2_families
 from inferplex.metrics.listeners import Listener, listener_families
 from inferplex.metrics.llm_families import llm_families
@@ -27,6 +28,7 @@ from inferplex.metrics.process import (
     system_memory_bytes,
 )
 from inferplex.metrics.sampler import Sampler, Snapshot, busy_ns
+from inferplex.protocol.openai.stats import GENERATION
 
 #: (metric name, help, statistics phase) of the cumulative durations in microseconds
 _DURATIONS = (
@@ -112,6 +114,7 @@ class Collector:
             *http2_families(self.http2),
             *self._gpu_families(),
             *model_families(MODEL_METRICS),
+            *generation_families(GENERATION),
         ]
 
     def close(self) -> None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-from inferplex.backends.llm.stats import GenerationStats, HistogramCounts
+from inferplex.backends.engine_stats import EngineStats, HistogramCounts
 from inferplex.core.snapshot import EngineSnapshot
+from inferplex.metrics.generation import generation_data
 from inferplex.metrics.process import GpuReading
 from inferplex.metrics.sampler import Sampler, VersionPoint, histogram_quantile
+from inferplex.protocol.openai.stats import GENERATION
 
 #: dashboard file name -> content type
 STATIC_FILES = {
@@ -72,7 +74,7 @@ def dashboard_data(
                         name: [None if p is None else getattr(p, name) for p in points]
                         for name in _SERIES
                     },
-                    "llm": None if version.generation is None else _llm(version.generation),
+                    "llm": None if version.llm_engine is None else _llm(version.llm_engine),
                 }
             )
         models.append(
@@ -83,7 +85,12 @@ def dashboard_data(
                 "versions": versions,
             }
         )
-    return {"time": times, "server": server, "models": models}
+    return {
+        "time": times,
+        "server": server,
+        "models": models,
+        "generation": generation_data(GENERATION),
+    }
 
 
 def _quantile_ms(q: float, hist: HistogramCounts) -> float | None:
@@ -92,7 +99,7 @@ def _quantile_ms(q: float, hist: HistogramCounts) -> float | None:
     return None if value is None else value / 1e6
 
 
-def _llm(stats: GenerationStats) -> dict[str, Any]:
+def _llm(stats: EngineStats) -> dict[str, Any]:
     """An LLM engine's row: its state now, totals and token latencies since it started (the
     page turns the generated tokens into tokens/s between two polls)."""
     ttft, itl = stats.time_to_first_token, stats.inter_token_latency

@@ -1,5 +1,5 @@
 """The LLM engines' families (``inferplex_llm_*``, docs/llm.md *Metrics*): each served
-version with a generative engine (``VersionSnapshot.generation``), read at each scrape.
+version with a generative engine (``VersionSnapshot.llm_engine``), read at each scrape.
 
 These are the engine's view: its batch, KV blocks, prefix cache and the latency of its
 tokens from the moment a request reaches the engine. The OpenAI API's own families (time to
@@ -9,7 +9,7 @@ model) are the frontend's and are named apart from these.
 
 from __future__ import annotations
 
-from inferplex.backends.llm.stats import GenerationStats, HistogramCounts
+from inferplex.backends.engine_stats import EngineStats, HistogramCounts
 from inferplex.core.snapshot import EngineSnapshot
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
 
@@ -48,10 +48,10 @@ def _histogram(value: HistogramCounts) -> HistogramValue:
 
 def llm_families(snapshot: EngineSnapshot) -> list[Family]:
     """The families, or none when no served version has a generative engine."""
-    served: list[tuple[Labels, GenerationStats]] = [
-        ({"model": model.name, "version": version.version}, version.generation)
+    served: list[tuple[Labels, EngineStats]] = [
+        ({"model": model.name, "version": version.version}, version.llm_engine)
         for model, version in snapshot.served()
-        if version.generation is not None
+        if version.llm_engine is not None
     ]
     if not served:
         return []

@@ -6,6 +6,7 @@ Settings come from the model's config parameters, else from the server's default
     parameters { key: "breaker_cooldown_s" value: { string_value: "10" } }
     parameters { key: "request_timeout_ms" value: { string_value: "250" } }  # 0 = none
 
+A decoupled model's stream of responses is behind the same breaker (``ModelGuard.stream``).
 ``request_timeout_ms`` bounds the whole request (queue and execution): the client gets
 DeadlineExceededError (504 / DEADLINE_EXCEEDED) when it passes. A request's own V2 ``timeout``
 parameter (microseconds) may shorten it, never lengthen it. Where the request has none, the
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inferplex.config.model_config import ModelConfig
+from inferplex.core.streaming import Responses, ResponseStream, StreamedResponse
 from inferplex.errors import ConfigError, DeadlineExceededError, ErrorCode, InferplexError
 from inferplex.resilience.breaker import BreakerSettings, CircuitBreaker
 from inferplex.resilience.deadlines import Deadlines
@@ -90,6 +92,23 @@ class ModelGuard:
         breaker.success(probe)
         return response
 
+    def stream(self, served: ModelVersion, request: InferenceRequest, bound: int) -> Responses:
+        """A decoupled model's responses behind its breaker: refused at once while it is
+        open; an execution failure among the responses counts against it, a final response
+        without one for it, a stream its reader leaves early for neither. (The model's
+        request timeout bounds one answer: a stream's responses come for as long as the model
+        sends them, within the call's own deadline.)"""
+        breaker = self.breaker
+        if breaker is None:
+            return served.stream(request, bound)
+        probe = breaker.admit(self._clock())
+        try:
+            responses = served.stream(request, bound)
+        except BaseException:  # refused before it ran: says nothing about the model
+            breaker.release(probe)
+            raise
+        return _GuardedStream(responses, breaker, probe, self._clock)
+
     async def _timed(self, served: ModelVersion, request: InferenceRequest) -> InferenceResponse:
         if not self.timeout_ms:
             return await served.infer(request)
@@ -126,6 +145,44 @@ class ModelGuard:
         finally:
             deadlines.finish(deadline)
         return response
+
+
+class _GuardedStream:
+    """A decoupled model's responses, passing on to its breaker the verdict they carry."""
+
+    def __init__(
+        self, responses: ResponseStream, breaker: CircuitBreaker, probe: Any, clock: Clock
+    ) -> None:
+        self._responses = responses
+        self._breaker = breaker
+        self._probe = probe
+        self._clock = clock
+        self._judged = False
+
+    def __aiter__(self) -> _GuardedStream:
+        return self
+
+    async def __anext__(self) -> StreamedResponse:
+        item = await anext(self._responses)
+        if self._judged:
+            return item
+        error = item.error
+        if error is not None and error.code is ErrorCode.INTERNAL:
+            self._judged = True
+            self._breaker.failure(self._probe, self._clock(), error.message)
+        elif error is not None:  # the client's or the load's doing: says nothing
+            self._judged = True
+            self._breaker.release(self._probe)
+        elif item.final:
+            self._judged = True
+            self._breaker.success(self._probe)
+        return item
+
+    def close(self) -> None:
+        if not self._judged:  # left before the end: no verdict
+            self._judged = True
+            self._breaker.release(self._probe)
+        self._responses.close()
 
 
 class ModelGuards:

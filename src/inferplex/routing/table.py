@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from inferplex.errors import ConfigError, ModelNotFoundError
 from inferplex.routing.config import ROUTING_FILE, RoutingFile, read_routing
@@ -23,8 +23,12 @@ from inferplex.routing.signatures import ConfigOf
 
 logger = logging.getLogger(__name__)
 
-#: (mtime_ns, size) of the routing file, or None when there is none
-_Signature = tuple[int, int] | None
+
+class _Signature(NamedTuple):
+    """What says the routing file changed."""
+
+    mtime_ns: int
+    size: int
 
 
 class RouteTable:
@@ -44,7 +48,7 @@ class RouteTable:
         self._config_of = config_of
         self._clock = clock
         self._routes: dict[str, Route] = {}
-        self._signature: _Signature = None
+        self._signature: _Signature | None = None  # None: no file
         self._read = False
         self.error = ""
 
@@ -136,9 +140,9 @@ class RouteTable:
         return self.route(name).statistics()
 
 
-def _signature(path: Path) -> _Signature:
+def _signature(path: Path) -> _Signature | None:
     try:
         stat = path.stat()
     except FileNotFoundError:
         return None
-    return stat.st_mtime_ns, stat.st_size
+    return _Signature(stat.st_mtime_ns, stat.st_size)

@@ -78,7 +78,7 @@ CUDA_UNSUPPORTED = (
 #: tensor parameter of the extension naming the region (OFFSET, BYTE_SIZE: region.py)
 REGION = "shared_memory_region"
 #: the most bytes one tensor is read from a region while its request is decoded on the event
-#: loop: as much as protocol/v2/offload.py decodes there (OFFLOAD_BYTES); a larger read
+#: loop: as much as dataplane/offload.py decodes there (OFFLOAD_BYTES); a larger read
 #: raises ReadOffLoop and the request is decoded in a worker thread
 ON_LOOP_READ_BYTES = 16 << 10
 

@@ -1,15 +1,18 @@
 """What the data path touches for tracing: the on/off switch and the per-request record.
 
-Off (the default), the data path reads one bool per request and per batch. On, the frontend
-puts a :class:`RequestTrace` in a context variable; the model version notes its queue and
-batch times in it (plain integer stores); the frontend turns the record into spans once the
-response is sent, so no OpenTelemetry call happens between receiving and answering.
+Off (the default), the data path reads one bool per request and per batch. On, a frontend
+gives each inference call a :class:`CallTrace` (the caller's trace context); the data plane
+opens the call's server span through a :class:`CallTracer` and puts its
+:class:`RequestTrace` in a context variable; the model version notes its queue and batch
+times in it (plain integer stores); the span's children are made of the record once the
+call is answered, so no OpenTelemetry call happens between receiving and answering.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 
 class _Switch:
@@ -69,3 +72,34 @@ class RequestTrace:
 
 #: the record of the request the current task serves (None: not traced)
 CURRENT: ContextVar[RequestTrace | None] = ContextVar("inferplex_request_trace", default=None)
+
+
+@dataclass(slots=True)
+class CallTrace:
+    """The trace a call continues, as its frontend read it (made only while tracing is on):
+    the W3C ``traceparent`` / ``tracestate`` it came with (lower-case keys), when its first
+    byte arrived (``time.perf_counter_ns``; 0: when the data plane took it), and, once the
+    data plane opened a sampled server span for it, that span's ``traceparent`` for the
+    answer (a frontend that can, sends it back)."""
+
+    carrier: dict[str, str]
+    received_ns: int = 0
+    traceparent: str = ""
+
+
+class CallSpan(Protocol):
+    """The server span of one call, open while the data plane serves it."""
+
+    record: RequestTrace
+
+    def end(self, status: tuple[str, int], error: str | None) -> None:
+        """Close it with the call's status attribute (key, value) and error, if any."""
+        ...
+
+
+class CallTracer(Protocol):
+    """Opens calls' server spans (``tracing/calls.py``, with OpenTelemetry)."""
+
+    def start(self, name: str, attributes: dict[str, Any], trace: CallTrace) -> CallSpan | None:
+        """The span of a call (None when it is not sampled); sets ``trace.traceparent``."""
+        ...

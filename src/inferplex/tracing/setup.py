@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Tracer
 
+from inferplex.tracing.calls import CallSpans
 from inferplex.tracing.context import TRACING
 from inferplex.version import __version__
 
@@ -33,17 +34,9 @@ class Tracing:
     provider: TracerProvider
     tracer: Tracer
 
-    def wrap_http(self, app: Any) -> Any:
-        """``app`` (the V2 ASGI app) with a server span per inference request."""
-        from inferplex.tracing.asgi import TracedHttpApp
-
-        return TracedHttpApp(app, self.tracer)
-
-    def wrap_grpc_model_infer(self, handler: Any) -> Any:
-        """The gRPC ModelInfer ``handler`` with a server span per call."""
-        from inferplex.tracing.grpc import traced_model_infer
-
-        return traced_model_infer(self.tracer, handler)
+    def calls(self) -> CallSpans:
+        """What opens inference calls' server spans (the data plane's tracer)."""
+        return CallSpans(self.tracer)
 
     def shutdown(self) -> None:
         TRACING.enabled = False

@@ -1,18 +1,19 @@
-"""Turning a request's :class:`RequestTrace` into spans, after the response went out.
+"""Turning a request's :class:`RequestTrace` into spans, once it is answered.
 
 Spans of one request (children of the frontend's server span)::
 
-    POST /v2/models/{m}/infer   (SERVER; or gRPC ModelInfer)  whole request
-      receive                   first byte to the whole body read
+    POST /v2/models/{m}/infer   (SERVER; or ModelInfer, ModelStreamInfer, ...)  whole call
+      receive                   first byte to the data plane taking the call
       queue                     queued until its batch began on an instance
       execute                   the batch: concatenate, run, split (rows, requests, instance)
-      response                  batch done until the answer was sent
+      response                  batch done until the answer was encoded (a stream: its end)
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -42,10 +43,16 @@ class RequestSpans:
     __slots__ = ("_offset", "_tracer", "record", "span", "start_ns")
 
     def __init__(
-        self, tracer: Tracer, name: str, parent: Context, attributes: dict[str, str]
+        self,
+        tracer: Tracer,
+        name: str,
+        parent: Context,
+        attributes: dict[str, Any],
+        start_ns: int = 0,
     ) -> None:
+        """``start_ns``: when the request began (``time.perf_counter_ns``; 0: now)."""
         self._tracer = tracer
-        self.start_ns = time.perf_counter_ns()
+        self.start_ns = start_ns or time.perf_counter_ns()
         # perf_counter for intervals, wall clock for export: one offset per request
         self._offset = time.time_ns() - self.start_ns
         self.span = tracer.start_span(

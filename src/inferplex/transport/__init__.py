@@ -7,9 +7,11 @@ reference twin on a well-kept library, one flag away (DESIGN.md, "The edge"):
 - ``--http-server uvicorn``: :class:`inferplex.transport.uvicorn_http.UvicornHttpServer`;
 - ``--grpc-server grpcio``: :class:`inferplex.transport.grpcio_server.GrpcioServer`.
 
-The twins take what the built-in servers take (an ASGI app; a table of gRPC methods and a
-guard) and have their ``start(sock)`` / ``stop(grace)``, so the composition root picks one
-by config; the built-in HTTP server also calls an application natively (``respond``: a whole
-request in, a whole answer out). Nothing here knows the V2 protocol; an error's gRPC status
-comes from the one error table (``protocol/v2/errors.py``), grpcio's codes for both servers.
+Every server is built the same way: from what it serves (a native app,
+``interface.NativeApp``; a table of gRPC methods and a guard) and the one listener spec
+(``listener.ListenerSpec``, built once from ServerConfig), by the factory its flag names
+(``servers.py``); each has ``start(sock)`` / ``stop(grace)``. uvicorn reaches the native app
+through the one ASGI adapter (``asgi.py``). Nothing here knows the V2 protocol; an error's
+gRPC status comes from the one error table (``protocol/v2/errors.py``), grpcio's codes for
+both servers.
 """

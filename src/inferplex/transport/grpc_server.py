@@ -21,14 +21,9 @@ streaming methods run from their headers on, their messages read as they come
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import socket
-import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
 
 import grpc
 
@@ -41,6 +36,15 @@ from inferplex.errors import (
 )
 from inferplex.protocol.v2.errors import GRPC_STATUS
 from inferplex.transport.connections import ConnectionGate, Listener, http2_refusal
+from inferplex.transport.grpc_call import (
+    Call,
+    Guard,
+    Handler,
+    Method,
+    StreamHandler,
+    call_head,
+    timeout_seconds,
+)
 from inferplex.transport.grpc_message import inflate_message, unary_message
 from inferplex.transport.grpc_stream import (
     ENCODINGS,
@@ -50,11 +54,13 @@ from inferplex.transport.grpc_stream import (
     too_large,
 )
 from inferplex.transport.http2 import READ_BUFFER, Http2Connection, Stream
-from inferplex.transport.http2_limits import Http2Counters, Http2Limits
+from inferplex.transport.http2_limits import Http2Counters
 from inferplex.transport.http2_wire import literal_header_block
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.http_server import TLS_SHUTDOWN_TIMEOUT_S
 from inferplex.transport.inflate import Inflated
+from inferplex.transport.interface import GrpcMethod
+from inferplex.transport.listener import ListenerSpec
 
 __all__ = ["Call", "GrpcServer", "Guard", "Handler", "Method", "StreamHandler"]
 
@@ -73,7 +79,6 @@ CLOSE_WAIT_S = 1.0
 NO_PREFACE_HANDSHAKE_S = 60.0
 #: header list size we take when no limit is configured
 DEFAULT_HEADER_LIMIT = 1 << 20
-_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 _OK_HEAD = OK_HEAD
 _OK_TRAILERS = literal_header_block([(b"grpc-status", b"0")])
 _UNSENT = (
@@ -83,68 +88,10 @@ _UNSENT = (
 )
 
 
-class Call:
-    """What a method and the guard see of a call besides its message; ``identity``: what
-    the guard returned (who makes the call; None without a guard)."""
-
-    __slots__ = ("_headers", "connection", "identity", "method")
-
-    def __init__(self, method: str, headers: list[tuple[bytes, bytes]], connection: object) -> None:
-        self.method = method
-        self._headers = headers
-        #: the HTTP/2 connection carrying the call (what a per-connection bound counts by)
-        self.connection = connection
-        self.identity: object = None
-
-    def metadata(self) -> list[tuple[str, str | bytes]]:
-        """The custom metadata: keys lower-case, ``-bin`` values decoded to bytes."""
-        pairs: list[tuple[str, str | bytes]] = []
-        for name, value in self._headers:
-            if name.startswith(b":") or name in (b"content-type", b"te"):
-                continue
-            key = name.decode("latin-1")
-            if key.endswith("-bin"):
-                try:
-                    pairs.append((key, base64.b64decode(value + b"==")))
-                except binascii.Error:
-                    pairs.append((key, value))  # not base64: as sent
-            else:
-                pairs.append((key, value.decode("latin-1")))
-        return pairs
-
-
-Handler = Callable[[Any, Call], Awaitable[Any]]
-#: a bidirectional streaming RPC: the call's parsed request messages in, its responses out
-StreamHandler = Callable[[AsyncIterator[Any], Call], AsyncIterator[Any]]
-#: sees every call's method (path) and metadata first; raises InferplexError to refuse it,
-#: or returns who makes the call (``Call.identity``)
-Guard = Callable[[str, list[tuple[str, str | bytes]]], object]
-
-
-@dataclass(frozen=True, slots=True)
-class Method:
-    """One RPC: ``parse`` reads the request message, ``handler`` answers it, ``serialize``
-    writes the response; ``refused`` answers every call at once. A ``streaming`` method's
-    handler is a ``StreamHandler``: each message ``parse``d, each response ``serialize``d.
-
-    The message ``parse`` gets is bytes-like: bytes, or (usually) a writable memoryview of
-    the buffer the request was read into, which the call owns; protobuf's ``FromString``
-    and zlib take either."""
-
-    handler: Handler | StreamHandler
-    parse: Callable[[Any], Any]
-    serialize: Callable[[Any], bytes]
-    refused: InferplexError | None = None
-    streaming: bool = False
-    #: takes large messages (inference, loads): the server's message limit; otherwise the
-    #: small one, on each message's compressed and inflated size
-    large: bool = False
-
-
 class _CallState:
     __slots__ = ("call", "deadline", "encoding", "expired", "limit", "method")
 
-    def __init__(self, method: Method, call: Call, encoding: bytes, limit: int) -> None:
+    def __init__(self, method: GrpcMethod, call: Call, encoding: bytes, limit: int) -> None:
         self.method = method
         self.call = call
         self.encoding = encoding
@@ -158,31 +105,28 @@ class GrpcServer:
 
     def __init__(
         self,
-        methods: dict[str, Method],
+        methods: Mapping[str, GrpcMethod],
+        spec: ListenerSpec | None = None,
         *,
-        max_message_bytes: int,
-        max_small_message_bytes: int | None = None,
-        max_header_bytes: int = 0,
         guard: Guard | None = None,
-        ssl_context: ssl.SSLContext | None = None,
-        limits: Http2Limits | None = None,
         budget: ByteBudget | None = None,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``limits`` bound what each client may make the server hold or do (default:
-        Http2Limits()); ``budget`` bounds request bytes buffered server-wide (shared with
-        the HTTP listeners; default: 1 GiB of its own), ``gate`` the connections (shared
-        too; default: none of its own); ``counters`` tells how often the limits were
-        reached. A method not marked ``large`` takes messages of up to
-        ``max_small_message_bytes`` (default: ``max_message_bytes``)."""
+        """``spec``: what each client may make the server hold or do (``spec.http2``), the
+        message limits (``spec.grpc``: a method not marked ``large`` takes the small one),
+        the metadata limit and TLS (default: ListenerSpec()'s); ``budget`` bounds request
+        bytes buffered server-wide (shared with the HTTP listeners; default: 1 GiB of its
+        own), ``gate`` the connections (shared too; default: none of its own);
+        ``counters`` tells how often the limits were reached."""
+        spec = spec if spec is not None else ListenerSpec()
         self._methods = {path.encode(): method for path, method in methods.items()}
-        self._limits = limits or Http2Limits()
+        self._limits = spec.http2
         self.counters = Http2Counters(budget)
-        self._max_message = max_message_bytes
-        self._max_small = max_small_message_bytes or max_message_bytes
-        self._max_headers = max_header_bytes
+        self._max_message = spec.grpc.max_message_bytes
+        self._max_small = spec.grpc.small
+        self._max_headers = spec.max_header_bytes
         self._guard = guard
-        self._ssl = ssl_context
+        self._ssl = spec.tls.grpc_context() if spec.tls is not None else None
         self.gate = gate if gate is not None else ConnectionGate(0, 0)
         self.connections: set[Http2Connection] = set()
         self._server: Listener | None = None
@@ -251,25 +195,8 @@ class GrpcServer:
         self._server = None
 
     # -- Http2App -------------------------------------------------------------------------------
-    # one pass per call over its headers and checks: a split costs a call on the hot path
-    def headers_received(  # noqa: C901
-        self, connection: Http2Connection, stream: Stream
-    ) -> None:
-        http_method = path = content_type = timeout = b""
-        encoding = b"identity"
-        size = 0
-        for name, value in stream.headers:
-            size += len(name) + len(value)
-            if name == b":path":
-                path = value
-            elif name == b":method":
-                http_method = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"grpc-encoding":
-                encoding = value
-            elif name == b"grpc-timeout":
-                timeout = value
+    def headers_received(self, connection: Http2Connection, stream: Stream) -> None:
+        http_method, path, content_type, encoding, timeout, size = call_head(stream.headers)
         if http_method != b"POST":
             _http_error(connection, stream, b"405")
             return
@@ -290,6 +217,21 @@ class GrpcServer:
             self._status(connection, stream, RESOURCE_EXHAUSTED, _UNSENT)
             return
         call = Call(path.decode("latin-1"), stream.headers, connection)
+        if self._admit(connection, stream, call, method, size, encoding):
+            self._start(connection, stream, method, call, encoding, timeout)
+
+    def _admit(
+        self,
+        connection: Http2Connection,
+        stream: Stream,
+        call: Call,
+        method: GrpcMethod,
+        size: int,
+        encoding: bytes,
+    ) -> bool:
+        """Whether ``call`` may go on: its metadata (``size`` bytes) within the limit, the
+        guard's consent (``call.identity`` set), its method not refused, its ``encoding``
+        known; if not, it is answered."""
         try:
             if self._max_headers and size > self._max_headers:
                 raise HeadersTooLargeError(
@@ -307,11 +249,24 @@ class GrpcServer:
                 )
         except InferplexError as exc:
             self._error(connection, stream, exc)
-            return
+            return False
         except Exception as exc:  # a guard's bug must not take the connection down
             logger.exception("gRPC guard failed on %s", call.method)
             self._status(connection, stream, INTERNAL, f"{call.method} failed: {exc}")
-            return
+            return False
+        return True
+
+    def _start(
+        self,
+        connection: Http2Connection,
+        stream: Stream,
+        method: GrpcMethod,
+        call: Call,
+        encoding: bytes,
+        timeout: bytes,
+    ) -> None:
+        """An admitted call: a streaming one runs from here, a unary one waits for its
+        message (under its ``grpc-timeout`` deadline)."""
         limit = self._max_message if method.large else self._max_small
         if method.streaming:  # each message is checked against the limit as it comes
             self._start_stream(connection, stream, method, call, encoding, limit)
@@ -322,7 +277,7 @@ class GrpcServer:
         stream.context = state
         stream.head_size = 5  # the message's prefix: body_head_received sizes the rest
         if timeout:
-            seconds = _timeout_seconds(timeout)
+            seconds = timeout_seconds(timeout)
             if seconds is not None:
                 assert self._loop is not None
                 state.deadline = self._loop.call_later(
@@ -403,7 +358,7 @@ class GrpcServer:
         self,
         connection: Http2Connection,
         stream: Stream,
-        method: Method,
+        method: GrpcMethod,
         call: Call,
         encoding: bytes,
         limit: int,
@@ -459,7 +414,7 @@ class GrpcServer:
             except Exception as exc:
                 raise InvalidInputError(f"the request message could not be parsed: {exc}") from None
             # a unary method (a streaming one never gets here): its handler is a Handler
-            body = method.serialize(await method.handler(request, state.call))  # type: ignore[misc]
+            body = method.serialize(await method.handler(request, state.call))
         except asyncio.CancelledError:
             if state.expired:
                 self._status(connection, stream, DEADLINE_EXCEEDED, "the deadline passed")
@@ -508,15 +463,6 @@ def _http_error(connection: Http2Connection, stream: Stream, status: bytes) -> N
     connection.respond_headers_only(
         stream, literal_header_block([(b":status", status), (b"content-length", b"0")])
     )
-
-
-def _timeout_seconds(value: bytes) -> float | None:
-    """A ``grpc-timeout`` value (up to 8 digits and a unit) in seconds; None if malformed."""
-    unit = _TIMEOUT_UNITS.get(value[-1:])
-    digits = value[:-1]
-    if unit is None or not digits.isdigit() or len(digits) > 8:
-        return None
-    return int(digits) * unit
 
 
 def _cancel_deadline(state: _CallState) -> None:

@@ -45,12 +45,14 @@ from grpc import aio
 
 from inferplex.errors import ConfigError, InferplexError, InvalidInputError, PayloadTooLargeError
 from inferplex.protocol.v2.errors import GRPC_STATUS
+from inferplex.transport.connections import ConnectionGate
 from inferplex.transport.grpcio_messages import plain
 from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.inflate import Inflated
 from inferplex.transport.interface import GrpcMethod, Guard, Metadata
+from inferplex.transport.listener import ListenerSpec
 
-__all__ = ["GrpcioCall", "GrpcioServer", "server_credentials"]
+__all__ = ["GrpcioCall", "GrpcioServer", "grpcio_options", "server_credentials"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +102,40 @@ def server_credentials(cert: Path, key: Path, client_ca: Path | None) -> grpc.Se
     )
 
 
+def grpcio_options(spec: ListenerSpec, gate: ConnectionGate | None = None) -> dict[str, int]:
+    """The bounds of ``spec.http2`` grpc-core has a setting for, as channel arguments (the
+    others it keeps its own way); its connection cap is server-wide only (grpc-core has
+    none per peer) and counts the gRPC port alone, beside the gate that counts the other
+    listeners."""
+    limits = spec.http2
+    cap = gate.max_connections if gate is not None else spec.max_connections
+    options = {
+        "grpc.max_concurrent_streams": limits.max_concurrent_streams,
+        # a client's PINGs: at most one per 5 minutes without calls, two strikes, then GOAWAY
+        # ENHANCE_YOUR_CALM; and the server's own keepalive PINGs without data: two at most
+        # (grpc-core's defaults, set here so they are ours, not a library version's)
+        "grpc.keepalive_permit_without_calls": 0,
+        "grpc.http2.min_ping_interval_without_data_ms": 300_000,
+        "grpc.http2.max_ping_strikes": 2,
+        "grpc.http2.max_pings_without_data": 2,
+    }
+    for option, seconds in (
+        ("grpc.server_handshake_timeout_ms", limits.preface_timeout_s),
+        ("grpc.max_connection_idle_ms", limits.idle_timeout_s),
+        ("grpc.keepalive_time_ms", limits.keepalive_s),
+        ("grpc.max_connection_age_ms", limits.max_connection_age_s),
+    ):
+        if seconds > 0:  # 0: no limit, grpc-core's default
+            options[option] = int(seconds * 1000)
+    if cap > 0:  # 0: none (grpc-core's default)
+        options["grpc.max_allowed_incoming_connections"] = cap
+    if limits.keepalive_s > 0:
+        options["grpc.keepalive_timeout_ms"] = int(limits.keepalive_timeout_s * 1000)
+    if limits.max_connection_age_s > 0 and limits.max_connection_age_grace_s > 0:
+        options["grpc.max_connection_age_grace_ms"] = int(limits.max_connection_age_grace_s * 1000)
+    return options
+
+
 class _Budget:
     used = 0
 
@@ -123,21 +159,21 @@ class GrpcioServer:
     def __init__(
         self,
         methods: Mapping[str, GrpcMethod],
+        spec: ListenerSpec | None = None,
         *,
-        max_message_bytes: int,
-        max_small_message_bytes: int | None = None,
-        max_header_bytes: int = 0,
         guard: Guard | None = None,
-        credentials: grpc.ServerCredentials | None = None,
-        options: Mapping[str, int] | None = None,
         budget: ByteBudget | None = None,
+        gate: ConnectionGate | None = None,
     ) -> None:
-        """``options``: further grpc.aio channel arguments (``grpc.max_connection_idle_ms``...).
-        A method not marked ``large`` takes messages of up to ``max_small_message_bytes``
-        (default: ``max_message_bytes``), compressed or inflated; inflated messages are
-        charged to ``budget`` (the server's; default: 1 GiB of its own) while their call
-        runs (transport/grpcio_messages.py)."""
-        small = max_small_message_bytes or max_message_bytes
+        """``spec``: the limits grpc-core has a setting for (:func:`grpcio_options`) and TLS
+        (default: ListenerSpec()'s). A method not marked ``large`` takes messages of up to
+        the small limit, compressed or inflated; inflated messages are charged to
+        ``budget`` (the server's; default: 1 GiB of its own) while their call runs
+        (transport/grpcio_messages.py). ``gate``: the process's connection caps (grpc-core
+        counts its own connections, server-wide only: the gate's cap is set on it)."""
+        spec = spec if spec is not None else ListenerSpec()
+        max_message_bytes = spec.grpc.max_message_bytes
+        small = spec.grpc.small
         budget = budget if budget is not None else ByteBudget(1 << 30)
         self._handlers = {
             path: _method_handler(
@@ -149,8 +185,11 @@ class GrpcioServer:
             for path, method in methods.items()
         }
         self._guard = guard
-        self._credentials = credentials
-        metadata = max_header_bytes or DEFAULT_METADATA_LIMIT
+        tls = spec.tls
+        self._credentials = (
+            server_credentials(tls.cert, tls.key, tls.client_ca) if tls is not None else None
+        )
+        metadata = spec.max_header_bytes or DEFAULT_METADATA_LIMIT
         self._options: dict[str, int] = {
             "grpc.max_receive_message_length": max_message_bytes,
             "grpc.max_send_message_length": max_message_bytes,
@@ -160,7 +199,7 @@ class GrpcioServer:
             "grpc.per_message_decompression": 0,
             # a port another process listens on is a clash, never shared
             "grpc.so_reuseport": 0,
-            **(options or {}),
+            **grpcio_options(spec, gate),
         }
         self._server: aio.Server | None = None
         self._sock: socket.socket | None = None

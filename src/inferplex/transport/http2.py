@@ -115,7 +115,7 @@ class Http2Connection(Http2Frames):
 
     def __init__(
         self,
-        app: Http2App,
+        app: Http2App[Http2Connection],
         connections: set[Http2Connection],
         *,
         max_body_bytes: int,
@@ -261,26 +261,18 @@ class Http2Connection(Http2Frames):
             self._check(self._loop.time())  # the timers of a connection that has begun
         return start
 
-    # the loop every frame passes through: a split costs a call per frame on the hot path
-    def _frames(self, offset: int) -> int:  # noqa: C901
+    def _frames(self, offset: int) -> int:
         """Handle what the buffer holds from ``offset`` on; returns where the rest begins."""
         view = self._view
         size = self._end
         self._wanted = 9
         while not self._closed:
-            left = self._data_left
-            if left:  # a DATA payload, as much of it as is here
-                count = min(size - offset, left)
-                if not count:
+            if self._data_left:  # a DATA payload, as much of it as is here
+                moved = self._payload(offset, size)
+                if moved == offset:
                     self._wanted = 1
                     break
-                if self._data_stream is not None:
-                    last = count == left and bool(self._data_flags & END_STREAM)
-                    self._body_chunk(self._data_stream, view[offset : offset + count], last)
-                offset += count
-                self._data_left = left - count
-                if count == left:
-                    self._data_end()
+                offset = moved
                 continue
             if size - offset < 9:
                 break
@@ -303,6 +295,21 @@ class Http2Connection(Http2Frames):
             offset = end
             self._frame(kind, flags, stream_id & 0x7FFFFFFF, payload)
         return offset
+
+    def _payload(self, offset: int, size: int) -> int:
+        """The part of a DATA frame's payload the buffer holds from ``offset`` (up to
+        ``size``); returns where the rest begins (``offset``: none of it is here yet)."""
+        left = self._data_left
+        count = min(size - offset, left)
+        if not count:
+            return offset
+        if self._data_stream is not None:
+            last = count == left and bool(self._data_flags & END_STREAM)
+            self._body_chunk(self._data_stream, self._view[offset : offset + count], last)
+        self._data_left = left - count
+        if count == left:
+            self._data_end()
+        return offset + count
 
     def _frame(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         """A whole frame other than an unpadded DATA one: to its handler."""
@@ -373,38 +380,16 @@ class Http2Connection(Http2Frames):
         self._data_length = length
         self._data_kept = 0
 
-    # every request body's bytes pass through here: a split costs a call on the hot path
-    def _body_chunk(  # noqa: C901
-        self, stream: Stream, chunk: memoryview | bytes, last: bool
-    ) -> None:
+    def _body_chunk(self, stream: Stream, chunk: memoryview | bytes, last: bool) -> None:
         """The next bytes of ``stream``'s body (``last``: they end it): to its head, its
         sized buffer or its list."""
         if stream.discard:
             return
         if len(stream.head) < stream.head_size:
-            piece = bytes(chunk[: stream.head_size - len(stream.head)])
-            stream.head += piece
-            stream.body_bytes += len(piece)
-            if len(stream.head) < stream.head_size:
+            rest = self._body_head(stream, chunk, last)
+            if not rest:
                 return
-            size = self._app.body_head_received(self, stream, stream.head)
-            if stream.discard:
-                return
-            chunk = chunk[len(piece) :]
-            # a body here whole (a small message) is one piece already: no buffer to size
-            if (
-                size is not None
-                and 0 <= size <= self._max_body - stream.body_bytes
-                and not (last and len(chunk) == size)
-            ):
-                # room for the rest: a buffer the application sized, counted whole from now
-                # on; or, while the stream waits for room, what comes is collected as it
-                # comes, each byte counted (``_hold``)
-                self._admit(stream, size)
-                if stream.discard:
-                    return
-            if not chunk:
-                return
+            chunk = rest
         count = len(chunk)
         buffer = stream.buffer
         if buffer is not None:
@@ -429,6 +414,35 @@ class Http2Connection(Http2Frames):
             stream.body.clear()
             self._release(stream)
             self._app.body_too_large(self, stream)
+
+    def _body_head(
+        self, stream: Stream, chunk: memoryview | bytes, last: bool
+    ) -> memoryview | bytes | None:
+        """The bytes of ``chunk`` that complete the head of ``stream``'s body (the size
+        the application reads from it); returns the rest of ``chunk`` (None or empty:
+        nothing more for the body now)."""
+        piece = bytes(chunk[: stream.head_size - len(stream.head)])
+        stream.head += piece
+        stream.body_bytes += len(piece)
+        if len(stream.head) < stream.head_size:
+            return None
+        size = self._app.body_head_received(self, stream, stream.head)
+        if stream.discard:
+            return None
+        chunk = chunk[len(piece) :]
+        # a body here whole (a small message) is one piece already: no buffer to size
+        if (
+            size is not None
+            and 0 <= size <= self._max_body - stream.body_bytes
+            and not (last and len(chunk) == size)
+        ):
+            # room for the rest: a buffer the application sized, counted whole from now on;
+            # or, while the stream waits for room, what comes is collected as it comes, each
+            # byte counted (``_hold``)
+            self._admit(stream, size)
+            if stream.discard:
+                return None
+        return chunk
 
     def _data_end(self) -> None:
         """A DATA frame has been read: flow control, and the body's end if the frame says so."""

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from typing import Any
 
 from inferplex.transport.buffers import uninitialised
+from inferplex.transport.http2_budget import FrameBudget
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_stream import Http2App, Stream
 from inferplex.transport.http2_wire import (
@@ -79,7 +81,7 @@ class Http2Base(asyncio.BufferedProtocol):
 
     def __init__(
         self,
-        app: Http2App,
+        app: Http2App[Any],
         connections: set[Http2Base],
         limits: Http2Limits,
         counters: Http2Counters,
@@ -118,11 +120,9 @@ class Http2Base(asyncio.BufferedProtocol):
         self.unsent = 0  # response bytes waiting for the peer's windows (in streams' charged)
         #: when the answers held for the peer's windows last moved (or began to be held)
         self.answers_moved_at = 0.0
-        # budgets: frames that did no work, counted; leaked by time from *_at on
-        self._resets = 0
-        self._resets_at = 0.0
-        self._control = 0  # below 0: frames earned ahead (at most one burst: _earn)
-        self._control_at = 0.0
+        # budgets: frames that did no work, and streams reset or refused
+        self._resets = FrameBudget(limits.max_resets, limits.resets_per_s)
+        self._control = FrameBudget(limits.max_control_frames, limits.control_frames_per_s)
         # timers
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
@@ -151,7 +151,7 @@ class Http2Base(asyncio.BufferedProtocol):
         self._connections.add(self)
         self._counters.connections += 1
         now = self._loop.time()
-        self._born = self._idle_since = self._ka_at = self._resets_at = self._control_at = now
+        self._born = self._idle_since = self._ka_at = self._resets.since = self._control.since = now
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None and self in self._connections:
@@ -359,7 +359,7 @@ class Http2Base(asyncio.BufferedProtocol):
         stream.body.clear()
         stream.buffer = None
         self._release(stream)
-        self._app.buffers_full(self, stream, limit == "server_buffer")  # type: ignore[arg-type]
+        self._app.buffers_full(self, stream, limit == "server_buffer")
 
     def _room(self, count: int, own: int) -> str | None:
         """Which buffering limit ``count`` more bytes would pass (None: neither), for a
@@ -440,13 +440,8 @@ class Http2Base(asyncio.BufferedProtocol):
     # -- budgets --------------------------------------------------------------------------
     def _spend_control(self) -> None:
         """A frame that does no work: a client sending too many is told to calm down."""
-        self._control += 1
-        if self._control > self._limits.max_control_frames:
-            self._control, self._control_at = self._leak(
-                self._control, self._control_at, self._limits.control_frames_per_s
-            )
-            if self._control > self._limits.max_control_frames:
-                self._calm("control_frames", "too many frames that do no work")
+        if not self._control.spend(self._loop):
+            self._calm("control_frames", "too many frames that do no work")
 
     def _earn(self, frames: int) -> None:
         """Work done for the peer makes room for ``frames`` of the control frames an honest
@@ -455,28 +450,13 @@ class Http2Base(asyncio.BufferedProtocol):
         follow answers), a DATA frame sent (its WINDOW_UPDATE). The room can be earned up to
         one burst ahead: a burst of streams sends their HEADERS first and their control
         frames after, and must not spend the budget of a flood."""
-        control = self._control - frames
-        floor = -self._limits.max_control_frames
-        self._control = control if control > floor else floor
+        self._control.earn(frames)
 
     def _spend_reset(self) -> None:
         """A stream reset by the peer before it was answered, refused, or reset for its
         peer's error (the rapid reset and reset flood attacks)."""
-        self._resets += 1
-        if self._resets > self._limits.max_resets:
-            self._resets, self._resets_at = self._leak(
-                self._resets, self._resets_at, self._limits.resets_per_s
-            )
-            if self._resets > self._limits.max_resets:
-                self._calm("resets", "too many streams reset or refused")
-
-    def _leak(self, count: int, since: float, rate: float) -> tuple[int, float]:
-        """A budget's count less what leaked since ``since`` at ``rate`` per second."""
-        now = self._loop.time() if self._loop is not None else since
-        drained = int((now - since) * rate)
-        if count <= drained:
-            return 0, now
-        return count - drained, since + drained / rate if rate else now
+        if not self._resets.spend(self._loop):
+            self._calm("resets", "too many streams reset or refused")
 
     def _calm(self, limit: str, message: str) -> None:
         self._counters.exceeded[limit] += 1

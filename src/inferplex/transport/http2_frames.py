@@ -70,7 +70,7 @@ class Http2Frames(Http2Output):
             return
         if stream.held or stream.unsized or self._waiting:  # (a stream may wait holding 0)
             self._handed(stream)
-        self._app.body_received(self, stream)  # type: ignore[arg-type]
+        self._app.body_received(self, stream)
 
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0 or not stream_id & 1:
@@ -149,7 +149,7 @@ class Http2Frames(Http2Output):
         self.streams[stream_id] = stream
         self._earn(_OPEN_REFUND)
         stream.remote_closed = bool(flags & END_STREAM)
-        self._app.headers_received(self, stream)  # type: ignore[arg-type]
+        self._app.headers_received(self, stream)
         if stream.remote_closed and not stream.discard:
             self._hand_over(stream)
 

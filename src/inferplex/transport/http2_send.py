@@ -167,7 +167,7 @@ class Http2Output(Http2Timers):
         stream.outbox = None
         if not stream.trailers:  # an open-ended response (a streaming call): more follows
             self._blocked.pop(stream.id, None)
-            self._app.drained(self, stream)  # type: ignore[arg-type]
+            self._app.drained(self, stream)
             return
         parts.extend(self._header_frames(stream.id, stream.trailers, END_STREAM))
         self._finish(stream)
@@ -198,8 +198,7 @@ class Http2Output(Http2Timers):
             self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
             self._closed_early(stream.id)
         # an answered stream gives back some of the budgets
-        if self._resets:
-            self._resets -= 1
+        self._resets.give_back()
         self._earn(_STREAM_REFUND)
         if not self.streams:
             self._close_if_done()

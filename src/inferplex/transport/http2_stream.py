@@ -4,10 +4,10 @@ a connection tells its application about it."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from inferplex.transport.http2 import Http2Connection
+#: the connection an application is told about (``http2.Http2Connection``)
+Conn = TypeVar("Conn", contravariant=True)
 
 
 class Stream:
@@ -107,15 +107,13 @@ class Stream:
         return b"".join(parts)[skip:]
 
 
-class Http2App(Protocol):
-    """What a connection tells its application."""
+class Http2App(Protocol[Conn]):
+    """What a connection (``Conn``: ``http2.Http2Connection``) tells its application."""
 
-    def headers_received(self, connection: Http2Connection, stream: Stream) -> None:
+    def headers_received(self, connection: Conn, stream: Stream) -> None:
         """A new stream's header block is complete (the body may follow)."""
 
-    def body_head_received(
-        self, connection: Http2Connection, stream: Stream, head: bytes
-    ) -> int | None:
+    def body_head_received(self, connection: Conn, stream: Stream, head: bytes) -> int | None:
         """The first ``stream.head_size`` bytes of the body (``head``) have arrived: how many
         bytes follow them, if the application knows. They are then read into one buffer of
         that size, which ``stream.data(len(head))`` returns without a copy, once the connection
@@ -124,21 +122,21 @@ class Http2App(Protocol):
         application takes it as it comes (``connection.taken``, ``connection.expect``). The
         application may answer the stream here instead."""
 
-    def body_received(self, connection: Http2Connection, stream: Stream) -> None:
+    def body_received(self, connection: Conn, stream: Stream) -> None:
         """The stream's body is complete (the peer ended its side)."""
 
-    def data_received(self, connection: Http2Connection, stream: Stream) -> None:
+    def data_received(self, connection: Conn, stream: Stream) -> None:
         """More of a body that arrives in several frames, kept in ``stream.body`` (not in a
         sized buffer), before it is complete: a streaming call takes its messages as they
         come (``connection.taken`` gives their bytes back to the windows)."""
 
-    def drained(self, connection: Http2Connection, stream: Stream) -> None:
+    def drained(self, connection: Conn, stream: Stream) -> None:
         """An open-ended response's data waiting for the peer's windows is all sent."""
 
-    def body_too_large(self, connection: Http2Connection, stream: Stream) -> None:
+    def body_too_large(self, connection: Conn, stream: Stream) -> None:
         """The body passed ``max_body_bytes``; what arrived is dropped."""
 
-    def buffers_full(self, connection: Http2Connection, stream: Stream, server_wide: bool) -> None:
+    def buffers_full(self, connection: Conn, stream: Stream, server_wide: bool) -> None:
         """The body would take the connection's (or, ``server_wide``, all connections')
         buffered request bytes past their limit; what arrived is dropped."""
 

@@ -12,17 +12,35 @@ import httptools
 import orjson
 
 from inferplex.transport.buffers import uninitialised
-from inferplex.transport.http_cycle import Cycle, Refusal, Request, answer
+from inferplex.transport.http_cycle import (
+    Cycle,
+    Host,
+    Refusal,
+    Request,
+    answer,
+    asgi_scope,
+    scope_base,
+)
 from inferplex.transport.http_limits import TRIM_BYTES
-from inferplex.transport.interface import ADMITTED_KEY
+from inferplex.transport.http_refusals import (
+    BUFFER_FULL,
+    Problem,
+    body_timeout,
+    body_too_large,
+    head_fields,
+    head_problem,
+    head_too_large,
+    header_timeout,
+    malformed,
+    uri_too_long,
+)
 
 if TYPE_CHECKING:
     from inferplex.transport.http_limits import Http1Limits
-    from inferplex.transport.http_server import HttpServer
 
 __all__ = ["READ_BUFFER_BYTES", "Connection"]
 
-_ASGI = {"version": "3.0", "spec_version": "2.3"}
+
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 #: bodies below this size are joined to their header block; larger ones go out with writev
 _COPY_LIMIT = 64 * 1024
@@ -65,10 +83,12 @@ class Connection(asyncio.BufferedProtocol):
     reading). Per request the bounds cost stores and comparisons only.
     """
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: Host) -> None:
         self.server = server
         self._app = server.app
-        self._respond = server.respond
+        self._admit = server.admit
+        native = server.native
+        self._respond = native.respond if native is not None else None
         self._loop = server.loop
         self._limits = server.limits
         self._budget = server.budget
@@ -123,14 +143,7 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's are not subclasses
         server = self.server
-        self._scope_base = {
-            "type": "http",
-            "asgi": _ASGI,
-            "scheme": server.scheme,
-            "server": _address(transport.get_extra_info("sockname")),
-            "client": _address(transport.get_extra_info("peername")),
-            "root_path": "",
-        }
+        self._scope_base = scope_base(transport, server.scheme)
         self.last_active = self._idle_since = self._loop.time()
         server.connections.add(self)
 
@@ -175,8 +188,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._parser = httptools.HttpRequestParser(self)
         self._next()
 
-    # one pass per read: a split costs a call on the hot path
-    def _parse(self, data: memoryview) -> None:  # noqa: C901
+    def _parse(self, data: memoryview) -> None:
         if self._refused:
             self._lingered += len(data)
             if self._lingering and self._lingered > _LINGER_BYTES:
@@ -192,20 +204,24 @@ class Connection(asyncio.BufferedProtocol):
                 return  # refused in a callback
             raise
         except httptools.HttpParserError as exc:
-            self._refuse_malformed(exc)
+            self._refuse(malformed(str(exc)))
             return
         if self._large_body is not None:  # not complete yet: the rest is read into place
             self._body_rest = self._large_body[self._body_bytes :]
         elif self._head_since:
-            # a header block is unfinished. The parser keeps a header's pieces to itself, so
-            # they are counted here: a read that began inside this block was nothing but it
-            # (the part of the read where the block began is left out: one read at most)
-            if self._head_fed < 0:
-                self._head_fed = 0
-            else:
-                self._head_fed += len(data)
-                if self._head_fed > self._max_head:
-                    self._refuse_head()
+            self._count_head(len(data))
+
+    def _count_head(self, size: int) -> None:
+        """A header block is unfinished after a read of ``size`` bytes. The parser keeps a
+        header's pieces to itself, so they are counted here: a read that began inside this
+        block was nothing but it (the part of the read where the block began is left out:
+        one read at most)."""
+        if self._head_fed < 0:
+            self._head_fed = 0
+        else:
+            self._head_fed += size
+            if self._head_fed > self._max_head:
+                self._refuse(head_too_large(self._max_head))
 
     def pause_writing(self) -> None:
         self._drained = self._loop.create_future()
@@ -252,91 +268,70 @@ class Connection(asyncio.BufferedProtocol):
             self._url_parts.append(url)
         self._header_bytes += len(url)
         if self._header_bytes > self._max_head:
-            self._halt(
-                "uri_too_long",
-                414,
-                f"the request line is above the limit of {self._max_head} bytes "
-                "(INFERPLEX_MAX_HEADER_BYTES)",
-            )
+            self._halt(uri_too_long(self._max_head))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # the separator and line end count too: many tiny headers are not free
         self._header_bytes += len(name) + len(value) + 4
         if self._header_bytes > self._max_head:
-            self._refuse_head()
-            raise _Halt
+            self._halt(head_too_large(self._max_head))
         self._headers.append((name.lower(), value))
 
-    # one pass per request: a split costs a call on the hot path
-    def on_headers_complete(self) -> None:  # noqa: C901
+    def on_headers_complete(self) -> None:
         self._head_since = 0.0
         self._head_fed = -1
         if self._url_parts is not None:
             self._url = b"".join(self._url_parts)
             self._url_parts = None
-        parser = self._parser
-        version = self._version = parser.get_http_version()
-        length = coding = None
-        expect_continue = chunked = False
-        hosts = 0
-        for name, value in self._headers:
-            if name == b"content-length" and value.isdigit():
-                length = int(value)
-            elif name == b"host":
-                hosts += 1
-            elif name == b"expect" and value.lower() == b"100-continue":
-                expect_continue = True
-            elif name == b"transfer-encoding":
-                if chunked or value.strip().lower() != b"chunked":
-                    coding = value  # a coding besides chunked, or chunked twice
-                chunked = True
-        if version != "1.1" and version != "1.0":
-            self._halt_version(f"HTTP/{version}")
-        if hosts != 1 and (hosts or version != "1.0"):
-            # RFC 9112 3.2: an HTTP/1.1 request names its host once, and no request twice
-            self._halt("missing_host", 400, f"{hosts} Host headers: send exactly one")
-        if coding is not None:  # RFC 9112 6.1: a coding the server does not understand
-            self._halt(
-                "transfer_coding",
-                501,
-                f"Transfer-Encoding '{coding.decode('latin-1')}' is not implemented: send the "
-                "body chunked or with Content-Length (Content-Encoding: gzip compresses it)",
-            )
-        admit = self.server.admit
-        if admit is not None and (chunked or (length or 0) >= READ_BUFFER_BYTES):
-            # a request with a body larger than one read is admitted (route, method, token)
-            # before any of its body is read or buffered: a client that may not call the
-            # endpoint sends nothing more (a smaller body comes with its headers: the app
-            # admits it as it does every request, at no cost beside the hot path's)
-            self._request = Request(
-                parser.get_method().decode("ascii"), self._url, self._headers, version
-            )
-            refusal = admit(self._request)
-            if refusal is not None:
-                self._refuse_with(Refusal(*refusal), "admission")
-                raise _Halt
-            if self._request.body_limit:  # what the endpoint takes (a chunked body's bound)
-                self._body_limit = self._request.body_limit
-                self._body_flag = self._request.body_limit_flag
+        version = self._version = self._parser.get_http_version()
+        length, chunked, expect_continue, hosts, coding = head_fields(self._headers)
+        if hosts != 1 or coding is not None or (version != "1.1" and version != "1.0"):
+            problem = head_problem(version, hosts, coding)
+            if problem is not None:
+                self._halt(problem)
+        if self._admit is not None and (chunked or (length or 0) >= READ_BUFFER_BYTES):
+            self._admit_early(version)
         if length:
-            if length > self.server.max_body_bytes:
-                self._refuse_body(f"Content-Length {length}")
-                raise _Halt
-            budget = self._budget
-            if 0 < budget.limit < budget.used + length:
-                self._refuse_buffer_full()
-                raise _Halt
-            if length >= READ_BUFFER_BYTES and not parser.should_upgrade():
-                # charged whole now, as its buffer is made: bodies arriving together cannot
-                # pass the budget between them
-                self._large_body = uninitialised(length)
-                self._reserved = length
-                budget.used += length
+            self._take_length(length)
         if length or chunked:
             self._body_since = self.last_active
             self._body_mark = 0
         if expect_continue and self._transport is not None:
             self._transport.write(_CONTINUE)
+
+    def _admit_early(self, version: str) -> None:
+        """A request with a body larger than one read is admitted (route, method, token)
+        before any of its body is read or buffered: a client that may not call the endpoint
+        sends nothing more (a smaller body comes with its headers: the app admits it as it
+        does every request, at no cost beside the hot path's)."""
+        admit = self._admit
+        assert admit is not None
+        method = self._parser.get_method().decode("ascii")
+        request = self._request = Request(method, self._url, self._headers, version)
+        refusal = admit(request)
+        if refusal is not None:
+            self._refuse_with(Refusal(*refusal), "admission")
+            raise _Halt
+        if request.body_limit:  # what the endpoint takes (a chunked body's bound)
+            self._body_limit = request.body_limit
+            self._body_flag = request.body_limit_flag
+
+    def _take_length(self, length: int) -> None:
+        """A body of Content-Length ``length`` is coming: refused above the limits; a large
+        one charged whole now, as its buffer is made (bodies arriving together cannot pass
+        the budget between them)."""
+        if length > self.server.max_body_bytes:
+            self._halt(
+                body_too_large(f"Content-Length {length}", self._body_limit, self._body_flag)
+            )
+        budget = self._budget
+        if 0 < budget.limit < budget.used + length:
+            self._refuse_with(BUFFER_FULL, "server_buffer_full")
+            raise _Halt
+        if length >= READ_BUFFER_BYTES and not self._parser.should_upgrade():
+            self._large_body = uninitialised(length)
+            self._reserved = length
+            budget.used += length
 
     def on_body(self, body: bytes) -> None:
         start = self._body_bytes
@@ -348,10 +343,9 @@ class Connection(asyncio.BufferedProtocol):
         budget = self._budget
         budget.used += len(body)
         if end > self._body_limit:
-            self._refuse_body(f"at least {end} bytes")
-            raise _Halt
+            self._halt(body_too_large(f"at least {end} bytes", self._body_limit, self._body_flag))
         if 0 < budget.limit < budget.used:
-            self._refuse_buffer_full()
+            self._refuse_with(BUFFER_FULL, "server_buffer_full")
             raise _Halt
         self._body.append(body)
 
@@ -384,63 +378,16 @@ class Connection(asyncio.BufferedProtocol):
         self._queue.append(request)
 
     # -- refusals -------------------------------------------------------------------------
-    def _halt(self, reason: str, status: int, message: str) -> NoReturn:
+    def _halt(self, problem: Problem) -> NoReturn:
         """Refuse the request being parsed, from a parser callback: the parser stops."""
-        self._refuse(reason, status, message)
+        self._refuse(problem)
         raise _Halt
 
-    def _halt_version(self, version: str) -> NoReturn:
-        self._halt(
-            "http_version",
-            505,
-            f"{version} is not served here: use HTTP/1.1 (HTTP/2 is the gRPC port's)",
-        )
-
-    def _refuse_malformed(self, exc: httptools.HttpParserError) -> None:
-        message = str(exc)
-        if "PRI" in message:  # the HTTP/2 connection preface
-            self._refuse(
-                "http_version", 505, "HTTP/2 is not served here: use HTTP/1.1 or the gRPC port"
-            )
-        elif "HTTP version" in message:
-            self._refuse("http_version", 505, f"{message}: use HTTP/1.1")
-        else:
-            self._refuse("malformed", 400, f"malformed HTTP request: {message}")
-
-    def _refuse_head(self) -> None:
-        self._refuse(
-            "header_too_large",
-            431,
-            f"request headers are above the limit of {self._max_head} bytes "
-            "(INFERPLEX_MAX_HEADER_BYTES)",
-        )
-
-    def _refuse_body(self, size: str) -> None:
-        self._refuse(
-            "body_too_large",
-            413,
-            f"request body of {size} is above the limit of {self._body_limit} bytes "
-            f"({self._body_flag})",
-        )
-
-    def _refuse_buffer_full(self) -> None:
+    def _refuse(self, problem: Problem) -> None:
+        """Answer after the requests before it, then close; read nothing more."""
         self._refuse_with(
-            Refusal(
-                503,
-                orjson.dumps(
-                    {
-                        "error": "the server holds too many request bytes to read this body "
-                        "now (INFERPLEX_MAX_BUFFERED_BYTES): retry later"
-                    }
-                ),
-                [(b"retry-after", b"1")],
-            ),
-            "server_buffer_full",
+            Refusal(problem.status, orjson.dumps({"error": problem.message})), problem.reason
         )
-
-    def _refuse(self, reason: str, status: int, message: str) -> None:
-        """Answer ``status`` after the requests before it, then close; read nothing more."""
-        self._refuse_with(Refusal(status, orjson.dumps({"error": message})), reason)
 
     def _refuse_with(self, refusal: Refusal, reason: str) -> None:
         self._refused = True
@@ -487,9 +434,10 @@ class Connection(asyncio.BufferedProtocol):
             if self._respond is not None:
                 self._task = self._loop.create_task(answer(self, item, self._respond))
             else:
+                assert self._app is not None  # the server has one or the other
                 cycle = Cycle(self, item)
                 self._task = self._loop.create_task(
-                    self._app(self._make_scope(item), cycle.receive, cycle.send)
+                    self._app(asgi_scope(self._scope_base, item), cycle.receive, cycle.send)
                 )
                 self._task.add_done_callback(cycle.finished)
         # a client pipelining far ahead of its answers waits for them
@@ -515,18 +463,6 @@ class Connection(asyncio.BufferedProtocol):
         self._lingering = self._loop.time()
         self._reading = True
         transport.resume_reading()
-
-    def _make_scope(self, request: Request) -> dict[str, Any]:
-        scope = dict(self._scope_base)
-        scope["http_version"] = request.http_version
-        scope["method"] = request.method
-        scope["path"] = request.path
-        scope["raw_path"] = request.raw_path
-        scope["query_string"] = request.query
-        scope["headers"] = request.headers
-        if request.admitted is not None:
-            scope[ADMITTED_KEY] = request.admitted
-        return scope
 
     def answered(self, keep_alive: bool) -> None:
         """The running request's response is complete."""
@@ -580,12 +516,7 @@ class Connection(asyncio.BufferedProtocol):
     def _expire_head(self, now: float, limits: Http1Limits) -> None:
         """Refuse a header block that has taken longer than its clock allows."""
         if now - max(self._head_since, self._idle_since) > limits.header_timeout_s:
-            self._refuse(
-                "header_timeout",
-                408,
-                f"the request's header block took more than {limits.header_timeout_s} s "
-                "(INFERPLEX_HTTP_HEADER_TIMEOUT_S)",
-            )
+            self._refuse(header_timeout(limits.header_timeout_s))
             self._next()
 
     def _expire_body(self, now: float, limits: Http1Limits) -> None:
@@ -595,13 +526,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         received = self._body_bytes - self._body_mark
         if not received or received < limits.body_min_rate * elapsed:
-            self._refuse(
-                "body_timeout",
-                408,
-                f"the request body came at {received / elapsed:.0f} bytes/s over "
-                f"{elapsed:.0f} s, below the minimum of {limits.body_min_rate} "
-                "(INFERPLEX_HTTP_BODY_MIN_RATE, INFERPLEX_HTTP_BODY_TIMEOUT_S)",
-            )
+            self._refuse(body_timeout(received, elapsed, limits.body_min_rate))
             self._next()
         else:  # a new window
             self._body_since = now
@@ -646,9 +571,3 @@ class Connection(asyncio.BufferedProtocol):
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
-
-
-def _address(value: Any) -> tuple[str, int] | None:
-    if isinstance(value, tuple) and len(value) >= 2:
-        return (str(value[0]), int(value[1]))
-    return None

@@ -7,20 +7,86 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import unquote
 
 import orjson
 
 from inferplex.transport.http_limits import TRIM_BYTES
-from inferplex.transport.interface import StreamedBody
+from inferplex.transport.interface import ADMITTED_KEY, StreamedBody
 
 if TYPE_CHECKING:
-    from inferplex.transport.http_connection import Connection
-    from inferplex.transport.interface import Respond
+    from inferplex.transport.http_limits import ByteBudget, Http1Limits
+    from inferplex.transport.interface import Answer, AsgiApp, NativeApp
 
 logger = logging.getLogger("inferplex.transport.http_server")
+
+
+class _Server(Protocol):
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def budget(self) -> ByteBudget: ...
+
+
+class Host(Protocol):
+    """What a connection reads and counts of its server (``http_server.HttpServer``)."""
+
+    #: the server's counters, updated by its connections
+    refusals: dict[str, int]
+    send_timeouts: int
+
+    @property
+    def app(self) -> AsgiApp | None: ...
+    @property
+    def native(self) -> NativeApp | None: ...
+    @property
+    def admit(
+        self,
+    ) -> Callable[[Request], tuple[int, bytes, list[tuple[bytes, bytes]]] | None] | None: ...
+    @property
+    def budget(self) -> ByteBudget: ...
+    @property
+    def connections(self) -> set[Any]: ...
+    @property
+    def limits(self) -> Http1Limits: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def max_body_bytes(self) -> int: ...
+    @property
+    def max_header_bytes(self) -> int: ...
+    @property
+    def read_buffer(self) -> memoryview: ...
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def stopping(self) -> bool: ...
+
+
+class Connection(Protocol):
+    """What an answer is written through (``http_connection.Connection``)."""
+
+    @property
+    def server(self) -> _Server: ...
+
+    @property
+    def lost(self) -> bool: ...
+
+    def answered(self, keep_alive: bool) -> None: ...
+
+    def close(self) -> None: ...
+
+    def disconnected(self) -> asyncio.Future[None]: ...
+
+    def write(self, head: bytes, body: bytes) -> asyncio.Future[None] | None: ...
+
+
+#: a native app's ``respond``, bound once per connection
+Respond = Callable[["Request"], Awaitable["Answer"]]
 
 _STATUS_LINES = {int(s): f"HTTP/1.1 {int(s)} {s.phrase}\r\n".encode("latin-1") for s in HTTPStatus}
 _DISCONNECT = {"type": "http.disconnect"}
@@ -112,8 +178,8 @@ def response_head(
 
 
 async def answer(connection: Connection, request: Request, respond: Respond) -> None:
-    """Run ``respond`` on ``request`` and write its answer in one go (no ASGI messages: the
-    request is complete, the answer whole)."""
+    """Run ``respond`` (a native app's) on ``request`` and write its answer in one go (no
+    ASGI messages: the request is complete, the answer whole)."""
     try:
         status, body, headers = await respond(request)
     except Exception:
@@ -272,3 +338,38 @@ class Cycle:
         head = response_head(500, [_JSON], len(_NO_RESPONSE), close=False)
         connection.write(head, _NO_RESPONSE)
         connection.answered(self._keep_alive)
+
+
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+
+
+def scope_base(transport: Any, scheme: str) -> dict[str, Any]:
+    """What every ASGI scope of one connection holds."""
+    return {
+        "type": "http",
+        "asgi": _ASGI,
+        "scheme": scheme,
+        "server": _address(transport.get_extra_info("sockname")),
+        "client": _address(transport.get_extra_info("peername")),
+        "root_path": "",
+    }
+
+
+def asgi_scope(base: dict[str, Any], request: Request) -> dict[str, Any]:
+    """The ASGI scope of ``request`` on the connection whose ``scope_base`` is ``base``."""
+    scope = dict(base)
+    scope["http_version"] = request.http_version
+    scope["method"] = request.method
+    scope["path"] = request.path
+    scope["raw_path"] = request.raw_path
+    scope["query_string"] = request.query
+    scope["headers"] = request.headers
+    if request.admitted is not None:  # for transport.asgi.AsgiAdapter
+        scope[ADMITTED_KEY] = (request.admitted, request.body_limit, request.body_limit_flag)
+    return scope
+
+
+def _address(value: Any) -> tuple[str, int] | None:
+    if isinstance(value, tuple) and len(value) >= 2:
+        return (str(value[0]), int(value[1]))
+    return None

@@ -33,31 +33,23 @@ and 1.1 and the HTTP/2 preface (505), a body above the limit (413).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import ssl
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 from inferplex.transport.connections import ConnectionGate, Listener, http1_refusal
 from inferplex.transport.http_connection import READ_BUFFER_BYTES, Connection
-from inferplex.transport.http_cycle import Request
 from inferplex.transport.http_limits import REASONS, ByteBudget, Http1Limits
-from inferplex.transport.interface import Respond
+from inferplex.transport.interface import AsgiApp, NativeApp
+from inferplex.transport.listener import ListenerSpec
 
 __all__ = ["ByteBudget", "Http1Limits", "HttpServer"]
 
-App = Callable[[dict[str, Any], Any, Any], Coroutine[Any, Any, None]]
-#: sees a request with a body (``http_cycle.Request``) once its headers are complete, before
-#: any of the body is read: returns None to go on (it may set ``request.admitted``), or
-#: (status, body, headers) to refuse it
-Admit = Callable[[Request], tuple[int, bytes, list[tuple[bytes, bytes]]] | None]
 
 #: seconds a closing TLS connection waits for the peer's close_notify
 TLS_SHUTDOWN_TIMEOUT_S = 1.0
 
 
 class HttpServer:
-    """Serves one ASGI ``app`` on one listening socket.
+    """Serves one native ``app`` (``interface.NativeApp``) on one listening socket.
 
     ``refusals`` counts the requests the server answered itself, by reason
     (``http_limits.REASONS``), and ``send_timeouts`` the connections dropped for not reading
@@ -66,36 +58,34 @@ class HttpServer:
 
     def __init__(
         self,
-        app: App,
+        app: NativeApp | None,
+        spec: ListenerSpec | None = None,
         *,
-        max_body_bytes: int,
-        max_header_bytes: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-        keep_alive_s: float | None = None,
-        admit: Admit | None = None,
-        respond: Respond | None = None,
-        limits: Http1Limits | None = None,
+        asgi: AsgiApp | None = None,
         budget: ByteBudget | None = None,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``admit`` checks each request with a body before the body is read; ``respond``,
-        when given, answers every request instead of the ASGI ``app`` (the native way in:
-        no scope, no messages); ``budget`` and ``gate`` (connections) are shared by the
-        listeners of one process (default: this server's own, unlimited);
-        ``keep_alive_s`` replaces that of ``limits``."""
-        limits = limits or Http1Limits()
-        if keep_alive_s is not None:
-            limits = dataclasses.replace(limits, keep_alive_s=keep_alive_s)
-        self.app = app
-        self.admit = admit
-        self.respond = respond
-        self.max_body_bytes = max_body_bytes
-        self.max_header_bytes = max_header_bytes
-        self.limits = limits
+        """``spec``: the body and header limits, ``spec.http1``'s clocks and buffers, TLS
+        (default: ListenerSpec()'s); ``app.refusal`` admits each request with a body before
+        the body is read, ``app.respond`` answers; ``asgi``, an ASGI middleware around the
+        app (tracing; or, with no ``app``, an ASGI app of its own), answers instead;
+        ``budget`` and ``gate`` (connections) are shared by the listeners of one process
+        (default: this server's own, unlimited)."""
+        if app is None and asgi is None:
+            raise ValueError("HttpServer needs an app to serve")
+        spec = spec if spec is not None else ListenerSpec()
+        self.app = asgi
+        self.admit = app.refusal if app is not None else None
+        #: the app called natively (no ASGI middleware around it)
+        self.native = app if asgi is None else None
+        self.max_body_bytes = spec.max_body_bytes
+        self.max_header_bytes = spec.max_header_bytes
+        self.limits: Http1Limits = spec.http1
         self.budget = budget if budget is not None else ByteBudget(0)
         self.gate = gate if gate is not None else ConnectionGate(0, 0)
         self.refusals: dict[str, int] = dict.fromkeys(REASONS, 0)
         self.send_timeouts = 0
+        ssl_context = spec.tls.https_context() if spec.tls is not None else None
         self.scheme = "https" if ssl_context is not None else "http"
         self.connections: set[Connection] = set()
         #: where every connection reads, one at a time: the event loop runs one read and its

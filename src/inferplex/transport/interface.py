@@ -4,11 +4,18 @@ built-in ones or the reference twins."""
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping, Sized
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferplex.errors import InferplexError
 
+if TYPE_CHECKING:
+    from inferplex.transport.connections import ConnectionGate
+    from inferplex.transport.http_limits import ByteBudget
+    from inferplex.transport.listener import ListenerSpec
+
+#: an ASGI 3 application (scope, receive, send)
+AsgiApp = Callable[[Any, Any, Any], Coroutine[Any, Any, None]]
 #: call metadata: keys lower-case, ``-bin`` values as bytes
 Metadata = list[tuple[str, str | bytes]]
 #: sees every call's method (path) and metadata first; raises InferplexError to refuse it,
@@ -72,9 +79,45 @@ class GrpcServing(Protocol):
     async def stop(self, grace: float) -> None: ...
 
 
-#: the ASGI scope key under which a request admitted before its body was read keeps what
-#: the admission check returned (the built-in server serving an ASGI app sets it)
-ADMITTED_KEY = "inferplex.route"
+class GrpcServerFactory(Protocol):
+    """Builds a gRPC server of a method table (``--grpc-server``: the constructors of
+    ``GrpcServer`` and ``GrpcioServer`` have this form): ``guard`` sees every call first,
+    ``budget`` and ``gate`` are shared by the process's listeners."""
+
+    def __call__(
+        self,
+        methods: Mapping[str, GrpcMethod],
+        spec: ListenerSpec | None = None,
+        *,
+        guard: Guard | None = None,
+        budget: ByteBudget | None = None,
+        gate: ConnectionGate | None = None,
+    ) -> GrpcServing: ...
+
+
+class HttpServerFactory(Protocol):
+    """Builds an HTTP/1.1 server of a native app (``--http-server``: the constructors of
+    ``HttpServer`` and ``UvicornHttpServer`` have this form); ``asgi``, an ASGI middleware
+    around the app (tracing), answers in place of ``app.respond`` (``app.refusal`` still
+    admits); ``budget`` and ``gate`` are shared by the process's listeners."""
+
+    def __call__(
+        self,
+        app: NativeApp,
+        spec: ListenerSpec | None = None,
+        *,
+        asgi: AsgiApp | None = None,
+        budget: ByteBudget | None = None,
+        gate: ConnectionGate | None = None,
+    ) -> HttpServing: ...
+
+
+#: the ASGI scope key under which the built-in server, running an ASGI middleware around a
+#: native app (tracing), hands over its admission of a request with a body made before the
+#: body was read: (``admitted``, ``body_limit``, ``body_limit_flag``); read by asgi.py only
+ADMITTED_KEY = "inferplex.admitted"
+
+Headers = list[tuple[bytes, bytes]]
 
 
 class HttpRequest(Protocol):
@@ -106,16 +149,46 @@ class StreamedBody:
         self.chunks = chunks
 
 
-#: the built-in HTTP server's way into an application without ASGI messages: a complete
-#: request in, (status, body, headers other than content-length) out; the body is whole,
-#: or streamed (generate_stream's events)
-Respond = Callable[
-    [HttpRequest], Awaitable[tuple[int, bytes | StreamedBody, list[tuple[bytes, bytes]]]]
-]
+#: (status, body, headers other than content-length): the body whole, or streamed
+Answer = tuple[int, bytes | StreamedBody, Headers]
+#: a request refused before its body was read: (status, body, headers)
+Refusal = tuple[int, bytes, Headers]
+
+
+class NativeApp(Protocol):
+    """An HTTP application as every server calls it: no ASGI scope or messages (the
+    reference server reaches it through ``transport.asgi.AsgiAdapter``).
+
+    ``refusal`` sees a request that comes with a body once its header block is complete,
+    before any of the body is read: it returns the answer refusing it, or None to go on,
+    having set ``request.admitted`` (kept for ``respond``) and ``request.body_limit``.
+    ``respond`` answers a request complete with its body; one without ``admitted`` is
+    admitted there."""
+
+    def refusal(self, request: HttpRequest) -> Refusal | None: ...
+
+    async def respond(self, request: HttpRequest) -> Answer: ...
 
 
 class HttpServing(Protocol):
-    """An HTTP/1.1 server of an ASGI app: serves on a bound socket, stops with a grace."""
+    """An HTTP/1.1 server of a native app: serves on a bound socket, stops with a grace;
+    what it refused by reason, the connections it dropped for not reading, its
+    connections, byte budget and gate (metrics/listeners.py reads them)."""
+
+    @property
+    def refusals(self) -> Mapping[str, int]: ...
+
+    @property
+    def send_timeouts(self) -> int: ...
+
+    @property
+    def connections(self) -> Sized: ...
+
+    @property
+    def budget(self) -> ByteBudget: ...
+
+    @property
+    def gate(self) -> ConnectionGate: ...
 
     async def start(self, sock: socket.socket) -> None: ...
 

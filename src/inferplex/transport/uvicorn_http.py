@@ -21,9 +21,9 @@ used (uvicorn's ``startup`` gets no socket). Its protocol is given two clocks it
 request was kept forever) and a header block must be complete within
 ``http_header_timeout_s`` of its first byte (slowloris).
 
-The body limit is the application's (the V2 app counts the body in ``_read``); ASGI apps
-run their admission check when uvicorn calls them, on a complete header block, before any
-of the body is asked for.
+A native app is served through the one ASGI adapter (transport/asgi.py): it admits a
+request with a body when uvicorn calls it, on a complete header block, before any of the
+body is asked for, and reads the body up to the most its endpoint takes.
 
 A thin ASGI wrapper (:class:`_Edge`) keeps three of the built-in server's answers that
 uvicorn does not give, so the twins answer alike:
@@ -55,7 +55,6 @@ import asyncio
 import logging
 import math
 import socket
-import ssl
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sized
 from typing import Any
 
@@ -63,8 +62,11 @@ import orjson
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from inferplex.transport.asgi import AsgiAdapter
 from inferplex.transport.connections import ConnectionGate, Listener, http1_refusal
 from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.interface import NativeApp
+from inferplex.transport.listener import ListenerSpec
 
 __all__ = ["UvicornHttpServer"]
 
@@ -289,28 +291,36 @@ class UvicornHttpServer:
 
     def __init__(
         self,
-        app: App,
+        app: NativeApp | None,
+        spec: ListenerSpec | None = None,
         *,
-        max_header_bytes: int = 0,
-        ssl_context: ssl.SSLContext | None = None,
-        keep_alive_s: float = 5.0,
+        asgi: App | None = None,
         budget: ByteBudget | None = None,
-        header_timeout_s: float = 10.0,
         gate: ConnectionGate | None = None,
     ) -> None:
-        """``budget`` bounds request bytes held server-wide (shared with the other
-        listeners; default: none); ``gate``: the connections of the process's listeners
-        (default: none of its own)."""
+        """``app``, served through the ASGI adapter (transport/asgi.py), or ``asgi``, an
+        ASGI middleware around it (tracing; or an ASGI app of its own); ``spec``: the header
+        and body limits, keep-alive and header timeout (``spec.http1``) and TLS this server
+        has settings for (default: ListenerSpec()'s); ``budget`` bounds request bytes held
+        server-wide (shared with the other listeners; default: none); ``gate``: the
+        connections of the process's listeners (default: none of its own)."""
+        spec = spec if spec is not None else ListenerSpec()
+        if asgi is None:
+            if app is None:
+                raise ValueError("UvicornHttpServer needs an app to serve")
+            asgi = AsgiAdapter(app, spec.max_body_bytes)
+        max_header_bytes = spec.max_header_bytes
         self.refusals: dict[str, int] = {}
         self.send_timeouts = 0
         self.budget = budget if budget is not None else ByteBudget(0)
         self.gate = gate if gate is not None else ConnectionGate(0, 0)
-        self._header_timeout_s = header_timeout_s
+        self._header_timeout_s = spec.http1.header_timeout_s
         self._listener: Listener | None = None
-        self._edge = _Edge(app, max_header_bytes, self.refusals, self.budget)
+        self._edge = _Edge(asgi, max_header_bytes, self.refusals, self.budget)
         self._max_header_bytes = max_header_bytes
-        self._ssl = ssl_context
-        self._keep_alive_s = keep_alive_s
+        # the built-in server's context: same files, same client CA
+        self._ssl = spec.tls.https_context() if spec.tls is not None else None
+        self._keep_alive_s = spec.http1.keep_alive_s
         self._server: uvicorn.Server | None = None
         self._ticking: asyncio.Task[None] | None = None
 
@@ -341,7 +351,7 @@ class UvicornHttpServer:
             limit_concurrency=self.gate.max_connections + 1 if self.gate.max_connections else None,
         )
         config.load()
-        config.ssl = self._ssl  # the built-in server's context: same files, same client CA
+        config.ssl = self._ssl
         server = uvicorn.Server(config)
         # what Server.serve() does besides installing signal handlers, which are the
         # composition root's; no socket: the gate's listener accepts for uvicorn's protocol

@@ -17,11 +17,11 @@ from examples import modelgen
 from inferplex import InferenceRequest, InferenceResponse, ServerConfig, Tensor
 from inferplex.backends.base import InstanceSpec
 from inferplex.backends.remote import RemoteBackend, RemoteUnavailableError
-from inferplex.benchtool.launch import HOST, RunningServer, free_port, start_server
 from inferplex.config.readers import config_from_dict
 from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError, DeadlineExceededError, InvalidInputError
 from inferplex.server import build_engine
+from inferplex_tools.benchtool.launch import HOST, RunningServer, free_port, start_server
 
 #: seconds the remote "slow" model takes per call; timeout_s in the tests is well below it
 SLOW_SECONDS = 0.5

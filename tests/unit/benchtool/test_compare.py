@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from inferplex.benchtool import BenchError
-from inferplex.benchtool.compare import compare
-from inferplex.benchtool.results import BenchReport, CaseResult
+from inferplex_tools.benchtool import BenchError
+from inferplex_tools.benchtool.compare import compare
+from inferplex_tools.benchtool.results import BenchReport, CaseResult
 
 LATENCY = {
     "requests": 1000,

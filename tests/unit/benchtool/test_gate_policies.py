@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from inferplex.benchtool.gate import best_rounds
-from inferplex.benchtool.policies import side_by_side
-from inferplex.benchtool.results import BenchReport, CaseResult
+from inferplex_tools.benchtool.gate import best_rounds
+from inferplex_tools.benchtool.policies import side_by_side
+from inferplex_tools.benchtool.results import BenchReport, CaseResult
 
 
 def _case(level: float, throughput: float, p99: float = 1.0) -> CaseResult:

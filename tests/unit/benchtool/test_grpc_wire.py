@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 from examples import modelgen
-from inferplex.benchtool.clients import ConnectionClosed, RequestFailed
-from inferplex.benchtool.grpc_wire import RECEIVE_WINDOW, GrpcConnection
-from inferplex.benchtool.payloads import TensorPlan, decode_grpc, grpc_request
 from inferplex.config.server_config import ServerConfig
 from inferplex.config.writers import write_config
 from inferplex.frontends.grpc import GrpcFrontend
 from inferplex.server import build_engine
+from inferplex_tools.benchtool.clients import ConnectionClosed, RequestFailed
+from inferplex_tools.benchtool.grpc_wire import RECEIVE_WINDOW, GrpcConnection
+from inferplex_tools.benchtool.payloads import TensorPlan, decode_grpc, grpc_request
 
 HOST = "127.0.0.1"
 DEADLINE_S = 10.0

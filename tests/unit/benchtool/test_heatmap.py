@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from inferplex.heatmap.render import render
-from inferplex.heatmap.series import HeatmapError, build, read_scrapes, shares
+from inferplex_tools.heatmap.render import render
+from inferplex_tools.heatmap.series import HeatmapError, build, read_scrapes, shares
 
 
 def _line(time: float, compute_us: dict[str, float], success: dict[str, float]) -> str:

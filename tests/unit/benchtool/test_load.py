@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from inferplex.benchtool.clients import InferClient, RequestFailed, Send
-from inferplex.benchtool.load import Stream, measure
+from inferplex_tools.benchtool.clients import InferClient, RequestFailed, Send
+from inferplex_tools.benchtool.load import Stream, measure
 
 
 class Answering(InferClient):

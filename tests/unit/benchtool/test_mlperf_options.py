@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from inferplex.benchtool.mlperf import MlperfOptions, loadgen, loadgen_settings
 from inferplex.cli.main import main
+from inferplex_tools.benchtool.mlperf import MlperfOptions, loadgen, loadgen_settings
 
 SCENARIO = ["bench", "--model", "m", "--url", "127.0.0.1:9"]
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from inferplex.benchtool.mlperf_peak import MAX_HALVING, Probe, find_peak
+from inferplex_tools.benchtool.mlperf_peak import MAX_HALVING, Probe, find_peak
 
 
 def fake(limit: float, asked: list[float]) -> Callable[[float], bool]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from inferplex.benchtool import BenchError
-from inferplex.benchtool.mlperf_summary import detail_errors, parse_summary, read_summary
+from inferplex_tools.benchtool import BenchError
+from inferplex_tools.benchtool.mlperf_summary import detail_errors, parse_summary, read_summary
 
 SERVER = """\
 ================================================

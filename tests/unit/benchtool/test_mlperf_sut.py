@@ -8,8 +8,8 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-from inferplex.benchtool.clients import InferClient, RequestFailed, Send
-from inferplex.benchtool.mlperf_sut import LoopThread, Sut
+from inferplex_tools.benchtool.clients import InferClient, RequestFailed, Send
+from inferplex_tools.benchtool.mlperf_sut import LoopThread, Sut
 
 #: a generous deadline for the loop thread to answer (never reached when it works)
 DEADLINE = 30.0

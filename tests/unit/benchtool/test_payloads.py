@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from inferplex.benchtool import BenchError
-from inferplex.benchtool.payloads import (
+from inferplex.datatypes import V2_DATATYPES
+from inferplex.protocol.v2 import generated as pb
+from inferplex.protocol.v2 import grpc_codec, rest, rest_encode
+from inferplex.types import InferenceResponse, Tensor
+from inferplex_tools.benchtool import BenchError
+from inferplex_tools.benchtool.payloads import (
     TensorPlan,
     check_outputs,
     decode_grpc,
@@ -17,10 +21,6 @@ from inferplex.benchtool.payloads import (
     plan_inputs,
     synthesize,
 )
-from inferplex.datatypes import V2_DATATYPES
-from inferplex.protocol.v2 import generated as pb
-from inferplex.protocol.v2 import grpc_codec, rest
-from inferplex.types import InferenceResponse, Tensor
 
 METADATA = {
     "name": "m",
@@ -99,7 +99,7 @@ def test_http_answers_decode(binary: bool) -> None:
     response = InferenceResponse(
         "m", "1", [Tensor("Y", "FP32", (1, 4), inputs["X"]), Tensor("S", "BYTES", (2,), strings)]
     )
-    payload, header_length = rest.encode_infer_response(response, request)
+    payload, header_length = rest_encode.encode_infer_response(response, request)
     answer_head = b"HTTP/1.1 200 OK\r\n" + (
         f"inference-header-content-length: {header_length}\r\n".encode() if header_length else b""
     )

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from inferplex.benchtool import launch as launch_module
-from inferplex.benchtool.launch import RunningServer, launch, parse_ports
 from inferplex.cli.main import main
+from inferplex_tools.benchtool import launch as launch_module
+from inferplex_tools.benchtool.launch import RunningServer, launch, parse_ports
 
 
 def test_parse_ports() -> None:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from inferplex.benchtool.promtext import parse
+from inferplex_tools.benchtool.promtext import parse
 
 TEXT = r"""# HELP nv_inference_count Inferences performed
 # TYPE nv_inference_count counter

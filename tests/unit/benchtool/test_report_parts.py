@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from inferplex.benchtool import BenchError
-from inferplex.benchtool.breakdown import breakdown, pick
-from inferplex.benchtool.compat import CompatLog, format_report, regressions
-from inferplex.benchtool.output import CSV_COLUMNS, table, write_csv
-from inferplex.benchtool.plot import plot
-from inferplex.benchtool.progress import Progress
-from inferplex.benchtool.results import CaseResult
+from inferplex_tools.benchtool import BenchError
+from inferplex_tools.benchtool.breakdown import breakdown, pick
+from inferplex_tools.benchtool.compat import CompatLog, format_report, regressions
+from inferplex_tools.benchtool.output import CSV_COLUMNS, table, write_csv
+from inferplex_tools.benchtool.plot import plot
+from inferplex_tools.benchtool.progress import Progress
+from inferplex_tools.benchtool.results import CaseResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplex.benchtool.stats import Window, is_stable, merge, summarize
+from inferplex_tools.benchtool.stats import Window, is_stable, merge, summarize
 
 
 def test_summary_matches_numpy_percentiles() -> None:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from inferplex.config.model_config import DynamicBatching, QueuePolicy
-from inferplex.core.batcher import Batch, CloseReason, DynamicBatcher, PendingRequest
+from inferplex.core.batch import Batch, CloseReason, PendingRequest
+from inferplex.core.batcher import DynamicBatcher
 from inferplex.errors import ConfigError, DeadlineExceededError, ErrorCode, ServerBusyError
 
 MS = 1e-3

@@ -4,7 +4,8 @@ one lane whose instance is idle, carries that lane, and lanes take turns."""
 from __future__ import annotations
 
 from inferplex.config.model_config import DynamicBatching
-from inferplex.core.batcher import CloseReason, DynamicBatcher, PendingRequest
+from inferplex.core.batch import CloseReason, PendingRequest
+from inferplex.core.batcher import DynamicBatcher
 from inferplex.core.fifo import FifoQueue
 from inferplex.core.lanes import LaneQueue
 

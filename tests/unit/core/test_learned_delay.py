@@ -4,13 +4,9 @@ does (one batch in PROBE_EVERY still waits), back as soon as one holds several."
 from __future__ import annotations
 
 from inferplex.config.model_config import DynamicBatching
-from inferplex.core.batcher import (
-    LEARN_AFTER,
-    PROBE_EVERY,
-    CloseReason,
-    DynamicBatcher,
-    PendingRequest,
-)
+from inferplex.core.batch import CloseReason, PendingRequest
+from inferplex.core.batcher import DynamicBatcher
+from inferplex.core.learned_delay import LEARN_AFTER, PROBE_EVERY
 
 DELAY = 200e-6
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferplex.core.scheduler import AIM, MAX_BOOST, ModelPolicy, Policy, Scheduler, Ticket
+from inferplex.core.model_share import AIM, MAX_BOOST
+from inferplex.core.scheduler import ModelPolicy, Policy, Scheduler, Ticket
 from inferplex.errors import ConfigError
 
 

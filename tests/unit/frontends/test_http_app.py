@@ -1,5 +1,6 @@
-"""The HTTP ASGI app driven directly with a fake engine: what a healthy server cannot show —
-lifespan, unexpected exceptions, bodies that arrive in pieces or not at all."""
+"""The HTTP app driven directly through the ASGI adapter with a fake engine: what a healthy
+server cannot show — lifespan, unexpected exceptions, bodies that arrive in pieces or not at
+all."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from inferplex.datatypes import serialize_bytes
 from inferplex.errors import ModelNotFoundError
 from inferplex.frontends.http import create_http_app
 from inferplex.shm import SharedMemoryRegistry
+from inferplex.transport.asgi import AsgiAdapter
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
 
@@ -82,7 +84,8 @@ class Exchange:
 @pytest.fixture
 def app(tmp_path: Path) -> Any:
     config = ServerConfig(model_repository=tmp_path, max_request_bytes=1000)
-    return create_http_app(FakeEngine(), config)  # type: ignore[arg-type]
+    app = create_http_app(FakeEngine(), config)  # type: ignore[arg-type]
+    return AsgiAdapter(app, config.max_request_bytes)  # as uvicorn calls it
 
 
 async def call(

@@ -14,9 +14,11 @@ import pytest
 
 from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.core.streaming import SingleResponse, StreamedResponse
+from inferplex.dataplane import OFFLOAD_BYTES, CallMeta, DataPlane
 from inferplex.errors import InferplexError, InvalidInputError, ModelExecutionError
 from inferplex.frontends import http_generate
-from inferplex.protocol.v2.offload import OFFLOAD_BYTES
+from inferplex.protocol.v2 import generate_codec
+from inferplex.security.limits import RequestLimits
 from inferplex.transport.interface import StreamedBody
 from inferplex.types import InferenceRequest, InferenceResponse
 
@@ -28,19 +30,32 @@ CONFIG = ModelConfig(
 
 
 class _Engine:
-    def model_config(self, model: str, version: str) -> ModelConfig:
+    """A model 'm' that answers each request once, or sends the given items."""
+
+    shared_memory = None
+
+    def __init__(self, items: list[StreamedResponse] | None = None) -> None:
+        self.sent = None if items is None else _Sent(items)
+
+    def model_config(self, model: str, version: str = "") -> ModelConfig:
         return CONFIG
 
+    def input_checks(self, name: str, version: str = "") -> None:
+        return None
 
-class _Plane:
-    def admit(self, request: InferenceRequest) -> None:
-        pass
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        return InferenceResponse("m", "1", [], request.id)
 
-    async def stream(self, request: InferenceRequest) -> SingleResponse:
-        async def answer() -> InferenceResponse:
-            return InferenceResponse("m", "1", [], request.id)
+    async def stream(self, request: InferenceRequest) -> Any:
+        return SingleResponse(lambda: self.infer(request)) if self.sent is None else self.sent
 
-        return SingleResponse(answer)
+
+def generate_of(engine: _Engine) -> http_generate.Generate:
+    plane = DataPlane(engine, RequestLimits(10**9, 10**9))  # type: ignore[arg-type]
+    return http_generate.Generate(engine, plane)  # type: ignore[arg-type]
+
+
+META = CallMeta("m")
 
 
 @pytest.mark.parametrize("elements", [10, OFFLOAD_BYTES])
@@ -48,16 +63,16 @@ async def test_a_large_body_is_decoded_off_the_loop(
     monkeypatch: pytest.MonkeyPatch, elements: int
 ) -> None:
     threads: list[threading.Thread] = []
-    decode = http_generate.decode_generate
+    decode = generate_codec.decode_generate
 
     def recording(*args: Any) -> InferenceRequest:
         threads.append(threading.current_thread())
         return decode(*args)
 
-    monkeypatch.setattr(http_generate, "decode_generate", recording)
-    generate = http_generate.Generate(_Engine(), _Plane())  # type: ignore[arg-type]
+    monkeypatch.setattr(generate_codec, "decode_generate", recording)
+    generate = generate_of(_Engine())
     body = orjson.dumps({"id": "r", "text_input": ["ab"] * elements})
-    status, _, _ = await generate.generate("m", "", body)
+    status, _, _ = await generate.generate(body, META)
     assert status == 200
     on_loop = threads == [threading.main_thread()]
     assert on_loop is (len(body) <= OFFLOAD_BYTES)
@@ -84,14 +99,6 @@ class _Sent:
         self.closed = True
 
 
-class _StreamingPlane(_Plane):
-    def __init__(self, items: list[StreamedResponse]) -> None:
-        self.sent = _Sent(items)
-
-    async def stream(self, request: InferenceRequest) -> _Sent:  # type: ignore[override]
-        return self.sent
-
-
 def _response(final: bool = True) -> StreamedResponse:
     return StreamedResponse(InferenceResponse("m", "1", [], ""), None, final)
 
@@ -110,23 +117,21 @@ BODY = orjson.dumps({"text_input": ["ab"]})
 async def test_generate_takes_exactly_one_response(
     items: list[StreamedResponse], sent: str, taken: int
 ) -> None:
-    plane = _StreamingPlane(items)
-    generate = http_generate.Generate(_Engine(), plane)  # type: ignore[arg-type]
+    engine = _Engine(items)
     with pytest.raises(InferplexError) as caught:
-        await generate.generate("m", "", BODY)
+        await generate_of(engine).generate(BODY, META)
     assert "generate expects model to produce exactly 1 response" in caught.value.message
     assert f"model 'm' sent {sent}" in caught.value.message
     # a model that sends a second response is stopped there
-    assert plane.sent.closed and plane.sent.taken == taken
+    assert engine.sent is not None and engine.sent.closed and engine.sent.taken == taken
 
 
 async def test_a_refusal_before_any_response_is_the_answer() -> None:
     refused = InvalidInputError("input 'x' is bad")
-    plane = _StreamingPlane([StreamedResponse(None, refused)])
-    generate = http_generate.Generate(_Engine(), plane)  # type: ignore[arg-type]
+    engine = _Engine([StreamedResponse(None, refused)])
     with pytest.raises(InvalidInputError):
-        await generate.generate_stream("m", "", BODY)
-    assert plane.sent.closed
+        await generate_of(engine).generate_stream(BODY, META)
+    assert engine.sent is not None and engine.sent.closed
 
 
 async def _events(body: StreamedBody) -> list[bytes]:
@@ -139,9 +144,8 @@ async def test_a_failure_before_any_response_is_a_stream_with_its_status(
     later: list[StreamedResponse],
 ) -> None:
     failed = ModelExecutionError("An Error Occurred")
-    plane = _StreamingPlane([StreamedResponse(None, failed, not later), *later])
-    generate = http_generate.Generate(_Engine(), plane)  # type: ignore[arg-type]
-    status, body, headers = await generate.generate_stream("m", "", BODY)
+    engine = _Engine([StreamedResponse(None, failed, not later), *later])
+    status, body, headers = await generate_of(engine).generate_stream(BODY, META)
     assert status == 500
     assert (b"content-type", b"text/event-stream; charset=utf-8") in headers
     assert isinstance(body, StreamedBody)

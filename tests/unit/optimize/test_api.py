@@ -9,8 +9,8 @@ import pytest
 from examples import modelgen
 from inferplex.config.writers import write_config
 from inferplex.errors import ConfigError, InvalidInputError, ModelNotFoundError
-from inferplex.optimize.api import OptimizeOptions, optimize
-from inferplex.optimize.promotion import Thresholds
+from inferplex_tools.optimize.api import OptimizeOptions, optimize
+from inferplex_tools.optimize.promotion import Thresholds
 
 FAST = {"rounds": 1, "round_s": 0.001, "threads": 1, "batch_size": 4, "clock": "cpu"}
 ANY_SPEED = Thresholds(min_speedup=0.0, min_cosine=0.9)

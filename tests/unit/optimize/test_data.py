@@ -6,7 +6,7 @@ import pytest
 
 from examples import modelgen
 from inferplex.errors import InvalidInputError
-from inferplex.optimize.data import (
+from inferplex_tools.optimize.data import (
     CalibrationReader,
     input_specs,
     load_npz,

@@ -6,7 +6,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from examples import modelgen
-from inferplex.optimize.fp32_layers import keep_shallow_convs_fp32
+from inferplex_tools.optimize.fp32_layers import keep_shallow_convs_fp32
 
 
 def two_conv_model() -> onnx.ModelProto:

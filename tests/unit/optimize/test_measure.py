@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from inferplex.optimize.measure import Timing, agreement, speedup, time_interleaved
+from inferplex_tools.optimize.measure import Timing, agreement, speedup, time_interleaved
 
 
 class FakeClock:

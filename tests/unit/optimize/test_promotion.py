@@ -1,8 +1,8 @@
 import pytest
 
 from inferplex.errors import InvalidInputError
-from inferplex.optimize.measure import Agreement, Timing
-from inferplex.optimize.promotion import Thresholds, failures, resolve_task
+from inferplex_tools.optimize.measure import Agreement, Timing
+from inferplex_tools.optimize.promotion import Thresholds, failures, resolve_task
 
 
 def timing(batch: int, ms: float) -> Timing:

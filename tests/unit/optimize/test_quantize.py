@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from examples import modelgen
 from inferplex.errors import InvalidInputError
-from inferplex.optimize.quantize import (
+from inferplex_tools.optimize.quantize import (
     choose_method,
     gemm_to_matmul,
     match_annotations,

@@ -1,9 +1,9 @@
 import json
 from pathlib import Path
 
-from inferplex.optimize.measure import Agreement, Timing
-from inferplex.optimize.promotion import Thresholds
-from inferplex.optimize.report import CandidateReport, Report
+from inferplex_tools.optimize.measure import Agreement, Timing
+from inferplex_tools.optimize.promotion import Thresholds
+from inferplex_tools.optimize.report import CandidateReport, Report
 
 
 def timing(batch: int, ms: float) -> Timing:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from inferplex.dataplane.classification import class_count, classify, read_labels
 from inferplex.errors import ConfigError, InvalidInputError
-from inferplex.protocol.classification import class_count, classify, read_labels
 from inferplex.types import Tensor
 
 

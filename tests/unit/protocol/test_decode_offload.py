@@ -15,17 +15,20 @@ import pytest
 
 from inferplex.config.model_config import ModelConfig
 from inferplex.core.validation import RequestValidator
+from inferplex.dataplane import OFFLOAD_BYTES, CallMeta, DataPlane
+from inferplex.dataplane import plane as plane_module
+from inferplex.dataplane.checks import declared_checks
 from inferplex.datatypes import serialize_bytes
 from inferplex.errors import InvalidInputError, PayloadTooLargeError
-from inferplex.protocol.checks import declared_checks
-from inferplex.protocol.dataplane import DataPlane
 from inferplex.protocol.v2 import generated as pb
-from inferplex.protocol.v2 import grpc_codec, offload, rest, rest_json
-from inferplex.protocol.v2.rest import decode_infer_request, encode_infer_response
+from inferplex.protocol.v2 import grpc_codec, rest, rest_json
+from inferplex.protocol.v2.codecs import GRPC, REST
+from inferplex.protocol.v2.rest import decode_infer_request
+from inferplex.protocol.v2.rest_encode import encode_infer_response
 from inferplex.security.limits import RequestLimits
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
-BIG = offload.OFFLOAD_BYTES + 1
+BIG = OFFLOAD_BYTES + 1
 
 
 def model_config() -> ModelConfig:
@@ -54,10 +57,17 @@ class Models:
         return self.validator if name == "m" else None
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        raise AssertionError("these tests decode and encode only")
+        """Its first input back as OUT."""
+        first = request.inputs[0]
+        return InferenceResponse("m", "1", [Tensor("OUT", first.datatype, first.shape, first.data)])
 
     async def stream(self, request: InferenceRequest) -> Any:
-        raise AssertionError("these tests decode and encode only")
+        raise AssertionError("these tests answer once")
+
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        return model_config()
+
+    shared_memory = None
 
 
 def binary_body(name: str, shape: list[int], elements: list[bytes]) -> tuple[bytes, int]:
@@ -151,32 +161,30 @@ def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         seen.append(function.__name__)
         return await real(function, *args)
 
-    monkeypatch.setattr(offload.asyncio, "to_thread", to_thread)
+    monkeypatch.setattr(plane_module.asyncio, "to_thread", to_thread)
     return seen
+
+
+def rest_meta(model: str, header_length: int | None) -> CallMeta:
+    return CallMeta(model, "", header_length=header_length)
 
 
 async def test_large_rest_bodies_decode_and_encode_in_a_thread(hops: list[str]) -> None:
     limits = RequestLimits(10**9, 10**9)
     count = BIG // 4
     body, header_length = binary_body("TEXT", [1, count], [b""] * count)
-    request = await offload.decode_rest(
-        body, header_length, "m", "", None, DataPlane(Models(), limits)
-    )
-    response = InferenceResponse(
-        "m", "1", [Tensor("OUT", "BYTES", (1, count), request.inputs[0].data)]
-    )
-    payload, _ = await offload.encode_rest(response, request, None)
+    door = DataPlane(Models(), limits)
+    _, payload, _ = await door.infer(REST, body, rest_meta("m", header_length))
     assert len(orjson.loads(payload)["outputs"][0]["data"]) == count
-    assert hops == ["_decode_rest", "encode_infer_response"]
+    assert hops == ["_decode", "encode"]
 
 
 async def test_small_bodies_and_fixed_size_binary_tensors_stay_on_the_loop(
     hops: list[str],
 ) -> None:
-    limits = RequestLimits(10**9, 10**9)
+    door = DataPlane(Models(), RequestLimits(10**9, 10**9))
     small, small_length = binary_body("TEXT", [1, 2], [b"a", b"b"])
-    await offload.decode_rest(small, small_length, "m", "", None, DataPlane(Models(), limits))
-    image = np.ones((1, BIG), np.float32)
+    await door.infer(REST, small, rest_meta("m", small_length))
     header = orjson.dumps(
         {
             "inputs": [
@@ -184,42 +192,39 @@ async def test_small_bodies_and_fixed_size_binary_tensors_stay_on_the_loop(
                     "name": "IMAGE",
                     "datatype": "FP32",
                     "shape": [1, BIG],
-                    "parameters": {"binary_data_size": image.nbytes},
+                    "parameters": {"binary_data_size": 4 * BIG},
                 }
-            ]
+            ],
+            "parameters": {"binary_data_output": True},
         }
     )
-    request = await offload.decode_rest(
-        header + image.tobytes(), len(header), "free", "", None, DataPlane(Models(), limits)
-    )
-    assert request.inputs[0].data.shape == (1, BIG)
+    image = np.ones((1, BIG), np.float32)
+    assert REST.work(header + image.tobytes(), rest_meta("free", len(header))) == len(header)
     assert hops == []  # a view of the body: no work to move
 
 
 async def test_large_grpc_messages_decode_in_a_thread_unless_seen_before(
     hops: list[str],
 ) -> None:
-    limits = RequestLimits(10**9, 10**9)
+    door = DataPlane(Models(), RequestLimits(10**9, 10**9))
     message = pb.ModelInferRequest(model_name="free")  # no model checks
     message.inputs.add(name="IMAGE", datatype="FP32", shape=[1, BIG])
     message.raw_input_contents.append(np.ones(BIG, np.float32).tobytes())
     data = message.SerializeToString() + b""  # a message of a size no other test sends
-    first = await offload.decode_grpc(data, None, DataPlane(Models(), limits))
-    again = await offload.decode_grpc(data, None, DataPlane(Models(), limits))
-    assert hops == ["_decode_grpc"]  # the second one matched the first one's layout
-    assert first.inputs[0].data.shape == again.inputs[0].data.shape == (1, BIG)
-    response = InferenceResponse("m", "1", [Tensor("OUT", "FP32", (1, BIG), again.inputs[0].data)])
-    encoded = await offload.encode_grpc(response, again, None)
-    assert pb.ModelInferResponse.FromString(encoded).raw_output_contents[0] == data[-4 * BIG :]
-    assert hops == ["_decode_grpc", "encode_infer_response_bytes"]
+    first = await door.infer(GRPC, data, CallMeta())
+    assert hops == ["_decode", "encode"]
+    again = await door.infer(GRPC, data, CallMeta())
+    assert hops == ["_decode", "encode", "encode"]  # the second matched the first's layout
+    assert first == again
+    assert pb.ModelInferResponse.FromString(again).raw_output_contents[0] == data[-4 * BIG :]
 
 
 async def test_limits_are_checked_on_the_decoded_request_either_way() -> None:
-    limits = RequestLimits(10**9, 4)
+    door = DataPlane(Models(), RequestLimits(10**9, 4))
     for elements in ([b"12345"], [b"12345"] * (BIG // 9)):
         body, length = binary_body("TEXT", [1, len(elements)], elements)
         with pytest.raises(PayloadTooLargeError, match="element of 5 bytes"):
-            await offload.decode_rest(body, length, "m", "", None, DataPlane(Models(), limits))
+            await door.infer(REST, body, rest_meta("m", length))
 
 
 # -- client errors are InvalidInputErrors, never a RecursionError or a 500 -----------------
@@ -317,7 +322,7 @@ def test_large_json_bodies_pause_the_collector_and_leave_it_as_it_was(
         return real(*args)
 
     monkeypatch.setattr(rest, "array_from_json", spy)
-    data = [0.5] * (rest._GC_PAUSE_BYTES // 4)
+    data = [0.5] * (rest_json.GC_PAUSE_BYTES // 4)
     body = orjson.dumps(
         {"inputs": [{"name": "x", "datatype": "FP32", "shape": [len(data)], "data": data}]}
     )

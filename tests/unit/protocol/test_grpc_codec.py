@@ -13,6 +13,8 @@ from inferplex.config.model_config import ModelConfig
 from inferplex.errors import InvalidInputError, UnsupportedError
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2 import grpc_codec as codec
+from inferplex.protocol.v2 import grpc_messages as messages
+from inferplex.protocol.v2.grpc_contents import TYPED_CONTENTS
 from inferplex.types import InferenceResponse, Tensor
 
 DATATYPES = [
@@ -80,7 +82,7 @@ def test_raw_input_round_trips_every_datatype(datatype: str) -> None:
 @pytest.mark.parametrize("datatype", TYPED)
 def test_typed_contents_round_trip_every_datatype(datatype: str) -> None:
     data = sample(datatype)
-    field, _ = codec.TYPED_CONTENTS[datatype]
+    field, _ = TYPED_CONTENTS[datatype]
     contents = {field: data.reshape(-1).tolist()}
     msg = request(tensor("IN", datatype, data.shape, contents=contents))
     assert_same(codec.decode_infer_request(msg).inputs[0].data, data)
@@ -172,7 +174,7 @@ def test_fp16_has_no_typed_field() -> None:
     ("datatype", "value"), [("INT8", 128), ("INT16", -32769), ("UINT8", 256), ("UINT16", 70000)]
 )
 def test_narrow_integer_out_of_range(datatype: str, value: int) -> None:
-    field, _ = codec.TYPED_CONTENTS[datatype]
+    field, _ = TYPED_CONTENTS[datatype]
     message = bad(request(tensor("N", datatype, (2,), contents={field: [0, value]})))
     assert "'N'" in message and f"contents.{field}" in message and datatype in message
 
@@ -390,13 +392,13 @@ def test_wire_response_of_known_layout_with_other_bytes_lengths() -> None:
 
 
 def test_server_and_model_metadata() -> None:
-    server = codec.encode_server_metadata(
+    server = messages.encode_server_metadata(
         {"name": "inferplex", "version": "0.1.0", "extensions": ["statistics"]}
     )
     assert (server.name, server.version, list(server.extensions)) == (
         "inferplex", "0.1.0", ["statistics"]
     )  # fmt: skip
-    model = codec.encode_model_metadata({
+    model = messages.encode_model_metadata({
         "name": "add_sub", "versions": ["1"], "platform": "onnxruntime_onnx",
         "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 16]}],
         "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, 16]}],
@@ -445,7 +447,7 @@ def test_model_config_renders_every_field_of_to_triton_dict() -> None:
     triton = ModelConfig.model_validate(FULL_CONFIG).to_triton_dict()
     # Strict parse: a key to_triton_dict renders that the proto lacks would fail here.
     strict = json_format.ParseDict(triton, pb.ModelConfig())
-    config = codec.encode_model_config(triton).config
+    config = messages.encode_model_config(triton).config
     assert config == strict
     assert (config.name, config.platform, config.backend, config.max_batch_size) == (
         "full", "onnxruntime_onnx", "onnxruntime", 8
@@ -476,13 +478,13 @@ def test_model_config_renders_every_field_of_to_triton_dict() -> None:
 )
 def test_model_config_version_policies(policy: dict, choice: str) -> None:
     triton = ModelConfig(name="m", version_policy=policy).to_triton_dict()
-    config = codec.encode_model_config(triton).config
+    config = messages.encode_model_config(triton).config
     assert config.version_policy.WhichOneof("policy_choice") == choice
     assert config.WhichOneof("scheduling_choice") is None
 
 
 def test_model_config_skips_keys_the_proto_does_not_declare() -> None:
-    config = codec.encode_model_config({"name": "m", "some_future_field": {"x": 1}}).config
+    config = messages.encode_model_config({"name": "m", "some_future_field": {"x": 1}}).config
     assert config.name == "m"
 
 
@@ -497,7 +499,7 @@ def test_model_statistics() -> None:
         "batch_stats": [{"batch_size": 2, "compute_input": duration,
                          "compute_infer": duration, "compute_output": duration}],
     }]  # fmt: skip
-    msg = codec.encode_model_statistics(stats)
+    msg = messages.encode_model_statistics(stats)
     assert json_format.MessageToDict(msg, preserving_proto_field_name=True)["model_stats"][0] == (
         json_format.MessageToDict(json_format.ParseDict(stats[0], pb.ModelStatistics()),
                                   preserving_proto_field_name=True)
@@ -514,12 +516,12 @@ def test_model_statistics() -> None:
 
 def test_model_statistics_carry_why_batches_closed() -> None:
     stats = [{"name": "m", "version": "1", "batch_close_reasons": {"full": 4, "idle": 2}}]
-    (model,) = codec.encode_model_statistics(stats).model_stats
+    (model,) = messages.encode_model_statistics(stats).model_stats
     assert dict(model.batch_close_reasons) == {"full": 4, "idle": 2}
 
 
 def test_repository_index() -> None:
-    msg = codec.encode_repository_index([
+    msg = messages.encode_repository_index([
         {"name": "add_sub", "version": "1", "state": "READY", "reason": ""},
         {"name": "broken", "version": "", "state": "UNAVAILABLE", "reason": "bad dims"},
     ])  # fmt: skip

@@ -15,11 +15,8 @@ from hypothesis import strategies as st
 from inferplex.datatypes import V2_TO_NUMPY, serialize_bytes
 from inferplex.errors import InvalidInputError
 from inferplex.protocol.v2 import rest
-from inferplex.protocol.v2.rest import (
-    decode_infer_request,
-    encode_infer_response,
-    parse_header_length,
-)
+from inferplex.protocol.v2.rest import decode_infer_request, parse_header_length
+from inferplex.protocol.v2.rest_encode import encode_infer_response
 from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 DATATYPES = sorted(V2_TO_NUMPY)

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from inferplex.datatypes import CHUNK
-from inferplex.protocol.v2 import rest
-from inferplex.protocol.v2.rest import encode_infer_response
+from inferplex.protocol.v2 import rest_encode
+from inferplex.protocol.v2.rest_encode import encode_infer_response
 from inferplex.protocol.v2.rest_json import json_pieces, spliced
 from inferplex.types import InferenceRequest, InferenceResponse, Tensor
 
@@ -75,7 +75,7 @@ def test_each_call_writes_one_bounded_chunk(monkeypatch: pytest.MonkeyPatch) -> 
         OPT_SERIALIZE_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
     Recording.dumps = staticmethod(recording)  # type: ignore[attr-defined]
-    monkeypatch.setattr(rest, "orjson", Recording)
+    monkeypatch.setattr(rest_encode, "orjson", Recording)
     response = InferenceResponse("m", "1", _outputs())
     body, _ = encode_infer_response(response, InferenceRequest("m", [], "1"))
     # a chunk of the widest of these values (at most 16 characters each, with the comma)

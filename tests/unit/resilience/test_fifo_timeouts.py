@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inferplex.core.batcher import PendingRequest
+from inferplex.core.batch import PendingRequest
 from inferplex.core.fifo import FifoQueue
 
 

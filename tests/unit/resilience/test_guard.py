@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from inferplex.config import ModelConfig
+from inferplex.core.streaming import StreamedResponse
 from inferplex.errors import (
     ConfigError,
     DeadlineExceededError,
@@ -171,3 +172,66 @@ def test_bad_parameters_name_the_model_and_the_parameter(
 ) -> None:
     with pytest.raises(ConfigError, match=rf"model 'm': parameter {key} must be {expected}"):
         ModelGuards(GuardDefaults()).get(config(**{key: value}))
+
+
+class FakeStream:
+    """A decoupled model's responses: the given items, then nothing; records its close."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+        self.closed = False
+
+    def __aiter__(self) -> FakeStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self.items:
+            raise StopAsyncIteration
+        return self.items.pop(0)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeDecoupled(FakeServed):
+    def __init__(self, config: ModelConfig, items: list[Any]) -> None:
+        super().__init__(config)
+        self.items = items
+
+    def stream(self, request: InferenceRequest, bound: int) -> FakeStream:
+        return FakeStream(list(self.items))
+
+
+async def test_a_decoupled_streams_failures_open_its_breaker() -> None:
+    """An execution error among a stream's responses counts as a failure; a final response
+    without one as a success; a stream left before the end as neither; an open breaker
+    refuses the next stream before the model sees it."""
+    clock = Clock()
+    guard = ModelGuards(GuardDefaults(), clock).get(config(breaker_failures="2"))
+    assert guard is not None and guard.breaker is not None
+    request = InferenceRequest("m", [])
+    failed = StreamedResponse(None, ModelExecutionError("boom"), True)
+    refused = StreamedResponse(None, InvalidInputError("bad"), True)
+    answered = [
+        StreamedResponse(InferenceResponse("m", "1", []), None, False),
+        StreamedResponse(None),
+    ]
+
+    async def run(items: list[Any], leave_early: bool = False) -> None:
+        responses = guard.stream(FakeDecoupled(config(), items), request, 4)  # type: ignore[arg-type]
+        async for _ in responses:
+            if leave_early:
+                break
+        responses.close()
+
+    await run([failed])
+    await run([refused])  # the client's doing: says nothing of the model
+    await run(answered, leave_early=True)  # no verdict
+    assert guard.breaker.consecutive_failures == 1
+    await run(answered)
+    assert guard.breaker.consecutive_failures == 0
+    await run([failed])
+    await run([failed])
+    assert guard.breaker.state is BreakerState.OPEN
+    with pytest.raises(ServerBusyError, match="circuit breaker open"):
+        guard.stream(FakeDecoupled(config(), answered), request, 4)  # type: ignore[arg-type]

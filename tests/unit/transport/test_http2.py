@@ -15,7 +15,7 @@ import pytest
 
 from inferplex.protocol.v2 import generated as pb
 from inferplex.protocol.v2.grpc_codec import decode_infer_request_bytes
-from inferplex.transport.grpc_server import _timeout_seconds
+from inferplex.transport.grpc_call import timeout_seconds
 from inferplex.transport.grpc_stream import percent_encode
 from inferplex.transport.http2 import (
     CONNECTION_WINDOW,
@@ -52,12 +52,12 @@ from inferplex.transport.http_limits import ByteBudget
      (b"7n", 7e-9), (b"99999999S", 99999999.0)],
 )  # fmt: skip
 def test_grpc_timeout(value: bytes, seconds: float) -> None:
-    assert _timeout_seconds(value) == pytest.approx(seconds)
+    assert timeout_seconds(value) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("value", [b"", b"S", b"1", b"1x", b"-1S", b"123456789S", b"1.5S"])
 def test_malformed_grpc_timeout_is_no_deadline(value: bytes) -> None:
-    assert _timeout_seconds(value) is None
+    assert timeout_seconds(value) is None
 
 
 def test_grpc_message_percent_encoding() -> None:

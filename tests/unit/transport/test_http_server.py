@@ -11,7 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
+from inferplex.transport.http_limits import Http1Limits
 from inferplex.transport.http_server import HttpServer
+from inferplex.transport.listener import ListenerSpec, TlsFiles
 
 HOST = "127.0.0.1"
 
@@ -69,7 +71,10 @@ async def served() -> AsyncIterator[tuple[HttpServer, EchoApp, int]]:
     sock.bind((HOST, 0))
     sock.listen(16)
     sock.setblocking(False)
-    server = HttpServer(app, max_body_bytes=1000, max_header_bytes=2000, keep_alive_s=0.3)
+    spec = ListenerSpec(
+        max_body_bytes=1000, max_header_bytes=2000, http1=Http1Limits(keep_alive_s=0.3)
+    )
+    server = HttpServer(None, spec, asgi=app)
     await server.start(sock)
     yield server, app, sock.getsockname()[1]
     await server.stop(1.0)
@@ -292,7 +297,6 @@ def test_a_tls_peer_that_never_closes_holds_neither_stop_nor_the_loop_s_close(
 
     import uvloop
 
-    from inferplex.security.tls import server_ssl_context
     from tests.support.certs import make_certificates
 
     certs = make_certificates(tmp_path)
@@ -310,8 +314,8 @@ def test_a_tls_peer_that_never_closes_holds_neither_stop_nor_the_loop_s_close(
         sock.bind((HOST, 0))
         sock.listen(4)
         sock.setblocking(False)
-        tls = server_ssl_context(certs.server_cert, certs.server_key, None)
-        server = HttpServer(EchoApp(), max_body_bytes=1000, ssl_context=tls)
+        tls = TlsFiles(certs.server_cert, certs.server_key)
+        server = HttpServer(None, ListenerSpec(max_body_bytes=1000, tls=tls), asgi=EchoApp())
         await server.start(sock)
         answer = await asyncio.to_thread(request_and_hold, sock.getsockname()[1])
         assert answer.startswith(b"HTTP/1.1 200")
@@ -393,12 +397,12 @@ async def large_bodies(port: int, tls: Any = None) -> None:
         writer.close()
 
 
-async def serve_large(tls: Any = None) -> tuple[HttpServer, int]:
+async def serve_large(tls: TlsFiles | None = None) -> tuple[HttpServer, int]:
     sock = socket.socket()
     sock.bind((HOST, 0))
     sock.listen(16)
     sock.setblocking(False)
-    server = HttpServer(EchoApp(), max_body_bytes=4 << 20, ssl_context=tls)
+    server = HttpServer(None, ListenerSpec(max_body_bytes=4 << 20, tls=tls), asgi=EchoApp())
     await server.start(sock)
     return server, sock.getsockname()[1]
 
@@ -426,7 +430,6 @@ def test_large_bodies_on_uvloop_over_tcp_and_tls(tmp_path: Any) -> None:
 
     import uvloop
 
-    from inferplex.security.tls import server_ssl_context
     from tests.support.certs import make_certificates
 
     certs = make_certificates(tmp_path)
@@ -435,7 +438,7 @@ def test_large_bodies_on_uvloop_over_tcp_and_tls(tmp_path: Any) -> None:
     async def both() -> None:
         for server_tls, client_tls in (
             (None, None),
-            (server_ssl_context(certs.server_cert, certs.server_key, None), client),
+            (TlsFiles(certs.server_cert, certs.server_key), client),
         ):
             server, port = await serve_large(server_tls)
             try:

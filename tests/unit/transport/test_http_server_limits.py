@@ -14,6 +14,7 @@ import pytest
 
 from inferplex.transport.http_limits import ByteBudget, Http1Limits
 from inferplex.transport.http_server import HttpServer
+from inferplex.transport.listener import ListenerSpec
 from tests.unit.transport.test_http_server import EchoApp, post, read_response, split
 
 HOST = "127.0.0.1"
@@ -57,10 +58,13 @@ async def serve() -> AsyncIterator[Serve]:
         sock.setblocking(False)
         settings = {"header_timeout_s": 5.0, "keep_alive_s": 5.0, **limits}
         server = HttpServer(
-            app,
-            max_body_bytes=max_body_bytes,
-            max_header_bytes=HEADERS,
-            limits=Http1Limits(**settings),
+            None,
+            ListenerSpec(
+                max_body_bytes=max_body_bytes,
+                max_header_bytes=HEADERS,
+                http1=Http1Limits(**settings),
+            ),
+            asgi=app,
             budget=budget,
         )
         await server.start(sock)

@@ -13,6 +13,7 @@ import pytest
 
 from inferplex.transport.http_cycle import Request
 from inferplex.transport.http_server import HttpServer
+from inferplex.transport.listener import ListenerSpec
 from tests.unit.transport.test_http_server import HOST, post, read_response, split
 
 Reply = tuple[int, bytes, list[tuple[bytes, bytes]]]
@@ -27,7 +28,7 @@ class Handler:
         self.cancelled = asyncio.Event()
         self.admitted: list[str] = []
 
-    def admit(self, request: Request) -> Reply | None:
+    def refusal(self, request: Request) -> Reply | None:
         if request.path == "/private":
             return 403, b'{"error": "no"}', []
         request.admitted = f"route of {request.path}"
@@ -57,10 +58,6 @@ class Handler:
         return 201, body, [(b"content-type", b"application/json"), (b"x-echo", b"1")]
 
 
-async def never_called(scope: Any, receive: Any, send: Any) -> None:
-    raise AssertionError("the ASGI app is not called when the server has a respond")
-
-
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[HttpServer, Handler, int]]:
     handler = Handler()
@@ -68,13 +65,7 @@ async def served() -> AsyncIterator[tuple[HttpServer, Handler, int]]:
     sock.bind((HOST, 0))
     sock.listen(16)
     sock.setblocking(False)
-    server = HttpServer(
-        never_called,
-        max_body_bytes=1 << 20,
-        admit=handler.admit,
-        respond=handler.respond,
-        keep_alive_s=5.0,
-    )
+    server = HttpServer(handler, ListenerSpec(max_body_bytes=1 << 20))
     await server.start(sock)
     yield server, handler, sock.getsockname()[1]
     await server.stop(1.0)

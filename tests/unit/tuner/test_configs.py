@@ -10,11 +10,11 @@ import onnxruntime as ort
 import pytest
 
 from examples import modelgen
-from inferplex.benchtool import BenchError
 from inferplex.config.readers import read_model_config
 from inferplex.config.writers import write_config
 from inferplex.lifecycle.planning import plan_model
-from inferplex.tuner.configs import (
+from inferplex_tools.benchtool import BenchError
+from inferplex_tools.tuner.configs import (
     apply,
     current_candidate,
     int8_quantizer,
@@ -22,7 +22,7 @@ from inferplex.tuner.configs import (
     read_raw,
     write_best,
 )
-from inferplex.tuner.space import Candidate
+from inferplex_tools.tuner.space import Candidate
 
 
 def _model(repo: Path, fmt: str, versions: int = 1) -> Path:

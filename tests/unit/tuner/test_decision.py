@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from inferplex.tuner.decision import MIN_GAIN, decide
-from inferplex.tuner.pareto import Point
+from inferplex_tools.tuner.decision import MIN_GAIN, decide
+from inferplex_tools.tuner.pareto import Point
 
 CURRENT = Point("b8_d0_i1_t0_fp32", 1000.0, 5.0)
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from inferplex.benchtool import BenchError
-from inferplex.tuner.journal import Journal
-from inferplex.tuner.pareto import Point, best_under, frontier, score
-from inferplex.tuner.search import rung_count, successive_halving
-from inferplex.tuner.space import Candidate, SearchSpace, sample
+from inferplex_tools.benchtool import BenchError
+from inferplex_tools.tuner.journal import Journal
+from inferplex_tools.tuner.pareto import Point, best_under, frontier, score
+from inferplex_tools.tuner.search import rung_count, successive_halving
+from inferplex_tools.tuner.space import Candidate, SearchSpace, sample
 
 
 def test_grid_drops_queue_delays_that_cannot_matter() -> None:

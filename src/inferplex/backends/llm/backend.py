@@ -22,17 +22,17 @@ import numpy as np
 
 from inferplex.backends.base import (
     Backend,
+    BatchOutcome,
     BatchRequest,
     Cancellation,
     InstanceSpec,
-    RequestOutcome,
 )
+from inferplex.backends.engine_stats import EngineStats
 from inferplex.backends.llm.admission import prepare
 from inferplex.backends.llm.generation import Generation
 from inferplex.backends.llm.relay import Outbox, Reply
 from inferplex.backends.llm.request import INPUTS, OUTPUTS, GenerateRequest, read_request
 from inferplex.backends.llm.settings import read_settings
-from inferplex.backends.llm.stats import GenerationStats
 from inferplex.backends.pytorch import PyTorchBackend
 from inferplex.backends.step_gate import StepGates
 from inferplex.config.model_config import InstanceGroup, ModelConfig, ModelTransactionPolicy
@@ -120,7 +120,7 @@ class LlmBackend(Backend):
         outputs: list[str],
         requests: list[BatchRequest],
         cancellation: Cancellation | None = None,
-    ) -> list[RequestOutcome]:
+    ) -> list[BatchOutcome]:
         """Generate for each request, sending its output to its sink as it comes; returns
         when all have ended."""
         outbox = Outbox()
@@ -148,10 +148,10 @@ class LlmBackend(Backend):
 
     def _read(
         self, inputs: dict[str, np.ndarray], requests: list[BatchRequest], outbox: Outbox
-    ) -> tuple[list[RequestOutcome], dict[int, Reply], dict[int, Generation]]:
+    ) -> tuple[list[BatchOutcome], dict[int, Reply], dict[int, Generation]]:
         """Each request read and made ready for the engine, or the error that refuses it
         alone: (answers so far, the replies and generations of those ready, by index)."""
-        answers: list[RequestOutcome] = [{} for _ in requests]
+        answers: list[BatchOutcome] = [{} for _ in requests]
         replies: dict[int, Reply] = {}
         generations: dict[int, Generation] = {}
         offset = 0
@@ -185,7 +185,7 @@ class LlmBackend(Backend):
         prompt = model.tokenizer.encode(request.prompt)
         return prepare(model, prompt, request.params, outbox.deliver_to(index))
 
-    def generation_stats(self) -> GenerationStats:
+    def engine_stats(self) -> EngineStats:
         """The version's engine now (the LLM metrics: one engine for all its instances)."""
         return self._model.engine.stats()
 

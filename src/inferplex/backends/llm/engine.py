@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import torch
 
+from inferplex.backends.engine_stats import EngineStats, TokenLatency
 from inferplex.backends.llm.generation import ABORT, Generation, Piece
 from inferplex.backends.llm.policy import SchedulingPolicy, Sequence
 from inferplex.backends.llm.runner import ModelRunner
 from inferplex.backends.llm.sampler import sample
-from inferplex.backends.llm.stats import GenerationStats, TokenLatency
 from inferplex.backends.step_gate import StepGate
 from inferplex.errors import InferplexError, ModelExecutionError, ModelNotReadyError
 
@@ -144,12 +144,12 @@ class Engine:
         finally:
             gate.release(grant)
 
-    def stats(self) -> GenerationStats:
-        """The engine's state and totals now (any thread: see ``stats.py``)."""
+    def stats(self) -> EngineStats:
+        """The engine's state and totals now (any thread: see ``backends/engine_stats.py``)."""
         policy = self.policy
         pool = policy.pool
         counters = self.counters
-        return GenerationStats(
+        return EngineStats(
             running=len(policy.running),
             waiting=len(policy.waiting),
             kv_blocks_used=pool.used,

@@ -13,22 +13,33 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from inferplex import logging_setup
 from inferplex.backends.base import (
+    STILL_SENDING,
+    BatchOutcome,
     BatchRequest,
     Cancellation,
     InstanceSpec,
     RequestOutcome,
-    ResponseSink,
 )
 from inferplex.backends.python.completion import auto_complete
-from inferplex.backends.worker.process_backend import ProcessBackend
+from inferplex.backends.worker.call_streams import LinkEnd
+from inferplex.backends.worker.inbox import Inbox
+from inferplex.backends.worker.messages import (
+    BatchDone,
+    Calls,
+    RequestInfo,
+    Response,
+    StreamCancel,
+    StreamNext,
+    StreamOpen,
+)
+from inferplex.backends.worker.process_backend import ProcessBackend, sent_error
 from inferplex.config.model_config import ModelConfig
-from inferplex.errors import ConfigError
+from inferplex.errors import ConfigError, InferplexError, ModelExecutionError
 
 #: model parameters of the python backend (process_backend.py has those of every backend
 #: that runs in worker processes: timeouts, arena size)
@@ -76,9 +87,15 @@ class PythonBackend(ProcessBackend):
         # batches are numbered for the cancel board (backends/worker/cancel.py); a batch holds
         # at most max_batch_size requests (one row each at least), an unbatched model's one
         self._batch_numbers = itertools.count(1)
-        self._launch(config, init, instance, cancel_slots=max(1, config.max_batch_size))
-        #: where the responses of the running batch's requests go (a decoupled model's)
-        self._sinks: list[ResponseSink | None] = []
+        #: the worker's numbers of requests, which their responses carry
+        self._request_numbers = itertools.count()
+        # A decoupled model's threads may send responses after its execute returned, while
+        # the next batch runs (as in Triton): its worker's link has a pipe and an arena of
+        # its own, and a thread (its Inbox) reads that pipe, batch or no batch.
+        self._overlaps = config.model_transaction_policy.decoupled
+        self._inbox: Inbox | None = None
+        slots = max(1, config.max_batch_size)
+        self._launch(config, init, instance, cancel_slots=slots, outbox=self._overlaps)
 
     def execute_requests(
         self,
@@ -86,13 +103,15 @@ class PythonBackend(ProcessBackend):
         outputs: list[str],
         requests: list[BatchRequest],
         cancellation: Cancellation | None = None,
-    ) -> list[RequestOutcome]:
+    ) -> list[BatchOutcome]:
         """The batch with who asked for its rows: a Triton-style model gets one request each
         (with its id and parameters) and may fail one alone. Requests whose callers go away
         while it runs are marked on the worker's cancel board, where the handler's
-        ``is_cancelled()`` finds them."""
-        meta = [(r.id, r.parameters, r.rows) for r in requests]
-        self._sinks = [r.sink for r in requests]
+        ``is_cancelled()`` finds them. A decoupled model's request whose responses go on
+        after the batch (threads the model started) is answered ``STILL_SENDING``."""
+        infos = tuple(
+            RequestInfo(next(self._request_numbers), r.id, r.parameters, r.rows) for r in requests
+        )
         number = next(self._batch_numbers)
         board = self._worker.board
         if cancellation is not None and board is not None:
@@ -104,13 +123,32 @@ class PythonBackend(ProcessBackend):
                     self._streams.stop_all(batch)  # so the models it calls stop too
 
             cancellation.forward_to(forward)
-        done = self._exchange(inputs, (outputs, meta, number))
-        results = self._worker.arena.read(done[1], copy=True)
+        if not self._overlaps:
+            return self._answers(self._exchange(inputs, outputs, infos, number), requests)
+        sinks = {i.number: r.sink for i, r in zip(infos, requests, strict=True) if r.sink}
+        self._start()
+        inbox = self._current_inbox()
+        inbox.expect(sinks)
+        try:
+            done = self._exchange(inputs, outputs, infos, number)
+        except BaseException:
+            inbox.forget(sinks)  # what its threads send now is dropped
+            raise
+        answers = self._answers(done, requests)
+        still_open = set(done.open)
+        for index, info in enumerate(infos):
+            if info.number in still_open and not isinstance(answers[index], InferplexError):
+                answers[index] = STILL_SENDING
+        return answers
+
+    def _answers(self, done: BatchDone, requests: list[BatchRequest]) -> list[BatchOutcome]:
+        """Each request's outputs (its rows of the batch's) or the error it failed with."""
+        results = self._worker.arena.read(done.outputs, copy=True)
         # errors the model put in its responses
-        failed = {index: self._sent_error(why, code) for index, why, code in done[2]}
+        failed = {f.index: sent_error(f.failure) for f in done.failed}
         if len(requests) - len(failed) == 1:  # the one answered gets all (unbatched models too)
             return [failed.get(index, results) for index in range(len(requests))]
-        answers: list[RequestOutcome] = []
+        answers: list[BatchOutcome] = []
         offset = 0  # the results hold the rows of the requests that did not fail, in order
         for index, request in enumerate(requests):
             if index in failed:
@@ -121,19 +159,39 @@ class PythonBackend(ProcessBackend):
             offset = end
         return answers
 
-    def _deliver(self, message: tuple[Any, ...]) -> None:
-        """A response of a decoupled model's request: copied out of the arena and queued for
-        its client, waiting while the client is too far behind; the worker, waiting for the
-        answer, learns whether the client is still there."""
-        _, index, headers, final, error = message
-        worker = self._worker
-        outcome: RequestOutcome | None = None
-        if error is not None:
-            outcome = self._sent_error(*error)
-        elif headers:
-            outcome = worker.arena.read(headers, copy=True)
-        sink = self._sinks[index] if 0 <= index < len(self._sinks) else None
-        worker.send(("sent", sink is not None and sink.send(outcome, final)))
+    def _current_inbox(self) -> Inbox:
+        """The link reader of the worker running now (a new one after a restart)."""
+        inbox = self._inbox
+        if inbox is None or inbox.pid != self._worker.pid:
+            inbox = Inbox(
+                self._worker, self._outcome, self._answer, self._batch_deadline, self._ended
+            )
+            self._inbox = inbox
+        return inbox
+
+    def _answer(self, message: object, end: LinkEnd) -> None:
+        """A call the handler makes while its batch runs (over the link's pipe)."""
+        match message:
+            case Calls(calls):
+                self._answer_calls(calls, end)
+            case StreamOpen() | StreamNext() | StreamCancel() as stream:
+                self._streams.handle(stream, end)
+            case other:
+                raise RuntimeError(f"a worker's link sent an unknown {type(other).__name__}")
+
+    def _outcome(self, response: Response) -> RequestOutcome | None:
+        """A response's outputs (copied out of the link's arena) or its error."""
+        if response.error is not None:
+            return sent_error(response.error)
+        if response.outputs:
+            return self._worker.outbox.read(response.outputs, copy=True)
+        return None
+
+    def _ended(self, why: str) -> InferplexError:
+        return ModelExecutionError(
+            f"model '{self._name}': the handler's worker process ended ({why}) before the "
+            "request's final response"
+        )
 
     @classmethod
     def auto_complete(

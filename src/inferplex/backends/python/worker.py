@@ -1,36 +1,14 @@
 """The worker process that runs one instance of a Python model (or of an isolated model's
 backend, when the init message names a ``loader``).
 
-    python -m inferplex.backends.python.worker CONNECTION_FD ARENA_FD [CANCEL_FD]
+    python -m inferplex.backends.python.worker CONNECTION ARENA CANCEL OUTBOX EXCHANGE
 
 The server starts it with a socket (``multiprocessing.connection`` framing), the arena's
 file descriptor and, for a Python model, its cancel board's (``backends/worker/cancel.py``: how
-a running handler learns that a request's caller went away, without a message).
-Messages are small tuples; tensors stay in the arena:
-
-  server -> worker  ("init", {...})                         then "ready" or ("failed", why)
-                    ("run", headers, output names)          then ("done", headers) or
-                                                            ("error", why, error code)
-                    ("run", headers, output names, requests, number)   a Python model's
-                                                            batch number ``number`` with
-                                                            [(id, parameters, rows)] per
-                                                            request: ("done", headers,
-                                                            [(index, why, code)] that failed)
-                    ("result", [("result", headers) | ("error", code, message)])
-                                                            answers to a worker's calls
-                    ("sent", alive)                         answer to a response: queued
-                                                            for its client (still there?)
-                    ("stop",)
-  worker -> server  ("infer", [(model, version, headers, output names, timeout)])   calls
-                                                            (BLS), run at once
-                    ("metrics", updates)                    custom metric changes, ahead of
-                                                            "ready" and of an answer
-                    ("response", index, headers or None, final, (why, code) or None)
-                                                            a decoupled model's response to
-                                                            request ``index`` of the batch
-                    StreamOpen / StreamNext / StreamCancel  calls whose responses the
-                                                            handler reads as they come
-                                                            (``stream_messages.py``)
+a running handler learns that a request's caller went away, without a message); for a
+decoupled model, an arena and a socket of its link's own (``link.py``); -1 where there is
+none.
+The messages both ways are ``backends/worker/messages.py``'s; tensors stay in the arenas.
 
 It imports only numpy and the few modules of this package it needs (not the server, not the
 config models: the ``__init__`` of ``backends`` and ``backends/python`` import lazily for it),
@@ -43,25 +21,31 @@ import importlib
 import logging
 import signal
 import sys
-import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 
 from inferplex.backends.python import compat
-from inferplex.backends.python.runner import Runner, find_class, load_module
+from inferplex.backends.python.link import Link
+from inferplex.backends.python.runner import HandlerRunner, find_class, load_module
+from inferplex.backends.python.styles import make_runner
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
-from inferplex.backends.worker.stream_messages import (
-    StreamCancel,
-    StreamItem,
-    StreamNext,
-    StreamOpen,
-    StreamOpened,
+from inferplex.backends.worker.messages import (
+    BatchDone,
+    BatchFailed,
+    Failure,
+    Init,
+    LoadFailed,
+    MetricUpdates,
+    Ready,
+    RunBatch,
+    Stop,
+    Wire,
 )
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import bls, metrics
@@ -95,7 +79,7 @@ class Loaded(Protocol):
         ...
 
 
-def load(init: dict[str, Any]) -> Runner:
+def load(init: dict[str, Any]) -> HandlerRunner:
     model_file = Path(init["model_file"])
     context = Context(
         model_name=init["model_name"],
@@ -109,8 +93,7 @@ def load(init: dict[str, Any]) -> Runner:
     module = load_module(model_file)
     found = find_class(module, init["handler_class"])
     compat.check(model_file, found)
-    handler = found()
-    return Runner(handler, context)
+    return make_runner(found(), context)
 
 
 def loader(init: dict[str, Any]) -> Callable[[dict[str, Any]], Loaded]:
@@ -124,159 +107,92 @@ def loader(init: dict[str, Any]) -> Callable[[dict[str, Any]], Loaded]:
     return found
 
 
-class Link:
-    """The worker's way back to the server while a request runs. A message carries one call
-    or several (an async handler's gathered ``async_exec``: the server runs them at once);
-    messages from several threads of one handler take turns: the pipe and the arena carry
-    one at a time."""
-
-    def __init__(self, connection: Connection, arena: Arena) -> None:
-        self._connection = connection
-        self._arena = arena
-        self._lock = threading.Lock()
-        self._base = -1  # first arena offset free for calls; -1 while no request runs
-
-    def begin(self, base: int) -> None:
-        """A request whose inputs end at arena offset ``base`` starts running."""
-        self._base = base
-
-    def end(self) -> None:
-        self._base = -1
-
-    def call_many(
-        self, calls: Sequence[bls.Call]
-    ) -> list[dict[str, np.ndarray] | bls.ModelCallError]:
-        with self._lock:
-            self._running()
-            sent = []
-            offset = self._base
-            for call in calls:
-                headers, offset = self._arena.write(call.inputs, offset)
-                outputs = list(call.outputs or ())
-                sent.append((call.model_name, call.version, headers, outputs, call.timeout))
-            self._connection.send(("infer", sent))
-            _, answers = self._connection.recv()
-            # copies: the next call reuses this part of the arena
-            return [
-                bls.ModelCallError(answer[2], answer[1])
-                if answer[0] == "error"
-                else self._arena.read(answer[1], copy=True)
-                for answer in answers
-            ]
-
-    def open_stream(self, call: bls.Call) -> int:
-        with self._lock:
-            self._running()
-            headers = self._arena.write(call.inputs, self._base)[0]
-            outputs = list(call.outputs or ())
-            self._connection.send(
-                StreamOpen(call.model_name, call.version, headers, outputs, call.timeout)
-            )
-            opened: StreamOpened = self._connection.recv()
-            return opened.stream
-
-    def next_response(self, stream: int) -> bls.Streamed:
-        with self._lock:
-            self._running()
-            self._connection.send(StreamNext(stream))
-            item: StreamItem = self._connection.recv()
-            # a copy: the next message reuses this part of the arena
-            outputs = None if item.outputs is None else self._arena.read(item.outputs, copy=True)
-            error = None if item.error is None else bls.ModelCallError(item.error[1], item.error[0])
-            return bls.Streamed(outputs, error, item.final)
-
-    def cancel_stream(self, stream: int) -> None:
-        with self._lock:
-            if self._base >= 0:  # else its batch ended, and the call with it
-                self._connection.send(StreamCancel(stream))
-
-    def _running(self) -> None:
-        if self._base < 0:
-            raise bls.ModelCallError(
-                "other models can be called only while the handler runs a request "
-                "(not in initialize or finalize)",
-                "unavailable",
-            )
-
-    def respond(
-        self,
-        index: int,
-        outputs: dict[str, np.ndarray] | None,
-        final: bool,
-        error: tuple[str, str] | None,
-    ) -> bool:
-        """Send one response of request ``index`` of the running batch (a decoupled model's)
-        and wait until the server has queued it for the client: whether the client is still
-        there."""
-        with self._lock:
-            if self._base < 0:
-                raise RuntimeError("responses can be sent only while their request runs")
-            headers = self._arena.write(outputs, self._base)[0] if outputs else None
-            self._connection.send(("response", index, headers, final, error))
-            alive: bool = self._connection.recv()[1]
-            return alive
-
-
-def serve(connection: Connection, arena: Arena, board: CancelBoard | None = None) -> int:
-    """The worker's life: initialise, then run batches until told to stop."""
-    _, init = connection.recv()
-    configure_logging(*init.get("log", LOG_DEFAULT))
-    model_dir = str(Path(init["model_file"]).parent)
+def serve(
+    connection: Wire,
+    arena: Arena,
+    board: CancelBoard | None = None,
+    link: Link | None = None,
+) -> int:
+    """The worker's life: initialise, then run batches until told to stop. ``link``: one of
+    its own (a decoupled model's: threads the model started may send responses between
+    batches, ``link.py``); else the link shares ``connection`` and ``arena``."""
+    init: Init = connection.recv()
+    settings = init.settings
+    configure_logging(*settings.get("log", LOG_DEFAULT))
+    model_dir = str(Path(settings["model_file"]).parent)
     runner: Loaded
     try:
-        runner = loader(init)(init)
+        runner = loader(settings)(settings)
     except Exception as exc:
         traceback.print_exc()
-        connection.send(("failed", describe(exc, model_dir)))
+        connection.send(LoadFailed(describe(exc, model_dir)))
         return 1
-    link = Link(connection, arena)
+    overlaps = link is not None
+    link = link or Link(connection, arena)
     bls.install(link)
     send_metrics(connection)
-    connection.send(("ready",))
+    connection.send(Ready())
     while True:
         try:
             message = connection.recv()
         except EOFError:  # the server is gone
             return 0
-        if message[0] == "stop":
-            break
-        _, headers, outputs, *batch = message
-        base = Arena.end(headers)
-        link.begin(base)
-        cancelled: Callable[[int], bool] = never
-        try:
-            inputs = arena.read(headers, copy=False)
-            if batch:  # who asked for which rows: a handler may fail one request alone
-                requests, number = batch
-                if board is not None:
-                    cancelled = board.checker(number)
-                results, failed = cast(Runner, runner).run_requests(
-                    inputs, outputs, requests, cancelled, link.respond
-                )
-                reply: tuple[Any, ...] = ("done", arena.write(results, base)[0], failed)
-            else:
-                reply = ("done", arena.write(runner.run(inputs, outputs), base)[0])
-        except InferplexError as exc:  # a clear message with its code (a bad input, say)
-            reply = ("error", exc.message, exc.code.value)
-        except Exception as exc:
-            # a handler that gives up on a batch nobody waits for any more is no error to log
-            if not (batch and all(cancelled(i) for i in range(len(batch[0])))):
-                traceback.print_exc()
-            reply = ("error", describe(exc, model_dir), ErrorCode.INTERNAL.value)
-        finally:
-            link.end()
+        match message:
+            case RunBatch() as batch:
+                reply = run_batch(batch, runner, arena, board, link, model_dir, overlaps)
+            case Stop():
+                break
+            case other:
+                raise RuntimeError(f"unexpected message {type(other).__name__} between batches")
         send_metrics(connection)
         connection.send(reply)
     runner.finalize()
     return 0
 
 
-def send_metrics(connection: Connection) -> None:
+def run_batch(
+    batch: RunBatch,
+    runner: Loaded,
+    arena: Arena,
+    board: CancelBoard | None,
+    link: Link,
+    model_dir: str,
+    overlaps: bool = False,
+) -> BatchDone | BatchFailed:
+    """Run one batch; its answer. ``overlaps``: the batch's requests may outlive it (a
+    decoupled model's threads), so its inputs are copied out of the arena, where the next
+    batch's go."""
+    base = Arena.end(batch.inputs)
+    link.begin(base)
+    cancelled: Callable[[int], bool] = never
+    try:
+        inputs = arena.read(batch.inputs, copy=overlaps)
+        if not batch.requests:
+            return BatchDone(arena.write(runner.run(inputs, batch.outputs), base)[0])
+        # who asked for which rows: a handler may fail one request alone
+        assert isinstance(runner, HandlerRunner)
+        if board is not None:
+            cancelled = board.checker(batch.number)
+        result = runner.run_requests(inputs, batch.outputs, batch.requests, cancelled, link.respond)
+        outputs = arena.write(result.outputs, base)[0]
+        return BatchDone(outputs, tuple(result.failed), result.still_open)
+    except InferplexError as exc:  # a clear message with its code (a bad input, say)
+        return BatchFailed(Failure.of(exc))
+    except Exception as exc:
+        # a handler that gives up on a batch nobody waits for any more is no error to log
+        if not (batch.requests and all(cancelled(i) for i in range(len(batch.requests)))):
+            traceback.print_exc()
+        return BatchFailed(Failure(ErrorCode.INTERNAL, describe(exc, model_dir)))
+    finally:
+        link.end()
+
+
+def send_metrics(connection: Wire) -> None:
     """The custom metrics the handler changed since the last answer, in one message ahead
     of the next (none when nothing changed)."""
     updates = metrics.drain()
     if updates:
-        connection.send(("metrics", updates))
+        connection.send(MetricUpdates(updates))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,10 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C in a terminal reaches the whole process group: the server decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    connection = Connection(int(args[0]))
+    connection = Wire(Connection(int(args[0])))
     arena = Arena(int(args[1]))
-    board = CancelBoard(int(args[2])) if len(args) > 2 else None
-    return serve(connection, arena, board)
+    # -1: none (a model without a cancel board; a link that shares the pipe and arena)
+    board = CancelBoard(int(args[2])) if int(args[2]) >= 0 else None
+    link = None
+    if int(args[3]) >= 0:
+        link = Link(Wire(Connection(int(args[4]))), Arena(int(args[3])), own=True)
+    return serve(connection, arena, board, link)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,28 @@ import numpy as np
 
 from inferplex.backends.base import Backend, InstanceSpec, ModelCaller
 from inferplex.backends.worker.arena import DEFAULT_SIZE, Arena
-from inferplex.backends.worker.call_streams import StreamedCalls, call_request
-from inferplex.backends.worker.stream_messages import StreamCancel, StreamNext, StreamOpen
+from inferplex.backends.worker.call_streams import (
+    LinkEnd,
+    StreamedCalls,
+    call_deadline,
+    call_request,
+)
+from inferplex.backends.worker.messages import (
+    BatchDone,
+    BatchFailed,
+    Call,
+    CallAnswer,
+    CallAnswers,
+    Calls,
+    Failure,
+    RequestInfo,
+    Response,
+    RunBatch,
+    Sent,
+    StreamCancel,
+    StreamNext,
+    StreamOpen,
+)
 from inferplex.backends.worker.worker_process import (
     WorkerFailed,
     WorkerGone,
@@ -72,24 +92,31 @@ class ProcessBackend(Backend):
         init: dict[str, Any],
         instance: InstanceSpec,
         cancel_slots: int = 0,
+        outbox: bool = False,
     ) -> None:
         """Start the worker with ``init`` (what ``backends/python/worker.py`` loads) and wait
         until it has loaded; ModelExecutionError with the reason if it cannot. With
-        ``cancel_slots`` the worker gets a cancel board for batches of that many requests."""
+        ``cancel_slots`` the worker gets a cancel board for batches of that many requests; with
+        ``outbox`` an arena of its own to write into (``WorkerProcess``)."""
         self._name = config.name
         self._caller: ModelCaller | None = instance.caller
         self._timeout = number_parameter(config, TIMEOUT_PARAMETER, 0.0)
         self._load_timeout = number_parameter(config, LOAD_TIMEOUT_PARAMETER, DEFAULT_LOAD_TIMEOUT)
         arena_size = int(number_parameter(config, ARENA_PARAMETER, DEFAULT_SIZE))
         env = worker_env(instance.intra_op_threads)
-        self._worker = WorkerProcess(init, env, arena_size, cancel_slots)
+        self._worker = WorkerProcess(init, env, arena_size, cancel_slots, outbox)
         #: the running batch's calls whose responses the handler reads as they come
-        self._streams = StreamedCalls(self._worker, instance.caller)
+        self._streams = StreamedCalls(instance.caller)
+        self._deadline: float | None = None
         try:
             self._start()
         except BaseException:
             self._worker.stop()
             raise
+
+    def _batch_deadline(self) -> float | None:
+        """The running (or last) batch's deadline."""
+        return self._deadline
 
     @property
     def pid(self) -> int | None:
@@ -113,31 +140,45 @@ class ProcessBackend(Backend):
             ) from None
 
     def execute(self, inputs: dict[str, np.ndarray], outputs: list[str]) -> dict[str, np.ndarray]:
-        done = self._exchange(inputs, (outputs,))
-        return self._worker.arena.read(done[1], copy=True)
+        done = self._exchange(inputs, outputs)
+        return self._worker.arena.read(done.outputs, copy=True)
 
-    def _exchange(self, inputs: dict[str, np.ndarray], request: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Send a batch (``inputs`` into the arena, then ("run", headers, *request)), answer
-        the worker's calls until it is done, and return its ("done", headers, ...) message;
-        the error of the batch for every way the worker can fail."""
+    def _exchange(
+        self,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        requests: tuple[RequestInfo, ...] = (),
+        number: int = 0,
+    ) -> BatchDone:
+        """Send a batch (``inputs`` into the arena, then a ``RunBatch``), answer the worker's
+        requests until it is done, and return its ``BatchDone``; the error of the batch for
+        every way the worker can fail."""
         worker = self._worker
         self._start()
         deadline = time.monotonic() + self._timeout if self._timeout else None
+        self._deadline = deadline
         headers, base = worker.arena.write(inputs)
         try:
-            worker.send(("run", headers, *request))
+            worker.send(RunBatch(headers, outputs, requests, number))
             while True:
-                message = worker.receive(deadline)
-                if isinstance(message, StreamOpen | StreamNext | StreamCancel):
-                    self._streams.handle(message, base, deadline)
-                elif message[0] == "done":
-                    return tuple(message)
-                elif message[0] == "error":
-                    raise self._failure(message[1], message[2])
-                elif message[0] == "response":
-                    self._deliver(message)
-                else:
-                    self._answer_call(message, base, deadline)
+                match worker.receive(deadline):
+                    case BatchDone() as done:
+                        return done
+                    case BatchFailed(failure):
+                        raise self._failure(failure)
+                    case Response() as response:
+                        worker.send(Sent(self._deliver(response)))
+                    case Calls(calls):  # the link shares the worker's pipe and arena
+                        end = LinkEnd(worker.wire, worker.arena, base, deadline)
+                        self._answer_calls(calls, end)
+                    case StreamOpen() | StreamNext() | StreamCancel() as stream:
+                        end = LinkEnd(worker.wire, worker.arena, base, deadline)
+                        self._streams.handle(stream, end)
+                    case other:
+                        raise ModelExecutionError(
+                            f"model '{self._name}': {self.role} sent an unknown message "
+                            f"{type(other).__name__}"
+                        )
         except WorkerSilent:
             reason = (
                 f"{self.role} did not answer within {self._timeout:g} s "
@@ -158,58 +199,45 @@ class ProcessBackend(Backend):
         finally:
             self._streams.end_batch()
 
-    def _deliver(self, message: tuple[Any, ...]) -> None:
-        """A response a decoupled model sent while its batch runs: only a backend serving
-        decoupled models (``decoupled``) takes them."""
+    def _deliver(self, response: Response) -> bool:
+        """A response a decoupled model sent while its batch runs (only a backend serving
+        decoupled models takes them): whether its client is still there."""
         raise ModelExecutionError(f"model '{self._name}': {self.role} sent a response of its own")
 
-    def _failure(self, why: str, code: str) -> InferplexError:
-        """The error for a failure the worker reported, with the code it gave."""
-        return self._sent_error(f"model '{self._name}': {self.role} failed: {why}", code)
+    def _failure(self, failure: Failure) -> InferplexError:
+        """The error of a batch the worker failed."""
+        text = f"model '{self._name}': {self.role} failed: {failure.message}"
+        return sent_error(Failure(failure.code, text))
 
-    @staticmethod
-    def _sent_error(text: str, code: str) -> InferplexError:
-        """An error of ``text`` with the code the worker gave; as it stands, for an error a
-        model put in a response: its own words, as Triton passes them on."""
-        error_code = ErrorCode(code)
-        if error_code is ErrorCode.INTERNAL:
-            return ModelExecutionError(text)
-        return WorkerError(text, error_code)
-
-    def _answer_call(self, message: tuple[Any, ...], base: int, deadline: float | None) -> None:
-        """Run the calls the worker makes to other served models (("infer", [(model,
-        version, input headers, output names, timeout)]), their inputs in the arena from
-        ``base``) and send back one answer each: the calls of one message run at once (an
-        async handler's gathered ``async_exec``), their outputs written after all inputs."""
-        calls = message[1]
-        started = [self._start_call(call, deadline) for call in calls]
-        offset = max(Arena.end(call[2], base) for call in calls)
-        answers: list[tuple[Any, ...]] = []
-        for (model, *_), (future, until) in zip(calls, started, strict=True):
-            answer, offset = self._finish_call(model, future, until, offset)
+    def _answer_calls(self, calls: tuple[Call, ...], end: LinkEnd) -> None:
+        """Run the calls the worker makes to other served models and send back one answer
+        each: the calls of one message run at once (an async handler's gathered
+        ``async_exec``), their outputs written after all inputs."""
+        started = [self._start_call(call, end) for call in calls]
+        offset = max(Arena.end(call.inputs, end.base) for call in calls)
+        answers: list[CallAnswer] = []
+        for call, (future, until) in zip(calls, started, strict=True):
+            answer, offset = self._finish_call(call.model, future, until, end.arena, offset)
             answers.append(answer)
-        self._worker.send(("result", answers))
+        end.wire.send(CallAnswers(tuple(answers)))
 
     def _start_call(
-        self, call: tuple[Any, ...], deadline: float | None
+        self, call: Call, end: LinkEnd
     ) -> tuple[Future[InferenceResponse] | InferplexError, float | None]:
         """Submit one call; its future (or why it could not start) and when it times out."""
-        model, version, headers, wanted, timeout = call
-        until = None if timeout is None else time.monotonic() + timeout
-        if deadline is not None:
-            until = deadline if until is None else min(until, deadline)
+        until = call_deadline(call.timeout, end.deadline)
         if self._caller is None:
             return UnsupportedError("this server gives handlers no access to other models"), until
-        request = call_request(self._worker.arena, model, version, headers, wanted)
-        return self._caller.submit(request), until
+        return self._caller.submit(call_request(end.arena, call)), until
 
     def _finish_call(
         self,
         model: str,
         future: Future[InferenceResponse] | InferplexError,
         until: float | None,
+        arena: Arena,
         offset: int,
-    ) -> tuple[tuple[Any, ...], int]:
+    ) -> tuple[CallAnswer, int]:
         """Wait for one call; its answer for the worker (outputs written into the arena from
         ``offset``) and the next free offset."""
         try:
@@ -222,19 +250,29 @@ class ProcessBackend(Backend):
                 future.cancel()
                 raise
             results = {t.name: t.data for t in response.outputs}
-            headers, offset = self._worker.arena.write(results, offset)
-            return ("result", headers), offset
+            headers, offset = arena.write(results, offset)
+            return CallAnswer(headers), offset
         except InferplexError as exc:
-            return ("error", exc.code.value, exc.message), offset
+            return CallAnswer(None, Failure.of(exc)), offset
         except TimeoutError:
-            return ("error", "deadline_exceeded", f"model '{model}' did not answer in time"), offset
+            why = f"model '{model}' did not answer in time"
+            return CallAnswer(None, Failure(ErrorCode.DEADLINE_EXCEEDED, why)), offset
         except Exception as exc:
-            return ("error", "internal", f"calling model '{model}' failed: {exc}"), offset
+            why = f"calling model '{model}' failed: {exc}"
+            return CallAnswer(None, Failure(ErrorCode.INTERNAL, why)), offset
 
     def close(self) -> None:
         """Stop the worker process (it finalizes, then exits): its memory goes back to the
         system."""
         self._worker.stop()
+
+
+def sent_error(failure: Failure) -> InferplexError:
+    """The error of a failure the worker reported, with its code; its message as it stands
+    (a model's own words for an error it put in a response, as Triton passes them on)."""
+    if failure.code is ErrorCode.INTERNAL:
+        return ModelExecutionError(failure.message)
+    return WorkerError(failure.message, failure.code)
 
 
 def number_parameter(config: ModelConfig, parameter: str, default: float) -> float:

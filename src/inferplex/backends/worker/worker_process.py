@@ -16,13 +16,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import inferplex
 from inferplex.backends.worker.arena import Arena
 from inferplex.backends.worker.cancel import CancelBoard
+from inferplex.backends.worker.messages import Init, LoadFailed, MetricUpdates, Stop, Wire
 from inferplex.backends.worker.model_metrics import MODEL_METRICS
-
-#: a tagged tuple (``backends/python/worker.py``) or a typed message (``stream_messages.py``)
-Message = Any
 
 WORKER_MODULE = "inferplex.backends.python.worker"
 
@@ -57,19 +54,43 @@ def kill_all_workers() -> int:
 
 class WorkerProcess:
     """One worker process with its pipe, its arena and, with ``cancel_slots``, a cancel board
-    for batches of up to that many requests (``backends/worker/cancel.py``). The arena and the
-    board outlive restarts."""
+    for batches of up to that many requests (``backends/worker/cancel.py``). With ``outbox``
+    the worker's link (its calls to other models, a decoupled model's responses) has a pipe
+    (``exchange``) and an arena (``outbox``) of its own: a decoupled model's threads send
+    responses while the next batch runs, and the thread that sends reads the answer itself.
+    Else the link shares the worker's pipe and arena (no ``exchange``; ``outbox`` is
+    ``arena``). The arenas and the board outlive restarts."""
 
     def __init__(
-        self, init: dict[str, Any], env: dict[str, str], arena_size: int, cancel_slots: int = 0
+        self,
+        init: dict[str, Any],
+        env: dict[str, str],
+        arena_size: int,
+        cancel_slots: int = 0,
+        outbox: bool = False,
     ) -> None:
         self.arena = Arena.create(arena_size)
+        #: where the worker writes (its responses, the inputs of its calls)
+        self.outbox = Arena.create(arena_size) if outbox else self.arena
         self.board = CancelBoard.create(cancel_slots) if cancel_slots else None
         self._init = init
         self._env = env
         self._process: subprocess.Popen[bytes] | None = None
-        self._connection: Connection | None = None
+        self._connection: Wire | None = None
+        self._exchange: Wire | None = None
         self._ready = False
+
+    @property
+    def wire(self) -> Wire:
+        """The running worker's connection."""
+        assert self._connection is not None
+        return self._connection
+
+    @property
+    def exchange(self) -> Wire:
+        """The running worker's link pipe (``outbox``)."""
+        assert self._exchange is not None
+        return self._exchange
 
     @property
     def pid(self) -> int | None:
@@ -79,19 +100,26 @@ class WorkerProcess:
     def start(self) -> None:
         """Start a worker and send it the model to load; ``wait_ready`` waits for it."""
         ours, theirs = socket.socketpair()
-        fds = [theirs.fileno(), self.arena.fd]
-        if self.board is not None:
-            fds.append(self.board.fd)
+        board = -1 if self.board is None else self.board.fd
+        outbox = exchange = -1
+        link_ours = link_theirs = None
+        if self.outbox is not self.arena:
+            link_ours, link_theirs = socket.socketpair()
+            outbox, exchange = self.outbox.fd, link_theirs.fileno()
+        fds = [theirs.fileno(), self.arena.fd, board, outbox, exchange]
         with theirs:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", WORKER_MODULE, *map(str, fds)],
-                pass_fds=fds,
+                pass_fds=[fd for fd in fds if fd >= 0],
                 env=self._env,
                 stdin=subprocess.DEVNULL,
             )
+        if link_ours is not None and link_theirs is not None:
+            link_theirs.close()
+            self._exchange = Wire(Connection(link_ours.detach()))
         _RUNNING.add(self)
-        self._connection = Connection(ours.detach())
-        self._connection.send(("init", self._init))
+        self._connection = Wire(Connection(ours.detach()))
+        self._connection.send(Init(self._init))
         self._ready = False
 
     def wait_ready(self, timeout: float) -> None:
@@ -102,21 +130,23 @@ class WorkerProcess:
         if self._ready:
             return
         message = self.receive(time.monotonic() + timeout)
-        if message[0] == "failed":
+        if isinstance(message, LoadFailed):
             self.kill()
-            raise WorkerFailed(message[1])
+            raise WorkerFailed(message.reason)
         self._ready = True
 
-    def send(self, message: Message) -> None:
+    def send(self, message: object) -> None:
+        """One message of ``messages.py`` to the worker."""
         assert self._connection is not None
         try:
             self._connection.send(message)
         except OSError:
             raise WorkerGone(self.exit_status()) from None
 
-    def receive(self, deadline: float | None) -> Message:
-        """The worker's next message; WorkerSilent at the deadline, WorkerGone if it died.
-        The custom metric updates a worker sends before an answer are applied on the way."""
+    def receive(self, deadline: float | None) -> Any:
+        """The worker's next message (of ``messages.py``); WorkerSilent at the deadline,
+        WorkerGone if it died. The custom metric updates a worker sends before an answer are
+        applied on the way."""
         assert self._connection is not None
         while True:
             try:
@@ -125,12 +155,12 @@ class WorkerProcess:
                     max(0.0, deadline - time.monotonic())
                 ):
                     raise WorkerSilent()
-                message: Message = self._connection.recv()
+                message = self._connection.recv()
             except (EOFError, OSError):
                 raise WorkerGone(self.exit_status()) from None
-            if type(message) is not tuple or message[0] != "metrics":
+            if type(message) is not MetricUpdates:
                 return message
-            MODEL_METRICS.apply(message[1])
+            MODEL_METRICS.apply(message.updates)
 
     def exit_status(self) -> str:
         """How the process ended, in words."""
@@ -151,9 +181,10 @@ class WorkerProcess:
         if self._process is not None:
             self._process.kill()
             self._process.wait()
-        if self._connection is not None:
-            self._connection.close()
-        self._process = self._connection = None
+        for wire in (self._connection, self._exchange):
+            if wire is not None:
+                wire.close()
+        self._process = self._connection = self._exchange = None
         self._ready = False
         _RUNNING.discard(self)
 
@@ -167,12 +198,14 @@ class WorkerProcess:
         process = self._process
         if process is not None and process.poll() is None and self._ready:
             try:
-                self.send(("stop",))
+                self.send(Stop())
                 process.wait(timeout)
             except (WorkerGone, subprocess.TimeoutExpired):
                 pass
         self.kill()
         self.arena.close()
+        if self.outbox is not self.arena:
+            self.outbox.close()
         if self.board is not None:
             self.board.close()
 
@@ -223,7 +256,7 @@ def worker_env(threads: int) -> dict[str, str]:
     memory (``MALLOC_TUNABLES``), unless the environment says otherwise."""
     env = {name: value for name, value in os.environ.items() if _inherited(name)}
     env.update({name: os.environ[name] for name in _extra if name in os.environ})
-    source = str(Path(inferplex.__file__).resolve().parent.parent)
+    source = str(Path(__file__).resolve().parents[3])  # the folder inferplex/ is in
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

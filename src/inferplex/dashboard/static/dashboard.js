@@ -216,6 +216,23 @@ function renderLlm(data) {
   document.querySelector("#llm tbody").replaceChildren(...trs);
 }
 
+// the OpenAI API's figures per model (TTFT, ITL: the upper bound of the bucket)
+function renderGeneration(data) {
+  const rows = data.generation || [];
+  document.getElementById("generation-section").hidden = !rows.length;
+  const trs = rows.map((g) => {
+    const tr = document.createElement("tr");
+    tr.dataset.model = g.model;
+    tr.append(
+      cell(g.model), cell(String(g.requests)), cell(String(g.prompt_tokens)),
+      cell(String(g.completion_tokens)), cell(fmtNum(g.ttft_p50_ms, 2)),
+      cell(fmtNum(g.ttft_p99_ms, 2)), cell(fmtNum(g.itl_p50_ms, 2)), cell(fmtNum(g.itl_p99_ms, 2)),
+    );
+    return tr;
+  });
+  document.querySelector("#generation tbody").replaceChildren(...trs);
+}
+
 function render(data) {
   const server = data.server;
   document.getElementById("server-name").textContent = server.name;
@@ -233,6 +250,7 @@ function render(data) {
   ).join(" · ");
   renderTable(data);
   renderLlm(data);
+  renderGeneration(data);
   const rows = versionRows(data);
   const times = data.time;
   const pick = (name) => rows.map((r) => ({ colour: r.colour, values: r.version.series[name] }));

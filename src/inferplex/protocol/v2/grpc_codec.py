@@ -3,10 +3,8 @@
 Inference is the hot path: raw tensors become read-only numpy views of the message's bytes
 and outputs are written to ``raw_output_contents`` (what perf_analyzer and tritonclient
 read); ``decode_infer_request_bytes`` / ``encode_infer_response_bytes`` work on the wire
-bytes and skip protobuf for messages shaped like ones seen before. Metadata, configuration,
-statistics and index answers are the engine's dicts in Triton's JSON shape, which is
-protobuf's JSON mapping of the same messages, so ``json_format.ParseDict`` renders them; keys
-the proto does not declare are skipped.
+bytes and skip protobuf for messages shaped like ones seen before. Typed contents are read in
+``grpc_contents.py``; the answers that are not inference, in ``grpc_messages.py``.
 """
 
 from __future__ import annotations
@@ -15,32 +13,31 @@ from math import prod
 from typing import Any
 
 import numpy as np
-from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
+from inferplex.dataplane.checks import (
+    CheckFactory,
+    InputCheck,
+    check_dims,
+    input_dtype,
+    raw_size_error,
+    requested_output,
+    shared_input,
+    shared_output,
+)
+from inferplex.dataplane.classification import ClassifiedOutputs
 from inferplex.datatypes import (
     V2_TO_NUMPY,
     deserialize_bytes,
-    element_count,
     reshape_input,
     serialize_bytes,
     view_input,
 )
 from inferplex.errors import InvalidInputError
-from inferplex.protocol.checks import CheckFactory, InputCheck
-from inferplex.protocol.classification import ClassifiedOutputs
-from inferplex.protocol.dataplane import (
-    element_count_error,
-    negative_dims,
-    out_of_range_error,
-    raw_size_error,
-    requested_output,
-    shared_input,
-    shared_output,
-    unknown_datatype,
-)
 from inferplex.protocol.v2 import generated as pb
+from inferplex.protocol.v2.grpc_contents import decode_typed
 from inferplex.protocol.v2.layouts import LayoutCache
+from inferplex.protocol.v2.protowire import RAW_INPUT_TAG, raw_inputs_start, varint
 from inferplex.security.charges import BYTES_ELEMENT_COST, charge, charged
 from inferplex.shm.registry import REGION, Regions
 from inferplex.types import (
@@ -51,24 +48,6 @@ from inferplex.types import (
     Tensor,
 )
 
-#: V2 datatype -> (InferTensorContents field, numpy dtype the field's values decode to).
-#: The narrow integer types travel widened to 32 bits; FP16 has no typed field (raw only).
-TYPED_CONTENTS: dict[str, tuple[str, np.dtype]] = {
-    "BOOL": ("bool_contents", np.dtype(np.bool_)),
-    "INT8": ("int_contents", np.dtype(np.int32)),
-    "INT16": ("int_contents", np.dtype(np.int32)),
-    "INT32": ("int_contents", np.dtype(np.int32)),
-    "INT64": ("int64_contents", np.dtype(np.int64)),
-    "UINT8": ("uint_contents", np.dtype(np.uint32)),
-    "UINT16": ("uint_contents", np.dtype(np.uint32)),
-    "UINT32": ("uint_contents", np.dtype(np.uint32)),
-    "UINT64": ("uint64_contents", np.dtype(np.uint64)),
-    "FP32": ("fp32_contents", np.dtype(np.float32)),
-    "FP64": ("fp64_contents", np.dtype(np.float64)),
-    "BYTES": ("bytes_contents", np.dtype(np.object_)),
-}
-
-_CONTENTS_FIELDS = sorted({field for field, _ in TYPED_CONTENTS.values()})
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -126,12 +105,9 @@ def decode_infer_request(
     for tensor in tensors:
         name = tensor.name
         datatype = tensor.datatype
-        dtype = V2_TO_NUMPY.get(datatype)
-        if dtype is None:
-            raise unknown_datatype(name, datatype)
+        dtype = input_dtype(name, datatype)
         shape = tuple(tensor.shape)
-        if shape and min(shape) < 0:
-            raise negative_dims(name, shape)
+        check_dims(name, shape)
         if check is not None:
             check(name, datatype, shape)
         params: Parameters = {}
@@ -146,7 +122,7 @@ def decode_infer_request(
             data = _decode_raw(buffer, name, datatype, dtype, shape, entry)
             entry += 1
         else:
-            data = _decode_typed(tensor.contents, name, datatype, shape)
+            data = decode_typed(tensor.contents, name, datatype, shape)
         inputs.append(Tensor(name, datatype, shape, data, params))
     if entry != len(raw):
         _raw_count_error(len(raw), len(tensors))
@@ -213,42 +189,6 @@ def _decode_raw(
         raise raw_size_error(name, f"raw_input_contents[{index}]", len(buffer), datatype, shape)
     # A read-only view of the message's bytes: no copy on the hot path.
     return view_input(buffer, dtype, shape, name)
-
-
-def _decode_typed(contents: Any, name: str, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
-    if datatype not in TYPED_CONTENTS:
-        raise InvalidInputError(
-            f"input '{name}': {datatype} data has no typed contents field; send it in "
-            "raw_input_contents"
-        )
-    field, wire_dtype = TYPED_CONTENTS[datatype]
-    values = getattr(contents, field)
-    count = element_count(shape)
-    if len(values) != count:
-        raise InvalidInputError(_count_message(contents, name, shape, field, len(values)))
-    # an object per element, or the array as sent and as its datatype
-    cost = BYTES_ELEMENT_COST if datatype == "BYTES" else wire_dtype.itemsize + 8
-    charge(count * cost, "input '%s': %d elements of contents.%s", name, count, field)
-    if datatype == "BYTES":
-        array = np.empty(count, dtype=np.object_)
-        array[:] = list(values)
-        return reshape_input(array, shape, name)
-    array = np.fromiter(values, dtype=wire_dtype, count=count)
-    target = V2_TO_NUMPY[datatype]
-    if target != wire_dtype:
-        info = np.iinfo(target)
-        if count and (array.min() < info.min or array.max() > info.max):
-            raise out_of_range_error(name, f"contents.{field}", datatype, info.min, info.max)
-        array = array.astype(target)
-    return reshape_input(array, shape, name)
-
-
-def _count_message(contents: Any, name: str, shape: tuple[int, ...], field: str, got: int) -> str:
-    message = element_count_error(name, f"contents.{field}", got, shape).message
-    others = [f for f in _CONTENTS_FIELDS if f != field and len(getattr(contents, f))]
-    if others:
-        message += f" (data was sent in {', '.join('contents.' + f for f in others)} instead)"
-    return message
 
 
 # ---- InferenceResponse -> ModelInferResponse ----
@@ -332,7 +272,6 @@ def tensor_bytes(tensor: Tensor) -> bytes:
 # check, and a response whose outputs have names, datatypes and shapes seen before skips
 # building the message. Anything else takes the full path.
 
-_RAW_INPUT_TAG = 0x3A  # ModelInferRequest.raw_input_contents: field 7, length-delimited
 _RAW_OUTPUT_TAG = b"\x32"  # ModelInferResponse.raw_output_contents: field 6, length-delimited
 _LAYOUTS_KEPT = 256
 #: top-level fields looked at for the raw entries' start when a message is charged
@@ -358,7 +297,7 @@ def decode_infer_request_bytes(
     # what comes before the raw entries (typed contents: each repeated element a 16-byte
     # slot in protobuf's arena, from 2 bytes on the wire) up to 8 times its size
     if charged():
-        start = _raw_inputs_start(view, _SCANNED_FIELDS)
+        start = raw_inputs_start(view, _SCANNED_FIELDS)
         typed = len(view) if start is None else start
         charge(2 * len(view) + 6 * typed, "the request message of %d bytes", len(view))
     try:
@@ -369,6 +308,13 @@ def decode_infer_request_bytes(
     if message.raw_input_contents:
         _remember_layout(view, request)
     return request
+
+
+def known_layout(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` is a message of a layout seen before (its decoding is no work: its
+    fixed-size raw tensors are viewed in place)."""
+    view = memoryview(data).toreadonly()
+    return any(layout.matches(view) for layout in _REQUEST_LAYOUTS.get(len(view), ()))
 
 
 def known_request(data: bytes | bytearray | memoryview) -> InferenceRequest | None:
@@ -446,7 +392,7 @@ class _RequestLayout:
         #: per input: the raw field's tag and length, then what its tensor needs
         self.inputs = [
             (
-                bytes((_RAW_INPUT_TAG,)) + varint(t.data.nbytes),
+                bytes((RAW_INPUT_TAG,)) + varint(t.data.nbytes),
                 t.data.nbytes,
                 t.name,
                 t.datatype,
@@ -461,6 +407,18 @@ class _RequestLayout:
     def size(self) -> int:
         """The length of every message of this layout."""
         return len(self.prefix) + sum(len(field) + nbytes for field, nbytes, *_ in self.inputs)
+
+    def matches(self, view: memoryview) -> bool:
+        """Whether ``view`` is this layout's prefix and raw fields (``request``'s test)."""
+        prefix = self.prefix
+        if view[: len(prefix)] != prefix:
+            return False
+        pos = len(prefix)
+        for field, nbytes, *_ in self.inputs:
+            if view[pos : pos + len(field)] != field:
+                return False
+            pos += len(field) + nbytes
+        return True
 
     def request(self, view: memoryview) -> InferenceRequest | None:
         """The request in ``view`` (a read-only view of a message of ``size`` bytes) if it is
@@ -501,7 +459,7 @@ def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
         return
     if any(REGION in out.parameters for out in request.outputs):
         return
-    start = _raw_inputs_start(data)
+    start = raw_inputs_start(data)
     if start is None:
         return
     layout = _RequestLayout(data[:start].tobytes(), request)
@@ -509,87 +467,3 @@ def _remember_layout(data: memoryview, request: InferenceRequest) -> None:
         return
     seen = _REQUEST_LAYOUTS.get(len(data), ())
     _REQUEST_LAYOUTS.keep(len(data), (*seen[1 - _LAYOUTS_PER_LENGTH :], layout))
-
-
-def _raw_inputs_start(data: memoryview, fields: int = -1) -> int | None:
-    """Where the raw_input_contents of a serialised ModelInferRequest begin; None unless
-    they come last, after length-delimited fields 1 to 6 only (and, ``fields`` >= 0, within
-    that many fields before them)."""
-    end = len(data)
-    start = None
-    pos = 0
-    while pos < end:
-        if fields == 0 and start is None:
-            return None
-        fields -= 1
-        tag = data[pos]
-        if tag == _RAW_INPUT_TAG:
-            if start is None:
-                start = pos
-        elif start is not None or tag & 7 != 2 or tag > _RAW_INPUT_TAG:
-            return None  # after the raw contents, not length-delimited, or not fields 1-6
-        pos += 1
-        length = shift = 0
-        while True:  # the field's length, a varint
-            if pos >= end:
-                return None
-            byte = data[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-        pos += length
-    return start if pos == end else None
-
-
-def varint(value: int) -> bytes:
-    """A protobuf varint."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-# ---- metadata, configuration, statistics, repository index ----
-
-
-def _parse(data: dict[str, Any], message: Any) -> Any:
-    return json_format.ParseDict(data, message, ignore_unknown_fields=True)
-
-
-def encode_server_metadata(metadata: dict[str, Any]) -> Any:
-    """engine.server_metadata() -> ServerMetadataResponse."""
-    return _parse(metadata, pb.ServerMetadataResponse())
-
-
-def encode_model_metadata(metadata: dict[str, Any]) -> Any:
-    """engine.model_metadata() -> ModelMetadataResponse."""
-    return _parse(metadata, pb.ModelMetadataResponse())
-
-
-def encode_model_config(triton_config: dict[str, Any]) -> Any:
-    """ModelConfig.to_triton_dict() -> ModelConfigResponse (enums such as data_type by name)."""
-    response = pb.ModelConfigResponse()
-    _parse(triton_config, response.config)
-    return response
-
-
-def encode_model_statistics(stats: list[dict[str, Any]]) -> Any:
-    """engine.model_statistics() -> ModelStatisticsResponse."""
-    return _parse({"model_stats": stats}, pb.ModelStatisticsResponse())
-
-
-def encode_repository_index(index: list[dict[str, Any]]) -> Any:
-    """engine.repository_index() -> RepositoryIndexResponse."""
-    return _parse({"models": index}, pb.RepositoryIndexResponse())
-
-
-def encode_shm_status(regions: list[dict[str, Any]]) -> Any:
-    """Regions.status() -> SystemSharedMemoryStatusResponse."""
-    return _parse(
-        {"regions": {region["name"]: region for region in regions}},
-        pb.SystemSharedMemoryStatusResponse(),
-    )

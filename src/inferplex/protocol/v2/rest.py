@@ -6,7 +6,7 @@ Request bodies are either pure JSON or, with the binary extension, a JSON header
 views of the body (no copy); BYTES elements use the 4-byte little-endian length prefix layout.
 Checks against the model's declared inputs (names, duplicates, shapes) are the engine's;
 the checks every protocol makes of a decoded tensor, shared memory and the output parameters
-the server acts on are the data plane's (``protocol/dataplane.py``), called from here where
+the server acts on are the data plane's (``dataplane/checks.py``), called from here where
 the codec meets each tensor.
 
 Every problem with a request is an :class:`InvalidInputError` whose message names the tensor
@@ -21,55 +21,46 @@ by ``json``; everything else stays on orjson's path.
 
 from __future__ import annotations
 
-import gc
 import json
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from math import prod
 from typing import Any
 
 import numpy as np
 import orjson
 
-from inferplex.datatypes import (
-    CHUNK,
-    V2_TO_NUMPY,
-    deserialize_bytes,
-    reshape_input,
-    serialize_bytes,
-    view_input,
-)
-from inferplex.errors import InferplexError, InvalidInputError
-from inferplex.protocol.checks import CheckFactory, InputCheck
-from inferplex.protocol.classification import ClassifiedOutputs
-from inferplex.protocol.dataplane import (
+from inferplex.dataplane.checks import (
+    CheckFactory,
+    InputCheck,
+    input_dtype,
     negative_dims,
     raw_size_error,
     requested_output,
     shared_input,
-    shared_output,
-    unknown_datatype,
 )
+from inferplex.dataplane.classification import ClassifiedOutputs
+from inferplex.datatypes import (
+    V2_TO_NUMPY,
+    deserialize_bytes,
+    reshape_input,
+    view_input,
+)
+from inferplex.errors import InferplexError, InvalidInputError
 from inferplex.protocol.v2.layouts import LayoutCache
 from inferplex.protocol.v2.rest_json import (
-    JsonPieces,
+    GC_PAUSE_BYTES,
     array_from_json,
-    json_pieces,
+    gc_paused,
     json_type,
     parameters_object,
     release,
-    spliced,
-    strings_to_json,
 )
 from inferplex.security.charges import BYTES_ELEMENT_COST, JSON_TREE_FACTOR, charge
 from inferplex.shm.registry import REGION, Regions
-from inferplex.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from inferplex.types import InferenceRequest, RequestedOutput, Tensor
 
 __all__ = [
     "decode_body",
     "decode_infer_request",
-    "encode_infer_response",
     "gc_paused",
     "parse_header_length",
 ]
@@ -110,9 +101,9 @@ def decode_infer_request(
     data is decoded (limits, the model's inputs).
     """
     json_size = len(body) if header_length is None else min(header_length, len(body))
-    if json_size < _GC_PAUSE_BYTES:
+    if json_size < GC_PAUSE_BYTES:
         return decode_body(body, header_length, model_name, model_version, shm, checks)
-    # the parsed JSON of a large body lives through the whole decode (see gc_paused)
+    # the parsed JSON of a large body lives through the whole decode (see rest_json.gc_paused)
     with gc_paused():
         return decode_body(body, header_length, model_name, model_version, shm, checks)
 
@@ -126,7 +117,7 @@ def decode_body(
     checks: CheckFactory | None = None,
 ) -> InferenceRequest:
     """:func:`decode_infer_request` without pausing the garbage collector: for a body whose
-    JSON is smaller than ``_GC_PAUSE_BYTES`` (the hot path: one call less)."""
+    JSON is smaller than ``GC_PAUSE_BYTES`` (the hot path: one call less)."""
     check = None if checks is None else checks(model_name, model_version)
     # a large body is read in place, into a writable buffer: its tensors must stay read-only
     data = body if isinstance(body, bytes) else memoryview(body).toreadonly()
@@ -344,10 +335,7 @@ def _decode_input(
     if type(name) is not str or not name:
         raise InvalidInputError(f"inputs[{index}]: 'name' must be a non-empty string")
     datatype = raw.get("datatype", "")
-    try:
-        dtype = V2_TO_NUMPY[datatype]
-    except (KeyError, TypeError):  # TypeError: a list or object is not a datatype name
-        raise unknown_datatype(name, datatype) from None
+    dtype = input_dtype(name, datatype)
     shape = _shape(raw.get("shape"), name)
     if check is not None:
         check(name, datatype, shape)
@@ -476,158 +464,6 @@ def _shape(raw: Any, name: str) -> tuple[int, ...]:
                 f"input '{name}': 'shape' must be a list of non-negative integers, got {raw}"
             )
     return tuple(raw)
-
-
-def encode_infer_response(
-    response: InferenceResponse,
-    request: InferenceRequest,
-    shm: Regions | None = None,
-) -> tuple[bytes, int | None]:
-    """Encode a response as one body; returns it and the JSON header length.
-
-    The header length is None for a pure JSON body. Outputs go binary when the request asked
-    for it (the output's ``binary_data``, else the request's ``binary_data_output``); an output
-    the request directed to a shared-memory region is written there and sent without data or
-    parameters.
-    """
-    binary_default = request.parameters.get("binary_data_output", False)
-    requested = {out.name: out.parameters for out in request.outputs} if request.outputs else None
-    outputs: list[dict[str, Any]] = []
-    chunks: list[Any] = []
-    large: list[JsonPieces] = []  # large outputs' JSON text, spliced into the header
-    for tensor in response.outputs:
-        parameters = requested.get(tensor.name) if requested else None
-        if parameters and REGION in parameters:
-            shared_output(shm, tensor.name, parameters, tensor.datatype, tensor.data)
-            # no 'parameters', as Triton answers: its C++ client (perf_analyzer) reads an
-            # output that has any as binary data and fails without binary_data_size
-            outputs.append(
-                {"name": tensor.name, "datatype": tensor.datatype, "shape": tensor.shape}
-            )
-            continue
-        binary = parameters.get("binary_data", binary_default) if parameters else binary_default
-        # a shape tuple is written as a JSON array (numpy integers too, with _DUMPS_OPTIONS)
-        if binary:
-            chunk, nbytes = _binary_output(tensor)
-            chunks.append(chunk)
-            outputs.append(
-                {
-                    "name": tensor.name,
-                    "datatype": tensor.datatype,
-                    "shape": tensor.shape,
-                    "parameters": {"binary_data_size": nbytes},
-                }
-            )
-        else:
-            data = _json_output(tensor)
-            if type(data) is JsonPieces:
-                large.append(data)
-                data = JsonPieces.PLACEHOLDER
-            outputs.append(
-                {
-                    "name": tensor.name,
-                    "datatype": tensor.datatype,
-                    "shape": tensor.shape,
-                    "data": data,
-                }
-            )
-
-    body: dict[str, Any] = {
-        "model_name": response.model_name,
-        "model_version": response.model_version,
-    }
-    if response.id:
-        body["id"] = response.id
-    if response.parameters:
-        body["parameters"] = response.parameters
-    body["outputs"] = outputs
-    header = orjson.dumps(body, option=_DUMPS_OPTIONS)
-    if large:
-        header = spliced(header, large)
-    if not chunks:
-        return header, None
-    return b"".join([header, *chunks]), len(header)
-
-
-def _native(tensor: Tensor) -> np.ndarray:
-    """The output's data as a C-contiguous array of its declared datatype (no copy when it
-    already is one)."""
-    expected = V2_TO_NUMPY[tensor.datatype]
-    data = tensor.data
-    dtype = data.dtype
-    if dtype is not expected and dtype != expected:
-        # a backend may hand back a wider type or another byte order; the wire needs exact
-        data = data.astype(expected)
-    return np.ascontiguousarray(data)
-
-
-def _binary_output(tensor: Tensor) -> tuple[bytes | np.ndarray, int]:
-    """The output's raw bytes (an array is joined into the body without a copy of its own)."""
-    if tensor.datatype == "BYTES":
-        raw = serialize_bytes(np.asarray(tensor.data))
-        return raw, len(raw)
-    array = _native(tensor)  # joined into the body as is, whatever its shape
-    return array, array.nbytes
-
-
-def _json_output(tensor: Tensor) -> Any:
-    """The output's 'data': a list or array orjson writes, or for a large output its JSON
-    text in pieces written a chunk at a time (each orjson call holds the GIL: see
-    element_chunks; ``json_pieces``)."""
-    if tensor.datatype == "BYTES":
-        array = np.asarray(tensor.data)
-        if array.size <= CHUNK:
-            return strings_to_json(tensor.name, array)
-        return json_pieces(
-            orjson.dumps(strings_to_json(tensor.name, chunk))
-            for chunk in _array_chunks(array.reshape(-1))
-        )
-    data = _native(tensor).reshape(-1)
-    if data.dtype.kind == "f" and not np.isfinite(data).all():
-        # orjson would write null; NaN / Infinity / -Infinity as Triton writes them
-        return json_pieces(
-            json.dumps(chunk.tolist(), separators=(",", ":")).encode()
-            for chunk in _array_chunks(data)
-        )
-    if data.size <= CHUNK:
-        return data
-    return json_pieces(orjson.dumps(chunk, option=_DUMPS_OPTIONS) for chunk in _array_chunks(data))
-
-
-def _array_chunks(data: np.ndarray) -> Iterator[np.ndarray]:
-    for low in range(0, data.size, CHUNK):
-        yield data[low : low + CHUNK]
-
-
-#: bodies with this much JSON or more are decoded with the cyclic garbage collector paused
-_GC_PAUSE_BYTES = 1 << 20
-_gc_lock = threading.Lock()
-_gc_pauses = 0  # parses under way that paused it
-_gc_resume = False  # whether it was enabled before the first of them
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a large body is decoded. Every few hundred
-    lists orjson creates start a collection over the young objects, and every so often over
-    all of them: a body of millions of small nested lists parsed 4x slower with it on
-    (1.9 s against 0.45 s for 6 M rows of two strings), holding the GIL all along; and the
-    first collection after the parse would walk them all once more. The decoders free what
-    they parsed before the pause ends. Decodes in several threads share one pause; the
-    collector resumes after the last, as it was."""
-    global _gc_pauses, _gc_resume
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_resume = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_resume:
-                gc.enable()
 
 
 def _with_non_finite_literals(text: bytes | memoryview, error: orjson.JSONDecodeError) -> Any:

@@ -6,7 +6,10 @@ Every problem is an :class:`InvalidInputError` whose message names the tensor.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import gc
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from itertools import chain
 from math import prod
 from typing import Any, ClassVar
@@ -14,9 +17,9 @@ from typing import Any, ClassVar
 import numpy as np
 import orjson
 
+from inferplex.dataplane.checks import element_count_error, out_of_range_error
 from inferplex.datatypes import CHUNK, V2_TO_NUMPY, element_chunks, reshape_input
 from inferplex.errors import InvalidInputError
-from inferplex.protocol.dataplane import element_count_error, out_of_range_error
 
 #: Closed ranges a JSON number must fall into for each datatype that can overflow on the cast.
 _RANGES: dict[str, tuple[int | float, int | float]] = {
@@ -373,3 +376,34 @@ def spliced(header: bytes, large: list[JsonPieces]) -> bytes:
         out.extend(pieces)
         out.append(tail)
     return b"".join(out)
+
+
+#: bodies with this much JSON or more are decoded with the cyclic garbage collector paused
+GC_PAUSE_BYTES = 1 << 20
+_gc_lock = threading.Lock()
+_gc_pauses = 0  # parses under way that paused it
+_gc_resume = False  # whether it was enabled before the first of them
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a large body is decoded. Every few hundred
+    lists orjson creates start a collection over the young objects, and every so often over
+    all of them: a body of millions of small nested lists parsed 4x slower with it on
+    (1.9 s against 0.45 s for 6 M rows of two strings), holding the GIL all along; and the
+    first collection after the parse would walk them all once more. The decoders free what
+    they parsed before the pause ends. Decodes in several threads share one pause; the
+    collector resumes after the last, as it was."""
+    global _gc_pauses, _gc_resume
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_resume:
+                gc.enable()

@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inferplex.backends.python.runner import HandlerError, Runner, find_class
+from inferplex.backends.python.runner import HandlerError, find_class
+from inferplex.backends.python.styles import make_runner
+from inferplex.backends.worker.messages import Failure, RequestFailed, RequestInfo
 from inferplex.errors import ErrorCode, InferplexError
 from inferplex.handler import BaseHandler, Context
 from inferplex.handler import triton as pb_utils
@@ -29,13 +31,18 @@ def context(
     return Context("m", "1", "/models/m/1", config, "m_0")
 
 
+def infos(*requests: tuple[str, dict[str, Any], int]) -> list[RequestInfo]:
+    """The requests of a batch as the worker gets them, from (id, parameters, rows)."""
+    return [RequestInfo(n, *request) for n, request in enumerate(requests)]
+
+
 class Doubler(BaseHandler):
     def inference(self, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"OUTPUT0": data["INPUT0"] * 2}
 
 
 def test_base_handler_gets_stacked_batches_and_outputs_are_cast() -> None:
-    runner = Runner(Doubler(), context())
+    runner = make_runner(Doubler(), context())
     batch = np.arange(8, dtype=np.float32).reshape(2, 4)
     out = runner.run({"INPUT0": batch}, ["OUTPUT0"])["OUTPUT0"]
     assert out.dtype == np.float32
@@ -44,7 +51,7 @@ def test_base_handler_gets_stacked_batches_and_outputs_are_cast() -> None:
 
 def test_initialize_gets_the_context() -> None:
     handler = Doubler()
-    Runner(handler, context())
+    make_runner(handler, context())
     assert handler.initialized and handler.context is not None
     assert handler.context.system_properties["model_dir"] == "/models/m/1"
     assert handler.context.input_names == ["INPUT0"]
@@ -65,7 +72,7 @@ class TorchServeStyle(BaseHandler):
 
 def test_torchserve_rows_carry_the_raw_bytes_and_items_become_json() -> None:
     ctx = context(inputs=(("RAW", "TYPE_STRING", [1]),), outputs=(("JSON", "TYPE_STRING", [1]),))
-    runner = Runner(TorchServeStyle(), ctx)
+    runner = make_runner(TorchServeStyle(), ctx)
     raw = np.array([[b"abc"], [b"\x00" * 10]], dtype=object)
     out = runner.run({"RAW": raw}, ["JSON"])["JSON"]
     assert out.shape == (2, 1)
@@ -79,7 +86,7 @@ def test_per_row_scalars_fill_dims_one() -> None:
             return [float(row["INPUT0"].sum()) for row in data]
 
     ctx = context(outputs=(("SUM", "TYPE_FP64", [1]),))
-    out = Runner(Sum(), ctx).run({"INPUT0": np.ones((3, 4), np.float32)}, ["SUM"])["SUM"]
+    out = make_runner(Sum(), ctx).run({"INPUT0": np.ones((3, 4), np.float32)}, ["SUM"])["SUM"]
     assert out.shape == (3, 1) and out.dtype == np.float64
     np.testing.assert_array_equal(out, 4.0)
 
@@ -89,7 +96,7 @@ def test_unbatched_models_get_one_item_with_the_whole_request() -> None:
         def inference(self, data: dict[str, np.ndarray]) -> np.ndarray:
             return data["INPUT0"][::-1]
 
-    runner = Runner(Whole(), context(max_batch_size=0))
+    runner = make_runner(Whole(), context(max_batch_size=0))
     out = runner.run({"INPUT0": np.arange(4, dtype=np.float32)}, ["OUTPUT0"])["OUTPUT0"]
     np.testing.assert_array_equal(out, [3, 2, 1, 0])
 
@@ -100,7 +107,7 @@ def test_a_list_of_the_wrong_length_is_refused() -> None:
             return [1]
 
     with pytest.raises(HandlerError, match="list of 1 items for 2"):
-        Runner(Short(), context()).run({"INPUT0": np.ones((2, 4), np.float32)}, ["OUTPUT0"])
+        make_runner(Short(), context()).run({"INPUT0": np.ones((2, 4), np.float32)}, ["OUTPUT0"])
 
 
 def test_a_missing_output_is_named() -> None:
@@ -110,7 +117,7 @@ def test_a_missing_output_is_named() -> None:
 
     ctx = context(outputs=(("OUTPUT0", "TYPE_FP32", [4]), ("OUTPUT1", "TYPE_FP32", [4])))
     with pytest.raises(HandlerError, match="no output 'OUTPUT1'"):
-        Runner(Wrong(), ctx).run({"INPUT0": np.ones((1, 4), np.float32)}, ["OUTPUT1"])
+        make_runner(Wrong(), ctx).run({"INPUT0": np.ones((1, 4), np.float32)}, ["OUTPUT1"])
 
 
 class TritonStyle:
@@ -138,7 +145,7 @@ class TritonStyle:
 
 def test_triton_style_models_run_and_get_tritons_args() -> None:
     handler = TritonStyle()
-    runner = Runner(handler, context())
+    runner = make_runner(handler, context())
     assert handler.args["model_name"] == "m" and handler.args["model_version"] == "1"
     assert handler.dtype is np.float32
     out = runner.run({"INPUT0": np.zeros((2, 4), np.float32)}, ["OUTPUT0"])["OUTPUT0"]
@@ -147,7 +154,9 @@ def test_triton_style_models_run_and_get_tritons_args() -> None:
 
 def test_an_error_response_fails_the_batch_with_its_message_and_code() -> None:
     with pytest.raises(InferplexError, match=r"^negative input$") as failed:
-        Runner(TritonStyle(), context()).run({"INPUT0": -np.ones((1, 4), np.float32)}, ["OUTPUT0"])
+        make_runner(TritonStyle(), context()).run(
+            {"INPUT0": -np.ones((1, 4), np.float32)}, ["OUTPUT0"]
+        )
     assert failed.value.code is ErrorCode.INTERNAL  # Triton's default code
 
     class Refusing:
@@ -156,7 +165,7 @@ def test_an_error_response_fails_the_batch_with_its_message_and_code() -> None:
             return [pb_utils.InferenceResponse(error=error) for _ in requests]
 
     with pytest.raises(InferplexError, match="bad X") as failed:
-        Runner(Refusing(), context()).run({"INPUT0": np.ones((1, 4), np.float32)}, ["OUTPUT0"])
+        make_runner(Refusing(), context()).run({"INPUT0": np.ones((1, 4), np.float32)}, ["OUTPUT0"])
     assert failed.value.code is ErrorCode.INVALID_ARGUMENT
 
 
@@ -198,7 +207,7 @@ def test_per_row_lists_of_numbers_stack_into_a_numeric_output() -> None:
             return data
 
     batch = np.arange(8, dtype=np.float32).reshape(2, 4)
-    out = Runner(Lists(), context()).run({"INPUT0": batch}, ["OUTPUT0"])["OUTPUT0"]
+    out = make_runner(Lists(), context()).run({"INPUT0": batch}, ["OUTPUT0"])["OUTPUT0"]
     assert out.dtype == np.float32
     np.testing.assert_array_equal(out, batch * 2)
 
@@ -214,7 +223,7 @@ def test_a_module_level_handle_function_is_a_handler() -> None:
     handle.__module__ = module.__name__
     module.handle = handle
     ctx = context(inputs=(("INPUT0", "TYPE_STRING", [1]),), outputs=(("N", "TYPE_INT64", [1]),))
-    runner = Runner(find_class(module, "")(), ctx)
+    runner = make_runner(find_class(module, "")(), ctx)
     assert calls == [None]  # initialized as TorchServe does: handle(None, context)
     text = np.array([[b"ab"], [b"abcd"]], dtype=object)
     assert runner.run({"INPUT0": text}, ["N"])["N"].tolist() == [[2], [4]]
@@ -265,7 +274,7 @@ def test_default_preprocess_with_a_per_row_postprocess() -> None:
 
     ctx = context(outputs=(("LABEL", "TYPE_STRING", [1]),))
     batch = np.eye(4, dtype=np.float32)[[2, 0, 3]]
-    out = Runner(Labels(), ctx).run({"INPUT0": batch}, ["LABEL"])["LABEL"]
+    out = make_runner(Labels(), ctx).run({"INPUT0": batch}, ["LABEL"])["LABEL"]
     assert out.tolist() == [[b"class 2"], [b"class 0"], [b"class 3"]]
 
 
@@ -288,16 +297,16 @@ class PerRequest:
 
 
 def test_triton_models_get_one_request_per_client_request() -> None:
-    runner = Runner(PerRequest(), context())
+    runner = make_runner(PerRequest(), context())
     batch = np.ones((4, 4), np.float32)
-    requests = [("a", {"scale": 10}, 2), ("bb", {"fail": True}, 1), ("ccc", {}, 1)]
-    results, failed = runner.run_requests({"INPUT0": batch}, ["OUTPUT0"], requests)
-    assert failed == [(1, "bb failed", "invalid_argument")]
+    requests = infos(("a", {"scale": 10}, 2), ("bb", {"fail": True}, 1), ("ccc", {}, 1))
+    result = runner.run_requests({"INPUT0": batch}, ["OUTPUT0"], requests)
+    assert result.failed == [RequestFailed(1, Failure(ErrorCode.INVALID_ARGUMENT, "bb failed"))]
     # the rows of the requests that were answered, in order: a's two, then c's
-    assert results["OUTPUT0"][:, 0].tolist() == [11.0, 11.0, 4.0]
-    only = [("x", {"fail": True}, 1)]
-    results, failed = runner.run_requests({"INPUT0": batch[:1]}, ["OUTPUT0"], only)
-    assert results == {} and len(failed) == 1
+    assert result.outputs["OUTPUT0"][:, 0].tolist() == [11.0, 11.0, 4.0]
+    only = infos(("x", {"fail": True}, 1))
+    result = runner.run_requests({"INPUT0": batch[:1]}, ["OUTPUT0"], only)
+    assert result.outputs == {} and len(result.failed) == 1
 
 
 def test_torchserve_handlers_read_each_rows_request_id() -> None:
@@ -309,9 +318,9 @@ def test_torchserve_handlers_read_each_rows_request_id() -> None:
             seen.extend(self.context.get_request_id(i) for i in range(rows))
             return {"OUTPUT0": data["INPUT0"]}
 
-    runner = Runner(Ids(), context())
+    runner = make_runner(Ids(), context())
     runner.run_requests(
-        {"INPUT0": np.zeros((3, 4), np.float32)}, ["OUTPUT0"], [("a", {}, 2), ("b", {}, 1)]
+        {"INPUT0": np.zeros((3, 4), np.float32)}, ["OUTPUT0"], infos(("a", {}, 2), ("b", {}, 1))
     )
     assert seen == ["a", "a", "b"]
 
@@ -327,5 +336,5 @@ def test_an_empty_array_of_any_type_is_an_empty_text_output() -> None:
             return [pb_utils.InferenceResponse([empty]) for _ in requests]
 
     text = context(max_batch_size=0, outputs=(("OUTPUT0", "TYPE_STRING", [-1]),))
-    out = Runner(Empty(), text).run({"INPUT0": np.ones(4, np.float32)}, ["OUTPUT0"])["OUTPUT0"]
+    out = make_runner(Empty(), text).run({"INPUT0": np.ones(4, np.float32)}, ["OUTPUT0"])["OUTPUT0"]
     assert out.shape == (0,) and out.dtype == np.object_

@@ -9,24 +9,20 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from inferplex.backends.base import BatchRequest, Cancellation, InstanceSpec
 from inferplex.backends.python import PythonBackend
-from inferplex.backends.python.runner import Runner
+from inferplex.backends.python.styles import make_runner
 from inferplex.backends.worker.cancel import CancelBoard
 from inferplex.config.model_config import ModelConfig
 from inferplex.handler import BaseHandler
 from inferplex.handler import triton as pb_utils
-from tests.unit.backends.python.test_runner import context
+from tests.unit.backends.python.test_runner import context, infos
 
 TIMEOUT = 30.0
-
-#: a request of a batch as the worker gets it: (id, parameters, rows)
-Meta = tuple[str, dict[str, Any], int]
 
 
 @pytest.fixture
@@ -78,9 +74,9 @@ def test_a_triton_request_reads_its_own_flag() -> None:
             assert x is not None
             return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x.as_numpy())])] * 3
 
-    runner = Runner(Model(), context())
+    runner = make_runner(Model(), context())
     batch = {"INPUT0": np.zeros((3, 4), np.float32)}
-    requests: list[Meta] = [("a", {}, 1), ("b", {}, 1), ("c", {}, 1)]
+    requests = infos(("a", {}, 1), ("b", {}, 1), ("c", {}, 1))
     runner.run_requests(batch, ["OUTPUT0"], requests, lambda index: index == 1)
     runner.run_requests(batch, ["OUTPUT0"], requests)  # nothing can cancel it
     assert seen == [[False, True, False], [False, False, False]]
@@ -97,9 +93,9 @@ def test_a_torchserve_handler_reads_rows_and_the_whole_batch() -> None:
             seen.append(([context.is_cancelled(i) for i in range(rows)], context.is_cancelled()))
             return {"OUTPUT0": data["INPUT0"]}
 
-    runner = Runner(Handler(), context())
+    runner = make_runner(Handler(), context())
     batch = {"INPUT0": np.zeros((3, 4), np.float32)}
-    requests: list[Meta] = [("a", {}, 2), ("b", {}, 1)]  # rows 0-1 are a's, row 2 is b's
+    requests = infos(("a", {}, 2), ("b", {}, 1))  # rows 0-1 are a's, row 2 is b's
     runner.run_requests(batch, ["OUTPUT0"], requests, lambda index: index == 0)
     runner.run_requests(batch, ["OUTPUT0"], requests, lambda index: True)
     runner.run_requests(batch, ["OUTPUT0"], requests)

@@ -1,0 +1,79 @@
+"""The worker protocol's messages on the wire: each one, nested messages included, comes
+back equal to what was sent, through a real socket pair."""
+
+from __future__ import annotations
+
+import socket
+from multiprocessing.connection import Connection
+
+import pytest
+
+from inferplex.backends.worker import messages as m
+from inferplex.errors import ErrorCode
+
+HEADERS = [("INPUT0", "<f4", (1, 16), 0, 64)]
+FAILURE = m.Failure(ErrorCode.INVALID_ARGUMENT, "bad input")
+CALL = m.Call("other", "", HEADERS, ["OUT"], 1.5)
+
+SAMPLES = [
+    m.Init({"model_file": "/m/1/model.py"}),
+    m.RunBatch(HEADERS, ["OUT"], (m.RequestInfo(3, "id", {"k": 1}, 2),), 7),
+    m.RunBatch(HEADERS, ["OUT"]),
+    m.CallAnswers((m.CallAnswer(HEADERS), m.CallAnswer(None, FAILURE))),
+    m.StreamOpened(4),
+    m.StreamItem(None, m.Failure(ErrorCode.UNAVAILABLE, "stopped", stopped=True), True),
+    m.StreamItem(HEADERS, None, False),
+    m.Sent(True),
+    m.Stop(),
+    m.Ready(),
+    m.LoadFailed("ImportError: no module"),
+    m.BatchDone(HEADERS, (m.RequestFailed(1, FAILURE),)),
+    m.BatchFailed(FAILURE),
+    m.Calls((CALL, CALL)),
+    m.StreamOpen(CALL),
+    m.StreamNext(4),
+    m.StreamCancel(4),
+    m.Response(9, HEADERS, False),
+    m.Response(9, None, True, FAILURE),
+    m.MetricUpdates([("counter", "n", "d", (), 1.0)]),
+]
+
+
+@pytest.fixture
+def wires() -> tuple[m.Wire, m.Wire]:
+    ours, theirs = socket.socketpair()
+    return m.Wire(Connection(ours.detach())), m.Wire(Connection(theirs.detach()))
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: type(s).__name__)
+def test_each_message_crosses_the_wire_unchanged(
+    wires: tuple[m.Wire, m.Wire], sample: object
+) -> None:
+    server, worker = wires
+    server.send(sample)
+    received = worker.recv()
+    assert type(received) is type(sample) and received == sample
+    server.close()
+    worker.close()
+
+
+def test_on_the_wire_a_message_is_a_plain_tuple() -> None:
+    """No class is pickled: its number and fields only (nested messages too)."""
+    wire = m.pack(m.BatchDone(HEADERS, (m.RequestFailed(1, FAILURE),)))
+    assert type(wire) is tuple and type(wire[2][0]) is tuple and type(wire[2][0][2]) is tuple
+
+
+def test_messages_are_frozen() -> None:
+    with pytest.raises(AttributeError):
+        m.Sent(True).alive = False  # type: ignore[misc]
+
+
+def test_defaults_and_default_factories_are_taken_as_declared() -> None:
+    """The messages' own ``__init__`` (which fills the dict at once) keeps the dataclass's
+    defaults, and a default factory makes a new value each time."""
+    batch = m.RunBatch(HEADERS, ["OUT"])
+    assert (batch.requests, batch.number) == ((), 0)
+    first, second = m.MetricUpdates(), m.MetricUpdates()
+    assert first.updates == [] and first.updates is not second.updates
+    with pytest.raises(TypeError):
+        m.Sent()  # type: ignore[call-arg]
