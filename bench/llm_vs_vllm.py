@@ -13,8 +13,8 @@ up at once and driven in turn with the same load: each concurrency of ``--concur
 (``--isl`` prompt tokens, exactly ``--osl`` output tokens) and a mixed-length load (output
 lengths uniform in 16-256, at the highest concurrency). ``--client native`` (default) drives
 inferplex's ``/generate_stream`` and vLLM's ``/v1/completions`` with bench/llm_client.py;
-``--client aiperf`` runs the same aiperf command (``/tmp/aiperf-venv``, streaming chat) on
-both, which needs inferplex's OpenAI API (``/v1/chat/completions``).
+``--client aiperf`` runs the same aiperf command (``/tmp/aiperf-venv``, streaming chat,
+``/v1/chat/completions``) on both.
 
 Prints, per load and server: output tokens/s, TTFT and ITL p50/p99, requests/s, the peak RSS
 of the server's process tree over the run, and the ratios inferplex / vLLM and inferplex /
