@@ -89,7 +89,7 @@ def paged_attention(
         keys = _gather(cache.blocks_of_keys, batch.decode_blocks, k.shape[1:])
         values = _gather(cache.blocks_of_values, batch.decode_blocks, v.shape[1:])
         mask = batch.decode_mask
-        if q.dtype == torch.float32:  # (SDPA's kernel is the faster there)
+        if q.dtype == torch.float32 or q.device.type != "cpu":  # SDPA's kernels are faster there
             attended = F.scaled_dot_product_attention(
                 q[:n].unsqueeze(2), keys, values, mask, scale=scale, enable_gqa=gqa
             ).squeeze(2)
@@ -126,7 +126,8 @@ def _decode_attention(
     head), the softmax in float32. SDPA's CPU flash kernel handles a single query in
     bfloat16 poorly: alone, this is 3-5x faster for 8-16 decodes of 160-320 keys; a
     reference-model step of 16 decodes 5-10% faster, of 8 about even (thread CPU time, a busy
-    machine). In float32 SDPA stays the faster on the gathered (strided) keys: kept there."""
+    machine). In float32 SDPA stays the faster on the gathered (strided) keys, and on a GPU
+    its fused kernels: it is kept for both."""
     n, heads, dim = q.shape
     kv_heads = keys.shape[1]
     grouped = (q * scale).view(n, kv_heads, heads // kv_heads, dim)
