@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from inferplex.core.dispatcher import Dispatcher  # noqa: E402
 from inferplex.core.model import ModelVersion  # noqa: E402
 from inferplex.core.registry import scheduling_policy  # noqa: E402
 from inferplex.core.scheduler import Scheduler  # noqa: E402
+from inferplex.core.step_gate import SchedulerGate  # noqa: E402
 from inferplex.types import InferenceRequest, Tensor  # noqa: E402
 
 TOKENS = 8
@@ -75,7 +77,19 @@ def folder(llm_repository: Path) -> Iterator[Path]:
     yield llm_repository / "tiny_llama" / "1"
 
 
-async def test_a_priority_batch_is_granted_before_the_next_engine_step(folder: Path) -> None:
+@dataclass
+class Rig:
+    """One compute slot shared by a vision model (weight 8) and an LLM engine (weight 1)."""
+
+    dispatcher: Dispatcher
+    vision: ModelVersion
+    backend: Vision
+    release: threading.Semaphore
+    gate: SchedulerGate
+    model: LoadedModel
+
+
+async def rig(folder: Path) -> Rig:
     loop = asyncio.get_running_loop()
     dispatcher = Dispatcher(Scheduler("priority", 1), loop)
     holder: list[Engine] = []
@@ -96,6 +110,20 @@ async def test_a_priority_batch_is_granted_before_the_next_engine_step(folder: P
         load_model, folder, settings, torch.device("cpu"), 1, True, gate
     )
     holder.append(model.engine)
+    return Rig(dispatcher, vision, backend, release, gate, model)
+
+
+def submit(model: LoadedModel, deliver: Callable[[Piece], None]) -> None:
+    ids = model.tokenizer.encode("The server loads models from a repository")
+    params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=TOKENS)
+    model.engine.submit(prepare(model, ids, params, deliver))
+
+
+async def test_a_priority_batch_is_granted_before_the_next_engine_step(folder: Path) -> None:
+    r = await rig(folder)
+    dispatcher, vision, backend, release, gate, model = (
+        r.dispatcher, r.vision, r.backend, r.release, r.gate, r.model
+    )  # fmt: skip
     pieces: list[Piece] = []
     done = threading.Event()
 
@@ -107,9 +135,7 @@ async def test_a_priority_batch_is_granted_before_the_next_engine_step(folder: P
     try:
         first = asyncio.create_task(vision.infer(vision_request()))  # takes the only slot
         await until(lambda: backend.steps_seen, "the first vision batch to run")
-        ids = model.tokenizer.encode("The server loads models from a repository")
-        params = SamplingParams(temperature=0.0, ignore_eos=True, max_tokens=TOKENS)
-        model.engine.submit(prepare(model, ids, params, deliver))
+        submit(model, deliver)
         await until(lambda: gate.queue.pending_requests == 1, "the engine to ask for a slot")
         assert model.engine.counters.steps == 0  # no step while the vision batch holds the slot
         second = asyncio.create_task(vision.infer(vision_request()))
@@ -130,3 +156,27 @@ async def test_a_priority_batch_is_granted_before_the_next_engine_step(folder: P
         await asyncio.to_thread(model.engine.close)
         vision.close()
     await until(lambda: gate.key not in dispatcher.scheduler.snapshot(), "the gate to leave")
+
+
+async def test_unloading_while_a_step_waits_for_a_slot_ends_the_request(folder: Path) -> None:
+    """The engine closed while its next step waits for the slot another model holds: the
+    close returns (no step ever waits forever), the request ends with an error and the gate
+    leaves the scheduler."""
+    r = await rig(folder)
+    pieces: list[Piece] = []
+    try:
+        busy = asyncio.create_task(r.vision.infer(vision_request()))
+        await until(lambda: r.backend.steps_seen, "the vision batch to hold the slot")
+        submit(r.model, pieces.append)
+        await until(lambda: r.gate.queue.pending_requests == 1, "the engine to ask for a slot")
+        await asyncio.wait_for(asyncio.to_thread(r.model.engine.close), 30)
+        assert r.model.engine.counters.steps == 0
+        assert len(pieces) == 1 and pieces[0].error is not None
+        await until(lambda: r.gate.key not in r.dispatcher.scheduler.snapshot(), "the gate gone")
+        r.release.release()
+        await busy  # the slot's holder finishes as usual
+        assert r.dispatcher.scheduler.running == 0
+    finally:
+        for _ in range(4):
+            r.release.release()
+        r.vision.close()
