@@ -15,7 +15,7 @@ import json
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -132,8 +132,12 @@ def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
-def drive(target: Target, jobs: list[Job], concurrency: int) -> LoadResult:
-    """Send ``jobs`` with ``concurrency`` in flight; raises the first failure."""
+def drive(
+    target: Target, jobs: Iterable[Job], concurrency: int, until: float | None = None
+) -> LoadResult:
+    """Send ``jobs`` with ``concurrency`` in flight; raises the first failure. ``until``: a
+    ``time.perf_counter()`` after which no new request starts (``jobs`` may then be endless,
+    e.g. ``itertools.cycle``)."""
     lock = threading.Lock()
     pending = iter(jobs)
     done: list[Timed] = []
@@ -144,7 +148,7 @@ def drive(target: Target, jobs: list[Job], concurrency: int) -> LoadResult:
             while not failures:
                 with lock:
                     job = next(pending, None)
-                if job is None:
+                if job is None or (until is not None and time.perf_counter() >= until):
                     return
                 try:
                     timed = one_request(session, target, job)
