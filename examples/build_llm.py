@@ -2,6 +2,10 @@
 
     python -m examples.build_llm OUT [--family llama|gpt2] [--hidden 64] [--layers 2]
                                      [--heads 4] [--kv-heads 2] [--vocab 512] [--seed 0]
+                                     [--intermediate N] [--reference]
+
+``--reference`` builds the vLLM comparison's model (bench/llm_vs_vllm.py): a Llama of hidden
+512, 8 layers, 8 heads / 4 KV heads, intermediate 1408, vocab 16000 (40M parameters).
 
 Writes ``OUT/<name>/1/`` (config.json, model.safetensors, generation_config.json, tokenizer
 files with a ChatML chat template) and ``OUT/<name>/config.pbtxt`` (``backend: "llm"``).
@@ -25,6 +29,8 @@ CHAT_TEMPLATE = (
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+#: the reference model's MLP width: 40M parameters in all, as the issue's vLLM figures
+REFERENCE_INTERMEDIATE = 1408
 
 
 def train_tokenizer(vocab_size: int) -> object:
@@ -63,10 +69,18 @@ def build_llm(
     max_positions: int = 512,
     seed: int = 0,
     parameters: dict[str, str] | None = None,
+    intermediate: int = 0,
 ) -> Path:
-    """The version folder of a new model ``out/name`` (see the module docstring)."""
+    """The version folder of a new model ``out/name`` (see the module docstring);
+    ``intermediate``: a Llama's MLP width (0: twice ``hidden``)."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedModel,
+    )
 
     tokenizer = train_tokenizer(vocab)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")  # type: ignore[attr-defined]
@@ -75,7 +89,7 @@ def build_llm(
         config = LlamaConfig(
             vocab_size=vocab,
             hidden_size=hidden,
-            intermediate_size=hidden * 2,
+            intermediate_size=intermediate or hidden * 2,
             num_hidden_layers=layers,
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
@@ -86,7 +100,7 @@ def build_llm(
             # wider than the default 0.02: peaked logits, so greedy choices are clear-cut
             initializer_range=0.2,
         )
-        model = LlamaForCausalLM(config)
+        model: PreTrainedModel = LlamaForCausalLM(config)
     elif family == "gpt2":
         gpt2 = GPT2Config(
             vocab_size=vocab,
@@ -140,7 +154,12 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=512)
     parser.add_argument("--max-positions", type=int, default=512)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--intermediate", type=int, default=0)
+    parser.add_argument("--reference", action="store_true", help="the vLLM comparison's size")
     args = parser.parse_args()
+    if args.reference:
+        args.family, args.hidden, args.layers, args.heads = "llama", 512, 8, 8
+        args.kv_heads, args.vocab, args.intermediate = 4, 16000, REFERENCE_INTERMEDIATE
     version = build_llm(
         args.out,
         args.name or f"tiny_{args.family}",
@@ -152,6 +171,7 @@ def main() -> None:
         args.vocab,
         args.max_positions,
         args.seed,
+        intermediate=args.intermediate,
     )
     print(f"built {version}")
 

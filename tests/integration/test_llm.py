@@ -172,3 +172,59 @@ def test_a_prompt_beyond_the_context_is_a_400(served: tuple[RunningServer, Path]
         url, json={"text_input": PROMPT, "sampling_parameters": '{"top_p": 2}'}, timeout=60
     )
     assert bad.status_code == 400 and "top_p" in bad.text
+
+
+def _llm_samples(text: str, model: str) -> dict[str, float]:
+    """The ``inferplex_llm_*`` samples of ``model`` on a /metrics page, by name (histograms
+    by their _count and _sum)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if (
+            line.startswith("inferplex_llm_")
+            and f'model="{model}"' in line
+            and "_bucket" not in line
+        ):
+            name = line.split("{", 1)[0]
+            found[name] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def test_the_engine_shows_on_metrics_and_the_dashboard(served: tuple[RunningServer, Path]) -> None:
+    """Two greedy requests with one prompt of several KV blocks, one after the other: the
+    second finds the first's full blocks in the prefix cache; every token counted, a TTFT per
+    request and an ITL between each two of its tokens, every block back afterwards."""
+    server, _ = served
+    model, tokens = "tiny_gpt2", 6
+    url = f"http://{server.http_url}/v2/models/{model}/generate"
+    metrics = f"http://{server.metrics_url}/metrics"
+    before = _llm_samples(requests.get(metrics, timeout=10).text, model)
+    body = {
+        "text_input": " ".join([PROMPT] * 8),
+        "max_tokens": tokens,
+        "sampling_parameters": json.dumps(GREEDY),
+    }
+    for _ in range(2):
+        assert requests.post(url, json=body, timeout=60).status_code == 200
+    after = _llm_samples(requests.get(metrics, timeout=10).text, model)
+
+    def grew(name: str) -> float:
+        return after[f"inferplex_llm_{name}"] - before.get(f"inferplex_llm_{name}", 0.0)
+
+    assert grew("generation_tokens") == 2 * tokens
+    assert grew("time_to_first_token_seconds_count") == 2
+    assert grew("inter_token_latency_seconds_count") == 2 * (tokens - 1)
+    assert grew("inter_token_latency_seconds_sum") > 0
+    assert grew("engine_steps") >= tokens
+    assert grew("prefix_cache_hits") >= 1 and grew("prefix_cache_queries") >= grew(
+        "prefix_cache_hits"
+    )
+    assert grew("preemptions") == 0
+    assert after["inferplex_llm_kv_blocks_total"] > 0
+    assert after["inferplex_llm_kv_blocks_used"] == 0
+    assert after["inferplex_llm_running_sequences"] == after["inferplex_llm_waiting_sequences"] == 0
+    data = requests.get(f"http://{server.metrics_url}/dashboard/data", timeout=10).json()
+    (row,) = [m for m in data["models"] if m["name"] == model]
+    llm = row["versions"][0]["llm"]
+    assert llm["kv_blocks_total"] == after["inferplex_llm_kv_blocks_total"]
+    assert llm["generated_tokens"] == after["inferplex_llm_generation_tokens"]
+    assert 0 < llm["prefix_hit_rate"] <= 1 and llm["itl_p50_ms"] > 0

@@ -16,6 +16,7 @@ from inferplex.config.model_config import ModelConfig, TensorConfig
 from inferplex.errors import InferplexError
 
 if TYPE_CHECKING:
+    from inferplex.backends.engine_stats import EngineStats
     from inferplex.types import InferenceRequest, InferenceResponse
 
 
@@ -217,6 +218,11 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends free on collection
         """Release the model's resources."""
+
+    def engine_stats(self) -> EngineStats | None:
+        """A generative engine's state and totals (the LLM metrics, docs/llm.md); None for a
+        backend without one. Read on the event loop at a scrape, never per request."""
+        return None
 
     @classmethod
     def gpu_available(cls) -> bool:

@@ -7,8 +7,10 @@ import concurrent.futures
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from inferplex.config.model_config import ModelConfig
 from inferplex.core.call_stream import EngineStream, Open
-from inferplex.core.dispatcher import STEP_PRECEDENCE
+from inferplex.core.dispatcher import STEP_PRECEDENCE, Dispatcher
+from inferplex.core.step_gate import SchedulerGate
 from inferplex.errors import UnsupportedError
 from inferplex.types import InferenceRequest, InferenceResponse
 
@@ -19,12 +21,18 @@ class EngineCaller:
     """Submits requests to the engine's event loop from a worker thread and waits."""
 
     def __init__(
-        self, infer: Infer, loop: asyncio.AbstractEventLoop, stream: Open | None = None
+        self,
+        infer: Infer,
+        loop: asyncio.AbstractEventLoop,
+        stream: Open | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
-        """``stream``: the engine's streamed request (without it, ``stream`` is refused)."""
+        """``stream``: the engine's streamed request (without it, ``stream`` is refused);
+        ``dispatcher``: whose scheduler ``step_gate`` grants slots from."""
         self._infer = infer
         self._loop = loop
         self._stream = stream
+        self._dispatcher = dispatcher
 
     def submit(
         self, request: InferenceRequest, precedence: int = 0
@@ -52,3 +60,10 @@ class EngineCaller:
         if self._stream is None:
             raise UnsupportedError("this server does not stream calls between models")
         return EngineStream(self._stream, request, self._loop)
+
+    def step_gate(self, config: ModelConfig, label: str) -> SchedulerGate | None:
+        """Compute slots of the server's scheduler for a backend's own thread
+        (``backends.step_gate``); None without a dispatcher."""
+        if self._dispatcher is None:
+            return None
+        return SchedulerGate(self._dispatcher, self._loop, config, label)

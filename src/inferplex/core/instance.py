@@ -63,6 +63,11 @@ class ModelInstance:
         else:
             assert not nice, "a pool thread keeps the server's priority"
 
+    @property
+    def backend(self) -> Backend:
+        """The instance's backend (observers read engine statistics from it)."""
+        return self._backend
+
     def run(self, job: Any) -> None:
         """Queue ``job`` (not None); ``done`` is called on the event loop with its outcome."""
         if self._pool is not None:

@@ -350,6 +350,7 @@ def _version_snapshot(
         len(version.instances),
         version.in_flight,
         footprints.get(number),
+        version.instances[0].backend.engine_stats() if version.instances else None,
     )
 
 

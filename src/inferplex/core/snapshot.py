@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from inferplex.backends.engine_stats import EngineStats
 from inferplex.core.stats import ModelStats
 
 
@@ -27,6 +28,8 @@ class VersionSnapshot:
     in_flight: int
     #: bytes the version took when loaded, where the lifecycle measured it
     memory: int | None
+    #: its generative engine's state and totals (an LLM's), else None
+    llm_engine: EngineStats | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,7 @@ class InferenceEngine:
         if self.remote is not None:
             await asyncio.to_thread(self.remote.refresh)
         await self.lifecycle.start(
-            self.dispatcher, cache, EngineCaller(self.infer, loop, self.stream)
+            self.dispatcher, cache, EngineCaller(self.infer, loop, self.stream, self.dispatcher)
         )
         await self._reload_routes()
         self._started = ready

@@ -19,6 +19,7 @@ from inferplex.metrics.exposition import Family, HistogramValue, Labels
 from inferplex.metrics.generation import generation_families
 from inferplex.metrics.http2 import Http2Counts, http2_families
 from inferplex.metrics.listeners import Listener, listener_families
+from inferplex.metrics.llm_families import llm_families
 from inferplex.metrics.model_families import model_families
 from inferplex.metrics.process import (
     GpuProbe,
@@ -106,6 +107,7 @@ class Collector:
         snapshot = self.snapshot()
         return [
             *self._model_families(snapshot),
+            *llm_families(snapshot),
             *self._server_families(snapshot),
             _transition_family(snapshot),
             *listener_families(self.listeners),

@@ -7,10 +7,11 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
+from inferplex.backends.engine_stats import EngineStats, HistogramCounts
 from inferplex.core.snapshot import EngineSnapshot
 from inferplex.metrics.generation import generation_data
 from inferplex.metrics.process import GpuReading
-from inferplex.metrics.sampler import Sampler, VersionPoint
+from inferplex.metrics.sampler import Sampler, VersionPoint, histogram_quantile
 from inferplex.protocol.openai.stats import GENERATION
 
 #: dashboard file name -> content type
@@ -73,6 +74,7 @@ def dashboard_data(
                         name: [None if p is None else getattr(p, name) for p in points]
                         for name in _SERIES
                     },
+                    "llm": None if version.llm_engine is None else _llm(version.llm_engine),
                 }
             )
         models.append(
@@ -88,4 +90,29 @@ def dashboard_data(
         "server": server,
         "models": models,
         "generation": generation_data(GENERATION),
+    }
+
+
+def _quantile_ms(q: float, hist: HistogramCounts) -> float | None:
+    bounds_ns = tuple(round(b * 1e9) for b in hist.bounds)
+    value = histogram_quantile(q, list(hist.counts), bounds_ns)
+    return None if value is None else value / 1e6
+
+
+def _llm(stats: EngineStats) -> dict[str, Any]:
+    """An LLM engine's row: its state now, totals and token latencies since it started (the
+    page turns the generated tokens into tokens/s between two polls)."""
+    ttft, itl = stats.time_to_first_token, stats.inter_token_latency
+    return {
+        "running": stats.running,
+        "waiting": stats.waiting,
+        "kv_blocks_used": stats.kv_blocks_used,
+        "kv_blocks_total": stats.kv_blocks_total,
+        "prefix_hit_rate": stats.prefix_hit_rate,
+        "preemptions": stats.preemptions,
+        "generated_tokens": stats.generated_tokens,
+        "ttft_p50_ms": _quantile_ms(0.5, ttft),
+        "ttft_p99_ms": _quantile_ms(0.99, ttft),
+        "itl_p50_ms": _quantile_ms(0.5, itl),
+        "itl_p99_ms": _quantile_ms(0.99, itl),
     }

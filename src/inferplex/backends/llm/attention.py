@@ -88,10 +88,15 @@ def paged_attention(
         # [n, kv heads, keys, dim]
         keys = _gather(cache.blocks_of_keys, batch.decode_blocks, k.shape[1:])
         values = _gather(cache.blocks_of_values, batch.decode_blocks, v.shape[1:])
-        attended = F.scaled_dot_product_attention(
-            q[:n].unsqueeze(2), keys, values, batch.decode_mask, scale=scale, enable_gqa=gqa
-        )
-        out[:n] = attended.squeeze(2)
+        mask = batch.decode_mask
+        if q.dtype == torch.float32 or q.device.type != "cpu":  # SDPA's kernels are faster there
+            attended = F.scaled_dot_product_attention(
+                q[:n].unsqueeze(2), keys, values, mask, scale=scale, enable_gqa=gqa
+            ).squeeze(2)
+        else:
+            assert mask is not None
+            attended = _decode_attention(q[:n], keys, values, mask, scale)
+        out[:n] = attended
     for chunk in batch.prefills:
         rows = slice(chunk.row, chunk.row + chunk.count)
         query = q[rows].transpose(0, 1).unsqueeze(0)
@@ -110,6 +115,26 @@ def paged_attention(
         )
         out[rows] = attended[0].transpose(0, 1)
     return out.reshape(tokens, heads * dim)
+
+
+def _decode_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """One query per sequence, q [n, heads, dim] over keys and values [n, kv heads, keys,
+    dim] where ``mask`` [n, 1, 1, keys] is True, in bfloat16 or float16: two batched matrix
+    products, the query heads of a KV head as the rows of one (no copy of the keys per query
+    head), the softmax in float32. SDPA's CPU flash kernel handles a single query in
+    bfloat16 poorly: alone, this is 3-5x faster for 8-16 decodes of 160-320 keys; a
+    reference-model step of 16 decodes 5-10% faster, of 8 about even (thread CPU time, a busy
+    machine). In float32 SDPA stays the faster on the gathered (strided) keys, and on a GPU
+    its fused kernels: it is kept for both."""
+    n, heads, dim = q.shape
+    kv_heads = keys.shape[1]
+    grouped = (q * scale).view(n, kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)).float()
+    scores.masked_fill_(mask.logical_not(), float("-inf"))
+    weights = torch.softmax(scores, dim=-1).to(values.dtype)
+    return torch.matmul(weights, values).view(n, heads, dim)
 
 
 def _gather(blocks: torch.Tensor, table: torch.Tensor, head: torch.Size) -> torch.Tensor:

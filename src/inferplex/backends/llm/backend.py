@@ -6,11 +6,13 @@ instance is a thread that hands its request to the one engine of the model versi
 relays its output, and the version has as many instances as requests it keeps in flight
 (``max_num_seqs`` unless the config's instance_group says otherwise). The instances share
 the engine (made by the first, stopped with the last) and take no compute slot of the
-server's scheduler: the engine's thread does the computing.
+server's scheduler: the engine's thread does the computing, each step in a slot the
+scheduler grants (``backends.step_gate``), weighed against the other models' batches.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,12 +27,14 @@ from inferplex.backends.base import (
     Cancellation,
     InstanceSpec,
 )
+from inferplex.backends.engine_stats import EngineStats
 from inferplex.backends.llm.admission import prepare
 from inferplex.backends.llm.generation import Generation
 from inferplex.backends.llm.relay import Outbox, Reply
 from inferplex.backends.llm.request import INPUTS, OUTPUTS, GenerateRequest, read_request
 from inferplex.backends.llm.settings import read_settings
 from inferplex.backends.pytorch import PyTorchBackend
+from inferplex.backends.step_gate import StepGates
 from inferplex.config.model_config import InstanceGroup, ModelConfig, ModelTransactionPolicy
 from inferplex.errors import InferplexError, UnsupportedError
 
@@ -49,6 +53,8 @@ class _Shared:
 
 _shared: dict[tuple[int, Path], _Shared] = {}
 _shared_lock = threading.Lock()
+#: numbers the engines' gates in the scheduler (a reload's engine runs beside the old one)
+_gate_numbers = itertools.count(1)
 
 
 def _hold(
@@ -68,7 +74,20 @@ def _hold(
                 f"cuda:{instance.device_id}" if instance.kind == "KIND_GPU" else "cpu"
             )
             settings = read_settings(config.parameters, config.name)
-            model = load_model(folder, settings, device, instance.intra_op_threads)
+            caller = instance.caller
+            gate = (
+                caller.step_gate(
+                    config, f"{config.name}/{folder.name} engine#{next(_gate_numbers)}"
+                )
+                if isinstance(caller, StepGates)
+                else None
+            )
+            try:
+                model = load_model(folder, settings, device, instance.intra_op_threads, gate=gate)
+            except BaseException:
+                if gate is not None:  # (no engine will ever ask it for a slot)
+                    gate.close()
+                raise
             shared = _shared[key] = _Shared(model, config)
         shared.holders += 1
     return shared, key
@@ -165,6 +184,10 @@ class LlmBackend(Backend):
         model = self._model
         prompt = model.tokenizer.encode(request.prompt)
         return prepare(model, prompt, request.params, outbox.deliver_to(index))
+
+    def engine_stats(self) -> EngineStats:
+        """The version's engine now (the LLM metrics: one engine for all its instances)."""
+        return self._model.engine.stats()
 
     def close(self) -> None:
         """The last instance of the version stops its engine."""

@@ -6,6 +6,10 @@ than this loop (the server's cross-model scheduler) can run steps one at a time.
 Requests arrive and leave from other threads through the inbox (``submit``, ``cancel``),
 taken at the start of each step: a request whose client went away leaves the batch and its
 blocks go back to the pool within one step.
+
+With a ``StepGate`` (the server's cross-model scheduler, through ``core.step_gate``) each step
+of the loop runs in a compute slot the gate grants, as a batch of any other model does: a
+model of higher priority gets the next slot before the engine's next step.
 """
 
 from __future__ import annotations
@@ -13,14 +17,17 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
 
+from inferplex.backends.engine_stats import EngineStats, TokenLatency
 from inferplex.backends.llm.generation import ABORT, Generation, Piece
 from inferplex.backends.llm.policy import SchedulingPolicy, Sequence
 from inferplex.backends.llm.runner import ModelRunner
 from inferplex.backends.llm.sampler import sample
+from inferplex.backends.step_gate import StepGate
 from inferplex.errors import InferplexError, ModelExecutionError, ModelNotReadyError
 
 logger = logging.getLogger(__name__)
@@ -40,10 +47,20 @@ class EngineCounters:
 class Engine:
     """Generates for the requests submitted, in steps on its own thread."""
 
-    def __init__(self, runner: ModelRunner, policy: SchedulingPolicy, threads: int) -> None:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        policy: SchedulingPolicy,
+        threads: int,
+        gate: StepGate | None = None,
+    ) -> None:
         self.runner = runner
         self.policy = policy
         self.counters = EngineCounters()
+        self.time_to_first_token = TokenLatency()
+        self.inter_token_latency = TokenLatency()
+        #: grants each step of the loop a compute slot (None: steps run when they can)
+        self.gate = gate
         self._threads = threads
         self._ids = itertools.count()
         self._cond = threading.Condition(threading.Lock())
@@ -67,6 +84,7 @@ class Engine:
         with self._cond:
             if self._closed:
                 raise ModelNotReadyError("the model is unloading")
+            generation.arrival = time.perf_counter()
             self._new.append(generation)
             self._cond.notify()
 
@@ -81,6 +99,8 @@ class Engine:
         with self._cond:
             self._closed = True
             self._cond.notify()
+        if self.gate is not None:  # a step waiting for a slot waits no more
+            self.gate.close()
         if self._thread.is_alive():
             self._thread.join()
         error = ModelNotReadyError("the model was unloaded while generating")
@@ -100,7 +120,7 @@ class Engine:
                 if self._closed:
                     return
             try:
-                progressed = self.step()
+                progressed = self._gated_step()
             except Exception as exc:  # a step that failed fails its requests, not the engine
                 logger.exception("LLM engine step failed")
                 self._fail_all(ModelExecutionError(f"generation failed: {exc}"))
@@ -109,6 +129,42 @@ class Engine:
                 with self._cond:
                     while not (self._closed or self._new or self._cancelled):
                         self._cond.wait()
+
+    def _gated_step(self) -> bool:
+        """One step in a compute slot of the gate, if there is one (False, without a step:
+        the gate closed)."""
+        gate = self.gate
+        if gate is None:
+            return self.step()
+        grant = gate.acquire()
+        if grant is None:
+            return False
+        try:
+            return self.step()
+        finally:
+            gate.release(grant)
+
+    def stats(self) -> EngineStats:
+        """The engine's state and totals now (any thread: see ``backends/engine_stats.py``)."""
+        policy = self.policy
+        pool = policy.pool
+        counters = self.counters
+        return EngineStats(
+            running=len(policy.running),
+            waiting=len(policy.waiting),
+            kv_blocks_used=pool.used,
+            kv_blocks_total=pool.num_blocks,
+            prefix_queried_blocks=pool.stats.queried,
+            prefix_hit_blocks=pool.stats.hit,
+            preemptions=policy.preemptions,
+            steps=counters.steps,
+            prompt_tokens=counters.prompt_tokens,
+            generated_tokens=counters.generated_tokens,
+            finished=counters.finished,
+            cancelled=counters.cancelled,
+            time_to_first_token=self.time_to_first_token.read(),
+            inter_token_latency=self.inter_token_latency.read(),
+        )
 
     def step(self) -> bool:
         """One step; False when there was nothing to run."""
@@ -126,8 +182,15 @@ class Engine:
         active = self._active
         generations = [active[chunk.seq.seq_id] for chunk in sampled]
         tokens = sample(logits, [g.sampling_row() for g in generations])
+        now = time.perf_counter()
+        first, between = self.time_to_first_token.observe, self.inter_token_latency.observe
         for generation, token in zip(generations, tokens, strict=True):
             policy.append(generation.seq, token)
+            if generation.generated:
+                between(now - generation.last_token)
+            else:
+                first(now - generation.arrival)
+            generation.last_token = now
             piece = generation.accept(token)
             if piece.final:
                 self._retire(generation)

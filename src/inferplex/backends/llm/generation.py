@@ -40,7 +40,7 @@ class Generation:
 
     __slots__ = (
         *("_stops", "deliver", "finish_reason", "generated", "generator", "max_tokens"),
-        *("params", "seq", "text"),
+        *("params", "seq", "text", "arrival", "last_token"),
     )
 
     def __init__(
@@ -65,6 +65,10 @@ class Generation:
         )
         self.generated = 0
         self.finish_reason: str | None = None
+        #: perf_counter when the engine got it, and when its last token was sampled (the
+        #: engine's time-to-first-token and inter-token-latency histograms)
+        self.arrival = 0.0
+        self.last_token = 0.0
 
     def sampling_row(self) -> SamplingRow:
         seq = self.seq

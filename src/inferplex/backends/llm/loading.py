@@ -19,6 +19,7 @@ from inferplex.backends.llm.settings import EngineSettings
 from inferplex.backends.llm.shape import ModelShape, read_shape
 from inferplex.backends.llm.tokenizer import TextTokenizer
 from inferplex.backends.llm.weights import load_weights
+from inferplex.backends.step_gate import StepGate
 from inferplex.errors import ConfigError
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -64,9 +65,10 @@ def load_model(
     device: torch.device,
     threads: int,
     start: bool = True,
+    gate: StepGate | None = None,
 ) -> LoadedModel:
     """The folder's model served by a new engine (its thread started, unless ``start`` is
-    False: then the caller runs its steps)."""
+    False: then the caller runs its steps); ``gate`` grants its loop's steps compute slots."""
     shape = read_shape(folder)
     dtype = engine_dtype(shape, settings.dtype, device)
     tokenizer = TextTokenizer(folder)
@@ -82,7 +84,7 @@ def load_model(
                 f"{shape.max_positions} positions"
             )
         max_len = settings.max_model_len
-    engine = Engine(ModelRunner(model, cache, device), policy, settings.threads or threads)
+    engine = Engine(ModelRunner(model, cache, device), policy, settings.threads or threads, gate)
     if start:
         engine.start()
     return LoadedModel(engine, tokenizer, shape, settings, max_len)

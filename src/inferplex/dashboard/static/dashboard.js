@@ -184,6 +184,38 @@ function renderTable(data) {
   body.replaceChildren(...trs);
 }
 
+// generated tokens at the previous poll, by "model/version": the tokens/s between polls
+const previousTokens = new Map();
+
+function renderLlm(data) {
+  const trs = [];
+  const now = performance.now();
+  for (const model of data.models) {
+    for (const version of model.versions) {
+      const llm = version.llm;
+      if (!llm) continue;
+      const key = `${model.name}/${version.version}`;
+      const before = previousTokens.get(key);
+      previousTokens.set(key, { tokens: llm.generated_tokens, at: now });
+      const rate = before && now > before.at && llm.generated_tokens >= before.tokens
+        ? (llm.generated_tokens - before.tokens) / ((now - before.at) / 1000) : null;
+      const tr = document.createElement("tr");
+      tr.append(
+        cell(model.name), cell(version.version),
+        cell(String(llm.running)), cell(String(llm.waiting)),
+        cell(`${llm.kv_blocks_used} / ${llm.kv_blocks_total}`),
+        cell(fmtPct(llm.prefix_hit_rate)), cell(String(llm.preemptions)),
+        cell(fmtNum(rate)),
+        cell(`${fmtNum(llm.ttft_p50_ms, 1)} / ${fmtNum(llm.ttft_p99_ms, 1)}`),
+        cell(`${fmtNum(llm.itl_p50_ms, 1)} / ${fmtNum(llm.itl_p99_ms, 1)}`),
+      );
+      trs.push(tr);
+    }
+  }
+  document.getElementById("llm-section").hidden = !trs.length;
+  document.querySelector("#llm tbody").replaceChildren(...trs);
+}
+
 // the OpenAI API's figures per model (TTFT, ITL: the upper bound of the bucket)
 function renderGeneration(data) {
   const rows = data.generation || [];
@@ -217,6 +249,7 @@ function render(data) {
     `GPU${g.index} ${fmtPct(g.utilization)} ${fmtBytes(g.memory_used)} / ${fmtBytes(g.memory_total)}`,
   ).join(" · ");
   renderTable(data);
+  renderLlm(data);
   renderGeneration(data);
   const rows = versionRows(data);
   const times = data.time;

@@ -247,3 +247,20 @@ def test_multi_byte_characters_of_the_real_tokenizer_come_whole(
     assert "" in pieces  # some tokens hold part of a character: nothing comes for them
     assert all("\ufffd" not in piece for piece in pieces)
     assert "".join(pieces) + text.flush() == sentence
+
+
+def test_the_bfloat16_decode_attention_matches_sdpa() -> None:
+    """The decodes' own attention (bfloat16, grouped query heads, masked padding) gives
+    SDPA's result within bfloat16's precision."""
+    from inferplex.backends.llm.attention import _decode_attention
+
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(5, 8, 64, generator=generator).bfloat16()
+    keys = torch.randn(5, 4, 48, 64, generator=generator).bfloat16()
+    values = torch.randn(5, 4, 48, 64, generator=generator).bfloat16()
+    mask = (torch.arange(48) < torch.tensor([48, 30, 17, 1, 40]).unsqueeze(1)).view(5, 1, 1, 48)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.float().unsqueeze(2), keys.float(), values.float(), mask, scale=0.125, enable_gqa=True
+    ).squeeze(2)
+    found = _decode_attention(q, keys, values, mask, 0.125).float()
+    assert (found - expected).abs().max().item() < 0.03
