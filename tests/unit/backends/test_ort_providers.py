@@ -24,7 +24,7 @@ from inferplex.config.model_config import ModelConfig
 from inferplex.config.pbtxt import parse_pbtxt
 from inferplex.config.readers import config_from_dict, read_model_config
 from inferplex.errors import ConfigError
-from inferplex.protocol.v2.grpc_codec import encode_model_config
+from inferplex.protocol.v2.grpc_messages import encode_model_config
 
 CPU_BUILD = ["CPUExecutionProvider"]
 GPU_BUILD = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
