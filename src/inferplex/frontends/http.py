@@ -53,12 +53,9 @@ from inferplex.errors import (
 )
 from inferplex.frontends.http_answers import call_trace, compressed, traced
 from inferplex.frontends.http_body import (
-    Disconnected,
     body_headers,
     inflate_body,
     json_too_large,
-    receive_body,
-    refuse_body,
     takes_none,
     too_large,
 )
@@ -89,7 +86,6 @@ Body = bytes | memoryview
 Reply = tuple[int, bytes, Headers]
 #: what an endpoint answers: a whole body, or one streamed as it comes (generate_stream)
 AnyReply = tuple[int, bytes | StreamedBody, Headers]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 _JSON: Headers = [(b"content-type", b"application/json")]
 _EMPTY_OK: Reply = (200, b"", [])
@@ -165,7 +161,7 @@ class HttpApp(ManagementRoutes):
     async def respond(self, request: HttpRequest) -> AnyReply:
         """A request complete with its body, answered with (status, body, headers other than
         content-length)."""
-        reply = await self._serve(
+        return await self._serve(
             request.method,
             request.path,
             request.raw_path,
@@ -173,8 +169,6 @@ class HttpApp(ManagementRoutes):
             request.admitted,
             request.body,
         )
-        assert reply is not None  # a complete body cannot go missing
-        return reply
 
     def admit(self, method: str, path: str, raw_path: bytes | None, headers: Headers) -> Admitted:
         """The route of a request and its principal, once its method and the caller's access
@@ -223,10 +217,10 @@ class HttpApp(ManagementRoutes):
         raw_path: bytes | None,
         headers: Headers,
         admitted: Admitted | None,
-        body: Body | Receive,
-    ) -> AnyReply | None:
-        """The answer to one request whose body is ``body``, or comes through it (ASGI's
-        ``receive``); None when the client went away before its body was whole."""
+        body: Body,
+    ) -> AnyReply:
+        """The answer to one request whose body is ``body`` (whole: a transport reads it
+        within the limit ``refusal`` set)."""
         trace = call_trace(headers) if TRACING.enabled else None
         inflated: Inflated | None = None
         try:
@@ -236,12 +230,13 @@ class HttpApp(ManagementRoutes):
             if endpoint.method == "POST":
                 limit, flag, json_limit = self._caps.get(endpoint) or self._body_caps(endpoint)
                 header_length, coding, accept = body_headers(headers, limit, flag)
-                if coding is not None or not isinstance(body, bytes | memoryview):
-                    body, inflated = await self._read(body, coding, limit, flag)
+                if coding is not None:
+                    body, inflated = await self._inflate(body, coding, limit, flag)
                 _check_size(body, limit, flag, json_limit if header_length is None else 0)
             else:
-                refuse_body(path, endpoint, headers, body)
-                body, header_length, accept = b"", None, None
+                if body:  # a transport refuses it before reading it; never answered with one
+                    raise takes_none(path, endpoint)
+                header_length, accept = None, None
             if endpoint.handler not in _CALLS:
                 return await handler(model, version, body, header_length, principal)
             # an inference call: the data plane's, the transport mapped to (body, meta)
@@ -262,8 +257,6 @@ class HttpApp(ManagementRoutes):
         except (InferplexError, RouteError) as exc:
             reply = _error_reply(exc, path)
             return reply if trace is None else traced(reply, trace)
-        except Disconnected:
-            return None
         except Exception as exc:
             # never let one request take the connection or the server down
             logger.exception("unexpected error serving %s %s", method, path)
@@ -272,15 +265,11 @@ class HttpApp(ManagementRoutes):
             if inflated is not None:  # answered: its bytes leave the server's budget
                 inflated.release()
 
-    async def _read(
-        self, body: Body | Receive, coding: bytes | None, limit: int, flag: str
-    ) -> tuple[Body, Inflated | None]:
-        """A POST's body, read if it comes through ``receive``, within its endpoint's
-        ``limit``, and inflated if compressed (the inflated bytes charged until answered)."""
-        if not isinstance(body, bytes | memoryview):
-            body = await receive_body(body, limit, flag)
-        if coding is None:
-            return body, None
+    async def _inflate(
+        self, body: Body, coding: bytes, limit: int, flag: str
+    ) -> tuple[Body, Inflated]:
+        """A compressed POST body inflated within its endpoint's ``limit`` (the inflated
+        bytes charged until answered)."""
         _check_size(body, limit, flag, 0)
         inflated = await inflate_body(body, coding, limit, flag, self._budget)
         return inflated.data, inflated

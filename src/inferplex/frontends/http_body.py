@@ -8,9 +8,6 @@ A compressed body is inflated within the same limit (transport/inflate.py).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 from inferplex.errors import InvalidInputError, PayloadTooLargeError, UnsupportedError
 from inferplex.frontends.http_routes import Endpoint
 from inferplex.transport.compression import CODINGS
@@ -18,23 +15,15 @@ from inferplex.transport.http_limits import ByteBudget
 from inferplex.transport.inflate import Inflated, inflate
 
 __all__ = [
-    "Disconnected",
     "body_headers",
     "inflate_body",
     "json_too_large",
-    "receive_body",
-    "refuse_body",
     "too_large",
 ]
 
 Headers = list[tuple[bytes, bytes]]
 #: a request body: a large one is a memoryview of the buffer the server read it into
 Body = bytes | memoryview
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-
-
-class Disconnected(Exception):
-    """The client went away before its request body was complete."""
 
 
 # one pass over the headers of every request with a body
@@ -100,26 +89,6 @@ def json_too_large(size: int, limit: int) -> PayloadTooLargeError:
     )
 
 
-async def receive_body(receive: Receive, limit: int, flag: str) -> Body:
-    """The body of an ASGI request, refused with 413 as soon as it is known to be above
-    ``limit``: a body in pieces (chunked, or larger than one read) is counted as it
-    arrives, never holding more than the limit."""
-    size = 0
-    chunks: list[bytes] = []
-    more = True
-    while more:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise Disconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise too_large(f"at least {size} bytes", limit, flag)
-        chunks.append(chunk)
-        more = message.get("more_body", False)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 async def inflate_body(
     body: Body, coding: bytes, limit: int, flag: str, budget: ByteBudget
 ) -> Inflated:
@@ -145,16 +114,3 @@ def takes_none(path: str, endpoint: Endpoint) -> PayloadTooLargeError:
     return PayloadTooLargeError(
         f"{endpoint.method} {path} takes no request body: send it without one"
     )
-
-
-def refuse_body(path: str, endpoint: Endpoint, headers: Headers, body: Body | Receive) -> None:
-    """Refuse a request with a body to an endpoint that takes none (a GET): the built-in
-    server's came with its header block (a larger one was refused before it was read); an
-    ASGI request's is known from its headers, before any of it is read."""
-    if isinstance(body, bytes | memoryview):
-        if body:
-            raise takes_none(path, endpoint)
-        return
-    for key, value in headers:
-        if key == b"transfer-encoding" or (key == b"content-length" and value.strip(b"0 ")):
-            raise takes_none(path, endpoint)

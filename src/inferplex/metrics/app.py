@@ -16,8 +16,8 @@ from inferplex.metrics.collector import Collector
 from inferplex.metrics.dashboard import STATIC_FILES, dashboard_data, load_static
 from inferplex.metrics.exposition import render
 from inferplex.metrics.http2 import Http2Counts
-from inferplex.metrics.listeners import Listener
 from inferplex.metrics.sampler import Activity, Sampler, Snapshot
+from inferplex.transport.interface import HttpServing
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 _JSON = b"application/json"
@@ -31,7 +31,7 @@ class MetricsApp:
         self,
         snapshot: Snapshot,
         sampler: Sampler | None = None,
-        listeners: Sequence[Listener] = (),
+        listeners: Sequence[HttpServing] = (),
         http2: Http2Counts | None = None,
         activity: Activity | None = None,
         gpu_metrics: bool = True,
@@ -91,7 +91,7 @@ class MetricsApp:
 def create_metrics_app(
     snapshot: Snapshot,
     sampler: Sampler | None = None,
-    listeners: Sequence[Listener] = (),
+    listeners: Sequence[HttpServing] = (),
     http2: Http2Counts | None = None,
     activity: Activity | None = None,
     *,

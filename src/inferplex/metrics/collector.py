@@ -18,7 +18,7 @@ from inferplex.lifecycle.memory import rss_bytes as process_tree_rss_bytes
 from inferplex.metrics.exposition import Family, HistogramValue, Labels
 from inferplex.metrics.generation import generation_families
 from inferplex.metrics.http2 import Http2Counts, http2_families
-from inferplex.metrics.listeners import Listener, listener_families
+from inferplex.metrics.listeners import listener_families
 from inferplex.metrics.llm_families import llm_families
 from inferplex.metrics.model_families import model_families
 from inferplex.metrics.process import (
@@ -29,6 +29,7 @@ from inferplex.metrics.process import (
 )
 from inferplex.metrics.sampler import Sampler, Snapshot, busy_ns
 from inferplex.protocol.openai.stats import GENERATION
+from inferplex.transport.interface import HttpServing
 
 #: (metric name, help, statistics phase) of the cumulative durations in microseconds
 _DURATIONS = (
@@ -90,7 +91,7 @@ class Collector:
         self,
         snapshot: Snapshot,
         sampler: Sampler | None = None,
-        listeners: Sequence[Listener] = (),
+        listeners: Sequence[HttpServing] = (),
         http2: Http2Counts | None = None,
         gpu_metrics: bool = True,
     ) -> None:

@@ -8,42 +8,15 @@ listeners do nothing per request for them beyond those counters.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence, Sized
-from typing import Protocol
+from collections.abc import Iterable, Sequence
 
 from inferplex.metrics.exposition import Family
+from inferplex.transport.connections import ConnectionGate
+from inferplex.transport.http_limits import ByteBudget
+from inferplex.transport.interface import HttpServing
 
 
-class Budget(Protocol):
-    @property
-    def used(self) -> int: ...
-
-
-class Gate(Protocol):
-    """The connections of every listener (``transport.connections.ConnectionGate``)."""
-
-    @property
-    def open(self) -> int: ...
-    @property
-    def refused(self) -> Mapping[str, int]: ...
-
-
-class Listener(Protocol):
-    """What a listener exposes (``HttpServer`` has these attributes)."""
-
-    @property
-    def refusals(self) -> Mapping[str, int]: ...
-    @property
-    def send_timeouts(self) -> int: ...
-    @property
-    def connections(self) -> Sized: ...
-    @property
-    def budget(self) -> Budget: ...
-    @property
-    def gate(self) -> Gate: ...
-
-
-def listener_families(listeners: Sequence[Listener]) -> list[Family]:
+def listener_families(listeners: Sequence[HttpServing]) -> list[Family]:
     refusals = Family(
         "inferplex_http_refusals",
         "counter",
@@ -65,8 +38,8 @@ def listener_families(listeners: Sequence[Listener]) -> list[Family]:
         "large decodes, answers waiting for a client",
     )
     counts: dict[str, int] = {}
-    budgets: dict[int, Budget] = {}
-    gates: dict[int, Gate] = {}
+    budgets: dict[int, ByteBudget] = {}
+    gates: dict[int, ConnectionGate] = {}
     for listener in listeners:
         for reason, count in listener.refusals.items():
             counts[reason] = counts.get(reason, 0) + count
@@ -80,7 +53,7 @@ def listener_families(listeners: Sequence[Listener]) -> list[Family]:
     return [refusals, send_timeouts, connections, buffered, *_gate_families(gates.values())]
 
 
-def _gate_families(gates: Iterable[Gate]) -> list[Family]:
+def _gate_families(gates: Iterable[ConnectionGate]) -> list[Family]:
     refused = Family(
         "inferplex_connections_refused",
         "counter",
