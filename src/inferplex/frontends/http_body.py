@@ -1,5 +1,5 @@
 """The body of a V2 REST request (frontends/http.py): its headers, its size against the limit of
-its endpoint, ASGI's way of receiving it, and its inflation when it comes compressed.
+its endpoint, and its inflation when it comes compressed.
 
 Every POST endpoint takes a body of at most its limit: inference and loads
 ``--max-request-bytes``, the others ``--max-small-request-bytes``; a GET endpoint takes none.
