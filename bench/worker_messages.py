@@ -16,11 +16,12 @@ the other processes of a busy machine take is not counted):
 
 - ``build+read``: make the messages a request needs and read every field of them, as the
   receivers do (no wire);
-- ``encode``: the same plus the encoding both ways (to the bytes that go on the socket and
-  back), in process;
-- ``round trip``: the same through a socket pair (``multiprocessing.connection``, as the
-  worker's pipe), both ends in this thread: what one request costs the two processes
-  together.
+- ``encode``: the same plus the encoding both ways (packed and pickled as its wire does:
+  ``ForkingPickler``, which ``Connection.send`` uses, for the first two; ``pickle.dumps``
+  for this tree's), in process;
+- ``round trip``: the same through a socket pair (``multiprocessing.connection``, or this
+  tree's ``Wire`` over it, as the worker's pipe), both ends in this thread: what one request
+  costs the two processes together.
 
 Rounds are interleaved; each figure is the median of the rounds, with the best in brackets.
 """
@@ -111,49 +112,38 @@ def _same(value: Any) -> Any:
     return value
 
 
-class Catch:
-    """A connection that keeps the bytes last sent (what ``Connection.send`` would pickle,
-    or ``send_bytes`` got) instead of sending them."""
-
-    def __init__(self) -> None:
-        self.last: Any = b""
-
-    def send(self, value: Any) -> None:
-        self.last = ForkingPickler.dumps(value)
-
-    def send_bytes(self, data: Any) -> None:
-        self.last = data
-
-
-def carriers(module: Any | None) -> dict[str, Callable[[Any], Any]]:
+def carriers(module: Any | None, dumps: Callable[[Any], Any]) -> dict[str, Callable[[Any], Any]]:
     """How a message goes from one end to the other: not at all, encoded and decoded in
-    process, through a socket pair. ``module``: a messages module (None: the tagged tuples,
-    which ``Connection.send`` pickled as they were)."""
+    process (``dumps``: the pickler its wire uses), through a socket pair. ``module``: a
+    messages module (None: the tagged tuples, which ``Connection.send`` pickled as they
+    were)."""
     ours, theirs = socket.socketpair()
     a, b = Connection(ours.detach()), Connection(theirs.detach())
     if module is None:
 
         def encoded(value: Any) -> Any:
-            return pickle.loads(ForkingPickler.dumps(value))
+            return pickle.loads(dumps(value))
 
         def through(value: Any) -> Any:
             a.send(value)
             return b.recv()
 
     else:
-        catch = Catch()
-        caught, sender, receiver = module.Wire(catch), module.Wire(a), module.Wire(b)
-        unpack = module.unpack
+        sender, receiver = module.Wire(a), module.Wire(b)
+        pack, unpack = module.pack, module.unpack
 
         def encoded(value: Any) -> Any:
-            caught.send(value)
-            return unpack(pickle.loads(catch.last))
+            return unpack(pickle.loads(dumps(pack(value))))
 
         def through(value: Any) -> Any:
             sender.send(value)
             return receiver.recv()
 
     return {"build+read": _same, "encode": encoded, "round trip": through}
+
+
+def _pickle(value: Any) -> bytes:
+    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
 
 
 def load_at(rev: str) -> ModuleType | None:
@@ -196,16 +186,19 @@ def main() -> None:
         "--against", default=DEFAULT_AGAINST, help="a commit whose messages.py to compare"
     )
     args = parser.parse_args()
-    variants: dict[str, tuple[Trip, Any | None]] = {"tuples (60c23ba)": (tuple_trip, None)}
+    # (how a request's messages are built and read, their module, the pickler of its wire)
+    variants: dict[str, tuple[Trip, Any | None, Callable[[Any], Any]]] = {
+        "tuples (60c23ba)": (tuple_trip, None, ForkingPickler.dumps)
+    }
     older = load_at(args.against)
-    if older is not None:
-        variants[f"messages {args.against}"] = (typed_trip(older), older)
-    variants["messages (this tree)"] = (typed_trip(current), current)
-    cases = {name: carriers(module) for name, (_, module) in variants.items()}
+    if older is not None:  # its Wire sent with Connection.send
+        variants[f"messages {args.against}"] = (typed_trip(older), older, ForkingPickler.dumps)
+    variants["messages (this tree)"] = (typed_trip(current), current, _pickle)
+    cases = {name: carriers(module, dumps) for name, (_, module, dumps) in variants.items()}
     stages = ("build+read", "encode", "round trip")
     figures: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.rounds):
-        for name, (trip, _) in variants.items():
+        for name, (trip, _, _) in variants.items():
             for stage in stages:
                 took = measure(trip, cases[name][stage], args.calls)
                 figures.setdefault((name, stage), []).append(took)

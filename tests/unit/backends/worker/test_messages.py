@@ -4,6 +4,7 @@ back equal to what was sent, through a real socket pair."""
 from __future__ import annotations
 
 import socket
+import threading
 from multiprocessing.connection import Connection
 
 import pytest
@@ -84,3 +85,37 @@ def test_defaults_are_taken_as_declared() -> None:
     assert (batch.requests, batch.number) == ((), 0)
     with pytest.raises(TypeError):
         m.Sent()  # type: ignore[call-arg]
+
+
+def test_a_message_larger_than_the_socket_buffer_crosses_in_parts(
+    wires: tuple[m.Wire, m.Wire],
+) -> None:
+    """``Wire`` writes and reads its frames itself: one larger than the socket holds goes
+    out in several writes while the other end reads it in several reads."""
+    server, worker = wires
+    big = m.Init({"config": "x" * (8 << 20)})
+    sender = threading.Thread(target=server.send, args=(big,))
+    sender.start()
+    assert worker.recv() == big
+    sender.join()
+    server.close()
+    worker.close()
+
+
+def test_the_frames_are_multiprocessing_connections(wires: tuple[m.Wire, m.Wire]) -> None:
+    """A ``Connection`` at the other end reads them (the framing is the same)."""
+    server, worker = wires
+    server.send(m.StreamNext(4))
+    assert m.unpack(worker.connection.recv()) == m.StreamNext(4)
+    worker.connection.send(m.pack(m.Sent(True)))
+    assert server.recv() == m.Sent(True)
+
+
+def test_a_closed_other_end_is_an_eof_error(wires: tuple[m.Wire, m.Wire]) -> None:
+    server, worker = wires
+    server.close()
+    with pytest.raises(EOFError):
+        worker.recv()
+    worker.close()
+    with pytest.raises(OSError):  # and a closed wire reads nothing, not another file
+        worker.recv()
