@@ -145,7 +145,7 @@ class PythonBackend(ProcessBackend):
         """Each request's outputs (its rows of the batch's) or the error it failed with."""
         results = self._worker.arena.read(done.outputs, copy=True)
         # errors the model put in its responses
-        failed = {f.index: sent_error(f.failure) for f in done.failed}
+        failed = {f.position: sent_error(f.failure) for f in done.failed}
         if len(requests) - len(failed) == 1:  # the one answered gets all (unbatched models too)
             return [failed.get(index, results) for index in range(len(requests))]
         answers: list[BatchOutcome] = []

@@ -89,10 +89,11 @@ class TritonRunner(HandlerRunner):
         """The batch as the requests ``execute`` gets, each with its rows of the inputs."""
         split: list[triton.InferenceRequest] = []
         offset = 0
+        batched = self.batched
         for index, info in enumerate(requests):
             end = offset + info.rows
             tensors = [
-                triton.Tensor(name, array[offset:end] if self.batched else array)
+                triton.Tensor(name, array[offset:end] if batched else array)
                 for name, array in inputs.items()
             ]
             check = Sticky(functools.partial(cancelled, index))

@@ -4,6 +4,7 @@ back equal to what was sent, through a real socket pair."""
 from __future__ import annotations
 
 import socket
+import threading
 from multiprocessing.connection import Connection
 
 import pytest
@@ -36,6 +37,7 @@ SAMPLES = [
     m.Response(9, HEADERS, False),
     m.Response(9, None, True, FAILURE),
     m.MetricUpdates([("counter", "n", "d", (), 1.0)]),
+    m.MetricUpdates([]),
 ]
 
 
@@ -58,9 +60,19 @@ def test_each_message_crosses_the_wire_unchanged(
 
 
 def test_on_the_wire_a_message_is_a_plain_tuple() -> None:
-    """No class is pickled: its number and fields only (nested messages too)."""
+    """No class is pickled: its number and fields only (a nested message: its fields)."""
     wire = m.pack(m.BatchDone(HEADERS, (m.RequestFailed(1, FAILURE),)))
-    assert type(wire) is tuple and type(wire[2][0]) is tuple and type(wire[2][0][2]) is tuple
+    assert type(wire) is tuple and wire[1:] == (HEADERS, ((1, tuple(FAILURE)),), ())
+    assert type(wire[2][0]) is tuple and type(wire[2][0][1]) is tuple
+    assert type(m.pack(m.Sent(True))) is tuple
+
+
+def test_a_message_equals_only_messages_of_its_class() -> None:
+    """They are tuples, but ``Stop() == Ready()`` or ``Sent(True) == StreamOpened(1)`` must
+    not hold."""
+    assert m.Stop() != m.Ready() and not m.Stop().__eq__(m.Ready())
+    assert m.Sent(True) != m.StreamOpened(1) and m.Sent(True) != (True,)
+    assert m.Sent(True) == m.Sent(True) and hash(m.Sent(True)) == hash(m.Sent(True))
 
 
 def test_messages_are_frozen() -> None:
@@ -68,12 +80,42 @@ def test_messages_are_frozen() -> None:
         m.Sent(True).alive = False  # type: ignore[misc]
 
 
-def test_defaults_and_default_factories_are_taken_as_declared() -> None:
-    """The messages' own ``__init__`` (which fills the dict at once) keeps the dataclass's
-    defaults, and a default factory makes a new value each time."""
+def test_defaults_are_taken_as_declared() -> None:
     batch = m.RunBatch(HEADERS, ["OUT"])
     assert (batch.requests, batch.number) == ((), 0)
-    first, second = m.MetricUpdates(), m.MetricUpdates()
-    assert first.updates == [] and first.updates is not second.updates
     with pytest.raises(TypeError):
         m.Sent()  # type: ignore[call-arg]
+
+
+def test_a_message_larger_than_the_socket_buffer_crosses_in_parts(
+    wires: tuple[m.Wire, m.Wire],
+) -> None:
+    """``Wire`` writes and reads its frames itself: one larger than the socket holds goes
+    out in several writes while the other end reads it in several reads."""
+    server, worker = wires
+    big = m.Init({"config": "x" * (8 << 20)})
+    sender = threading.Thread(target=server.send, args=(big,))
+    sender.start()
+    assert worker.recv() == big
+    sender.join()
+    server.close()
+    worker.close()
+
+
+def test_the_frames_are_multiprocessing_connections(wires: tuple[m.Wire, m.Wire]) -> None:
+    """A ``Connection`` at the other end reads them (the framing is the same)."""
+    server, worker = wires
+    server.send(m.StreamNext(4))
+    assert m.unpack(worker.connection.recv()) == m.StreamNext(4)
+    worker.connection.send(m.pack(m.Sent(True)))
+    assert server.recv() == m.Sent(True)
+
+
+def test_a_closed_other_end_is_an_eof_error(wires: tuple[m.Wire, m.Wire]) -> None:
+    server, worker = wires
+    server.close()
+    with pytest.raises(EOFError):
+        worker.recv()
+    worker.close()
+    with pytest.raises(OSError):  # and a closed wire reads nothing, not another file
+        worker.recv()
