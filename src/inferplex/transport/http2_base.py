@@ -481,6 +481,7 @@ class Http2Base(asyncio.BufferedProtocol):
             transport.write_eof()
             self._write_closed = True
         else:
+            self._stop()
             transport.close()
 
     def goaway(self) -> None:
@@ -529,11 +530,7 @@ class Http2Base(asyncio.BufferedProtocol):
         self._flush()
         self._goaway_sent = True
         self._drop_streams()
-        self._closed = True  # nothing more is handled or written
-        for handle in (self._draining, self._timer):
-            if handle is not None:
-                handle.cancel()
-        self._draining, self._timer, self._timer_at = None, None, math.inf
+        self._stop()
         transport = self._transport
         if transport is None:
             return
@@ -553,11 +550,25 @@ class Http2Base(asyncio.BufferedProtocol):
             self._release(stream)
             self._app.stream_reset(stream)
 
+    def _stop(self) -> None:
+        """Nothing more is handled or written, and no timer of ours runs: the transport is
+        closing (it calls ``connection_lost`` a turn of the loop later, and a timer due
+        meanwhile would write to a closed socket)."""
+        self._closed = True
+        for handle in (self._draining, self._timer):
+            if handle is not None:
+                handle.cancel()
+        self._draining, self._timer, self._timer_at = None, None, math.inf
+
     def close(self) -> None:
         if self._transport is not None:
             self._flush()
+            self._stop()
             self._transport.close()
 
     def abort(self) -> None:
         if self._transport is not None:
+            self._stop()
+            if self._linger is not None:
+                self._linger.cancel()
             self._transport.abort()
