@@ -53,7 +53,8 @@ class Http2Output(Http2Timers):
         self._send_body(stream, parts)
         self._write(b"".join(parts))
         if stream.outbox is not None:
-            self._charge_unsent(stream, len(stream.outbox))
+            now = self._loop.time() if self._loop is not None else 0.0
+            self.flow.charge_unsent(stream, len(stream.outbox), now)
             self._blocked[stream.id] = stream
             if self._limits.send_timeout_s and self._loop is not None:
                 stream.stalled_since = now = self._loop.time()
@@ -184,7 +185,7 @@ class Http2Output(Http2Timers):
                 self._send_body(stream, parts)  # a stream sent whole leaves _blocked
                 stream.stalled_since = now  # it moved: the send timeout starts again
         if parts:
-            self.answers_moved_at = now
+            self.flow.answers_moved_at = now
             self._write(b"".join(parts))
 
     def _finish(self, stream: Stream) -> None:
@@ -192,8 +193,8 @@ class Http2Output(Http2Timers):
         stream.discard = True  # what may still arrive of its body is not wanted
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        if stream.held or stream.unsized or stream.charged or self._waiting:
-            self._release(stream)
+        if stream.held or stream.unsized or stream.charged or self.flow.waiting:
+            self.flow.release(stream)
         if not stream.remote_closed:
             self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
             self._closed_early(stream.id)
