@@ -1,7 +1,7 @@
 """What every part of a server HTTP/2 connection (transport/http2.py) shares: its state, the
-asyncio callbacks, writing, the budgets of work a client may make it do for nothing, and
-closing (http2_limits.py says what each limit is; the connection's timers are in
-http2_timers.py; its receive windows and buffered bytes, sans I/O, in http2_flow.py).
+asyncio callbacks and timer, writing, the budgets of work a client may make it do for
+nothing, and closing (http2_limits.py says what each limit is; two parts are sans I/O: its
+clocks, http2_deadlines.py, and its receive windows and buffered bytes, http2_flow.py).
 
 Nothing here runs per frame on the happy path but a counter: a budget is looked at against
 the clock only once its counter passes its burst.
@@ -15,10 +15,12 @@ import math
 from typing import Any
 
 from inferplex.transport.http2_budget import FrameBudget
+from inferplex.transport.http2_deadlines import Deadlines
 from inferplex.transport.http2_flow import ReceiveFlow
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_stream import Http2App, Stream
 from inferplex.transport.http2_wire import (
+    CANCEL,
     DEFAULT_WINDOW,
     ENHANCE_YOUR_CALM,
     GOAWAY,
@@ -94,18 +96,11 @@ class Http2Base(asyncio.BufferedProtocol):
         # budgets: frames that did no work, and streams reset or refused
         self._resets = FrameBudget(limits.max_resets, limits.resets_per_s)
         self._control = FrameBudget(limits.max_control_frames, limits.control_frames_per_s)
-        # timers
+        # timers: the clocks (sans I/O), and the one asyncio timer that looks at them
+        self._deadlines = Deadlines(limits)
+        self._reads = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
-        self._born = 0.0
-        self._idle_since = 0.0
-        self._reads = 0
-        self._idle_reads = 0
-        self._ka_reads = 0
-        self._ka_at = 0.0
-        self._ping_sent_at: float | None = None
-        self._paused_at: float | None = None
-        self._age_deadline: float | None = None
         self._linger: asyncio.TimerHandle | None = None
         # closing
         self._draining: asyncio.TimerHandle | None = None  # first GOAWAY sent, final pending
@@ -122,7 +117,9 @@ class Http2Base(asyncio.BufferedProtocol):
         self._connections.add(self)
         self._counters.connections += 1
         now = self._loop.time()
-        self._born = self._idle_since = self._ka_at = self._resets.since = self._control.since = now
+        self._deadlines.start(now)
+        self._resets.since = self._control.since = now
+        self._check(now)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None and self in self._connections:
@@ -134,6 +131,61 @@ class Http2Base(asyncio.BufferedProtocol):
         self._connections.discard(self)
         self._drop_streams()
 
+    def pause_writing(self) -> None:
+        # the peer is not reading: stop taking requests until the socket drains
+        if self._transport is not None:
+            self._transport.pause_reading()
+        if self._limits.send_timeout_s and self._loop is not None:
+            self._deadlines.paused_at = now = self._loop.time()
+            self._arm(now + self._limits.send_timeout_s)
+
+    def resume_writing(self) -> None:
+        self._deadlines.paused_at = None
+        if self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+
+    # -- timers (what is due: Deadlines, http2_deadlines.py) -------------------------------
+    def _arm(self, at: float) -> None:
+        """Make sure the connection's timer looks at it no later than ``at``."""
+        if at >= self._timer_at or self._loop is None or self._closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(at, self._on_timer)
+        self._timer_at = at
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        if not self._closed and self._loop is not None:
+            self._check(self._loop.time())
+
+    def _check(self, now: float) -> None:
+        """Do what is due at ``now``, and arm the timer for the next look."""
+        due = self._deadlines.check(
+            now, self._reads, self._settings_seen, self.streams.values(), self._blocked.values()
+        )
+        exceeded = self._counters.exceeded
+        if due.goaway:
+            exceeded["max_connection_age"] += 1
+            self.goaway()
+        if due.ping:
+            self._write(frame(PING, 0, 0, _KEEPALIVE_PING))
+        if due.end is not None:
+            if due.limit is not None:
+                exceeded[due.limit] += 1
+            self._fail(NO_ERROR, due.end)
+            return
+        if due.abort:  # the peer reads nothing: what we wrote cannot leave
+            exceeded["send_timeout"] += 1
+            self._drop_streams()
+            self.abort()
+            return
+        for stream in due.cancel:
+            exceeded["send_timeout"] += 1
+            self._reset(stream, CANCEL)
+        if due.wake < math.inf:
+            self._arm(max(due.wake, now + _TICK_S))
+
     # -- streams closed early, writing -----------------------------------------------------
     def _reset(self, stream: Stream, code: int) -> None:
         stream.discard = True
@@ -143,7 +195,7 @@ class Http2Base(asyncio.BufferedProtocol):
         self._blocked.pop(stream.id, None)
         self.flow.release(stream)
         if not self.streams and self._loop is not None:
-            self._idle_since = self._loop.time()
+            self._deadlines.idle_since = self._loop.time()
         self._app.stream_reset(stream)
 
     def _closed_early(self, stream_id: int) -> None:
@@ -285,7 +337,7 @@ class Http2Base(asyncio.BufferedProtocol):
         # closes itself once its streams are done.
         if self.streams or self._transport is None:
             return
-        if self._peer_leaving or (self._age_deadline is not None and self._goaway_sent):
+        if self._peer_leaving or (self._deadlines.age_deadline is not None and self._goaway_sent):
             self._fail(NO_ERROR, "done")
 
     def _fail(self, code: int, message: str) -> None:

@@ -263,7 +263,7 @@ class Http2Frames(Http2Output):
         elif payload == _DRAIN_PING and self._draining is not None:
             self._final_goaway()
         elif payload == _KEEPALIVE_PING:
-            self._ping_sent_at = None
+            self._deadlines.ping_sent_at = None
 
     def _on_rst_stream(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
@@ -281,7 +281,7 @@ class Http2Frames(Http2Output):
         stream.discard = True
         self.flow.release(stream)
         if not self.streams and self._loop is not None:
-            self._idle_since = self._loop.time()
+            self._deadlines.idle_since = self._loop.time()
         self._app.stream_reset(stream)
         self._close_if_done()
         self._spend_reset()

@@ -5,9 +5,8 @@ sends its header block, then its data piece by piece, then its trailers."""
 
 from __future__ import annotations
 
-from inferplex.transport.http2_base import _STREAM_REFUND
+from inferplex.transport.http2_base import _STREAM_REFUND, Http2Base
 from inferplex.transport.http2_stream import Stream
-from inferplex.transport.http2_timers import Http2Timers
 from inferplex.transport.http2_wire import (
     CONTINUATION,
     DATA,
@@ -25,7 +24,7 @@ _U32, _HEADER = U32, FRAME_HEADER
 _TRAILERS_FLAGS = END_STREAM | END_HEADERS
 
 
-class Http2Output(Http2Timers):
+class Http2Output(Http2Base):
     """The sending half of a server connection."""
 
     def respond(
