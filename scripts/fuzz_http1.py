@@ -247,9 +247,10 @@ class Run:
         unsent = connection._unsent
         assert budget.used <= bound + _READ + unsent, f"{budget.used} bytes buffered"
         assert len(connection._queue) <= 10, f"{len(connection._queue)} requests queued"
-        assert connection._header_bytes <= self.max_header + _READ
-        assert connection._head_fed <= self.max_header + _READ
-        assert connection._body_bytes <= self.max_body + _READ
+        reader = connection._reader
+        assert reader._header_bytes <= self.max_header + _READ
+        assert reader._head_fed <= self.max_header + _READ
+        assert reader.body_bytes <= self.max_body + _READ
 
     def finish(self, sent: bytes) -> None:
         """The input is over: the clock runs ahead until the connection has closed."""

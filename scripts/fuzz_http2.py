@@ -37,7 +37,7 @@ with atheris.instrument_imports(include=["inferplex.transport"]):
     import hpack
 
     from inferplex.transport.http2 import READ_BUFFER, RECEIVE_FRAME_SIZE, Http2Connection
-    from inferplex.transport.http2_base import initial_stream_window
+    from inferplex.transport.http2_flow import initial_stream_window
     from inferplex.transport.http2_limits import Http2Counters, Http2Limits
     from inferplex.transport.http2_stream import Stream
     from inferplex.transport.http2_wire import PREFACE, frame, literal_header_block
@@ -229,10 +229,11 @@ def check(connection: Http2Connection, counters: Http2Counters, limits: Http2Lim
     budget = counters.budget
     # bodies being received, and the calls' handed-over bodies and unsent answers (an answer
     # is charged as it is: it may take the budget past its limit, refusing new bodies)
-    assert 0 <= budget.used <= budget.limit + connection.unsent, budget.used
+    assert 0 <= budget.used <= budget.limit + connection.flow.unsent, budget.used
     charged = sum(s.charged for s in connection.streams.values())
     assert counters.buffered >= 0 and counters.buffered + charged == budget.used
-    held = connection._held
+    flow = connection.flow
+    held = flow.held
     # reservations within the limit (one message alone may pass it), plus initial windows
     window = initial_stream_window(limits)
     bound = (
@@ -240,14 +241,14 @@ def check(connection: Http2Connection, counters: Http2Counters, limits: Http2Lim
     )
     assert 0 <= held <= bound, held
     assert held == sum(s.held for s in connection.streams.values()), "held bytes not all counted"
-    reserved = connection._reserved
+    reserved = flow.reserved
     assert reserved == sum(s.reserved for s in connection.streams.values()), "reservations"
     # a stream waits for room only while the connection reserves some (which will end)
-    assert not connection._waiting or reserved, "a stream waits on nothing"
-    assert all(connection.streams.get(i) is s for i, (s, _) in connection._waiting.items())
+    assert not flow.waiting or reserved, "a stream waits on nothing"
+    assert all(connection.streams.get(i) is s for i, (s, _) in flow.waiting.items())
     assert len(connection._view) <= max(READ_BUFFER, RECEIVE_FRAME_SIZE + 9 + 4096)
     assert len(connection.streams) <= limits.max_concurrent_streams
-    assert connection._recv_window >= 0
+    assert flow.recv_window >= 0
 
 
 @dataclass
@@ -429,6 +430,8 @@ _SEEDS = (
     b"\x01\x02\x03\x01\x02\x03\x00\x00\x05\x10\x04\x00\x40",
     b"\x00\x01\x02\x06\x00\x00\x01\x00\x08\x00\x00\x00\x00",
     b"\x02\x00\x05\x50\x52\x49\x20\x2a",
+    # found: the send timeout aborts, then the idle timeout wrote its GOAWAY after the close
+    b"\x05\x03\x31\x1c\x03\x31\x1c\x1c\x1c\x1c\x1c\x1c\x30\x1c\x1c\x1c",
 )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from inferplex.transport.http2_base import ANSWERS_STALL_S
+from inferplex.transport.http2_flow import ANSWERS_STALL_S
 from inferplex.transport.http2_limits import Http2Limits
 from tests.support.h2raw import ECHO, INITIAL_WINDOW_SIZE, TIMEOUT, Conn, serving
 

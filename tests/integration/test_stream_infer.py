@@ -279,7 +279,8 @@ def test_a_client_that_does_not_read_holds_the_model_back(
         wait_for(lambda: repo.progress.read_text().isdigit())
         for _ in range(30):  # however long it is given, it gets no further
             time.sleep(0.05)
-            assert int(repo.progress.read_text()) < count // 2
+            sent = repo.progress.read_text()  # (empty: read while the model rewrites it)
+            assert not sent or int(sent) < count // 2
         rest = [r for r in responses if not r.error_message]
     assert len(rest) == count - 1
     assert repo.progress.read_text() == str(count)

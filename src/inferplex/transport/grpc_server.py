@@ -208,8 +208,8 @@ class GrpcServer:
             unknown = path.decode("latin-1")
             self._status(connection, stream, UNIMPLEMENTED, f"unknown method {unknown}")
             return
-        if connection.unsent > self._limits.connection_buffer_bytes and (
-            connection.answers_stalled(asyncio.get_running_loop().time())
+        if connection.flow.unsent > self._limits.connection_buffer_bytes and (
+            connection.flow.answers_stalled(asyncio.get_running_loop().time())
         ):
             # answers this client does not read are held for it: no more calls until they go
             # (a client that reads them, if slowly, is not refused: they keep moving)

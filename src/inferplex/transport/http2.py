@@ -19,7 +19,7 @@ being read). Frame headers, other frames and payload bytes that arrive with them
 into the connection's own buffer and copied once to where they belong. A large body is thus
 copied once, by the kernel, rather than once per read, per frame and when it is joined.
 
-Flow control is deadlock-free by construction; these invariants hold (http2_base.py keeps
+Flow control is deadlock-free by construction; these invariants hold (http2_flow.py keeps
 them, the unit tests and scripts/fuzz_http2.py check them):
 
 1. Every flow-controlled byte read is, by the end of its DATA frame, counted in the buffering
@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from inferplex.transport.http2_base import _HALF_WINDOW, CONNECTION_WINDOW, STREAM_WINDOW
+from inferplex.transport.http2_flow import CONNECTION_WINDOW, HALF_WINDOW, STREAM_WINDOW
 from inferplex.transport.http2_frames import Http2Frames
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_stream import Http2App, Stream
@@ -162,7 +162,7 @@ class Http2Connection(Http2Frames):
             _SETTING.pack(key, value)
             for key, value in (
                 (MAX_CONCURRENT_STREAMS, self._limits.max_concurrent_streams),
-                (INITIAL_WINDOW_SIZE, self._stream_window),
+                (INITIAL_WINDOW_SIZE, self.flow.stream_window),
                 (MAX_FRAME_SIZE, RECEIVE_FRAME_SIZE),
                 (MAX_HEADER_LIST_SIZE, self._max_block),
                 (ENABLE_PUSH, 0),
@@ -348,11 +348,12 @@ class Http2Connection(Http2Frames):
             raise Http2Error(PROTOCOL_ERROR, "a header block was interrupted by another frame")
         if stream_id == 0:
             raise Http2Error(PROTOCOL_ERROR, "DATA on stream 0")
-        window = self._recv_window - length
+        receive = self.flow
+        window = receive.recv_window - length
         if window < 0:
             self._counters.exceeded["flow_control"] += 1
             raise Http2Error(FLOW_CONTROL_ERROR, "DATA past the connection's window")
-        self._recv_window = window
+        receive.recv_window = window
         stream = self.streams.get(stream_id)
         if stream is None:
             if stream_id > self._last_stream_id:
@@ -403,7 +404,7 @@ class Http2Connection(Http2Frames):
             stream.body.append(buffer[:filled].tobytes())
             stream.buffer = None
         if not last:  # (the last bytes are the application's at once: _data_end)
-            if not self._hold(stream, count):
+            if not self.flow.hold(stream, count):
                 return
             stream.unsized += count
             self._data_kept += count
@@ -412,7 +413,7 @@ class Http2Connection(Http2Frames):
         if stream.body_bytes > (stream.limit or self._max_body):
             stream.discard = True
             stream.body.clear()
-            self._release(stream)
+            self.flow.release(stream)
             self._app.body_too_large(self, stream)
 
     def _body_head(
@@ -439,7 +440,7 @@ class Http2Connection(Http2Frames):
             # room for the rest: a buffer the application sized, counted whole from now on;
             # or, while the stream waits for room, what comes is collected as it comes, each
             # byte counted (``_hold``)
-            self._admit(stream, size)
+            self.flow.admit(stream, size)
             if stream.discard:
                 return None
         return chunk
@@ -447,14 +448,15 @@ class Http2Connection(Http2Frames):
     def _data_end(self) -> None:
         """A DATA frame has been read: flow control, and the body's end if the frame says so."""
         stream, self._data_stream = self._data_stream, None
-        flow = self._data_length  # padding counts against the windows too
+        length = self._data_length  # padding counts against the windows too
         # every byte of it is counted in the buffers or dropped by now: the connection window
-        # gets it back (invariant 1)
-        unacked = self._unacked + flow
-        if unacked < _HALF_WINDOW:
-            self._unacked = unacked
+        # gets it back (invariant 1; inline, as ReceiveFlow.ack: this runs per DATA frame)
+        receive = self.flow
+        unacked = receive.unacked + length
+        if unacked < HALF_WINDOW:
+            receive.unacked = unacked
         else:
-            self._ack(flow)
+            receive.ack(length)
         if stream is None or self.streams.get(stream.id) is not stream:
             return  # not for a stream, or it was answered or reset meanwhile
         if self._data_flags & END_STREAM:
@@ -463,7 +465,7 @@ class Http2Connection(Http2Frames):
                 self._hand_over(stream)
             return
         if stream.reserved:  # its window opens for the rest of its message (invariant 2)
-            self._open(stream, stream.head_size + stream.reserved - stream.body_bytes)
+            receive.open(stream, stream.head_size + stream.reserved - stream.body_bytes)
         elif self._data_kept:  # a body arriving in several frames: a streaming call reads
             self._app.data_received(self, stream)  # it as it comes
 

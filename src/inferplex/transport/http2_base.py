@@ -1,7 +1,7 @@
 """What every part of a server HTTP/2 connection (transport/http2.py) shares: its state, the
-asyncio callbacks, receive windows and buffered bytes, the budgets of work a client may make
-it do for nothing, and closing (http2_limits.py says what each limit is; the connection's
-timers are in http2_timers.py).
+asyncio callbacks and timer, writing, the budgets of work a client may make it do for
+nothing, and closing (http2_limits.py says what each limit is; two parts are sans I/O: its
+clocks, http2_deadlines.py, and its receive windows and buffered bytes, http2_flow.py).
 
 Nothing here runs per frame on the happy path but a counter: a budget is looked at against
 the clock only once its counter passes its burst.
@@ -14,11 +14,13 @@ import logging
 import math
 from typing import Any
 
-from inferplex.transport.buffers import uninitialised
 from inferplex.transport.http2_budget import FrameBudget
+from inferplex.transport.http2_deadlines import Deadlines
+from inferplex.transport.http2_flow import ReceiveFlow
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_stream import Http2App, Stream
 from inferplex.transport.http2_wire import (
+    CANCEL,
     DEFAULT_WINDOW,
     ENHANCE_YOUR_CALM,
     GOAWAY,
@@ -28,7 +30,6 @@ from inferplex.transport.http2_wire import (
     PING,
     RST_STREAM,
     U32,
-    WINDOW_UPDATE,
     Http2Error,
     frame,
 )
@@ -37,15 +38,6 @@ logger = logging.getLogger(__name__)
 
 _U32 = U32
 
-#: seconds the answers held for a peer's windows may stand still before its new calls are
-#: refused (while those answers are above the connection's buffer limit)
-ANSWERS_STALL_S = 1.0
-#: our receive windows: the connection's (replenished once half is read), and the largest
-#: and smallest initial window of a stream (initial_stream_window)
-CONNECTION_WINDOW = 16 << 20
-STREAM_WINDOW = 1 << 20
-MIN_STREAM_WINDOW = 64 << 10
-_HALF_WINDOW = CONNECTION_WINDOW // 2
 #: the PING of a graceful close, and how long its ACK is awaited
 _DRAIN_PING = b"draining"
 DRAIN_PING_TIMEOUT_S = 1.0
@@ -65,14 +57,6 @@ _TICK_S = 0.01
 #: the control budget (``Http2Base._earn``)
 _STREAM_REFUND = 8
 _OPEN_REFUND = 4
-
-
-def initial_stream_window(limits: Http2Limits) -> int:
-    """Every stream's initial window: what a stream may send before it has room of its own.
-    Its share of the connection's buffer limit, so that the streams waiting for room hold
-    no more than that limit together (within MIN_STREAM_WINDOW and STREAM_WINDOW)."""
-    share = limits.connection_buffer_bytes // max(limits.max_concurrent_streams, 1)
-    return max(MIN_STREAM_WINDOW, min(STREAM_WINDOW, share))
 
 
 class Http2Base(asyncio.BufferedProtocol):
@@ -104,37 +88,19 @@ class Http2Base(asyncio.BufferedProtocol):
         self._peer_frame_size = MIN_FRAME_SIZE
         self._blocked: dict[int, Stream] = {}  # streams waiting for window
         self._unsent: list[bytes] = []  # writes held for one send at the end of the turn
-        # receiving: what the peer may still send, and what it sent that we took since our
-        # last connection WINDOW_UPDATE
-        self._recv_window = CONNECTION_WINDOW
-        self._unacked = 0
-        self._held = 0  # request bytes buffered for this connection's streams
-        self._reserved = 0  # of them, room reserved for messages (sized buffers)
-        #: streams whose message waits for room, in order, with the room each needs
-        self._waiting: dict[int, tuple[Stream, int]] = {}
-        #: every stream's initial window: what a stream may send before it has room
-        self._stream_window = initial_stream_window(limits)
+        #: receiving: windows and buffered bytes (sans I/O: its frames go to ``_write``)
+        self.flow = ReceiveFlow(limits, counters, self._write, self._buffers_full, self._granted)
         #: the stream whose DATA payload is being read
         self._data_stream: Stream | None = None
         self._settings_acked = False  # the peer acknowledged our SETTINGS
-        self.unsent = 0  # response bytes waiting for the peer's windows (in streams' charged)
-        #: when the answers held for the peer's windows last moved (or began to be held)
-        self.answers_moved_at = 0.0
         # budgets: frames that did no work, and streams reset or refused
         self._resets = FrameBudget(limits.max_resets, limits.resets_per_s)
         self._control = FrameBudget(limits.max_control_frames, limits.control_frames_per_s)
-        # timers
+        # timers: the clocks (sans I/O), and the one asyncio timer that looks at them
+        self._deadlines = Deadlines(limits)
+        self._reads = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
-        self._born = 0.0
-        self._idle_since = 0.0
-        self._reads = 0
-        self._idle_reads = 0
-        self._ka_reads = 0
-        self._ka_at = 0.0
-        self._ping_sent_at: float | None = None
-        self._paused_at: float | None = None
-        self._age_deadline: float | None = None
         self._linger: asyncio.TimerHandle | None = None
         # closing
         self._draining: asyncio.TimerHandle | None = None  # first GOAWAY sent, final pending
@@ -151,7 +117,9 @@ class Http2Base(asyncio.BufferedProtocol):
         self._connections.add(self)
         self._counters.connections += 1
         now = self._loop.time()
-        self._born = self._idle_since = self._ka_at = self._resets.since = self._control.since = now
+        self._deadlines.start(now)
+        self._resets.since = self._control.since = now
+        self._check(now)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._transport is not None and self in self._connections:
@@ -163,6 +131,61 @@ class Http2Base(asyncio.BufferedProtocol):
         self._connections.discard(self)
         self._drop_streams()
 
+    def pause_writing(self) -> None:
+        # the peer is not reading: stop taking requests until the socket drains
+        if self._transport is not None:
+            self._transport.pause_reading()
+        if self._limits.send_timeout_s and self._loop is not None:
+            self._deadlines.paused_at = now = self._loop.time()
+            self._arm(now + self._limits.send_timeout_s)
+
+    def resume_writing(self) -> None:
+        self._deadlines.paused_at = None
+        if self._transport is not None and not self._closed:
+            self._transport.resume_reading()
+
+    # -- timers (what is due: Deadlines, http2_deadlines.py) -------------------------------
+    def _arm(self, at: float) -> None:
+        """Make sure the connection's timer looks at it no later than ``at``."""
+        if at >= self._timer_at or self._loop is None or self._closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(at, self._on_timer)
+        self._timer_at = at
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        if not self._closed and self._loop is not None:
+            self._check(self._loop.time())
+
+    def _check(self, now: float) -> None:
+        """Do what is due at ``now``, and arm the timer for the next look."""
+        due = self._deadlines.check(
+            now, self._reads, self._settings_seen, self.streams.values(), self._blocked.values()
+        )
+        exceeded = self._counters.exceeded
+        if due.goaway:
+            exceeded["max_connection_age"] += 1
+            self.goaway()
+        if due.ping:
+            self._write(frame(PING, 0, 0, _KEEPALIVE_PING))
+        if due.end is not None:
+            if due.limit is not None:
+                exceeded[due.limit] += 1
+            self._fail(NO_ERROR, due.end)
+            return
+        if due.abort:  # the peer reads nothing: what we wrote cannot leave
+            exceeded["send_timeout"] += 1
+            self._drop_streams()
+            self.abort()
+            return
+        for stream in due.cancel:
+            exceeded["send_timeout"] += 1
+            self._reset(stream, CANCEL)
+        if due.wake < math.inf:
+            self._arm(max(due.wake, now + _TICK_S))
+
     # -- streams closed early, writing -----------------------------------------------------
     def _reset(self, stream: Stream, code: int) -> None:
         stream.discard = True
@@ -170,9 +193,9 @@ class Http2Base(asyncio.BufferedProtocol):
         self._closed_early(stream.id)
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        self._release(stream)
+        self.flow.release(stream)
         if not self.streams and self._loop is not None:
-            self._idle_since = self._loop.time()
+            self._deadlines.idle_since = self._loop.time()
         self._app.stream_reset(stream)
 
     def _closed_early(self, stream_id: int) -> None:
@@ -207,36 +230,15 @@ class Http2Base(asyncio.BufferedProtocol):
         if self._transport is not None and not self._closed and not self._write_closed:
             self._transport.writelines(unsent)
 
-    # -- receive windows and buffered bytes (the module docstring of http2.py: invariants) --
-    def _ack(self, count: int) -> None:
-        """``count`` flow-controlled bytes were read: the connection window gets them back
-        (in one WINDOW_UPDATE once half the window is owed)."""
-        unacked = self._unacked + count
-        if unacked >= _HALF_WINDOW:
-            self._write(frame(WINDOW_UPDATE, 0, 0, _U32.pack(unacked)))
-            self._recv_window += unacked
-            unacked = 0
-        self._unacked = unacked
+    # -- receive windows and buffered bytes: ReceiveFlow (http2_flow.py) -------------------
+    def _buffers_full(self, stream: Stream, server_wide: bool) -> None:
+        self._app.buffers_full(self, stream, server_wide)
 
-    def _give_back(self, stream: Stream, count: int) -> None:
-        """``count`` of the stream's bytes were taken by its application: its window gets
-        them back (in one WINDOW_UPDATE once half of it is owed; window opened ahead, which
-        ``stream.unacked`` holds as a debt, is paid off first)."""
-        stream.unacked += count
-        if stream.unacked >= self._stream_window // 2:
-            self._write(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(stream.unacked)))
-            stream.recv_window += stream.unacked
-            stream.unacked = 0
-
-    def _open(self, stream: Stream, due: int) -> None:
-        """Open the stream's window so that the ``due`` bytes its peer still has to send
-        for the message it is in fit (called between DATA frames: the frame being read is
-        counted in ``recv_window`` already, not in ``due``)."""
-        more = due - stream.recv_window
-        if more > 0:
-            self._write(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(more)))
-            stream.recv_window += more
-            stream.unacked -= more  # opened ahead of what the application took
+    def _granted(self, stream: Stream) -> None:
+        """A stream waiting for room got it: its window opens for the rest of its message
+        (at the end of its DATA frame if that is being read: ``_data_end``)."""
+        if stream is not self._data_stream:
+            self.flow.open(stream, stream.head_size + stream.reserved - stream.body_bytes)
 
     def expect(self, stream: Stream, due: int) -> None:
         """A streaming call's message is ``due`` bytes short of whole: its window opens for
@@ -247,7 +249,7 @@ class Http2Base(asyncio.BufferedProtocol):
             and not stream.remote_closed
             and self.streams.get(stream.id) is stream
         ):
-            self._open(stream, due)
+            self.flow.open(stream, due)
 
     def taken(self, stream: Stream, count: int) -> None:
         """A streaming call's application took ``count`` bytes of the body held for it: no
@@ -256,186 +258,7 @@ class Http2Base(asyncio.BufferedProtocol):
         message is a request's work, as a stream is: it gives back the control frames an
         answered stream gives back (the peer's WINDOW_UPDATEs and PINGs follow the answers)."""
         self._earn(_STREAM_REFUND)
-        count = min(count, stream.unsized)
-        if count <= 0:
-            return
-        stream.unsized -= count
-        held = min(count, stream.held)
-        stream.held -= held
-        self._held -= held
-        counters = self._counters
-        counters.buffered -= held
-        counters.budget.used -= held
-        self._give_back(stream, count)
-
-    def _handed(self, stream: Stream) -> None:
-        """The stream's body is the application's now: it leaves the connection's buffer
-        (room it had reserved goes to the streams waiting for room, in order), but it stays
-        in the server's budget until the stream ends (``_release``): a body queued for a
-        busy model still holds memory."""
-        held = stream.held
-        if held:
-            stream.held = 0
-            self._held -= held
-            self._counters.buffered -= held
-            stream.charged += held
-        stream.unsized = 0
-        self._end_reservation(stream)
-
-    def _charge_unsent(self, stream: Stream, count: int) -> None:
-        """An answer of ``count`` bytes waits for the peer's windows: held until the stream
-        ends, in the server's budget and this connection's ``unsent``."""
-        if not self.unsent and self._loop is not None:
-            self.answers_moved_at = self._loop.time()
-        stream.charged += count
-        stream.unsent += count
-        self.unsent += count
-        self._counters.budget.used += count
-
-    def answers_stalled(self, now: float) -> bool:
-        """The answers held for the peer's windows have not moved for ``ANSWERS_STALL_S``:
-        the peer is not reading them (a client that reads, if slowly, opens windows and keeps
-        them moving)."""
-        return now - self.answers_moved_at >= ANSWERS_STALL_S
-
-    def _release(self, stream: Stream) -> None:
-        """The stream ended or its body is dropped: what it held of the connection's buffer
-        and of the server's budget is given back, and room it had reserved goes to the
-        streams waiting for room, in order."""
-        charged = stream.charged
-        if charged:
-            stream.charged = 0
-            budget = self._counters.budget
-            budget.used -= charged
-            self.unsent -= stream.unsent
-            stream.unsent = 0
-            budget.freed(charged)
-        held = stream.held
-        if held:
-            stream.held = 0
-            self._held -= held
-            counters = self._counters
-            counters.buffered -= held
-            counters.budget.used -= held
-        stream.unsized = 0
-        self._end_reservation(stream)
-
-    def _end_reservation(self, stream: Stream) -> None:
-        """The stream no longer waits for room nor holds any: the next waiting get it."""
-        reserved = stream.reserved
-        if reserved:
-            stream.reserved = 0
-            self._reserved -= reserved
-        waiting = self._waiting
-        if waiting:
-            waiting.pop(stream.id, None)
-            if reserved:
-                self._grant()
-
-    def _hold(self, stream: Stream, count: int) -> bool:
-        """Count ``count`` more bytes buffered for ``stream``, unless that takes the
-        connection past its limit (one body alone may take more; a stream waiting for room
-        holds at most its initial window, which every stream has) or the server past its
-        own: then the stream is refused and what it holds dropped."""
-        counters = self._counters
-        budget = counters.budget
-        if stream.id in self._waiting:
-            limit = "server_buffer" if budget.limit and budget.used + count > budget.limit else None
-        else:
-            limit = self._room(count, stream.held)
-        if limit is None:
-            stream.held += count
-            self._held += count
-            counters.buffered += count
-            budget.used += count
-            return True
-        self._refuse_room(stream, limit)
-        return False
-
-    def _refuse_room(self, stream: Stream, limit: str) -> None:
-        """No room for the stream's body, now or to come: refused, what it holds dropped."""
-        self._counters.exceeded[limit] += 1
-        stream.discard = True
-        stream.body.clear()
-        stream.buffer = None
-        self._release(stream)
-        self._app.buffers_full(self, stream, limit == "server_buffer")
-
-    def _room(self, count: int, own: int) -> str | None:
-        """Which buffering limit ``count`` more bytes would pass (None: neither), for a
-        stream holding ``own`` of the connection's: the server's, or the connection's
-        (which a stream holding all the connection holds may pass, for one large body)."""
-        budget = self._counters.budget
-        if budget.limit and budget.used + count > budget.limit:
-            return "server_buffer"
-        if self._held + count > self._limits.connection_buffer_bytes and self._held != own:
-            return "connection_buffer"
-        return None
-
-    def _admit(self, stream: Stream, size: int) -> None:
-        """The stream's message announces ``size`` more bytes: room for all of them is
-        reserved now (a sized buffer; its window opens at the end of the DATA frame), or once
-        the reservations before it end (it waits, in order, its window not opened past its
-        initial one), or never (past the server-wide limit): refused."""
-        budget = self._counters.budget
-        if budget.limit and size > budget.limit:
-            self._refuse_room(stream, "server_buffer")
-        elif not self._waiting and self._fits(size):
-            self._reserve(stream, size)
-        elif self._reserved:
-            self._counters.exceeded["connection_buffer_waits"] += 1
-            self._waiting[stream.id] = (stream, size)
-        else:  # nothing of this connection's to wait for: the server's budget is spent
-            self._refuse_room(stream, "server_buffer")
-
-    def _fits(self, size: int) -> bool:
-        """Whether a reservation of ``size`` fits: within the server's budget, and within the
-        connection's limit or the only one (a message larger than the limit comes alone)."""
-        budget = self._counters.budget
-        if budget.limit and budget.used + size > budget.limit:
-            return False
-        reserved = self._reserved
-        return not reserved or reserved + size <= self._limits.connection_buffer_bytes
-
-    def _reserve(self, stream: Stream, size: int) -> None:
-        """Room for the ``size`` bytes of the stream's message still to come: one buffer,
-        counted whole from now on (what arrived while it waited is moved into it)."""
-        buffer = uninitialised(size)
-        kept = stream.body
-        filled = 0
-        for piece in kept:
-            buffer[filled : filled + len(piece)] = piece
-            filled += len(piece)
-        kept.clear()
-        stream.buffer, stream.filled, stream.unsized = buffer, filled, 0
-        more = size - stream.held
-        stream.held = size
-        stream.reserved = size
-        self._reserved += size
-        self._held += more
-        counters = self._counters
-        counters.buffered += more
-        counters.budget.used += more
-
-    def _grant(self) -> None:
-        """Streams waiting for room get it, in order, while it lasts; one that cannot get it
-        once this connection holds no reservation is refused (the server's budget is spent
-        and nothing of this connection's will give it back)."""
-        waiting = self._waiting
-        while waiting:
-            stream, size = next(iter(waiting.values()))
-            if not self._fits(size):
-                if self._reserved:
-                    return
-                del waiting[stream.id]
-                self._refuse_room(stream, "server_buffer")
-                continue
-            del waiting[stream.id]
-            if stream.filled + sum(len(piece) for piece in stream.body) > size:
-                continue  # more arrived than the message announced: no room needed
-            self._reserve(stream, size)
-            if stream is not self._data_stream:  # (otherwise at the end of its frame)
-                self._open(stream, stream.head_size + size - stream.body_bytes)
+        self.flow.taken(stream, count)
 
     # -- budgets --------------------------------------------------------------------------
     def _spend_control(self) -> None:
@@ -481,6 +304,7 @@ class Http2Base(asyncio.BufferedProtocol):
             transport.write_eof()
             self._write_closed = True
         else:
+            self._stop()
             transport.close()
 
     def goaway(self) -> None:
@@ -513,7 +337,7 @@ class Http2Base(asyncio.BufferedProtocol):
         # closes itself once its streams are done.
         if self.streams or self._transport is None:
             return
-        if self._peer_leaving or (self._age_deadline is not None and self._goaway_sent):
+        if self._peer_leaving or (self._deadlines.age_deadline is not None and self._goaway_sent):
             self._fail(NO_ERROR, "done")
 
     def _fail(self, code: int, message: str) -> None:
@@ -529,11 +353,7 @@ class Http2Base(asyncio.BufferedProtocol):
         self._flush()
         self._goaway_sent = True
         self._drop_streams()
-        self._closed = True  # nothing more is handled or written
-        for handle in (self._draining, self._timer):
-            if handle is not None:
-                handle.cancel()
-        self._draining, self._timer, self._timer_at = None, None, math.inf
+        self._stop()
         transport = self._transport
         if transport is None:
             return
@@ -547,17 +367,32 @@ class Http2Base(asyncio.BufferedProtocol):
 
     def _drop_streams(self) -> None:
         streams, self.streams = self.streams, {}
-        self._waiting.clear()
+        self.flow.waiting.clear()
         self._blocked.clear()
+        release = self.flow.release
         for stream in streams.values():
-            self._release(stream)
+            release(stream)
             self._app.stream_reset(stream)
+
+    def _stop(self) -> None:
+        """Nothing more is handled or written, and no timer of ours runs: the transport is
+        closing (it calls ``connection_lost`` a turn of the loop later, and a timer due
+        meanwhile would write to a closed socket)."""
+        self._closed = True
+        for handle in (self._draining, self._timer):
+            if handle is not None:
+                handle.cancel()
+        self._draining, self._timer, self._timer_at = None, None, math.inf
 
     def close(self) -> None:
         if self._transport is not None:
             self._flush()
+            self._stop()
             self._transport.close()
 
     def abort(self) -> None:
         if self._transport is not None:
+            self._stop()
+            if self._linger is not None:
+                self._linger.cancel()
             self._transport.abort()

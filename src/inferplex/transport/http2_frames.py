@@ -68,8 +68,8 @@ class Http2Frames(Http2Output):
             self._reset(stream, PROTOCOL_ERROR)
             self._spend_reset()
             return
-        if stream.held or stream.unsized or self._waiting:  # (a stream may wait holding 0)
-            self._handed(stream)
+        if stream.held or stream.unsized or self.flow.waiting:  # (a stream may wait holding 0)
+            self.flow.handed(stream)
         self._app.body_received(self, stream)
 
     def _on_headers(self, flags: int, stream_id: int, payload: bytes) -> None:
@@ -144,7 +144,7 @@ class Http2Frames(Http2Output):
             if self._settings_acked:
                 self._spend_reset()
             return
-        stream = Stream(stream_id, headers, self._peer_window, self._stream_window)
+        stream = Stream(stream_id, headers, self._peer_window, self.flow.stream_window)
         stream.length = length
         self.streams[stream_id] = stream
         self._earn(_OPEN_REFUND)
@@ -263,7 +263,7 @@ class Http2Frames(Http2Output):
         elif payload == _DRAIN_PING and self._draining is not None:
             self._final_goaway()
         elif payload == _KEEPALIVE_PING:
-            self._ping_sent_at = None
+            self._deadlines.ping_sent_at = None
 
     def _on_rst_stream(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id == 0:
@@ -279,9 +279,9 @@ class Http2Frames(Http2Output):
         # the work it started stops (the application cancels it) and counts for nothing
         self._blocked.pop(stream_id, None)
         stream.discard = True
-        self._release(stream)
+        self.flow.release(stream)
         if not self.streams and self._loop is not None:
-            self._idle_since = self._loop.time()
+            self._deadlines.idle_since = self._loop.time()
         self._app.stream_reset(stream)
         self._close_if_done()
         self._spend_reset()

@@ -5,9 +5,8 @@ sends its header block, then its data piece by piece, then its trailers."""
 
 from __future__ import annotations
 
-from inferplex.transport.http2_base import _STREAM_REFUND
+from inferplex.transport.http2_base import _STREAM_REFUND, Http2Base
 from inferplex.transport.http2_stream import Stream
-from inferplex.transport.http2_timers import Http2Timers
 from inferplex.transport.http2_wire import (
     CONTINUATION,
     DATA,
@@ -25,7 +24,7 @@ _U32, _HEADER = U32, FRAME_HEADER
 _TRAILERS_FLAGS = END_STREAM | END_HEADERS
 
 
-class Http2Output(Http2Timers):
+class Http2Output(Http2Base):
     """The sending half of a server connection."""
 
     def respond(
@@ -53,7 +52,8 @@ class Http2Output(Http2Timers):
         self._send_body(stream, parts)
         self._write(b"".join(parts))
         if stream.outbox is not None:
-            self._charge_unsent(stream, len(stream.outbox))
+            now = self._loop.time() if self._loop is not None else 0.0
+            self.flow.charge_unsent(stream, len(stream.outbox), now)
             self._blocked[stream.id] = stream
             if self._limits.send_timeout_s and self._loop is not None:
                 stream.stalled_since = now = self._loop.time()
@@ -184,7 +184,7 @@ class Http2Output(Http2Timers):
                 self._send_body(stream, parts)  # a stream sent whole leaves _blocked
                 stream.stalled_since = now  # it moved: the send timeout starts again
         if parts:
-            self.answers_moved_at = now
+            self.flow.answers_moved_at = now
             self._write(b"".join(parts))
 
     def _finish(self, stream: Stream) -> None:
@@ -192,8 +192,8 @@ class Http2Output(Http2Timers):
         stream.discard = True  # what may still arrive of its body is not wanted
         self.streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
-        if stream.held or stream.unsized or stream.charged or self._waiting:
-            self._release(stream)
+        if stream.held or stream.unsized or stream.charged or self.flow.waiting:
+            self.flow.release(stream)
         if not stream.remote_closed:
             self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
             self._closed_early(stream.id)

@@ -81,12 +81,12 @@ class _Transport:
         self.sends = 0
 
     def write(self, data: bytes) -> None:
-        assert not self.eof, "written after write_eof"
+        assert not self.eof and not self.closed, "written after write_eof or the close"
         self.written += data
         self.sends += 1
 
     def writelines(self, data: list[bytes]) -> None:
-        assert not self.eof, "written after write_eof"
+        assert not self.eof and not self.closed, "written after write_eof or the close"
         self.written += b"".join(data)
         self.sends += 1
 
@@ -793,3 +793,34 @@ def test_answers_of_one_turn_leave_in_one_send_and_a_lone_answer_at_once() -> No
     peer.connection._fail(0x1, "a connection error")  # before the turn ends
     kinds = [(k, s) for k, _, s, _ in peer.frames()]
     assert kinds[-2:] == [(HEADERS, 7), (GOAWAY, 0)] and peer.transport.eof
+
+
+# A transport closed (by the server, or aborted by the send timeout) stays open a moment,
+# until the loop calls connection_lost: no timer of the connection may write meanwhile
+# (scripts/fuzz_http2.py found an idle timeout's GOAWAY written after the close).
+
+
+def test_no_timer_writes_after_the_server_closes_a_connection() -> None:
+    peer = _Peer(_App(), limits=Http2Limits(idle_timeout_s=30, keepalive_s=20))
+    peer.feed(peer.preface())
+    peer.connection.close()
+    assert peer.transport.closed
+    peer.loop.advance(1000)  # idle and keepalive were due: the transport is not written
+    assert not [t for t in peer.loop.timers if not t.cancelled]
+
+
+def test_no_timer_writes_after_the_send_timeout_aborts_a_connection() -> None:
+    """The fuzz input BQMxHAMxHBwcHBwcMBwcHA==: writing paused, the send timeout aborts the
+    connection, the transport's writing toggles again, the idle timeout comes due."""
+    counters = Http2Counters()
+    limits = Http2Limits(idle_timeout_s=30, send_timeout_s=15)
+    peer = _Peer(_App(), limits=limits, counters=counters)
+    peer.feed(peer.preface())
+    peer.connection.pause_writing()
+    peer.loop.advance(28)
+    assert peer.transport.closed and counters.exceeded["send_timeout"] == 1
+    peer.connection.pause_writing()
+    peer.connection.resume_writing()
+    peer.loop.advance(1000)
+    assert not [t for t in peer.loop.timers if not t.cancelled]
+    assert counters.exceeded["idle_timeout"] == 0

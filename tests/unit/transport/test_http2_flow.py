@@ -8,8 +8,12 @@ import random
 
 import pytest
 
-from inferplex.transport.http2 import CONNECTION_WINDOW, STREAM_WINDOW
-from inferplex.transport.http2_base import MIN_STREAM_WINDOW, initial_stream_window
+from inferplex.transport.http2_flow import (
+    CONNECTION_WINDOW,
+    MIN_STREAM_WINDOW,
+    STREAM_WINDOW,
+    initial_stream_window,
+)
 from inferplex.transport.http2_limits import Http2Counters, Http2Limits
 from inferplex.transport.http2_wire import (
     ACK,
@@ -109,10 +113,10 @@ def _held_bound(peer: _Peer, largest: int) -> None:
     connection = peer.connection
     limits = connection._limits
     window = initial_stream_window(limits)
-    assert connection._reserved <= max(limits.connection_buffer_bytes, largest)
-    assert connection._held <= connection._reserved + window * len(connection.streams)
-    assert connection._held == sum(s.held for s in connection.streams.values())
-    assert connection._recv_window >= 0
+    assert connection.flow.reserved <= max(limits.connection_buffer_bytes, largest)
+    assert connection.flow.held <= connection.flow.reserved + window * len(connection.streams)
+    assert connection.flow.held == sum(s.held for s in connection.streams.values())
+    assert connection.flow.recv_window >= 0
 
 
 @pytest.mark.parametrize("frame_size", [16_384, 1 << 20])
@@ -235,7 +239,7 @@ def test_any_mix_of_concurrent_messages_ends_without_a_deadlock(seed: int) -> No
     assert budget.limit or not refused  # only the server-wide budget refuses a message
     assert all(peer.app.bodies[sid] == bodies[sid] for sid in peer.app.bodies)
     assert counters.buffered == 0 and budget.used == _charged(peer)
-    assert not peer.connection._waiting
+    assert not peer.connection.flow.waiting
 
 
 # -- frames that do no work: honest bursts pass, floods do not -----------------------------------
@@ -287,8 +291,8 @@ def test_a_stream_answered_while_it_waits_leaves_the_queue() -> None:
         frame(DATA, 0, 1, _message(1 << 20, 1)[:5]) + frame(DATA, 0, 3, _message(1 << 20, 3)[:5])
     )
     connection = peer.connection
-    assert list(connection._waiting) == [3] and connection.streams[3].held == 0
+    assert list(connection.flow.waiting) == [3] and connection.streams[3].held == 0
     connection.respond_headers_only(connection.streams[3], b"\x88")
-    assert not connection._waiting
+    assert not connection.flow.waiting
     connection.respond_headers_only(connection.streams[1], b"\x88")
-    assert connection._reserved == connection._held == 0
+    assert connection.flow.reserved == connection.flow.held == 0
