@@ -322,14 +322,14 @@ class HttpApp(ManagementRoutes):
     async def _openai_model(self, model: str, *_: Any) -> AnyReply:
         return await self._openai.model(model)
 
-    async def _openai_completions(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
-        return await self._openai.completions(body)
+    async def _openai_completions(self, body: Body, meta: CallMeta) -> AnyReply:
+        return await self._openai.completions(body, meta)
 
-    async def _openai_chat(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
-        return await self._openai.chat(body)
+    async def _openai_chat(self, body: Body, meta: CallMeta) -> AnyReply:
+        return await self._openai.chat(body, meta)
 
-    async def _openai_embeddings(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
-        return await self._openai.embeddings(body)
+    async def _openai_embeddings(self, body: Body, meta: CallMeta) -> AnyReply:
+        return await self._openai.embeddings(body, meta)
 
     # -- the other handlers: (model, version, body, raw Inference-Header-Content-Length,
     # -- principal)
@@ -366,7 +366,16 @@ Admitted = tuple[Route, Principal]
 #: how many resolved paths an app remembers
 _ROUTES_KEPT = 1024
 #: the handlers of inference calls: the data plane's, given (body, meta)
-_CALLS = frozenset({"_infer", "_generate", "_generate_stream"})
+_CALLS = frozenset(
+    {
+        "_infer",
+        "_generate",
+        "_generate_stream",
+        "_openai_completions",
+        "_openai_chat",
+        "_openai_embeddings",
+    }
+)
 
 
 def _check_size(body: Body, limit: int, flag: str, json_limit: int) -> None:

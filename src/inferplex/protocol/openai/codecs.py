@@ -1,0 +1,216 @@
+"""The OpenAI-compatible API as codecs on the data plane (``dataplane/codec.py``): chat and
+completions are stream codecs (``DataPlane.stream``: a whole answer or server-sent events),
+embeddings a codec answered once (``DataPlane.infer``). Each model request of an OpenAI
+request is one call through the door (``fanout.py``): a choice of a chat or completion, a
+batch of an embedding request. The first call's ``decode`` reads the body (the request's
+fields, the chat template, the tokenizer: in a worker thread for a large body, or for the
+first request after a model's (re)load, whose tokenizer files are read then) and plans every
+call; the others take their request from the plan.
+
+:func:`generate` and :func:`embed` answer one request: what an HTTP frontend sends back (a
+head and its body, whole or as it comes), or an InferplexError naming what is wrong (the
+frontend answers it as OpenAI's error object)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator
+from typing import Any, Protocol
+
+import numpy as np
+import orjson
+
+from inferplex.dataplane.checks import CheckFactory
+from inferplex.dataplane.codec import Body, CallMeta, Codec, HttpHead, SpanLabel, StreamCodec
+from inferplex.dataplane.local import LOCAL
+from inferplex.dataplane.offload import OFFLOAD_BYTES
+from inferplex.dataplane.streams import Streamed
+from inferplex.protocol.openai.answer import Answer, ChoiceEvents, ChoicePieces
+from inferplex.protocol.openai.embeddings import (
+    EmbeddingPlan,
+    embedding_answer,
+    plan_embedding,
+    read_embedding,
+    vectors_of,
+)
+from inferplex.protocol.openai.fanout import Plan, fan_out
+from inferplex.protocol.openai.generation import prepare
+from inferplex.protocol.openai.models import TextModels
+from inferplex.protocol.openai.requests import Kind, read_chat, read_completion
+from inferplex.protocol.v2.codecs import http_status
+from inferplex.shm.registry import Regions
+from inferplex.types import InferenceRequest, InferenceResponse
+
+__all__ = ["Door", "Kind", "embed", "generate"]
+
+_READ = {"chat": read_chat, "completion": read_completion}
+_PATH = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+_JSON = [(b"content-type", b"application/json")]
+
+
+class Door(Protocol):
+    """The data plane's two calls (``DataPlane``)."""
+
+    def infer(self, codec: Codec[Any], body: Body, meta: CallMeta) -> Any: ...
+
+    async def stream(
+        self, codec: StreamCodec[Any, Any], body: Body, meta: CallMeta
+    ) -> Streamed[Any, Any]: ...
+
+
+def _label(path: str) -> SpanLabel:
+    attributes = {"http.request.method": "POST", "http.route": path, "rpc.system": "openai"}
+    return SpanLabel(f"POST {path}", attributes, "http.response.status_code", http_status)
+
+
+_LABELS = {path: _label(path) for path in (*_PATH.values(), "/v1/embeddings")}
+
+
+# -- chat and completions ---------------------------------------------------------------------
+async def generate(
+    door: Door, models: TextModels, kind: Kind, max_choices: int, body: Body, meta: CallMeta
+) -> tuple[HttpHead, bytes | AsyncGenerator[bytes, None]]:
+    """A chat (``kind`` "chat") or completion request's answer: one JSON object, or its
+    events as they come (``stream``)."""
+    call = _Generation(models, kind, max_choices)
+    streams: list[Streamed[HttpHead, Any]] = await fan_out(
+        door.stream(_Choice(call, 0), body, meta),
+        call.plan,
+        lambda: [door.stream(_Choice(call, i), body, meta) for i in range(1, call.count)],
+        Streamed.close,
+    )
+    answer = call.plan.ready
+    if answer.prepared.request.stream:
+        return streams[0].head, answer.events(streams)
+    return streams[0].head, await answer.whole(streams)
+
+
+class _Generation:
+    """One chat or completion request: what its calls share."""
+
+    __slots__ = ("kind", "max_choices", "models", "plan", "started")
+
+    def __init__(self, models: TextModels, kind: Kind, max_choices: int) -> None:
+        self.models = models
+        self.kind = kind
+        self.max_choices = max_choices
+        self.started = time.monotonic_ns()
+        self.plan: Plan[Answer] = Plan()
+
+    @property
+    def count(self) -> int:
+        return len(self.plan.ready.prepared.requests)
+
+    def read(self, body: Body, on_loop: bool) -> Answer:
+        """The request in ``body``, prepared: every choice's model request."""
+        request = _READ[self.kind](body, self.max_choices)
+        config = self.models.config(request.model)
+        texts = self.models.text_model(request.model, config, on_loop)
+        prepared = prepare(request, config, texts, request.model)
+        return self.plan.make(Answer(prepared, self.started))
+
+
+class _Choice:
+    """The call of one choice (the data plane's StreamCodec)."""
+
+    __slots__ = ("_call", "_index")
+
+    def __init__(self, call: _Generation, index: int) -> None:
+        self._call = call
+        self._index = index
+
+    def span(self, meta: CallMeta) -> SpanLabel:
+        return _LABELS[_PATH[self._call.kind]]
+
+    def work(self, body: Body, meta: CallMeta) -> int:
+        # the first call reads the body: its JSON, the template and the tokenizer take time
+        # in proportion; the others take their request from the plan
+        return len(body) if self._index == 0 else 0
+
+    def decode(
+        self, body: Body, meta: CallMeta, regions: Regions | None, checks: CheckFactory | None
+    ) -> InferenceRequest:
+        # the data plane decodes on the loop without checks, in a worker thread with them
+        call = self._call
+        answer = call.read(body, checks is None) if self._index == 0 else call.plan.ready
+        request = answer.prepared.requests[self._index]
+        # a request built here: each tensor checked as a decoded one is
+        return LOCAL.decode(request, meta, regions, checks)
+
+    def encoder(self, request: InferenceRequest, meta: CallMeta) -> ChoicePieces | ChoiceEvents:
+        return self._call.plan.ready.encoder(self._index)
+
+
+# -- embeddings -------------------------------------------------------------------------------
+async def embed(
+    door: Door, models: TextModels, max_inputs: int, body: Body, meta: CallMeta
+) -> tuple[HttpHead, bytes]:
+    """An embedding request's answer: one vector per input, in input order."""
+    call = _Embedding(models, max_inputs)
+    parts: list[np.ndarray] = await fan_out(
+        door.infer(_Batch(call, 0), body, meta),
+        call.plan,
+        lambda: [door.infer(_Batch(call, i), body, meta) for i in range(1, call.count)],
+    )
+    plan = call.plan.ready
+    if sum(part.nbytes for part in parts) <= OFFLOAD_BYTES:
+        return _WHOLE_JSON, _embedding_json(plan, parts)
+    # thousands of vectors: writing them takes long enough to stall every other client
+    return _WHOLE_JSON, await asyncio.to_thread(_embedding_json, plan, parts)
+
+
+def _embedding_json(plan: EmbeddingPlan, parts: list[np.ndarray]) -> bytes:
+    return orjson.dumps(embedding_answer(plan, parts))
+
+
+_WHOLE_JSON = HttpHead(200, _JSON, whole=True)
+
+
+class _Embedding:
+    """One embedding request: what its calls share."""
+
+    __slots__ = ("max_inputs", "models", "plan")
+
+    def __init__(self, models: TextModels, max_inputs: int) -> None:
+        self.models = models
+        self.max_inputs = max_inputs
+        self.plan: Plan[EmbeddingPlan] = Plan()
+
+    @property
+    def count(self) -> int:
+        return len(self.plan.ready.requests)
+
+    def read(self, body: Body, on_loop: bool) -> EmbeddingPlan:
+        request = read_embedding(body, self.max_inputs)
+        config = self.models.config(request.model)
+        texts = self.models.text_model(request.model, config, on_loop)
+        return self.plan.make(plan_embedding(request, config, texts))
+
+
+class _Batch:
+    """The call of one batch of inputs (the data plane's Codec): its vectors."""
+
+    __slots__ = ("_call", "_index")
+
+    def __init__(self, call: _Embedding, index: int) -> None:
+        self._call = call
+        self._index = index
+
+    def span(self, meta: CallMeta) -> SpanLabel:
+        return _LABELS["/v1/embeddings"]
+
+    def work(self, body: Body, meta: CallMeta) -> int:
+        return len(body) if self._index == 0 else 0
+
+    def decode(
+        self, body: Body, meta: CallMeta, regions: Regions | None, checks: CheckFactory | None
+    ) -> InferenceRequest:
+        call = self._call
+        plan = call.read(body, checks is None) if self._index == 0 else call.plan.ready
+        return LOCAL.decode(plan.requests[self._index], meta, regions, checks)
+
+    def encode(
+        self, response: InferenceResponse, request: InferenceRequest, meta: CallMeta
+    ) -> np.ndarray:
+        return vectors_of(self._call.plan.ready, response)
