@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Coroutine
 from typing import Any, Protocol
 
 import numpy as np
@@ -34,7 +34,7 @@ from inferplex.protocol.openai.embeddings import (
     read_embedding,
     vectors_of,
 )
-from inferplex.protocol.openai.fanout import Plan, fan_out
+from inferplex.protocol.openai.fanout import Plan, fan_out, later_meta
 from inferplex.protocol.openai.generation import prepare
 from inferplex.protocol.openai.models import TextModels
 from inferplex.protocol.openai.requests import Kind, read_chat, read_completion
@@ -74,12 +74,13 @@ async def generate(
     """A chat (``kind`` "chat") or completion request's answer: one JSON object, or its
     events as they come (``stream``)."""
     call = _Generation(models, kind, max_choices)
-    streams: list[Streamed[HttpHead, Any]] = await fan_out(
-        door.stream(_Choice(call, 0), body, meta),
-        call.plan,
-        lambda: [door.stream(_Choice(call, i), body, meta) for i in range(1, call.count)],
-        Streamed.close,
-    )
+
+    def rest() -> list[Coroutine[Any, Any, Streamed[HttpHead, Any]]]:
+        later = later_meta(meta)  # the first call's span is open: the rest join its trace
+        return [door.stream(_Choice(call, i), body, later) for i in range(1, call.count)]
+
+    first = door.stream(_Choice(call, 0), body, meta)
+    streams = await fan_out(first, call.plan, rest, Streamed.close)
     answer = call.plan.ready
     if answer.prepared.request.stream:
         return streams[0].head, answer.events(streams)
@@ -148,11 +149,12 @@ async def embed(
 ) -> tuple[HttpHead, bytes]:
     """An embedding request's answer: one vector per input, in input order."""
     call = _Embedding(models, max_inputs)
-    parts: list[np.ndarray] = await fan_out(
-        door.infer(_Batch(call, 0), body, meta),
-        call.plan,
-        lambda: [door.infer(_Batch(call, i), body, meta) for i in range(1, call.count)],
-    )
+
+    def rest() -> list[Coroutine[Any, Any, np.ndarray]]:
+        later = later_meta(meta)
+        return [door.infer(_Batch(call, i), body, later) for i in range(1, call.count)]
+
+    parts = await fan_out(door.infer(_Batch(call, 0), body, meta), call.plan, rest)
     plan = call.plan.ready
     if sum(part.nbytes for part in parts) <= OFFLOAD_BYTES:
         return _WHOLE_JSON, _embedding_json(plan, parts)

@@ -16,10 +16,14 @@ call's answer, or the first error (an error of the first call, which read the bo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Plan", "fan_out", "merged"]
+from inferplex.dataplane.codec import CallMeta
+from inferplex.tracing.context import CallTrace
+
+__all__ = ["Plan", "fan_out", "later_meta", "merged"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -81,6 +85,24 @@ async def fan_out(
         _give_up(calls, release)
         failed.result()  # raises its error
     return [call.result() for call in calls]
+
+
+def later_meta(meta: CallMeta) -> CallMeta:
+    """The meta of the calls after the first (whose span is open): the same, in the same
+    trace. A call that came with a ``traceparent`` has every span a child of the caller's;
+    one that came without has the later spans children of the first call's (each would
+    otherwise start a trace of its own), and none where the first was not sampled. The
+    answer names the first call's span (``meta.trace.traceparent``)."""
+    trace = meta.trace
+    if trace is None:
+        return meta
+    if "traceparent" in trace.carrier:
+        carrier = trace.carrier
+    elif trace.traceparent:
+        carrier = {"traceparent": trace.traceparent}
+    else:
+        return dataclasses.replace(meta, trace=None)
+    return dataclasses.replace(meta, trace=CallTrace(carrier, trace.received_ns))
 
 
 def _give_up(calls: list[asyncio.Future[R]], release: Callable[[R], None] | None) -> None:
