@@ -16,15 +16,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import orjson
 
 from inferplex.dataplane.checks import CheckFactory
-from inferplex.dataplane.codec import Body, CallMeta, Codec, HttpHead, SpanLabel, StreamCodec
+from inferplex.dataplane.codec import Body, CallMeta, HttpHead, SpanLabel
 from inferplex.dataplane.local import LOCAL
 from inferplex.dataplane.offload import OFFLOAD_BYTES
+from inferplex.dataplane.plane import DataPlane
 from inferplex.dataplane.streams import Streamed
 from inferplex.protocol.openai.answer import Answer, ChoiceEvents, ChoicePieces
 from inferplex.protocol.openai.embeddings import (
@@ -42,21 +43,11 @@ from inferplex.protocol.v2.codecs import http_status
 from inferplex.shm.registry import Regions
 from inferplex.types import InferenceRequest, InferenceResponse
 
-__all__ = ["Door", "Kind", "embed", "generate"]
+__all__ = ["Kind", "embed", "generate"]
 
 _READ = {"chat": read_chat, "completion": read_completion}
 _PATH = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 _JSON = [(b"content-type", b"application/json")]
-
-
-class Door(Protocol):
-    """The data plane's two calls (``DataPlane``)."""
-
-    def infer(self, codec: Codec[Any], body: Body, meta: CallMeta) -> Any: ...
-
-    async def stream(
-        self, codec: StreamCodec[Any, Any], body: Body, meta: CallMeta
-    ) -> Streamed[Any, Any]: ...
 
 
 def _label(path: str) -> SpanLabel:
@@ -69,7 +60,7 @@ _LABELS = {path: _label(path) for path in (*_PATH.values(), "/v1/embeddings")}
 
 # -- chat and completions ---------------------------------------------------------------------
 async def generate(
-    door: Door, models: TextModels, kind: Kind, max_choices: int, body: Body, meta: CallMeta
+    door: DataPlane, models: TextModels, kind: Kind, max_choices: int, body: Body, meta: CallMeta
 ) -> tuple[HttpHead, bytes | AsyncGenerator[bytes, None]]:
     """A chat (``kind`` "chat") or completion request's answer: one JSON object, or its
     events as they come (``stream``)."""
@@ -80,7 +71,8 @@ async def generate(
         return [door.stream(_Choice(call, i), body, later) for i in range(1, call.count)]
 
     first = door.stream(_Choice(call, 0), body, meta)
-    streams = await fan_out(first, call.plan, rest, Streamed.close)
+    # a whole answer's streams carry Pieces, a streamed one's events (Answer.encoder)
+    streams: list[Streamed[HttpHead, Any]] = await fan_out(first, call.plan, rest, Streamed.close)
     answer = call.plan.ready
     if answer.prepared.request.stream:
         return streams[0].head, answer.events(streams)
@@ -145,7 +137,7 @@ class _Choice:
 
 # -- embeddings -------------------------------------------------------------------------------
 async def embed(
-    door: Door, models: TextModels, max_inputs: int, body: Body, meta: CallMeta
+    door: DataPlane, models: TextModels, max_inputs: int, body: Body, meta: CallMeta
 ) -> tuple[HttpHead, bytes]:
     """An embedding request's answer: one vector per input, in input order."""
     call = _Embedding(models, max_inputs)
