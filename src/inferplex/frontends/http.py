@@ -242,7 +242,7 @@ class HttpApp(ManagementRoutes):
             else:
                 refuse_body(path, endpoint, headers, body)
                 body, header_length, accept = b"", None, None
-            if endpoint.handler not in _CALLS:
+            if endpoint.api != "inference":  # the inference calls take (body, meta)
                 return await handler(model, version, body, header_length, principal)
             # an inference call: the data plane's, the transport mapped to (body, meta)
             meta = CallMeta(
@@ -365,17 +365,6 @@ Admitted = tuple[Route, Principal]
 
 #: how many resolved paths an app remembers
 _ROUTES_KEPT = 1024
-#: the handlers of inference calls: the data plane's, given (body, meta)
-_CALLS = frozenset(
-    {
-        "_infer",
-        "_generate",
-        "_generate_stream",
-        "_openai_completions",
-        "_openai_chat",
-        "_openai_embeddings",
-    }
-)
 
 
 def _check_size(body: Body, limit: int, flag: str, json_limit: int) -> None:

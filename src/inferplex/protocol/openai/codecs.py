@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Coroutine
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import orjson
@@ -49,6 +50,10 @@ _READ = {"chat": read_chat, "completion": read_completion}
 _PATH = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 _JSON = [(b"content-type", b"application/json")]
 
+P = TypeVar("P")
+R = TypeVar("R")
+S = TypeVar("S", bound="_Request[Any]")
+
 
 def _label(path: str) -> SpanLabel:
     attributes = {"http.request.method": "POST", "http.route": path, "rpc.system": "openai"}
@@ -58,63 +63,37 @@ def _label(path: str) -> SpanLabel:
 _LABELS = {path: _label(path) for path in (*_PATH.values(), "/v1/embeddings")}
 
 
-# -- chat and completions ---------------------------------------------------------------------
-async def generate(
-    door: DataPlane, models: TextModels, kind: Kind, max_choices: int, body: Body, meta: CallMeta
-) -> tuple[HttpHead, bytes | AsyncGenerator[bytes, None]]:
-    """A chat (``kind`` "chat") or completion request's answer: one JSON object, or its
-    events as they come (``stream``)."""
-    call = _Generation(models, kind, max_choices)
+class _Request(ABC, Generic[P]):
+    """One OpenAI request: what its calls share, the plan its first call makes of the body."""
 
-    def rest() -> list[Coroutine[Any, Any, Streamed[HttpHead, Any]]]:
-        later = later_meta(meta)  # the first call's span is open: the rest join its trace
-        return [door.stream(_Choice(call, i), body, later) for i in range(1, call.count)]
+    __slots__ = ("label", "models", "plan")
 
-    first = door.stream(_Choice(call, 0), body, meta)
-    # a whole answer's streams carry Pieces, a streamed one's events (Answer.encoder)
-    streams: list[Streamed[HttpHead, Any]] = await fan_out(first, call.plan, rest, Streamed.close)
-    answer = call.plan.ready
-    if answer.prepared.request.stream:
-        return streams[0].head, answer.events(streams)
-    return streams[0].head, await answer.whole(streams)
-
-
-class _Generation:
-    """One chat or completion request: what its calls share."""
-
-    __slots__ = ("kind", "max_choices", "models", "plan", "started")
-
-    def __init__(self, models: TextModels, kind: Kind, max_choices: int) -> None:
+    def __init__(self, models: TextModels, label: SpanLabel) -> None:
         self.models = models
-        self.kind = kind
-        self.max_choices = max_choices
-        self.started = time.monotonic_ns()
-        self.plan: Plan[Answer] = Plan()
+        self.label = label
+        self.plan: Plan[P] = Plan()
 
-    @property
-    def count(self) -> int:
-        return len(self.plan.ready.prepared.requests)
+    @abstractmethod
+    def read(self, body: Body, on_loop: bool) -> P:
+        """The plan of every call, made of ``body`` (on the loop: ``on_loop``)."""
 
-    def read(self, body: Body, on_loop: bool) -> Answer:
-        """The request in ``body``, prepared: every choice's model request."""
-        request = _READ[self.kind](body, self.max_choices)
-        config = self.models.config(request.model)
-        texts = self.models.text_model(request.model, config, on_loop)
-        prepared = prepare(request, config, texts, request.model)
-        return self.plan.make(Answer(prepared, self.started))
+    @abstractmethod
+    def requests(self) -> list[InferenceRequest]:
+        """The model requests of the plan, one a call."""
 
 
-class _Choice:
-    """The call of one choice (the data plane's StreamCodec)."""
+class _Part(Generic[S]):
+    """The call of model request ``index`` of an OpenAI request: a codec's span, work and
+    decode."""
 
     __slots__ = ("_call", "_index")
 
-    def __init__(self, call: _Generation, index: int) -> None:
+    def __init__(self, call: S, index: int) -> None:
         self._call = call
         self._index = index
 
     def span(self, meta: CallMeta) -> SpanLabel:
-        return _LABELS[_PATH[self._call.kind]]
+        return self._call.label
 
     def work(self, body: Body, meta: CallMeta) -> int:
         # the first call reads the body: its JSON, the template and the tokenizer take time
@@ -124,12 +103,73 @@ class _Choice:
     def decode(
         self, body: Body, meta: CallMeta, regions: Regions | None, checks: CheckFactory | None
     ) -> InferenceRequest:
-        # the data plane decodes on the loop without checks, in a worker thread with them
-        call = self._call
-        answer = call.read(body, checks is None) if self._index == 0 else call.plan.ready
-        request = answer.prepared.requests[self._index]
+        if self._index == 0:  # the data plane decodes on the loop without checks
+            self._call.read(body, checks is None)
         # a request built here: each tensor checked as a decoded one is
-        return LOCAL.decode(request, meta, regions, checks)
+        return LOCAL.decode(self._call.requests()[self._index], meta, regions, checks)
+
+
+async def _calls(
+    door: Callable[[Any, Body, CallMeta], Coroutine[Any, Any, R]],
+    part: Callable[[int], Any],
+    call: _Request[Any],
+    body: Body,
+    meta: CallMeta,
+    release: Callable[[R], None] | None = None,
+) -> list[R]:
+    """The answers of ``call``'s calls through ``door`` (``DataPlane.stream`` or ``infer``),
+    ``part(i)`` the codec of call ``i`` (``fanout.py``)."""
+
+    def rest() -> list[Coroutine[Any, Any, R]]:
+        later = later_meta(meta)  # the first call's span is open: the rest join its trace
+        return [door(part(i), body, later) for i in range(1, len(call.requests()))]
+
+    return await fan_out(door(part(0), body, meta), call.plan, rest, release)
+
+
+# -- chat and completions ---------------------------------------------------------------------
+async def generate(
+    door: DataPlane, models: TextModels, kind: Kind, max_choices: int, body: Body, meta: CallMeta
+) -> tuple[HttpHead, bytes | AsyncGenerator[bytes, None]]:
+    """A chat (``kind`` "chat") or completion request's answer: one JSON object, or its
+    events as they come (``stream``)."""
+    call = _Generation(models, kind, max_choices)
+    # a whole answer's streams carry Pieces, a streamed one's events (Answer.encoder)
+    streams: list[Streamed[HttpHead, Any]] = await _calls(
+        door.stream, lambda i: _Choice(call, i), call, body, meta, Streamed.close
+    )
+    answer = call.plan.ready
+    if answer.prepared.request.stream:
+        return streams[0].head, answer.events(streams)
+    return streams[0].head, await answer.whole(streams)
+
+
+class _Generation(_Request[Answer]):
+    """One chat or completion request."""
+
+    __slots__ = ("kind", "max_choices", "started")
+
+    def __init__(self, models: TextModels, kind: Kind, max_choices: int) -> None:
+        super().__init__(models, _LABELS[_PATH[kind]])
+        self.kind = kind
+        self.max_choices = max_choices
+        self.started = time.monotonic_ns()
+
+    def read(self, body: Body, on_loop: bool) -> Answer:
+        request = _READ[self.kind](body, self.max_choices)
+        config = self.models.config(request.model)
+        texts = self.models.text_model(request.model, config, on_loop)
+        prepared = prepare(request, config, texts, request.model)
+        return self.plan.make(Answer(prepared, self.started))
+
+    def requests(self) -> list[InferenceRequest]:
+        return self.plan.ready.prepared.requests
+
+
+class _Choice(_Part[_Generation]):
+    """The call of one choice (the data plane's StreamCodec)."""
+
+    __slots__ = ()
 
     def encoder(self, request: InferenceRequest, meta: CallMeta) -> ChoicePieces | ChoiceEvents:
         return self._call.plan.ready.encoder(self._index)
@@ -141,12 +181,7 @@ async def embed(
 ) -> tuple[HttpHead, bytes]:
     """An embedding request's answer: one vector per input, in input order."""
     call = _Embedding(models, max_inputs)
-
-    def rest() -> list[Coroutine[Any, Any, np.ndarray]]:
-        later = later_meta(meta)
-        return [door.infer(_Batch(call, i), body, later) for i in range(1, call.count)]
-
-    parts = await fan_out(door.infer(_Batch(call, 0), body, meta), call.plan, rest)
+    parts: list[np.ndarray] = await _calls(door.infer, lambda i: _Batch(call, i), call, body, meta)
     plan = call.plan.ready
     if sum(part.nbytes for part in parts) <= OFFLOAD_BYTES:
         return _WHOLE_JSON, _embedding_json(plan, parts)
@@ -161,19 +196,14 @@ def _embedding_json(plan: EmbeddingPlan, parts: list[np.ndarray]) -> bytes:
 _WHOLE_JSON = HttpHead(200, _JSON, whole=True)
 
 
-class _Embedding:
-    """One embedding request: what its calls share."""
+class _Embedding(_Request[EmbeddingPlan]):
+    """One embedding request."""
 
-    __slots__ = ("max_inputs", "models", "plan")
+    __slots__ = ("max_inputs",)
 
     def __init__(self, models: TextModels, max_inputs: int) -> None:
-        self.models = models
+        super().__init__(models, _LABELS["/v1/embeddings"])
         self.max_inputs = max_inputs
-        self.plan: Plan[EmbeddingPlan] = Plan()
-
-    @property
-    def count(self) -> int:
-        return len(self.plan.ready.requests)
 
     def read(self, body: Body, on_loop: bool) -> EmbeddingPlan:
         request = read_embedding(body, self.max_inputs)
@@ -181,28 +211,14 @@ class _Embedding:
         texts = self.models.text_model(request.model, config, on_loop)
         return self.plan.make(plan_embedding(request, config, texts))
 
+    def requests(self) -> list[InferenceRequest]:
+        return self.plan.ready.requests
 
-class _Batch:
+
+class _Batch(_Part[_Embedding]):
     """The call of one batch of inputs (the data plane's Codec): its vectors."""
 
-    __slots__ = ("_call", "_index")
-
-    def __init__(self, call: _Embedding, index: int) -> None:
-        self._call = call
-        self._index = index
-
-    def span(self, meta: CallMeta) -> SpanLabel:
-        return _LABELS["/v1/embeddings"]
-
-    def work(self, body: Body, meta: CallMeta) -> int:
-        return len(body) if self._index == 0 else 0
-
-    def decode(
-        self, body: Body, meta: CallMeta, regions: Regions | None, checks: CheckFactory | None
-    ) -> InferenceRequest:
-        call = self._call
-        plan = call.read(body, checks is None) if self._index == 0 else call.plan.ready
-        return LOCAL.decode(plan.requests[self._index], meta, regions, checks)
+    __slots__ = ()
 
     def encode(
         self, response: InferenceResponse, request: InferenceRequest, meta: CallMeta
