@@ -5,6 +5,7 @@ and a large body is read off the event loop; on the built-in HTTP server and uvi
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,7 @@ def traced(
         trace_rate=1.0,
         routing_header="x-user",
         http_server=request.param,
+        stream_queue_responses=2,
     )
     with Server(config, span_exporter=exporter) as server:
         yield server, exporter
@@ -153,6 +155,25 @@ def test_embeddings_and_refusals_are_traced(traced: tuple[Server, InMemorySpanEx
     assert span.name == "POST /v1/chat/completions"
     assert span.attributes is not None
     assert span.attributes["http.response.status_code"] == 400
+
+
+def test_choices_queued_on_one_instance_are_read_as_they_open(
+    traced: tuple[Server, InMemorySpanExporter],
+) -> None:
+    """llm_a has one instance and a stream holds two responses (--stream-queue-responses): the
+    first choice is read while the others wait for the instance (had the answer waited for
+    every choice's first response, the first would fill its channel and hold the instance)."""
+    server, _ = traced
+    body = {"model": "llm_a", "messages": HELLO, "max_tokens": 12, "n": 3, "stream": True}
+    url = f"http://127.0.0.1:{server.http_port}/v1/chat/completions"
+    with requests.post(url, json=body, stream=True, timeout=20) as reply:
+        assert reply.status_code == 200, reply.text
+        lines = [line for line in reply.iter_lines() if line.startswith(b"data: {")]
+    texts = ["", "", ""]
+    for line in lines:
+        (choice,) = json.loads(line[6:])["choices"]
+        texts[choice["index"]] += choice["delta"].get("content") or ""
+    assert texts == [" hello world the cat" * 3] * 3
 
 
 def test_a_large_body_is_answered(traced: tuple[Server, InMemorySpanExporter]) -> None:

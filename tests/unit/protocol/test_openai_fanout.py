@@ -1,6 +1,7 @@
 """One OpenAI request as several calls through the data plane (protocol/openai/fanout.py):
-the first call plans the rest, which start once it has; a failure releases what the others
-made; a caller that goes away cancels them; the later calls join the first call's trace."""
+the first call plans the rest, which start once it has; the calls are handed over once one
+has answered (a stream's first response), not all; a failure releases what the others made;
+a caller that goes away cancels them; the later calls join the first call's trace."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from inferplex.dataplane.codec import CallMeta
 from inferplex.errors import InvalidInputError
-from inferplex.protocol.openai.fanout import Plan, fan_out, later_meta, merged
+from inferplex.protocol.openai.fanout import Plan, answers, later_meta, merged, start
 from inferplex.tracing.context import CallTrace
 
 
@@ -25,13 +26,15 @@ class Calls:
         self.cancelled: list[int] = []
         self.answered: list[int] = []
 
-    async def first(self, plan: Plan[int], count: int, fail: bool = False) -> int:
+    async def first(
+        self, plan: Plan[int], count: int, fail: bool = False, until: asyncio.Event | None = None
+    ) -> int:
         self.started.append(0)
         await asyncio.sleep(0)
         if fail:
             raise InvalidInputError("the body is bad")
         plan.make(count)  # decode: the plan is made, then the model is waited for
-        await asyncio.sleep(0.01)
+        await (until.wait() if until is not None else asyncio.sleep(0.01))
         self.answered.append(0)
         return 0
 
@@ -58,25 +61,48 @@ async def test_the_rest_start_once_the_first_planned_them() -> None:
         assert calls.started == [0] and plan.value == 3  # planned before any other started
         return [calls.later(i) for i in range(1, plan.ready)]
 
-    assert await fan_out(calls.first(plan, 3), plan, rest, calls.release) == [0, 1, 2]
+    running = await start(calls.first(plan, 3), plan, rest, calls.release)
+    assert await answers(running, calls.release) == [0, 1, 2]
     assert calls.released == []
+
+
+async def test_the_calls_are_handed_over_once_one_answered() -> None:
+    """Not once all did: two choices queued on one instance would wait on each other."""
+    calls, plan, model = Calls(), Plan[int](), asyncio.Event()
+    running = await start(calls.first(plan, 2, until=model), plan, lambda: [calls.later(1)])
+    assert [call.done() for call in running] == [False, True]
+    model.set()
+    assert await answers(running) == [0, 1]
 
 
 async def test_a_first_call_that_fails_before_planning_starts_no_other() -> None:
     calls, plan = Calls(), Plan[int]()
     with pytest.raises(InvalidInputError, match="the body is bad"):
-        await fan_out(calls.first(plan, 3, fail=True), plan, lambda: [calls.later(1)])
+        await start(calls.first(plan, 3, fail=True), plan, lambda: [calls.later(1)])
     assert calls.started == [0]
+
+
+async def test_a_call_that_ends_first_in_error_is_the_answer() -> None:
+    calls, plan = Calls(), Plan[int]()
+
+    def rest() -> list[Coroutine[Any, Any, int]]:
+        return [calls.later(1, fail=True), calls.later(2, delay=30)]
+
+    with pytest.raises(InvalidInputError, match="call 1 failed"):
+        await start(calls.first(plan, 3, until=asyncio.Event()), plan, rest, calls.release)
+    await asyncio.sleep(0)
+    assert calls.cancelled == [2]
 
 
 async def test_a_failed_call_releases_the_others_answers() -> None:
     calls, plan = Calls(), Plan[int]()
 
     def rest() -> list[Coroutine[Any, Any, int]]:
-        return [calls.later(1), calls.later(2, fail=True), calls.later(3)]
+        return [calls.later(1), calls.later(2, delay=0.01, fail=True), calls.later(3)]
 
+    running = await start(calls.first(plan, 4), plan, rest, calls.release)
     with pytest.raises(InvalidInputError, match="call 2 failed"):
-        await fan_out(calls.first(plan, 4), plan, rest, calls.release)
+        await answers(running, calls.release)
     assert sorted(calls.released) == [0, 1, 3]
 
 
@@ -86,7 +112,10 @@ async def test_a_caller_that_goes_away_cancels_the_calls_and_releases_the_answer
     def rest() -> list[Coroutine[Any, Any, int]]:
         return [calls.later(1), calls.later(2, delay=30)]
 
-    running = asyncio.ensure_future(fan_out(calls.first(plan, 3), plan, rest, calls.release))
+    async def call() -> list[int]:
+        return await answers(await start(calls.first(plan, 3), plan, rest), calls.release)
+
+    running = asyncio.ensure_future(call())
     while len(calls.answered) < 2:  # the first and call 1 answer; call 2 waits for its model
         await asyncio.sleep(0.001)
     running.cancel()

@@ -14,21 +14,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
+from typing import Any, TypeVar
 
 import orjson
 
 from inferplex.core.streaming import StreamedResponse
 from inferplex.dataplane.codec import HttpHead
 from inferplex.dataplane.streams import Streamed
+from inferplex.errors import InferplexError
 from inferplex.protocol.openai import encode
 from inferplex.protocol.openai.choices import Choice, Piece
 from inferplex.protocol.openai.errors import error_event
-from inferplex.protocol.openai.fanout import merged
+from inferplex.protocol.openai.fanout import give_up, merged
 from inferplex.protocol.openai.generation import Prepared
 from inferplex.protocol.openai.stats import GENERATION, GenerationStats
 
-__all__ = ["Answer", "ChoiceEvents", "ChoicePieces"]
+__all__ = ["EVENTS", "WHOLE", "Answer", "ChoiceEvents", "ChoicePieces"]
+
+T = TypeVar("T")
+#: a choice's call through the data plane: its stream once it has opened
+Call = asyncio.Future[Streamed[HttpHead, T]]
+Calls = list[Call[T]]
 
 #: the head of a whole answer and of a streamed one
 WHOLE = HttpHead(200, [(b"content-type", b"application/json")], whole=True)
@@ -89,19 +96,21 @@ class Answer:
         """What choice ``index`` begins with: its prompt, for ``echo``."""
         return self.prepared.prompts[index] if self.prepared.request.echo else ""
 
-    async def whole(self, streams: list[Streamed[HttpHead, Piece]]) -> bytes:
-        """The answer of a request that did not ask for a stream: every choice read whole."""
-        reads = [asyncio.ensure_future(self._read_all(i, s)) for i, s in enumerate(streams)]
+    async def whole(self, calls: Calls[Piece]) -> bytes:
+        """The answer of a request that did not ask for a stream: every choice read whole,
+        each as soon as its call has opened."""
+        reads = [asyncio.ensure_future(self._read_all(i, c)) for i, c in enumerate(calls)]
         try:
             pieces = await asyncio.gather(*reads)
         finally:
+            self._close(calls)  # first: a read still in flight then ends a closed call
             for read in reads:
                 read.cancel()
-            self._close(streams)
         head = self.prepared.head
         return orjson.dumps(encode.answer(head, list(enumerate(pieces)), self.usage()))
 
-    async def _read_all(self, index: int, stream: Streamed[HttpHead, Piece]) -> Piece:
+    async def _read_all(self, index: int, call: Call[Piece]) -> Piece:
+        stream = await call  # the call's refusal is the answer's error
         whole = Piece(self.echo(index))
         async for piece in stream:
             whole.text += piece.text
@@ -114,23 +123,35 @@ class Answer:
             whole.finish_reason = self.choices[index].finish_reason
         return whole
 
-    async def events(self, streams: list[Streamed[HttpHead, bytes]]) -> AsyncGenerator[bytes, None]:
-        """The events of a streamed answer: each choice's as they come, then the usage when
-        asked for, then ``[DONE]``; an error event ends it. Closing it (the client went away)
-        closes every choice's stream."""
-        readers: list[AsyncIterator[bytes]] = list(streams)
+    async def events(self, calls: Calls[bytes]) -> AsyncGenerator[bytes, None]:
+        """The events of a streamed answer: each choice's as they come (a choice's once its
+        call has opened), then the usage when asked for, then ``[DONE]``; an error event
+        (a model's, or a call refused after the stream began) ends it. Closing it (the
+        client went away) closes every choice's stream."""
+        reader = merged([self._events_of(call) for call in calls])
         try:
-            async for index, event in merged(readers):
+            async for index, event in reader:
                 yield event
                 if self.failed:
                     return
                 if self.choices[index].finished:
-                    streams[index].close()  # the server ended it: the model stops
+                    calls[index].result().close()  # the server ended it: the model stops
             if self.prepared.request.include_usage:
                 yield encode.event(encode.usage_chunk(self.prepared.head, self.usage()))
             yield encode.DONE
         finally:
-            self._close(streams)
+            self._close(calls)  # first: a read still in flight then ends a closed call
+            await reader.aclose()
+
+    async def _events_of(self, call: Call[bytes]) -> AsyncGenerator[bytes, None]:
+        try:
+            stream = await call
+        except InferplexError as exc:
+            self.failed = True
+            yield error_event(exc)
+            return
+        async for event in stream:
+            yield event
 
     def usage(self) -> encode.Usage:
         n = self.prepared.request.sampling.n
@@ -153,11 +174,8 @@ class Answer:
             self._figures.itl.observe(now - last)
         self._last[index] = now
 
-    def _close(
-        self, streams: list[Streamed[HttpHead, bytes]] | list[Streamed[HttpHead, Piece]]
-    ) -> None:
-        for stream in streams:
-            stream.close()
+    def _close(self, calls: Calls[Any]) -> None:
+        give_up(calls, Streamed.close)
         if not self._counted:
             self._counted = True
             usage = self.usage()

@@ -28,7 +28,7 @@ from inferplex.dataplane.local import LOCAL
 from inferplex.dataplane.offload import OFFLOAD_BYTES
 from inferplex.dataplane.plane import DataPlane
 from inferplex.dataplane.streams import Streamed
-from inferplex.protocol.openai.answer import Answer, ChoiceEvents, ChoicePieces
+from inferplex.protocol.openai.answer import EVENTS, WHOLE, Answer, ChoiceEvents, ChoicePieces
 from inferplex.protocol.openai.embeddings import (
     EmbeddingPlan,
     embedding_answer,
@@ -36,7 +36,7 @@ from inferplex.protocol.openai.embeddings import (
     read_embedding,
     vectors_of,
 )
-from inferplex.protocol.openai.fanout import Plan, fan_out, later_meta
+from inferplex.protocol.openai.fanout import Plan, answers, later_meta, start
 from inferplex.protocol.openai.generation import prepare
 from inferplex.protocol.openai.models import TextModels
 from inferplex.protocol.openai.requests import Kind, read_chat, read_completion
@@ -48,7 +48,6 @@ __all__ = ["Kind", "embed", "generate"]
 
 _READ = {"chat": read_chat, "completion": read_completion}
 _PATH = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
-_JSON = [(b"content-type", b"application/json")]
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -116,15 +115,15 @@ async def _calls(
     body: Body,
     meta: CallMeta,
     release: Callable[[R], None] | None = None,
-) -> list[R]:
-    """The answers of ``call``'s calls through ``door`` (``DataPlane.stream`` or ``infer``),
-    ``part(i)`` the codec of call ``i`` (``fanout.py``)."""
+) -> list[asyncio.Future[R]]:
+    """``call``'s calls through ``door`` (``DataPlane.stream`` or ``infer``), ``part(i)``
+    the codec of call ``i``, once one has answered (``fanout.start``)."""
 
     def rest() -> list[Coroutine[Any, Any, R]]:
         later = later_meta(meta)  # the first call's span is open: the rest join its trace
         return [door(part(i), body, later) for i in range(1, len(call.requests()))]
 
-    return await fan_out(door(part(0), body, meta), call.plan, rest, release)
+    return await start(door(part(0), body, meta), call.plan, rest, release)
 
 
 # -- chat and completions ---------------------------------------------------------------------
@@ -135,13 +134,13 @@ async def generate(
     events as they come (``stream``)."""
     call = _Generation(models, kind, max_choices)
     # a whole answer's streams carry Pieces, a streamed one's events (Answer.encoder)
-    streams: list[Streamed[HttpHead, Any]] = await _calls(
+    calls: list[asyncio.Future[Streamed[HttpHead, Any]]] = await _calls(
         door.stream, lambda i: _Choice(call, i), call, body, meta, Streamed.close
     )
     answer = call.plan.ready
     if answer.prepared.request.stream:
-        return streams[0].head, answer.events(streams)
-    return streams[0].head, await answer.whole(streams)
+        return EVENTS, answer.events(calls)
+    return WHOLE, await answer.whole(calls)
 
 
 class _Generation(_Request[Answer]):
@@ -181,19 +180,17 @@ async def embed(
 ) -> tuple[HttpHead, bytes]:
     """An embedding request's answer: one vector per input, in input order."""
     call = _Embedding(models, max_inputs)
-    parts: list[np.ndarray] = await _calls(door.infer, lambda i: _Batch(call, i), call, body, meta)
+    batches = await _calls(door.infer, lambda i: _Batch(call, i), call, body, meta)
+    parts: list[np.ndarray] = await answers(batches)
     plan = call.plan.ready
     if sum(part.nbytes for part in parts) <= OFFLOAD_BYTES:
-        return _WHOLE_JSON, _embedding_json(plan, parts)
+        return WHOLE, _embedding_json(plan, parts)
     # thousands of vectors: writing them takes long enough to stall every other client
-    return _WHOLE_JSON, await asyncio.to_thread(_embedding_json, plan, parts)
+    return WHOLE, await asyncio.to_thread(_embedding_json, plan, parts)
 
 
 def _embedding_json(plan: EmbeddingPlan, parts: list[np.ndarray]) -> bytes:
     return orjson.dumps(embedding_answer(plan, parts))
-
-
-_WHOLE_JSON = HttpHead(200, _JSON, whole=True)
 
 
 class _Embedding(_Request[EmbeddingPlan]):

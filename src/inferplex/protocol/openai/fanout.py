@@ -9,21 +9,22 @@ its tracing span, its deadline, the model's breaker.
 The body is read once: the first call's ``decode`` reads it (in a worker thread when it is
 large: the door's offload) and makes the :class:`Plan` of every call; the other calls go
 through the door as soon as the plan is made (while the first waits for its model), their
-``decode`` taking their request from the plan. :func:`fan_out` runs them and answers every
-call's answer, or the first error (an error of the first call, which read the body, first).
+``decode`` taking their request from the plan. :func:`start` sends them and answers once one
+has answered (a stream's reader reads each as it opens); :func:`answers` waits for every
+call's answer (an embedding's batches).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 from inferplex.dataplane.codec import CallMeta
 from inferplex.tracing.context import CallTrace
 
-__all__ = ["Plan", "fan_out", "later_meta", "merged"]
+__all__ = ["Plan", "answers", "give_up", "later_meta", "merged", "start"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -59,16 +60,19 @@ def _resolve(made: asyncio.Future[None]) -> None:
         made.set_result(None)
 
 
-async def fan_out(
+async def start(
     first: Coroutine[Any, Any, R],
     plan: Plan[Any],
     rest: Callable[[], list[Coroutine[Any, Any, R]]],
     release: Callable[[R], None] | None = None,
-) -> list[R]:
-    """The answers of ``first`` and, once its decode made ``plan``, of the calls ``rest()``
-    makes, in that order. When one fails, the answers the others made are released
-    (``release``: a stream is closed, its model's work cancelled) and the first error in call
-    order is raised; when the caller goes away (cancelled), the calls are cancelled."""
+) -> list[asyncio.Future[R]]:
+    """Send ``first`` and, once its decode made ``plan``, the calls ``rest()`` makes; answer
+    them (in that order) as soon as one has answered, the others still running. Not all: a
+    stream's call answers with its first response, and two choices queued on one model
+    instance would wait on each other (the first, unread, filling its response channel; the
+    second never starting). Raises the error of a call that ended first in error (the
+    others cancelled, their answers released with ``release``), and when the caller goes
+    away (cancelled)."""
     calls: list[asyncio.Future[R]] = [asyncio.ensure_future(first)]
     try:
         await asyncio.wait((calls[0], plan.made), return_when=asyncio.FIRST_COMPLETED)
@@ -76,15 +80,46 @@ async def fan_out(
         # before the loop ran the callback that resolves ``made``
         if plan.value is not None:
             calls.extend(asyncio.ensure_future(call) for call in rest())
+        await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        give_up(calls, release)
+        raise
+    ended = [call for call in calls if call.done()]
+    if not any(_answered(call) for call in ended):
+        give_up(calls, release)
+        ended[0].result()  # raises its error
+    return calls
+
+
+async def answers(
+    calls: list[asyncio.Future[R]], release: Callable[[R], None] | None = None
+) -> list[R]:
+    """Every call's answer, in order; the first error in call order is raised, the others'
+    answers released (``release``)."""
+    try:
         await asyncio.wait(calls)
     except BaseException:
-        _give_up(calls, release)
+        give_up(calls, release)
         raise
-    failed = next((c for c in calls if c.cancelled() or c.exception() is not None), None)
+    failed = next((call for call in calls if not _answered(call)), None)
     if failed is not None:
-        _give_up(calls, release)
+        give_up(calls, release)
         failed.result()  # raises its error
     return [call.result() for call in calls]
+
+
+def give_up(calls: list[asyncio.Future[R]], release: Callable[[R], None] | None) -> None:
+    """Cancel the calls still running; release the answers of those that made one (a
+    stream released twice is closed once)."""
+    for call in calls:
+        if not call.done():
+            call.cancel()  # a call cancelled inside the door cleans up after itself
+        elif release is not None and _answered(call):
+            release(call.result())
+
+
+def _answered(call: asyncio.Future[Any]) -> bool:
+    return call.done() and not call.cancelled() and call.exception() is None
 
 
 def later_meta(meta: CallMeta) -> CallMeta:
@@ -105,16 +140,7 @@ def later_meta(meta: CallMeta) -> CallMeta:
     return dataclasses.replace(meta, trace=CallTrace(carrier, trace.received_ns))
 
 
-def _give_up(calls: list[asyncio.Future[R]], release: Callable[[R], None] | None) -> None:
-    """Cancel the calls still running; release the answers of those that made one."""
-    for call in calls:
-        if not call.done():
-            call.cancel()  # a call cancelled inside the door cleans up after itself
-        elif release is not None and not call.cancelled() and call.exception() is None:
-            release(call.result())
-
-
-async def merged(streams: list[AsyncIterator[I]]) -> AsyncIterator[tuple[int, I]]:
+async def merged(streams: list[AsyncIterator[I]]) -> AsyncGenerator[tuple[int, I], None]:
     """The items of several streams as they come, with their stream's index; one read in
     flight per stream, so each stream's back-pressure holds (its model is not read ahead)."""
     if len(streams) == 1:
