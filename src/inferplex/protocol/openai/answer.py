@@ -28,7 +28,7 @@ from inferplex.protocol.openai.choices import Choice, Piece
 from inferplex.protocol.openai.errors import error_event
 from inferplex.protocol.openai.fanout import give_up, merged
 from inferplex.protocol.openai.generation import Prepared
-from inferplex.protocol.openai.stats import GENERATION, GenerationStats
+from inferplex.protocol.openai.stats import GENERATION, GenerationStats, ModelGeneration
 
 __all__ = ["EVENTS", "WHOLE", "Answer", "ChoiceEvents", "ChoicePieces"]
 
@@ -61,7 +61,7 @@ class Answer:
         #: an error event was made: the stream ends with it
         self.failed = False
         self._started = started_ns
-        self._figures = stats.of(prepared.head.model)
+        self._stats = stats  # its table is the event loop's: read there (_figures)
         self._last: list[int | None] = [None] * len(self.choices)
         self._first_seen = False
         self._counted = False
@@ -168,20 +168,24 @@ class Answer:
         now = time.monotonic_ns()
         if not self._first_seen:
             self._first_seen = True
-            self._figures.ttft.observe(now - self._started)
+            self._figures().ttft.observe(now - self._started)
         last = self._last[index]
         if last is not None:
-            self._figures.itl.observe(now - last)
+            self._figures().itl.observe(now - last)
         self._last[index] = now
+
+    def _figures(self) -> ModelGeneration:
+        return self._stats.of(self.prepared.head.model)
 
     def _close(self, calls: Calls[Any]) -> None:
         give_up(calls, Streamed.close)
         if not self._counted:
             self._counted = True
             usage = self.usage()
-            self._figures.requests += 1
-            self._figures.prompt_tokens += usage.prompt_tokens
-            self._figures.completion_tokens += usage.completion_tokens
+            figures = self._figures()
+            figures.requests += 1
+            figures.prompt_tokens += usage.prompt_tokens
+            figures.completion_tokens += usage.completion_tokens
 
 
 class ChoicePieces:
