@@ -1,19 +1,24 @@
 """Bad input to the OpenAI-compatible API, on both HTTP servers: each case a 400, 404 or
 413 with OpenAI's error object naming the field (``param``), and nothing reaching a model:
-the models' request counts do not move, and they answer the next good request."""
+the models' request counts do not move, and they answer the next good request.
+
+Every case runs in one test per server, over one keep-alive connection (a test per case
+spent more time in its own requests and pytest than in the server); a failure names every
+case that failed."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+from examples.modelgen.embedder import sentence_encoder
+from examples.modelgen.llm import bare_llm, mock_llm
 from inferplex_tools.benchtool.launch import RunningServer, start_server
-from tests.integration.test_openai import HELLO, TOKEN, openai_repository
+from tests.integration.test_openai import HELLO, TOKEN
 
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 
@@ -23,7 +28,9 @@ def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
     root = tmp_path_factory.mktemp(f"openai_errors_{request.param}")
-    openai_repository(root)
+    mock_llm(root, instances=1)  # the models the cases name, and no more: a faster start
+    bare_llm(root)
+    sentence_encoder(root)
     running = start_server(
         root,
         root.parent / f"server_{request.param}.log",
@@ -39,10 +46,10 @@ def server(
     assert code == 0, f"server exited with {code}:\n{running.log()}"
 
 
-def post(server: RunningServer, path: str, body: Any) -> requests.Response:
+def post(session: requests.Session, url: str, path: str, body: Any) -> requests.Response:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {**AUTH, "content-type": "application/json"}
-    return requests.post(f"http://{server.http_url}/v1/{path}", data=data, headers=headers)
+    return session.post(f"{url}/v1/{path}", data=data, headers=headers, timeout=30)
 
 
 def chat(**fields: Any) -> dict[str, Any]:
@@ -146,23 +153,47 @@ CASES: list[tuple[str, Any, int, str | None, str]] = [
 ]
 
 
-def counts(server: RunningServer) -> dict[str, int]:
-    found = requests.get(f"http://{server.http_url}/v2/models/stats", headers=AUTH).json()
+def counts(session: requests.Session, url: str) -> dict[str, int]:
+    found = session.get(f"{url}/v2/models/stats", headers=AUTH, timeout=30).json()
     return {s["name"]: s["inference_stats"]["success"]["count"] for s in found["model_stats"]}
 
 
-@pytest.mark.parametrize(("path", "body", "status", "param", "words"), CASES)
-def test_bad_input_is_refused_naming_the_field(
-    server: RunningServer, path: str, body: Any, status: int, param: str | None, words: str
-) -> None:
-    before = counts(server)
-    reply = post(server, path, body)
-    assert reply.status_code == status, reply.text[:400]
+def refusal_problems(
+    session: requests.Session,
+    url: str,
+    path: str,
+    body: Any,
+    status: int,
+    param: str | None,
+    words: str,
+) -> list[str]:
+    """What is wrong with the server's answer to one bad request (nothing: as it should be)."""
+    before = counts(session, url)
+    reply = post(session, url, path, body)
+    if reply.status_code != status:
+        return [f"status {reply.status_code}, not {status}: {reply.text[:300]}"]
     error = reply.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["param"] == param
-    assert words in error["message"]
-    assert counts(server) == before  # nothing reached a model
+    problems = []
+    if set(error) != {"message", "type", "param", "code"}:
+        problems.append(f"error fields {sorted(error)}")
+    if error["param"] != param:
+        problems.append(f"param {error['param']!r}, not {param!r}")
+    if words not in error["message"]:
+        problems.append(f"message {error['message']!r} lacks {words!r}")
+    if counts(session, url) != before:
+        problems.append("a model was called")
+    return problems
+
+
+def test_bad_input_is_refused_naming_the_field(server: RunningServer) -> None:
+    url = f"http://{server.http_url}"
+    failed = {}
+    with requests.Session() as session:
+        for number, (path, body, status, param, words) in enumerate(CASES):
+            problems = refusal_problems(session, url, path, body, status, param, words)
+            if problems:
+                failed[f"case {number}: {path} {str(body)[:80]}"] = problems
+    assert not failed, "\n".join(f"{case}: {'; '.join(p)}" for case, p in failed.items())
 
 
 def test_refusals_before_any_endpoint_are_openai_errors(server: RunningServer) -> None:
@@ -175,7 +206,8 @@ def test_refusals_before_any_endpoint_are_openai_errors(server: RunningServer) -
     assert wrong_method.status_code == 405 and "error" in wrong_method.json()
 
 
-def test_the_models_answer_after_bad_input(server: RunningServer, tmp_path: Path) -> None:
-    reply = post(server, "chat/completions", chat(max_tokens=2))
+def test_the_models_answer_after_bad_input(server: RunningServer) -> None:
+    with requests.Session() as session:
+        reply = post(session, f"http://{server.http_url}", "chat/completions", chat(max_tokens=2))
     assert reply.status_code == 200
     assert reply.json()["choices"][0]["message"]["content"] == " hello world"

@@ -29,7 +29,9 @@ OpenAI-compatible API are all codecs; see ``protocol/v2/codecs.py``)::
 ``decode`` raises an :class:`~inferplex.errors.InferplexError` naming the field for bad
 input; it reads a shared-memory input through ``regions`` (None: the caller has none) and
 runs the checks ``checks(model, version)`` gives (when not None: off the loop, before a
-large tensor is decoded) on each input's declared name, datatype and shape. The answer
+large tensor is decoded) on each input's declared name, datatype and shape; on the event
+loop (``checks`` None) it may raise ``ReadOffLoop`` to be decoded in a worker thread instead
+(a large tensor in shared memory; files to read, as the OpenAI codecs' tokenizer). The answer
 types are the codec's: the REST codec answers an :data:`HttpReply` ``(status, body,
 headers)``, gRPC's the message bytes, so a codec makes its own HTTP status and headers.
 

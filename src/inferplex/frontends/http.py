@@ -237,7 +237,7 @@ class HttpApp(ManagementRoutes):
                 if body:  # a transport refuses it before reading it; never answered with one
                     raise takes_none(path, endpoint)
                 header_length, accept = None, None
-            if endpoint.handler not in _CALLS:
+            if endpoint.api != "inference":  # the inference calls take (body, meta)
                 return await handler(model, version, body, header_length, principal)
             # an inference call: the data plane's, the transport mapped to (body, meta)
             meta = CallMeta(
@@ -311,14 +311,14 @@ class HttpApp(ManagementRoutes):
     async def _openai_model(self, model: str, *_: Any) -> AnyReply:
         return await self._openai.model(model)
 
-    async def _openai_completions(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
-        return await self._openai.completions(body)
+    async def _openai_completions(self, body: Body, meta: CallMeta) -> AnyReply:
+        return await self._openai.completions(body, meta)
 
-    async def _openai_chat(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
-        return await self._openai.chat(body)
+    async def _openai_chat(self, body: Body, meta: CallMeta) -> AnyReply:
+        return await self._openai.chat(body, meta)
 
-    async def _openai_embeddings(self, _m: str, _v: str, body: Body, *_: Any) -> AnyReply:
-        return await self._openai.embeddings(body)
+    async def _openai_embeddings(self, body: Body, meta: CallMeta) -> AnyReply:
+        return await self._openai.embeddings(body, meta)
 
     # -- the other handlers: (model, version, body, raw Inference-Header-Content-Length,
     # -- principal)
@@ -354,8 +354,6 @@ Admitted = tuple[Route, Principal]
 
 #: how many resolved paths an app remembers
 _ROUTES_KEPT = 1024
-#: the handlers of inference calls: the data plane's, given (body, meta)
-_CALLS = frozenset({"_infer", "_generate", "_generate_stream"})
 
 
 def _check_size(body: Body, limit: int, flag: str, json_limit: int) -> None:

@@ -202,20 +202,20 @@ def _ids(item: str | list[int], index: int, model: str, text_model: TextModel) -
     return list(text_model.tokenizer.encode(item).ids)
 
 
-def embedding_answer(
-    plan: EmbeddingPlan, responses: list[InferenceResponse], model: str
-) -> dict[str, Any]:
-    """OpenAI's embedding list of the model's responses, in input order."""
-    vectors: list[np.ndarray] = []
-    for response in responses:
-        found = next((t for t in response.outputs if t.name == plan.output), None)
-        if found is None:
-            raise FieldError("model", f"model '{model}' sent no output '{plan.output}'")
-        data = np.asarray(found.data, np.float32)
-        vectors.extend(data.reshape(data.shape[0], -1))
+def vectors_of(plan: EmbeddingPlan, response: InferenceResponse) -> np.ndarray:
+    """The vectors of one of the plan's requests (float32, one row per input)."""
+    found = next((t for t in response.outputs if t.name == plan.output), None)
+    if found is None:
+        raise FieldError("model", f"model '{plan.request.model}' sent no output '{plan.output}'")
+    data = np.asarray(found.data, np.float32)
+    return data.reshape(data.shape[0], -1)
+
+
+def embedding_answer(plan: EmbeddingPlan, parts: list[np.ndarray]) -> dict[str, Any]:
+    """OpenAI's embedding list of the vectors of the plan's requests, in input order."""
     wanted = plan.request.dimensions
     items = []
-    for index, vector in enumerate(vectors):
+    for index, vector in enumerate(v for part in parts for v in part):
         if wanted is not None and wanted < vector.shape[0]:
             vector = vector[:wanted]
             norm = float(np.linalg.norm(vector))
@@ -225,7 +225,7 @@ def embedding_answer(
     return {
         "object": "list",
         "data": items,
-        "model": model,
+        "model": plan.request.model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
 
@@ -233,4 +233,4 @@ def embedding_answer(
 def _encoded(vector: np.ndarray, plan: EmbeddingPlan) -> list[float] | str:
     if plan.request.encoding_format == "base64":
         return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
-    return [float(v) for v in vector]
+    return list(vector.tolist())
