@@ -73,12 +73,13 @@ def _relative_path(key: str) -> PurePosixPath:
 
     if not raw:
         raise bad("no path after 'file:'")
-    if any(len(part.encode()) > NAME_MAX for part in raw.split("/")):
-        # Triton's answer, which its model-control clients check: the file cannot be made
-        # in the model's folder, so the folder cannot be read ("polled"); an internal error
+    if len(raw.split("/", 1)[0].encode()) > NAME_MAX:
+        # Triton's answer to a version folder whose name is too long for the file system,
+        # which its model-control clients check: the model's folder cannot be read
+        # ("polled"), an internal error (longer names further down are a 400, below)
         raise InferplexError(
-            f"failed to poll from model repository: load parameter '{key[:64]}...': a file "
-            f"or folder name is longer than {NAME_MAX} bytes; {_EXPECTED}"
+            f"failed to poll from model repository: load parameter '{key[:64]}...': the "
+            f"version folder's name is longer than {NAME_MAX} bytes; {_EXPECTED}"
         )
     problem = relative_problem(raw, "the model folder")
     if problem is not None:
